@@ -1,0 +1,190 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Filter selects entries. The zero Filter selects everything.
+type Filter struct {
+	// Resource limits the entries to one resource's (an exact name, not a
+	// prefix: "a" never selects "a/b").
+	Resource string
+	// Kind, if set, keeps only entries of that kind.
+	Kind Kind
+	// Worker, if set, keeps only entries naming that worker.
+	Worker string
+	// Epoch, if set, keeps only entries about that epoch.
+	Epoch int64
+	// MinRevision, if set, keeps only entries written at or after it.
+	MinRevision int64
+}
+
+func (f Filter) validate() error {
+	if f.Resource != "" {
+		if err := keys.ValidateResource(f.Resource); err != nil {
+			return fmt.Errorf("audit: filter: %w", err)
+		}
+	}
+	if f.Kind != "" && !f.Kind.Valid() {
+		return fmt.Errorf("audit: filter: unknown kind %q", f.Kind)
+	}
+	if f.Epoch < 0 || f.MinRevision < 0 {
+		return errors.New("audit: filter: negative epoch or revision")
+	}
+	return nil
+}
+
+func (f Filter) match(e Entry) bool {
+	return (f.Kind == "" || e.Kind == f.Kind) &&
+		(f.Worker == "" || e.Worker == f.Worker) &&
+		(f.Epoch == 0 || e.Epoch == f.Epoch) &&
+		(f.MinRevision == 0 || e.Revision >= f.MinRevision)
+}
+
+func (l *Log) prefix(f Filter) string {
+	if f.Resource != "" {
+		return l.space.ResourceAudit(f.Resource)
+	}
+	return l.space.AuditPrefix()
+}
+
+// List returns the entries that match f, ordered by Revision.
+//
+// It reads in pages of keys (WithPageSize) from one snapshot: every page is
+// read at the revision of the first, so the result is consistent however
+// long the log is, and no single response carries the whole log.
+//
+// Values under the prefix that are not valid entries do not stop the
+// listing: List returns every valid entry together with an error matching
+// ErrCorrupt that names the bad keys.
+func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	var (
+		out     []Entry
+		corrupt []error
+	)
+	_, err := l.scan(ctx, l.prefix(f), func(kv *mvccpb.KeyValue) {
+		if f.MinRevision > 0 && kv.ModRevision < f.MinRevision {
+			return
+		}
+		e, err := Decode(l.space, kv)
+		if err != nil {
+			corrupt = append(corrupt, err)
+			return
+		}
+		if f.match(e) {
+			out = append(out, e)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Revision, b.Revision), strings.Compare(a.Key, b.Key))
+	})
+	if len(corrupt) > 0 {
+		return out, fmt.Errorf("audit: list: %d corrupt entries: %w", len(corrupt), errors.Join(corrupt...))
+	}
+	return out, nil
+}
+
+// scan calls fn for every key under prefix, reading pages at one pinned
+// revision, and returns that revision.
+func (l *Log) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue)) (int64, error) {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(l.pageSize)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := l.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("audit: read %q: %w", prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			fn(kv)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Event is one item from Watch: an entry, or the error that ended the watch.
+type Event struct {
+	Entry Entry
+	Err   error
+}
+
+// Watch streams entries that match f as they are written, starting at
+// f.MinRevision (0: from now). The channel is closed when ctx is done or
+// the watch fails; a failure (for example the start revision was
+// compacted) is sent as a final Event with Err set. Corrupt values are sent
+// as events with an Err matching ErrCorrupt and do not end the watch.
+func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
+	out := make(chan Event, 16)
+	if err := errors.Join(l.err, f.validate()); err != nil {
+		out <- Event{Err: err}
+		close(out)
+		return out
+	}
+	go func() {
+		defer close(out)
+		send := func(ev Event) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
+		if f.MinRevision > 0 {
+			opts = append(opts, clientv3.WithRev(f.MinRevision))
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
+		for resp := range l.cli.Watch(wctx, l.prefix(f), opts...) {
+			if err := resp.Err(); err != nil {
+				send(Event{Err: fmt.Errorf("audit: watch: %w", err)})
+				return
+			}
+			for _, ev := range resp.Events {
+				e, err := Decode(l.space, ev.Kv)
+				if err != nil {
+					if !send(Event{Err: err}) {
+						return
+					}
+					continue
+				}
+				if f.match(e) && !send(Event{Entry: e}) {
+					return
+				}
+			}
+		}
+		if ctx.Err() == nil {
+			send(Event{Err: errors.New("audit: watch closed")})
+		}
+	}()
+	return out
+}

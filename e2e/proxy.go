@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
+)
+
+// Proxy is a TCP fault proxy between clients and one etcd endpoint, built
+// on etcd's own pkg/proxy. Point a client at Endpoint; then Blackhole drops
+// every byte in both directions while keeping the connections open (the
+// network partition a paused or cut-off worker sees), Heal restores it, and
+// Delay adds latency.
+type Proxy struct {
+	srv    proxy.Server
+	target string
+	from   string
+}
+
+// NewProxy starts a proxy to target (a client URL such as a Member's
+// Endpoint) and closes it at test cleanup.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := StartProxy(target)
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// StartProxy starts a proxy to target for programs without a testing.TB.
+// The caller must Close it.
+func StartProxy(target string) (*Proxy, error) {
+	to, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("proxy target %q: %w", target, err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		from := url.URL{Scheme: "tcp", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+		srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: *to})
+		select {
+		case <-srv.Ready():
+			return &Proxy{srv: srv, target: target, from: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}, nil
+		case err := <-srv.Error():
+			_ = srv.Close()
+			lastErr = err
+		case <-time.After(5 * time.Second):
+			_ = srv.Close()
+			lastErr = fmt.Errorf("not ready after 5s")
+		}
+	}
+	return nil, fmt.Errorf("proxy to %s: %w", target, lastErr)
+}
+
+// Endpoint is the URL clients dial to go through the proxy.
+func (p *Proxy) Endpoint() string { return p.from }
+
+// Target is the endpoint the proxy forwards to.
+func (p *Proxy) Target() string { return p.target }
+
+// Blackhole silently drops all traffic in both directions. Connections stay
+// open, so neither side sees an error until its own timeouts fire.
+func (p *Proxy) Blackhole() {
+	p.srv.BlackholeTx()
+	p.srv.BlackholeRx()
+}
+
+// BlackholeReplies drops only the traffic from etcd back to the client:
+// requests still arrive and are applied, but their replies are lost — the
+// "unknown outcome" a client sees when a connection dies after sending.
+func (p *Proxy) BlackholeReplies() { p.srv.BlackholeRx() }
+
+// Heal removes Blackhole, BlackholeReplies and Delay.
+func (p *Proxy) Heal() {
+	p.srv.UnblackholeTx()
+	p.srv.UnblackholeRx()
+	p.srv.UndelayTx()
+	p.srv.UndelayRx()
+}
+
+// Delay adds d (± jitter) of latency in each direction.
+func (p *Proxy) Delay(d, jitter time.Duration) {
+	p.srv.DelayTx(d, jitter)
+	p.srv.DelayRx(d, jitter)
+}
+
+// Close stops the proxy and its connections.
+func (p *Proxy) Close() error { return p.srv.Close() }

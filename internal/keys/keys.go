@@ -1,0 +1,307 @@
+// Package keys is the one place that spells leasehold's etcd keys.
+//
+// Layout under a namespace N (default "/leasehold"):
+//
+//	N/lease/<res>                         holder record, attached to the session's etcd lease
+//	N/done/<res>                          terminal record (status, epoch, worker)
+//	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
+//	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
+//	                                      expired, revoked): one key per epoch, so at most one
+//	                                      end entry per epoch exists by construction
+//	N/audit/<res>/rejected/<epoch>/<id>   one entry per rejected stale attempt
+//
+// <res> is the resource name with '%' and '/' percent-escaped, so an escaped
+// name never contains '/' and "N/audit/<res>/" is a prefix of exactly one
+// resource's entries: "a" can never list "a/b"'s entries. <epoch> is zero
+// padded to 20 digits so keys sort by epoch.
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// DefaultNamespace is the namespace used when none is configured.
+const DefaultNamespace = "/leasehold"
+
+// MaxResourceLen is the largest resource name, in bytes.
+const MaxResourceLen = 512
+
+// ErrInvalidResource is returned for a resource name that is empty, longer
+// than MaxResourceLen bytes, not valid UTF-8, or contains control characters.
+var ErrInvalidResource = errors.New("invalid resource name")
+
+// ErrInvalidNamespace is returned for a namespace that is empty, does not
+// start with '/', ends with '/', or contains control characters.
+var ErrInvalidNamespace = errors.New("invalid namespace")
+
+// ErrMalformedKey is returned when a key under a namespace does not have the
+// shape this package writes.
+var ErrMalformedKey = errors.New("malformed key")
+
+// ValidateResource reports whether name is a valid resource name.
+func ValidateResource(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidResource)
+	case len(name) > MaxResourceLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidResource, len(name), MaxResourceLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidResource)
+	}
+	for i, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidResource, r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateNamespace reports whether ns is a usable namespace.
+func ValidateNamespace(ns string) error {
+	switch {
+	case ns == "":
+		return fmt.Errorf("%w: empty", ErrInvalidNamespace)
+	case ns[0] != '/':
+		return fmt.Errorf("%w: %q must start with '/'", ErrInvalidNamespace, ns)
+	case len(ns) > 1 && ns[len(ns)-1] == '/':
+		return fmt.Errorf("%w: %q must not end with '/'", ErrInvalidNamespace, ns)
+	case !utf8.ValidString(ns):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidNamespace)
+	}
+	for _, r := range ns {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U", ErrInvalidNamespace, r)
+		}
+	}
+	return nil
+}
+
+// Escape returns the key segment for a resource name: '%' and '/' are
+// percent-escaped, every other byte stands for itself.
+func Escape(name string) string {
+	if !strings.ContainsAny(name, "%/") {
+		return name
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '/':
+			b.WriteString("%2F")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// Unescape reverses Escape. It accepts only what Escape produces: a segment
+// with a bare '/', or an escape other than "%25" and "%2F", is malformed.
+func Unescape(seg string) (string, error) {
+	if strings.IndexByte(seg, '/') >= 0 {
+		return "", fmt.Errorf("%w: unescaped '/' in %q", ErrMalformedKey, seg)
+	}
+	if strings.IndexByte(seg, '%') < 0 {
+		return seg, nil
+	}
+	var b strings.Builder
+	b.Grow(len(seg))
+	for i := 0; i < len(seg); i++ {
+		if seg[i] != '%' {
+			b.WriteByte(seg[i])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(seg[i:], "%25"):
+			b.WriteByte('%')
+		case strings.HasPrefix(seg[i:], "%2F"):
+			b.WriteByte('/')
+		default:
+			return "", fmt.Errorf("%w: bad escape in %q", ErrMalformedKey, seg)
+		}
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// Space is a namespace's key layout. The zero value is not usable; use New.
+type Space struct {
+	ns string
+}
+
+// New returns the layout under namespace ns.
+func New(ns string) (Space, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Space{}, err
+	}
+	if ns == "/" {
+		ns = ""
+	}
+	return Space{ns: ns}, nil
+}
+
+// MustNew is New for namespaces already validated; it panics on error and is
+// meant for package-level defaults only.
+func MustNew(ns string) Space {
+	s, err := New(ns)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Namespace returns the namespace this layout was built for.
+func (s Space) Namespace() string {
+	if s.ns == "" {
+		return "/"
+	}
+	return s.ns
+}
+
+// LeasePrefix is the prefix of every lease key.
+func (s Space) LeasePrefix() string { return s.ns + "/lease/" }
+
+// DonePrefix is the prefix of every done record.
+func (s Space) DonePrefix() string { return s.ns + "/done/" }
+
+// AuditPrefix is the prefix of every audit entry.
+func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
+
+// Lease is the lease key of a resource.
+func (s Space) Lease(res string) string { return s.LeasePrefix() + Escape(res) }
+
+// Done is the done record key of a resource.
+func (s Space) Done(res string) string { return s.DonePrefix() + Escape(res) }
+
+// ResourceAudit is the prefix of one resource's audit entries.
+func (s Space) ResourceAudit(res string) string { return s.AuditPrefix() + Escape(res) + "/" }
+
+// AuditStart is the key of an "acquired" entry with a unique id.
+func (s Space) AuditStart(res, id string) string { return s.ResourceAudit(res) + "start/" + id }
+
+// AuditEnd is the key of the single end entry of an epoch.
+func (s Space) AuditEnd(res string, epoch int64) string {
+	return s.ResourceAudit(res) + "end/" + padEpoch(epoch)
+}
+
+// AuditRejected is the key of one rejected attempt against an epoch.
+func (s Space) AuditRejected(res string, epoch int64, id string) string {
+	return s.ResourceAudit(res) + "rejected/" + padEpoch(epoch) + "/" + id
+}
+
+func padEpoch(e int64) string { return fmt.Sprintf("%020d", e) }
+
+// ResourceFromLease returns the resource a lease key belongs to.
+func (s Space) ResourceFromLease(key string) (string, error) {
+	return s.resourceFrom(key, s.LeasePrefix())
+}
+
+// ResourceFromDone returns the resource a done record key belongs to.
+func (s Space) ResourceFromDone(key string) (string, error) {
+	return s.resourceFrom(key, s.DonePrefix())
+}
+
+func (s Space) resourceFrom(key, prefix string) (string, error) {
+	seg, ok := strings.CutPrefix(key, prefix)
+	if !ok || seg == "" {
+		return "", fmt.Errorf("%w: %q is not under %q", ErrMalformedKey, key, prefix)
+	}
+	res, err := Unescape(seg)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateResource(res); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrMalformedKey, err)
+	}
+	return res, nil
+}
+
+// AuditKind says which of the three audit key shapes a key has.
+type AuditKind int
+
+// The audit key shapes.
+const (
+	AuditKindStart AuditKind = iota + 1
+	AuditKindEnd
+	AuditKindRejected
+)
+
+// AuditKey is a parsed audit key.
+type AuditKey struct {
+	Resource string
+	Kind     AuditKind
+	Epoch    int64  // End and Rejected; 0 for Start (its epoch is its mod revision)
+	ID       string // Start and Rejected
+}
+
+// ParseAudit parses an audit key written by this layout.
+func (s Space) ParseAudit(key string) (AuditKey, error) {
+	rest, ok := strings.CutPrefix(key, s.AuditPrefix())
+	if !ok {
+		return AuditKey{}, fmt.Errorf("%w: %q is not under %q", ErrMalformedKey, key, s.AuditPrefix())
+	}
+	parts := strings.Split(rest, "/")
+	bad := func(why string) (AuditKey, error) {
+		return AuditKey{}, fmt.Errorf("%w: audit key %q: %s", ErrMalformedKey, key, why)
+	}
+	if len(parts) < 3 {
+		return bad("too few segments")
+	}
+	res, err := Unescape(parts[0])
+	if err != nil {
+		return AuditKey{}, err
+	}
+	if err := ValidateResource(res); err != nil {
+		return bad(err.Error())
+	}
+	k := AuditKey{Resource: res}
+	switch parts[1] {
+	case "start":
+		if len(parts) != 3 || parts[2] == "" {
+			return bad("start entry needs one id")
+		}
+		k.Kind, k.ID = AuditKindStart, parts[2]
+	case "end":
+		if len(parts) != 3 {
+			return bad("end entry needs one epoch")
+		}
+		k.Kind = AuditKindEnd
+		if k.Epoch, err = parseEpoch(parts[2]); err != nil {
+			return bad(err.Error())
+		}
+	case "rejected":
+		if len(parts) != 4 || parts[3] == "" {
+			return bad("rejected entry needs an epoch and an id")
+		}
+		k.Kind, k.ID = AuditKindRejected, parts[3]
+		if k.Epoch, err = parseEpoch(parts[2]); err != nil {
+			return bad(err.Error())
+		}
+	default:
+		return bad("unknown entry shape " + strconv.Quote(parts[1]))
+	}
+	return k, nil
+}
+
+func parseEpoch(s string) (int64, error) {
+	if len(s) != 20 {
+		return 0, fmt.Errorf("epoch %q is not 20 digits", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("epoch %q is not decimal", s)
+		}
+	}
+	e, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || e <= 0 {
+		return 0, fmt.Errorf("epoch %q out of range", s)
+	}
+	return e, nil
+}

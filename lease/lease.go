@@ -111,6 +111,21 @@ func (l *Lease) observed(current int64) {
 	}
 }
 
+// guess returns the epoch most likely holding the resource if this lease's
+// CAS fails: the newest the registry's watch saw, which it still knows
+// after this lease stopped being tracked.
+func (l *Lease) guess() int64 {
+	if ev, ok := l.r.tracker.last(l.leaseKey); ok && ev.rev > l.epoch {
+		return ev.current
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current == l.epoch {
+		return 0 // if the CAS fails, the key no longer has this epoch
+	}
+	return l.current
+}
+
 func (l *Lease) beginEnd() {
 	l.mu.Lock()
 	l.ending++
@@ -241,12 +256,7 @@ func (l *Lease) end(ctx context.Context, op string, then []clientv3.Op, same *cl
 		return []clientv3.Op{reject, clientv3.OpGet(l.leaseKey)}, nil
 	}
 
-	l.mu.Lock()
-	guess := l.current
-	if guess == l.epoch {
-		guess = 0 // if the CAS fails, the key no longer has our epoch
-	}
-	l.mu.Unlock()
+	guess := l.guess()
 	elseOps, err := staleOps(guess, true)
 	if err != nil {
 		return err

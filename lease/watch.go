@@ -106,6 +106,15 @@ func (t *tracker) verify(l *Lease) {
 	}
 }
 
+// last returns the newest event the watch processed for key, if it still
+// remembers one.
+func (t *tracker) last(key string) (lastEvent, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ev, ok := t.recent[key]
+	return ev, ok
+}
+
 func (t *tracker) remove(l *Lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

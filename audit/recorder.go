@@ -149,4 +149,3 @@ func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker
 	}
 	return nil
 }
-

@@ -49,7 +49,7 @@ type config struct {
 	logger     *zap.Logger
 }
 
-// WithMembers sets the number of members: 1 (the default) or 3.
+// WithMembers sets the number of members: 1 (the default), 3 or 5.
 func WithMembers(n int) Option {
 	return func(c *config) error {
 		if n != 1 && n != 3 && n != 5 {
@@ -155,6 +155,7 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	var initial []string
+	token := fmt.Sprintf("e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
 	for i := 0; i < cfg.members; i++ {
 		name := fmt.Sprintf("m%d", i)
 		ec := embed.NewConfig()
@@ -169,7 +170,7 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 		pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
 		ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-		ec.InitialClusterToken = fmt.Sprintf("e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
+		ec.InitialClusterToken = token
 		initial = append(initial, fmt.Sprintf("%s=%s", name, pu.String()))
 		c.members = append(c.members, &Member{name: name, cfg: ec})
 	}

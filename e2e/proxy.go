@@ -11,10 +11,12 @@ import (
 )
 
 // Proxy is a TCP fault proxy between clients and one etcd endpoint, built
-// on etcd's own pkg/proxy. Point a client at Endpoint; then Blackhole drops
-// every byte in both directions while keeping the connections open (the
-// network partition a paused or cut-off worker sees), Heal restores it, and
-// Delay adds latency.
+// on etcd's own pkg/proxy. Point a client at Endpoint; then Blackhole holds
+// every byte in both directions while keeping the connections open — a
+// network partition: nothing arrives, and after Heal the held bytes are
+// delivered intact, as TCP would after retransmitting. BlackholeReplies
+// instead drops etcd's replies for good, the torn connection of a reply
+// lost after the request was applied. Delay adds latency.
 type Proxy struct {
 	srv    proxy.Server
 	target string
@@ -68,21 +70,24 @@ func (p *Proxy) Endpoint() string { return p.from }
 // Target is the endpoint the proxy forwards to.
 func (p *Proxy) Target() string { return p.target }
 
-// Blackhole silently drops all traffic in both directions. Connections stay
-// open, so neither side sees an error until its own timeouts fire.
+// Blackhole stops all traffic in both directions. Connections stay open,
+// so neither side sees an error until its own timeouts fire.
 func (p *Proxy) Blackhole() {
-	p.srv.BlackholeTx()
-	p.srv.BlackholeRx()
+	p.srv.PauseTx()
+	p.srv.PauseRx()
 }
 
-// BlackholeReplies drops only the traffic from etcd back to the client:
+// BlackholeReplies drops the traffic from etcd back to the client:
 // requests still arrive and are applied, but their replies are lost — the
 // "unknown outcome" a client sees when a connection dies after sending.
+// The dropped bytes tear the HTTP/2 stream, so after Heal the client's
+// requests fail until gRPC reconnects.
 func (p *Proxy) BlackholeReplies() { p.srv.BlackholeRx() }
 
 // Heal removes Blackhole, BlackholeReplies and Delay.
 func (p *Proxy) Heal() {
-	p.srv.UnblackholeTx()
+	p.srv.UnpauseTx()
+	p.srv.UnpauseRx()
 	p.srv.UnblackholeRx()
 	p.srv.UndelayTx()
 	p.srv.UndelayRx()

@@ -1,0 +1,103 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+)
+
+// Example takes a task, works under the lease's context, and completes it;
+// a second worker's stale completion of an old epoch is rejected.
+func Example() {
+	dir, _ := os.MkdirTemp("", "lease-example-")
+	defer os.RemoveAll(dir)
+	cluster, err := e2e.Start(dir)
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"), session.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	reg := lease.NewRegistry(cli)
+	defer reg.Close()
+
+	l, err := reg.TryAcquire(ctx, s, "invoices/2026-11")
+	if err != nil {
+		panic(err)
+	}
+	// Do the work under l.Context(); send l.Token() with every downstream write.
+	fmt.Println("token:", l.Token().Resource, "epoch > 0:", l.Epoch() > 0)
+
+	if err := l.Complete(ctx, "sent"); err != nil {
+		panic(err)
+	}
+	_, err = reg.TryAcquire(ctx, s, "invoices/2026-11")
+	var done *lease.CompletedError
+	if errors.As(err, &done) {
+		fmt.Println("already", done.Status, "by", done.Worker)
+	}
+	// Output:
+	// token: invoices/2026-11 epoch > 0: true
+	// already sent by worker-1
+}
+
+// ExampleStaleError shows how a worker learns it lost its lease before
+// completing: the completion is rejected, and the rejection is audited.
+func ExampleStaleError() {
+	dir, _ := os.MkdirTemp("", "lease-example-")
+	defer os.RemoveAll(dir)
+	cluster, err := e2e.Start(dir)
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	reg := lease.NewRegistry(cli)
+	defer reg.Close()
+
+	l, err := reg.TryAcquire(ctx, s, "report")
+	if err != nil {
+		panic(err)
+	}
+	if err := reg.Revoke(ctx, "report", "operator: worker looked stuck"); err != nil {
+		panic(err)
+	}
+	<-l.Context().Done()
+	fmt.Println("context:", context.Cause(l.Context()))
+
+	err = l.Complete(ctx, "done")
+	var stale *lease.StaleError
+	if errors.As(err, &stale) {
+		fmt.Println("stale:", stale.Worker, "status", stale.Status, "current epoch", stale.CurrentEpoch)
+	}
+	// Output:
+	// context: lease revoked
+	// stale: worker-1 status done current epoch 0
+}

@@ -66,7 +66,7 @@
 //		return store.Put(ctx, tok.Resource, body)
 //	})
 //	if errors.Is(err, fence.ErrFenced) {
-//		http.Error(w, err.Error(), http.StatusConflict)
+//		http.Error(w, err.Error(), http.StatusPreconditionFailed) // 412
 //		return
 //	}
 package fence

@@ -264,8 +264,12 @@ func (l *Lease) end(ctx context.Context, op string, then []clientv3.Op, same *cl
 	held := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", l.epoch)
 	resp, err := l.r.cli.Txn(ctx).If(held).Then(then...).Else(elseOps...).Commit()
 	for attempt := 1; ; attempt++ {
-		if err != nil {
+		switch {
+		case err != nil && attempt == 1:
 			return fmt.Errorf("lease: %s %q epoch %d: outcome unknown: %w", op, l.resource, l.epoch, err)
+		case err != nil:
+			// The CAS is known to have failed; only the audit write is in doubt.
+			return fmt.Errorf("lease: %s %q epoch %d: %w, but writing its rejection entry had an unknown outcome: %w", op, l.resource, l.epoch, ErrStale, err)
 		}
 		if resp.Succeeded && attempt == 1 {
 			return nil

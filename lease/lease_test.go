@@ -716,3 +716,61 @@ func TestOneHolderUnderContention(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryCloseKeepsSessionRelease closes the registry first, as a
+// deferred Close often does: the session's Close must still release the
+// lease with an audit entry, not leave it to expire.
+func TestRegistryCloseKeepsSessionRelease(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	reg := lease.NewRegistry(f.cli)
+	s, err := session.New(ctx, f.cli, session.WithWorker("w1"), session.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := reg.TryAcquire(ctx, s, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, lease.ErrRegistryClosed) {
+		t.Fatalf("cause %v", cause)
+	}
+	if _, err := reg.TryAcquire(ctx, s, "u"); !errors.Is(err, lease.ErrRegistryClosed) {
+		t.Fatalf("TryAcquire on a closed registry: %v", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{fmt.Sprintf("acquired:w1:%d", l.Epoch()), fmt.Sprintf("released:w1:%d", l.Epoch())}
+	if got := f.kinds("t"); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("audit %v, want %v", got, want)
+	}
+}
+
+func TestNewRegistryReportsBadOptions(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.session("w1")
+	for _, opt := range []lease.Option{lease.WithNamespace(""), lease.WithNamespace("no-slash"), lease.WithNamespace("/trailing/"), lease.WithLogger(nil), nil} {
+		reg := lease.NewRegistry(f.cli, opt)
+		if _, err := reg.TryAcquire(ctx, s, "t"); err == nil {
+			t.Fatal("bad option accepted")
+		}
+		if err := reg.Revoke(ctx, "t", ""); err == nil {
+			t.Fatal("bad option accepted by Revoke")
+		}
+		reg.Close()
+	}
+	// Namespaces are isolated from each other.
+	a := lease.NewRegistry(f.cli, lease.WithNamespace("/tenant-a"))
+	defer a.Close()
+	b := lease.NewRegistry(f.cli, lease.WithNamespace("/tenant-b"))
+	defer b.Close()
+	if _, err := a.TryAcquire(ctx, s, "shared"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, s, "shared"); err != nil {
+		t.Fatalf("namespaces collide: %v", err)
+	}
+}

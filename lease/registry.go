@@ -105,8 +105,11 @@ func (e *CompletedError) Error() string {
 func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
 
 // StaleError is a rejected Complete or Release. When it is returned, the
-// rejection is already in the audit log: it was written by the transaction
-// that decided it.
+// rejection is already in the audit log, exactly once: the CAS transaction
+// wrote it, or — when its guess of the current epoch was wrong — a
+// follow-up transaction did. An error that matches ErrStale but is not a
+// *StaleError means the CAS failed and writing the rejection had an
+// unknown outcome.
 type StaleError struct {
 	Resource string
 	Worker   string
@@ -347,43 +350,43 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 		return fmt.Errorf("lease: revoke: %w", err)
 	}
 	leaseKey := r.space.Lease(resource)
-	for attempt := 0; attempt < 5; attempt++ {
-		get, err := r.cli.Get(ctx, leaseKey)
-		if err != nil {
-			return fmt.Errorf("lease: revoke %q: %w", resource, err)
-		}
-		if len(get.Kvs) == 0 {
-			return fmt.Errorf("lease: revoke %q: %w", resource, ErrNotHeld)
-		}
-		epoch := get.Kvs[0].ModRevision
-		worker := "unknown"
-		if h, err := record.DecodeHolder(get.Kvs[0].Value); err == nil {
-			worker = h.Worker
-		}
-		revoked, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: time.Now()})
-		if err != nil {
-			return err
-		}
-		sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
-		resp, err := r.cli.Txn(ctx).If(sameEpoch).
-			Then(clientv3.OpDelete(leaseKey), audit.CreateOnly(r.space.AuditEnd(resource, epoch), revoked)).
-			Commit()
-		if err != nil {
-			return fmt.Errorf("lease: revoke %q: %w", resource, err)
-		}
-		if resp.Succeeded {
-			r.log.Info("revoked", "resource", resource, "epoch", epoch, "worker", worker, "reason", reason)
-			return nil
-		}
-		// The epoch ended or changed between the read and the transaction.
+	get, err := r.cli.Get(ctx, leaseKey)
+	if err != nil {
+		return fmt.Errorf("lease: revoke %q: %w", resource, err)
 	}
-	return fmt.Errorf("lease: revoke %q: the holder kept changing", resource)
+	if len(get.Kvs) == 0 {
+		return fmt.Errorf("lease: revoke %q: %w", resource, ErrNotHeld)
+	}
+	epoch := get.Kvs[0].ModRevision
+	worker := "unknown"
+	if h, err := record.DecodeHolder(get.Kvs[0].Value); err == nil {
+		worker = h.Worker
+	}
+	revoked, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: time.Now()})
+	if err != nil {
+		return err
+	}
+	// Only the epoch just read is revoked: an epoch that begins in between
+	// belongs to a holder the operator has not seen.
+	sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
+	resp, err := r.cli.Txn(ctx).If(sameEpoch).
+		Then(clientv3.OpDelete(leaseKey), audit.CreateOnly(r.space.AuditEnd(resource, epoch), revoked)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("lease: revoke %q epoch %d: outcome unknown: %w", resource, epoch, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("lease: revoke %q: epoch %d ended before it could be revoked: %w", resource, epoch, ErrNotHeld)
+	}
+	r.log.Info("revoked", "resource", resource, "epoch", epoch, "worker", worker, "reason", reason)
+	return nil
 }
 
 // Close stops the registry's watch and cancels the contexts of the leases
 // it still tracks with ErrRegistryClosed (they could no longer learn of a
-// revocation). It does not release them; release or complete leases, or
-// close their sessions, first. Close is idempotent.
+// revocation). It does not release them: their sessions' Close still does,
+// with audit entries, and Complete and Release keep working. Close is
+// idempotent.
 func (r *Registry) Close() error {
 	r.tracker.close()
 	return nil

@@ -60,7 +60,7 @@ func (t *tracker) add(l *Lease) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		l.finish(ErrRegistryClosed)
+		l.cancel(ErrRegistryClosed)
 		return
 	}
 	if !t.running {
@@ -94,7 +94,9 @@ func (t *tracker) verify(l *Lease) {
 	defer cancel()
 	resp, err := t.r.cli.Get(ctx, l.leaseKey)
 	if err != nil {
-		l.log.Warn("cannot verify lease key", "error", err)
+		// Unverifiable means possibly lost: stop the work, which is safe.
+		l.log.Warn("cannot verify lease key; cancelling its context", "error", err)
+		l.observed(l.epoch)
 		return
 	}
 	var current int64
@@ -145,8 +147,10 @@ func (t *tracker) close() {
 		cancel()
 		<-done
 	}
+	// The leases stay registered with their sessions, so Session.Close
+	// still releases them with an audit entry.
 	for _, l := range all {
-		l.finish(ErrRegistryClosed)
+		l.cancel(ErrRegistryClosed)
 	}
 }
 
@@ -232,7 +236,8 @@ func (t *tracker) resync(ctx context.Context) (int64, error) {
 	t.mu.Lock()
 	for key, set := range t.byKey {
 		for l := range set {
-			if live[key] != l.epoch {
+			// A lease acquired after the read is newer than what it saw.
+			if l.epoch <= resp.Header.Revision && live[key] != l.epoch {
 				changed = append(changed, change{l, live[key]})
 			}
 		}

@@ -76,7 +76,7 @@ type config struct {
 	ttl      time.Duration
 	worker   string
 	logger   hclog.Logger
-	margin   time.Duration // 0: default from the granted TTL
+	margin   time.Duration // -1: default from the granted TTL
 	interval time.Duration // 0: granted TTL / 3
 }
 
@@ -121,9 +121,9 @@ func WithLogger(l hclog.Logger) Option {
 }
 
 // WithMargin sets how long before the server-side expiry bound the session
-// gives up. It must be ≥ 0 and leave room for at least one renewal
-// interval; New checks it against the granted TTL. The default is a sixth
-// of the granted TTL, at least MinMargin.
+// gives up. It must be ≥ 0 (0 trusts the bound exactly) and leave room for
+// at least one renewal interval; New checks it against the granted TTL. The
+// default is a sixth of the granted TTL, at least MinMargin.
 func WithMargin(m time.Duration) Option {
 	return func(c *config) error {
 		if m < 0 {
@@ -178,7 +178,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if cli == nil {
 		return nil, errors.New("session: New: nil client")
 	}
-	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger()}
+	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("session: New: nil option")
@@ -200,7 +200,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	}
 	ttl := time.Duration(resp.TTL) * time.Second
 	margin := cfg.margin
-	if margin == 0 {
+	if margin < 0 {
 		margin = max(ttl/DefaultMarginFraction, MinMargin)
 	}
 	interval := cfg.interval

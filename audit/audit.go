@@ -108,6 +108,9 @@ func Encode(e Entry) (string, error) {
 	if !e.Kind.Valid() {
 		return "", fmt.Errorf("audit: encode: unknown kind %q", e.Kind)
 	}
+	if e.Worker == "" {
+		return "", errors.New("audit: encode: entry without worker") // Decode would reject it
+	}
 	b, err := json.Marshal(wire{
 		Kind: e.Kind, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: e.CurrentEpoch, Attempted: e.Attempted, Reason: e.Reason, Time: e.Time.UTC(),

@@ -137,7 +137,10 @@ type Event struct {
 }
 
 // Watch streams entries that match f as they are written, starting at
-// f.MinRevision (0: from now). The channel is closed when ctx is done or
+// f.MinRevision. With MinRevision 0 the watch starts at whatever revision
+// is current when it reaches etcd, which is after Watch returns; for a
+// gapless stream, List first and watch from the revision after its last
+// entry (or pass any revision already read). The channel is closed when ctx is done or
 // the watch fails; a failure (for example the start revision was
 // compacted) is sent as a final Event with Err set. Corrupt values are sent
 // as events with an Err matching ErrCorrupt and do not end the watch.

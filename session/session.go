@@ -135,8 +135,9 @@ func WithMargin(m time.Duration) Option {
 }
 
 // WithRenewInterval sets how often the lease is renewed. The default is a
-// third of the granted TTL; New rejects an interval that does not fit in
-// TTL − margin.
+// third of the granted TTL. New rejects an interval longer than half of
+// TTL − margin: every renewal must have time for its round trip and one
+// retry before the safe deadline.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -207,11 +208,11 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if interval == 0 {
 		interval = ttl / 3
 	}
-	if margin >= ttl || interval >= ttl-margin {
+	if margin >= ttl || interval > (ttl-margin)/2 {
 		revokeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, _ = cli.Revoke(revokeCtx, resp.ID)
 		cancel()
-		return nil, fmt.Errorf("session: granted TTL %v leaves no room for margin %v and renew interval %v (need interval < TTL − margin)", ttl, margin, interval)
+		return nil, fmt.Errorf("session: granted TTL %v leaves no room for margin %v and renew interval %v (need interval ≤ (TTL − margin)/2)", ttl, margin, interval)
 	}
 
 	sctx, cancel := context.WithCancelCause(context.Background())

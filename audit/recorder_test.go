@@ -1,0 +1,662 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// startRecorder runs l's recorder until the returned stop is called (or the
+// test ends) and stop returns what RunRecorder returned.
+func startRecorder(t *testing.T, l *audit.Log) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- l.RunRecorder(ctx) }()
+	var (
+		once sync.Once
+		err  error
+	)
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(waitLimit):
+				err = fmt.Errorf("RunRecorder did not return within %v of its context ending", waitLimit)
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func stopRecorder(t *testing.T, stop func() error) {
+	t.Helper()
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("RunRecorder returned %v after its context was cancelled, want context.Canceled", err)
+	}
+}
+
+// txnSpy watches a client's transactions on audit end keys: how often each
+// end key was tried and how often the transaction's compares held. It is a
+// gRPC interceptor on a real client talking to a real etcd; it lets a test
+// wait until a recorder has actually decided about an epoch.
+type txnSpy struct {
+	mu       sync.Mutex
+	attempts map[string]int
+	wins     map[string]int
+	ranges   []rangeCall
+}
+
+// rangeCall is one Range RPC the spied client made.
+type rangeCall struct {
+	limit, atRev, headerRev int64 // atRev: the revision asked for (0: latest)
+	kvs                     int
+	more                    bool
+}
+
+func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err != nil {
+		return err
+	}
+	if method == "/etcdserverpb.KV/Range" {
+		rq, ok1 := req.(*pb.RangeRequest)
+		rs, ok2 := reply.(*pb.RangeResponse)
+		if ok1 && ok2 {
+			s.mu.Lock()
+			s.ranges = append(s.ranges, rangeCall{limit: rq.Limit, atRev: rq.Revision, headerRev: rs.Header.Revision, kvs: len(rs.Kvs), more: rs.More})
+			s.mu.Unlock()
+		}
+		return nil
+	}
+	if method != "/etcdserverpb.KV/Txn" {
+		return nil
+	}
+	tr, ok1 := req.(*pb.TxnRequest)
+	resp, ok2 := reply.(*pb.TxnResponse)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	// The end keys the transaction is about: compared, or put on success.
+	ends := map[string]bool{}
+	for _, c := range tr.Compare {
+		if k := string(c.Key); strings.Contains(k, "/end/") {
+			ends[k] = true
+		}
+	}
+	for _, op := range tr.Success {
+		if put := op.GetRequestPut(); put != nil && strings.Contains(string(put.Key), "/end/") {
+			ends[string(put.Key)] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range ends {
+		s.attempts[k]++
+		if resp.Succeeded {
+			s.wins[k]++
+		}
+	}
+	return nil
+}
+
+func (s *txnSpy) rangeCalls() []rangeCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]rangeCall(nil), s.ranges...)
+}
+
+func (s *txnSpy) counts(key string) (attempts, wins int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts[key], s.wins[key]
+}
+
+// spiedClient returns a client whose end-key transactions s records.
+func spiedClient(t *testing.T, c *e2e.Cluster) (*clientv3.Client, *txnSpy) {
+	t.Helper()
+	spy := &txnSpy{attempts: map[string]int{}, wins: map[string]int{}}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   c.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(spy.intercept)},
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, spy
+}
+
+// waitDecided waits until the spied recorder has run its transaction for
+// the end key of every (resource, epoch) given: it has seen the deletion and
+// decided whether to record an expiry.
+func waitDecided(t *testing.T, spy *txnSpy, ns string, eps ...resEpoch) {
+	t.Helper()
+	space := keys.MustNew(ns)
+	eventually(t, "the recorder decides every epoch", func() (bool, string) {
+		for _, re := range eps {
+			if n, _ := spy.counts(space.AuditEnd(re.res, re.epoch)); n == 0 {
+				return false, fmt.Sprintf("no transaction yet for %q epoch %d", re.res, re.epoch)
+			}
+		}
+		return true, ""
+	})
+}
+
+type resEpoch struct {
+	res   string
+	epoch int64
+}
+
+func epochOf(l *lease.Lease) resEpoch { return resEpoch{l.Resource(), l.Epoch()} }
+
+// waitForKind waits until the log has n entries of kind (with filter f) and
+// returns them.
+func waitForKind(t *testing.T, log *audit.Log, f audit.Filter, n int) []audit.Entry {
+	t.Helper()
+	var got []audit.Entry
+	eventually(t, fmt.Sprintf("%d %s entries for %+v", n, f.Kind, f), func() (bool, string) {
+		ents, err := log.List(bg(t), f)
+		if err != nil {
+			return false, err.Error()
+		}
+		got = ents
+		return len(ents) >= n, fmt.Sprintf("%d so far", len(ents))
+	})
+	return got
+}
+
+// checkOneStartOneEnd checks DESIGN §1.5: every epoch has exactly one start
+// entry and exactly one end entry, and every rejection names an epoch that
+// started.
+func checkOneStartOneEnd(ents []audit.Entry) error {
+	type counts struct{ starts, ends int }
+	per := map[resEpoch]*counts{}
+	get := func(e audit.Entry) *counts {
+		k := resEpoch{e.Resource, e.Epoch}
+		if per[k] == nil {
+			per[k] = &counts{}
+		}
+		return per[k]
+	}
+	var errs []error
+	for _, e := range ents {
+		switch {
+		case e.Kind == audit.Acquired:
+			get(e).starts++
+		case e.Kind.IsEnd():
+			get(e).ends++
+		case e.Kind == audit.Rejected:
+			if _, ok := per[resEpoch{e.Resource, e.Epoch}]; !ok {
+				errs = append(errs, fmt.Errorf("rejection of %q epoch %d before (or without) its start", e.Resource, e.Epoch))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("entry of unknown kind %q", e.Kind))
+		}
+	}
+	var ks []resEpoch
+	for k := range per {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].epoch < ks[j].epoch })
+	for _, k := range ks {
+		if c := per[k]; c.starts != 1 || c.ends != 1 {
+			errs = append(errs, fmt.Errorf("%q epoch %d has %d start and %d end entries", k.res, k.epoch, c.starts, c.ends))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The invariant checker must be able to fail.
+func TestCheckOneStartOneEndCatchesViolations(t *testing.T) {
+	e := func(k audit.Kind, res string, epoch int64) audit.Entry {
+		return audit.Entry{Kind: k, Resource: res, Epoch: epoch, Worker: "w"}
+	}
+	good := []audit.Entry{
+		e(audit.Acquired, "a", 5), e(audit.Acquired, "b", 6), e(audit.Completed, "a", 5),
+		e(audit.Rejected, "a", 5), e(audit.Expired, "b", 6), e(audit.Acquired, "b", 9), e(audit.Released, "b", 9),
+	}
+	if err := checkOneStartOneEnd(good); err != nil {
+		t.Fatalf("good history rejected: %v", err)
+	}
+	bad := map[string][]audit.Entry{
+		"missing end":             {e(audit.Acquired, "a", 5)},
+		"two ends":                {e(audit.Acquired, "a", 5), e(audit.Completed, "a", 5), e(audit.Expired, "a", 5)},
+		"end without start":       {e(audit.Released, "a", 5)},
+		"two starts":              {e(audit.Acquired, "a", 5), e(audit.Acquired, "a", 5), e(audit.Released, "a", 5)},
+		"same epoch, other res":   {e(audit.Acquired, "a", 5), e(audit.Completed, "b", 5)},
+		"rejection without start": {e(audit.Rejected, "a", 5)},
+		"unknown kind":            {e(audit.Acquired, "a", 5), e(audit.Released, "a", 5), e("bogus", "a", 5)},
+	}
+	for name, h := range bad {
+		if checkOneStartOneEnd(h) == nil {
+			t.Errorf("%s: checker accepted %+v", name, h)
+		}
+	}
+}
+
+// A worker cut off from etcd while holding a lease: its session is lost, etcd
+// expires the lease key, and the recorder writes exactly one Expired entry
+// for that epoch, naming the worker.
+func TestRecorderRecordsExpiryOfPartitionedHolder(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	p := e2e.NewProxy(t, c.Members()[0].Endpoint())
+	pcli := c.ClientTo(t, p.Endpoint())
+	log := audit.New(cli)
+	stop := startRecorder(t, log)
+
+	doomed := newSession(t, pcli, "doomed", session.WithTTL(time.Second))
+	bystander := newSession(t, cli, "bystander")
+	r := newRegistry(t, cli)
+	l := acquire(t, r, doomed, "jobs/expiring")
+	alive := acquire(t, r, bystander, "jobs/alive")
+
+	p.Blackhole()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(waitLimit):
+		t.Fatal("the partitioned holder's lease context is still live")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, session.ErrLost) {
+		t.Errorf("the partitioned holder's lease context ended with %v, want session.ErrLost", cause)
+	}
+	expired := waitForKind(t, log, audit.Filter{Resource: "jobs/expiring", Kind: audit.Expired}, 1)
+	e := expired[0]
+	if e.Reason != audit.ExpiredReason || e.Time.IsZero() {
+		t.Errorf("expired entry reason %q, time %v", e.Reason, e.Time)
+	}
+	if want := keys.MustNew(keys.DefaultNamespace).AuditEnd("jobs/expiring", l.Epoch()); e.Key != want {
+		t.Errorf("expired entry at %q, want the epoch's end key %q", e.Key, want)
+	}
+	checkEntries(t, "jobs/expiring", list(t, log, audit.Filter{Resource: "jobs/expiring"}), []want{
+		{Kind: audit.Acquired, Resource: "jobs/expiring", Worker: "doomed", Epoch: l.Epoch()},
+		{Kind: audit.Expired, Resource: "jobs/expiring", Worker: "doomed", Epoch: l.Epoch()},
+	})
+	stopRecorder(t, stop)
+	p.Heal() // so the doomed session's Close at cleanup reaches etcd
+	checkEntries(t, "jobs/alive", list(t, log, audit.Filter{Resource: "jobs/alive"}), []want{
+		{Kind: audit.Acquired, Resource: "jobs/alive", Worker: "bystander", Epoch: alive.Epoch()},
+	})
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// Epochs ended by the SDK (complete, release, operator revoke, session
+// close) already have their end entry; the recorder sees their deletions and
+// must leave them alone.
+func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	rcli, spy := spiedClient(t, c)
+	log := audit.New(rcli)
+	stop := startRecorder(t, log)
+	r := newRegistry(t, cli)
+	s := newSession(t, cli, "tidy")
+	closing := newSession(t, cli, "closing")
+	ctx := bg(t)
+
+	completed := acquire(t, r, s, "sdk/completed")
+	if err := completed.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	released := acquire(t, r, s, "sdk/released")
+	if err := released.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	revoked := acquire(t, r, s, "sdk/revoked")
+	if err := r.Revoke(ctx, "sdk/revoked", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	closed := acquire(t, r, closing, "sdk/closed")
+	if err := closing.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the recorder has decided about every deletion.
+	waitDecided(t, spy, keys.DefaultNamespace, epochOf(completed), epochOf(released), epochOf(revoked), epochOf(closed))
+	stopRecorder(t, stop)
+
+	for _, re := range []resEpoch{epochOf(completed), epochOf(released), epochOf(revoked), epochOf(closed)} {
+		if _, wins := spy.counts(keys.MustNew(keys.DefaultNamespace).AuditEnd(re.res, re.epoch)); wins != 0 {
+			t.Errorf("the recorder wrote an entry for %q epoch %d, which the SDK had ended", re.res, re.epoch)
+		}
+	}
+	if got := list(t, log, audit.Filter{Kind: audit.Expired}); len(got) != 0 {
+		t.Errorf("%d expired entries for epochs the SDK ended: %+v", len(got), got)
+	}
+	checkEntries(t, "all", list(t, log, audit.Filter{}), []want{
+		{Kind: audit.Acquired, Resource: "sdk/completed", Worker: "tidy", Epoch: completed.Epoch()},
+		{Kind: audit.Completed, Resource: "sdk/completed", Worker: "tidy", Epoch: completed.Epoch(), Status: "ok"},
+		{Kind: audit.Acquired, Resource: "sdk/released", Worker: "tidy", Epoch: released.Epoch()},
+		{Kind: audit.Released, Resource: "sdk/released", Worker: "tidy", Epoch: released.Epoch()},
+		{Kind: audit.Acquired, Resource: "sdk/revoked", Worker: "tidy", Epoch: revoked.Epoch()},
+		{Kind: audit.Revoked, Resource: "sdk/revoked", Worker: "tidy", Epoch: revoked.Epoch()},
+		{Kind: audit.Acquired, Resource: "sdk/closed", Worker: "closing", Epoch: closed.Epoch()},
+		{Kind: audit.Released, Resource: "sdk/closed", Worker: "closing", Epoch: closed.Epoch()},
+	})
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// Any number of recorders may run: racing on the same deletions, they still
+// write exactly one end entry per epoch, and it is never overwritten.
+func TestConcurrentRecordersWriteOneEndPerEpoch(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	const recorders = 3
+	var spies []*txnSpy
+	var logs []*audit.Log
+	var stops []func() error
+	for i := 0; i < recorders; i++ {
+		rcli, spy := spiedClient(t, c)
+		l := audit.New(rcli)
+		spies, logs = append(spies, spy), append(logs, l)
+		stops = append(stops, startRecorder(t, l))
+	}
+	r := newRegistry(t, cli)
+	s := newSession(t, cli, "crowded")
+	var held []*lease.Lease
+	var eps []resEpoch
+	for i := 0; i < 6; i++ {
+		l := acquire(t, r, s, fmt.Sprintf("crowd/%d", i))
+		held = append(held, l)
+		eps = append(eps, epochOf(l))
+	}
+	// One completed epoch among them: no recorder may touch it.
+	if err := held[0].Complete(bg(t), "ok"); err != nil {
+		t.Fatal(err)
+	}
+	// etcd drops every remaining lease key at once.
+	if _, err := cli.Revoke(bg(t), s.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	for _, spy := range spies {
+		waitDecided(t, spy, keys.DefaultNamespace, eps...)
+	}
+	for _, stop := range stops {
+		stopRecorder(t, stop)
+	}
+
+	space := keys.MustNew(keys.DefaultNamespace)
+	for i, re := range eps {
+		wins := 0
+		for _, spy := range spies {
+			_, w := spy.counts(space.AuditEnd(re.res, re.epoch))
+			wins += w
+		}
+		want := 1
+		if i == 0 {
+			want = 0 // completed by the SDK
+		}
+		if wins != want {
+			t.Errorf("%q epoch %d: %d recorders wrote its expiry, want %d", re.res, re.epoch, wins, want)
+		}
+	}
+	var wanted []want
+	for _, l := range held {
+		wanted = append(wanted, want{Kind: audit.Acquired, Resource: l.Resource(), Worker: "crowded", Epoch: l.Epoch()})
+	}
+	wanted = append(wanted, want{Kind: audit.Completed, Resource: held[0].Resource(), Worker: "crowded", Epoch: held[0].Epoch(), Status: "ok"})
+	got := list(t, logs[0], audit.Filter{})
+	// Expired entries come last, in an order the race decides.
+	var ends []audit.Entry
+	for _, e := range got {
+		if e.Kind == audit.Expired {
+			ends = append(ends, e)
+		}
+	}
+	var rest []audit.Entry
+	for _, e := range got {
+		if e.Kind != audit.Expired {
+			rest = append(rest, e)
+		}
+	}
+	checkEntries(t, "starts and the completion", rest, wanted)
+	if len(ends) != len(held)-1 {
+		t.Errorf("%d expired entries, want %d", len(ends), len(held)-1)
+	}
+	for _, e := range ends {
+		if e.Worker != "crowded" || e.Epoch == held[0].Epoch() {
+			t.Errorf("unexpected expired entry %+v", e)
+		}
+	}
+	if err := checkOneStartOneEnd(got); err != nil {
+		t.Error(err)
+	}
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// A deletion that happened while no recorder ran is recorded by the next
+// recorder to start, and only epochs that really ended get an entry.
+func TestRecorderReconcilesExpiryWhileStopped(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	r := newRegistry(t, cli)
+	ctx := bg(t)
+	const ns = keys.DefaultNamespace
+
+	live := newSession(t, cli, "live")
+	gone := newSession(t, cli, "gone")
+	goneToo := newSession(t, cli, "gone-too")
+
+	expired := acquire(t, r, gone, "rec/expired")
+	old := acquire(t, r, goneToo, "rec/reacquired")
+	stillHeld := acquire(t, r, live, "rec/live")
+	done := acquire(t, r, live, "rec/completed")
+	if err := done.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	// No recorder runs: etcd expires two sessions' leases, and one of the
+	// resources is taken again before any recorder starts.
+	for _, s := range []*session.Session{gone, goneToo} {
+		if _, err := cli.Revoke(ctx, s.LeaseID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []*lease.Lease{expired, old} {
+		select {
+		case <-l.Context().Done():
+		case <-time.After(waitLimit):
+			t.Fatalf("%s: lease context live after its session's lease was revoked", l.Resource())
+		}
+	}
+	reacquired := acquire(t, r, live, "rec/reacquired")
+	log := audit.New(cli)
+	if got := list(t, log, audit.Filter{Kind: audit.Expired}); len(got) != 0 {
+		t.Fatalf("expired entries before any recorder ran: %+v", got)
+	}
+
+	rcli, spy := spiedClient(t, c)
+	rlog := audit.New(rcli)
+	stop := startRecorder(t, rlog)
+	// Reconcile tries every epoch that has no end entry; wait until it has
+	// decided all of them, including the two still held.
+	waitDecided(t, spy, ns, epochOf(expired), epochOf(old), epochOf(stillHeld), epochOf(reacquired))
+	stopRecorder(t, stop)
+
+	checkEntries(t, "rec/expired", list(t, log, audit.Filter{Resource: "rec/expired"}), []want{
+		{Kind: audit.Acquired, Resource: "rec/expired", Worker: "gone", Epoch: expired.Epoch()},
+		{Kind: audit.Expired, Resource: "rec/expired", Worker: "gone", Epoch: expired.Epoch()},
+	})
+	checkEntries(t, "rec/reacquired", list(t, log, audit.Filter{Resource: "rec/reacquired"}), []want{
+		{Kind: audit.Acquired, Resource: "rec/reacquired", Worker: "gone-too", Epoch: old.Epoch()},
+		{Kind: audit.Acquired, Resource: "rec/reacquired", Worker: "live", Epoch: reacquired.Epoch()},
+		{Kind: audit.Expired, Resource: "rec/reacquired", Worker: "gone-too", Epoch: old.Epoch()},
+	})
+	checkEntries(t, "rec/live", list(t, log, audit.Filter{Resource: "rec/live"}), []want{
+		{Kind: audit.Acquired, Resource: "rec/live", Worker: "live", Epoch: stillHeld.Epoch()},
+	})
+	checkEntries(t, "rec/completed", list(t, log, audit.Filter{Resource: "rec/completed"}), []want{
+		{Kind: audit.Acquired, Resource: "rec/completed", Worker: "live", Epoch: done.Epoch()},
+		{Kind: audit.Completed, Resource: "rec/completed", Worker: "live", Epoch: done.Epoch(), Status: "ok"},
+	})
+	if stillHeld.Context().Err() != nil || reacquired.Context().Err() != nil {
+		t.Error("the recorder disturbed a live lease")
+	}
+
+	// A second recorder start finds nothing left to do.
+	before := list(t, log, audit.Filter{})
+	rcli2, spy2 := spiedClient(t, c)
+	stop2 := startRecorder(t, audit.New(rcli2))
+	waitDecided(t, spy2, ns, epochOf(stillHeld), epochOf(reacquired))
+	stopRecorder(t, stop2)
+	if after := list(t, log, audit.Filter{}); len(after) != len(before) {
+		t.Errorf("a second reconcile changed the log from %d to %d entries", len(before), len(after))
+	}
+	checkCreateOnly(t, cli, ns)
+}
+
+func TestRecorderReturnsContextError(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	log := audit.New(cli)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := log.RunRecorder(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("RunRecorder with an expiring context returned %v, want context.DeadlineExceeded", err)
+	}
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if err := log.RunRecorder(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("RunRecorder with a cancelled context returned %v, want context.Canceled", err)
+	}
+	stop := startRecorder(t, log)
+	time.Sleep(100 * time.Millisecond) // let it reach its watch; the result must not depend on it
+	stopRecorder(t, stop)
+}
+
+// Every epoch in a run with every kind of ending has exactly one start and
+// one end entry (DESIGN §1.5), and every stale attempt left its rejection.
+func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	const ns = "/run"
+	rcli, spy := spiedClient(t, c)
+	log := audit.New(rcli, audit.WithNamespace(ns))
+	stop := startRecorder(t, log)
+	r := newRegistry(t, cli, lease.WithNamespace(ns))
+	ctx := bg(t)
+	w1 := newSession(t, cli, "w1")
+	w2 := newSession(t, cli, "w2")
+	w3 := newSession(t, cli, "w3")
+	w4 := newSession(t, cli, "w4")
+
+	var decided []resEpoch
+	ends := map[resEpoch]audit.Kind{}
+	end := func(l *lease.Lease, k audit.Kind) {
+		ends[epochOf(l)] = k
+		decided = append(decided, epochOf(l))
+	}
+	rejections := 0
+
+	// Completed, then a stale completion by the same lease with another status.
+	l := acquire(t, r, w1, "run/complete")
+	if err := l.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	end(l, audit.Completed)
+	if err := l.Complete(ctx, "failed"); !errors.Is(err, lease.ErrStale) {
+		t.Fatalf("completion with another status: %v, want ErrStale", err)
+	}
+	rejections++
+	// Released and taken again, released twice (the second is stale).
+	for i := 0; i < 3; i++ {
+		l := acquire(t, r, []*session.Session{w1, w2}[i%2], "run/release")
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		end(l, audit.Released)
+		if i == 2 {
+			if err := l.Release(ctx); !errors.Is(err, lease.ErrStale) {
+				t.Fatalf("second Release: %v", err)
+			}
+			rejections++
+		}
+	}
+	// Revoked by an operator; the holder's late completion is rejected, and
+	// a new holder completes.
+	l = acquire(t, r, w2, "run/revoke")
+	if err := r.Revoke(ctx, "run/revoke", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	end(l, audit.Revoked)
+	l2 := acquire(t, r, w1, "run/revoke")
+	if err := l.Complete(ctx, "late"); !errors.Is(err, lease.ErrStale) {
+		t.Fatalf("late completion: %v", err)
+	}
+	rejections++
+	if err := l2.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	end(l2, audit.Completed)
+	// Expired: w3's etcd lease disappears with two leases on it; its stale
+	// completion afterwards is rejected.
+	e1 := acquire(t, r, w3, "run/expire-1")
+	e2 := acquire(t, r, w3, "run/expire-2")
+	if _, err := cli.Revoke(ctx, w3.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	end(e1, audit.Expired)
+	end(e2, audit.Expired)
+	select {
+	case <-e1.Context().Done():
+	case <-time.After(waitLimit):
+		t.Fatal("a lease on a revoked session lease is still live")
+	}
+	if err := e1.Complete(ctx, "ok"); !errors.Is(err, lease.ErrStale) {
+		t.Fatalf("completion after expiry: %v", err)
+	}
+	rejections++
+	// Session close releases what it still holds.
+	h1 := acquire(t, r, w4, "run/close-1")
+	h2 := acquire(t, r, w4, "run/close-2")
+	if err := w4.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end(h1, audit.Released)
+	end(h2, audit.Released)
+
+	waitDecided(t, spy, ns, decided...)
+	waitForKind(t, log, audit.Filter{Kind: audit.Expired}, 2)
+	stopRecorder(t, stop)
+
+	all := list(t, log, audit.Filter{})
+	if err := checkOneStartOneEnd(all); err != nil {
+		t.Error(err)
+	}
+	for _, e := range all {
+		re := resEpoch{e.Resource, e.Epoch}
+		switch {
+		case e.Kind.IsEnd() && ends[re] != e.Kind:
+			t.Errorf("%q epoch %d ended %s, want %s", e.Resource, e.Epoch, e.Kind, ends[re])
+		case e.Kind == audit.Acquired && ends[re] == "":
+			t.Errorf("%q epoch %d started but the test did not end it", e.Resource, e.Epoch)
+		}
+	}
+	if got := len(list(t, log, audit.Filter{Kind: audit.Acquired})); got != len(ends) {
+		t.Errorf("%d epochs in the log, the run had %d", got, len(ends))
+	}
+	if got := len(list(t, log, audit.Filter{Kind: audit.Rejected})); got != rejections {
+		t.Errorf("%d rejections in the log, the run had %d stale attempts", got, rejections)
+	}
+	checkCreateOnly(t, cli, ns)
+}

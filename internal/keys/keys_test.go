@@ -1,0 +1,143 @@
+package keys_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/internal/keys"
+)
+
+func TestValidateResource(t *testing.T) {
+	good := []string{"a", "orders/42", strings.Repeat("x", keys.MaxResourceLen), "ünïcödé", "%", "with space", "/", "a//b"}
+	for _, n := range good {
+		if err := keys.ValidateResource(n); err != nil {
+			t.Errorf("%q: %v", n, err)
+		}
+	}
+	bad := []string{"", strings.Repeat("x", keys.MaxResourceLen+1), "\xff", "a\x00", "a\nb", "\x7f", "\u0085", "\u009f"}
+	for _, n := range bad {
+		if err := keys.ValidateResource(n); !errors.Is(err, keys.ErrInvalidResource) {
+			t.Errorf("%q accepted: %v", n, err)
+		}
+	}
+}
+
+func TestValidateNamespace(t *testing.T) {
+	for _, ns := range []string{"/", "/leasehold", "/a/b"} {
+		if _, err := keys.New(ns); err != nil {
+			t.Errorf("%q: %v", ns, err)
+		}
+	}
+	for _, ns := range []string{"", "x", "/a/", "/a\n", "/\xff"} {
+		if _, err := keys.New(ns); !errors.Is(err, keys.ErrInvalidNamespace) {
+			t.Errorf("%q accepted: %v", ns, err)
+		}
+	}
+	if got := keys.MustNew("/").Lease("r"); got != "/lease/r" {
+		t.Errorf("root namespace lease key %q", got)
+	}
+}
+
+func TestEscapeRoundTripAndNoSlash(t *testing.T) {
+	for _, n := range []string{"a", "a/b", "a%2Fb", "%", "%%2F/", "//", "é/ü"} {
+		e := keys.Escape(n)
+		if strings.Contains(e, "/") {
+			t.Errorf("Escape(%q) = %q contains '/'", n, e)
+		}
+		back, err := keys.Unescape(e)
+		if err != nil || back != n {
+			t.Errorf("Unescape(Escape(%q)) = %q, %v", n, back, err)
+		}
+	}
+	for _, seg := range []string{"a/b", "%", "%2f", "%41", "%2", "a%zz"} {
+		if _, err := keys.Unescape(seg); !errors.Is(err, keys.ErrMalformedKey) {
+			t.Errorf("Unescape(%q) accepted: %v", seg, err)
+		}
+	}
+}
+
+// TestPrefixesNeverCollide: one resource's audit prefix is never a prefix
+// of another resource's keys.
+func TestPrefixesNeverCollide(t *testing.T) {
+	s := keys.MustNew(keys.DefaultNamespace)
+	names := []string{"a", "a/b", "a%2Fb", "a/", "ab", "a%", "a%25"}
+	for _, x := range names {
+		for _, y := range names {
+			if x == y {
+				continue
+			}
+			if strings.HasPrefix(s.AuditEnd(y, 7), s.ResourceAudit(x)) || s.Lease(x) == s.Lease(y) {
+				t.Errorf("%q and %q collide", x, y)
+			}
+		}
+	}
+}
+
+func TestParseAudit(t *testing.T) {
+	s := keys.MustNew("/ns")
+	res := "orders/4%2"
+	cases := []struct {
+		key  string
+		want keys.AuditKey
+	}{
+		{s.AuditStart(res, "id1"), keys.AuditKey{Resource: res, Kind: keys.AuditKindStart, ID: "id1"}},
+		{s.AuditEnd(res, 12), keys.AuditKey{Resource: res, Kind: keys.AuditKindEnd, Epoch: 12}},
+		{s.AuditRejected(res, 12, "x"), keys.AuditKey{Resource: res, Kind: keys.AuditKindRejected, Epoch: 12, ID: "x"}},
+	}
+	for _, c := range cases {
+		got, err := s.ParseAudit(c.key)
+		if err != nil || got != c.want {
+			t.Errorf("ParseAudit(%q) = %+v, %v; want %+v", c.key, got, err, c.want)
+		}
+	}
+	bad := []string{
+		"/other/audit/r/end/00000000000000000001",
+		"/ns/audit/r",
+		"/ns/audit/r/end/1",
+		"/ns/audit/r/end/0000000000000000000x",
+		"/ns/audit/r/end/00000000000000000000",
+		"/ns/audit/r/end/99999999999999999999",
+		"/ns/audit/r/start/",
+		"/ns/audit/r/start/a/b",
+		"/ns/audit/r/rejected/00000000000000000001",
+		"/ns/audit/r/middle/x",
+		"/ns/audit/%zz/start/x",
+		"/ns/audit//start/x",
+		"/ns/audit/a\nb/start/x",
+	}
+	for _, k := range bad {
+		if got, err := s.ParseAudit(k); !errors.Is(err, keys.ErrMalformedKey) {
+			t.Errorf("ParseAudit(%q) accepted: %+v %v", k, got, err)
+		}
+	}
+	if r, err := s.ResourceFromLease(s.Lease(res)); err != nil || r != res {
+		t.Errorf("ResourceFromLease: %q %v", r, err)
+	}
+	if _, err := s.ResourceFromLease("/ns/lease/"); !errors.Is(err, keys.ErrMalformedKey) {
+		t.Errorf("empty lease key accepted: %v", err)
+	}
+	if r, err := s.ResourceFromDone(s.Done(res)); err != nil || r != res {
+		t.Errorf("ResourceFromDone: %q %v", r, err)
+	}
+}
+
+// FuzzEscape checks that escaping round-trips every valid name, never
+// yields '/', and that Unescape accepts only Escape's output.
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"a", "a/b", "%2F", "%", "é", "%25%2F"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e := keys.Escape(s)
+		if strings.Contains(e, "/") {
+			t.Fatalf("Escape(%q) = %q", s, e)
+		}
+		if back, err := keys.Unescape(e); err != nil || back != s {
+			t.Fatalf("round trip %q: %q %v", s, back, err)
+		}
+		if u, err := keys.Unescape(s); err == nil && keys.Escape(u) != s {
+			t.Fatalf("Unescape accepted non-canonical %q", s)
+		}
+	})
+}

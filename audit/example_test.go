@@ -3,7 +3,6 @@ package audit_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -15,13 +14,7 @@ import (
 // The audit trail of one resource: a worker takes it, finishes it, and a
 // second worker's late completion is rejected — and recorded.
 func Example() {
-	dir, err := os.MkdirTemp("", "audit-example-")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := e2e.Start(dir)
+	cluster, err := e2e.Start("")
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -100,6 +100,7 @@ func WithServerLogger(l *zap.Logger) Option {
 type Cluster struct {
 	cfg     config
 	members []*Member
+	tmpDir  string // removed by Close
 }
 
 // Member is one embedded etcd server of a Cluster.
@@ -124,8 +125,22 @@ func NewCluster(t testing.TB, opts ...Option) *Cluster {
 }
 
 // Start starts a cluster with its data under dir, for programs (examples,
-// the CLI demo) that have no testing.TB. The caller must call Close.
+// the CLI demo) that have no testing.TB. An empty dir means a new
+// temporary directory, removed by Close. The caller must call Close.
 func Start(dir string, opts ...Option) (*Cluster, error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "leasehold-etcd-")
+		if err != nil {
+			return nil, fmt.Errorf("e2e: %w", err)
+		}
+		c, err := Start(tmp, opts...)
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+			return nil, err
+		}
+		c.tmpDir = tmp
+		return c, nil
+	}
 	cfg := config{members: 1, tick: 10 * time.Millisecond, election: 100 * time.Millisecond, logger: zap.NewNop()}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -220,6 +235,9 @@ func (m *Member) start() error {
 func (c *Cluster) Close() {
 	for _, m := range c.members {
 		m.stop()
+	}
+	if c.tmpDir != "" {
+		_ = os.RemoveAll(c.tmpDir)
 	}
 }
 

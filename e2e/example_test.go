@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/leasehold/leasehold/e2e"
 )
@@ -11,12 +10,7 @@ import (
 // Example starts an embedded etcd for a program without a testing.T; in a
 // test, e2e.NewCluster(t) does the same and cleans up by itself.
 func Example() {
-	dir, err := os.MkdirTemp("", "e2e-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	c, err := e2e.Start(dir)
+	c, err := e2e.Start("")
 	if err != nil {
 		panic(err)
 	}

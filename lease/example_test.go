@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
@@ -15,9 +14,7 @@ import (
 // Example takes a task, works under the lease's context, and completes it;
 // a second worker's stale completion of an old epoch is rejected.
 func Example() {
-	dir, _ := os.MkdirTemp("", "lease-example-")
-	defer os.RemoveAll(dir)
-	cluster, err := e2e.Start(dir)
+	cluster, err := e2e.Start("")
 	if err != nil {
 		panic(err)
 	}
@@ -60,9 +57,7 @@ func Example() {
 // ExampleStaleError shows how a worker learns it lost its lease before
 // completing: the completion is rejected, and the rejection is audited.
 func ExampleStaleError() {
-	dir, _ := os.MkdirTemp("", "lease-example-")
-	defer os.RemoveAll(dir)
-	cluster, err := e2e.Start(dir)
+	cluster, err := e2e.Start("")
 	if err != nil {
 		panic(err)
 	}

@@ -3,7 +3,6 @@ package session_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
@@ -14,13 +13,7 @@ import (
 // Closing cancels the work with session.ErrClosed before the lease is
 // revoked.
 func Example() {
-	dir, err := os.MkdirTemp("", "session-example-")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := e2e.Start(dir)
+	cluster, err := e2e.Start("")
 	if err != nil {
 		fmt.Println(err)
 		return

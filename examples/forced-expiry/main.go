@@ -71,12 +71,7 @@ func run(mode string, ttl time.Duration) error {
 		fmt.Printf("%6.2fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	dir, err := os.MkdirTemp("", "leasehold-forced-expiry-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	cluster, err := e2e.Start(dir)
+	cluster, err := e2e.Start("")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+type demoConfig struct {
+	workers int
+	tasks   int
+	ttl     time.Duration
+	work    time.Duration
+	victim  int // the task index (in the victim's own order) at which it pauses
+	// noFencing is the control run: the downstream skips the token check,
+	// and the report must catch the stale write that lands.
+	noFencing bool
+}
+
+func newDemoCmd(g *globals) *cobra.Command {
+	cfg := demoConfig{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run workers on a batch of tasks with a fenced downstream and a forced expiry; report the invariants",
+		Long: "Starts an embedded etcd (or uses --endpoints under a scratch namespace), runs workers over a\n" +
+			"batch of tasks that write to a fenced downstream, pauses one worker past its lease while its\n" +
+			"connection is cut, and checks: every task completed exactly once, every stale completion\n" +
+			"rejected and audited, every stale downstream write refused. Exits 1 if any invariant fails.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case cfg.workers < 2 || cfg.workers > 64:
+				return usagef("--workers must be between 2 and 64")
+			case cfg.tasks < 1 || cfg.tasks > 10000:
+				return usagef("--tasks must be between 1 and 10000")
+			case cfg.ttl < time.Second:
+				return usagef("--ttl must be at least 1s (etcd's minimum)")
+			case cfg.work < 0:
+				return usagef("--work must not be negative")
+			}
+			return g.demo(cmd.Context(), cfg, cmd.Flags().Changed("endpoints"))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.workers, "workers", 4, "number of workers")
+	f.IntVar(&cfg.tasks, "tasks", 40, "number of tasks")
+	f.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL")
+	f.DurationVar(&cfg.work, "work", 20*time.Millisecond, "time each task's work takes")
+	f.BoolVar(&cfg.noFencing, "control-no-fencing", false, "control run: the downstream ignores tokens (the report must fail)")
+	_ = f.MarkHidden("control-no-fencing")
+	cfg.victim = 2
+	return cmd
+}
+
+// demoStore is the fenced downstream: rows written through a guard whose
+// check is atomic with the write.
+type demoStore struct {
+	guard     *fence.MemoryGuard
+	noFencing bool
+	mu        sync.Mutex
+	rows  map[string][]int64 // task → epochs that wrote
+
+	completedTasks map[string]bool // tasks whose Complete returned nil
+}
+
+func (s *demoStore) write(ctx context.Context, t fence.Token) error {
+	effect := func(context.Context) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.rows[t.Resource] = append(s.rows[t.Resource], t.Epoch)
+		return nil
+	}
+	if s.noFencing {
+		return effect(ctx)
+	}
+	return s.guard.Do(ctx, t, effect)
+}
+
+type demoStats struct {
+	completed, staleCompletes, refusedWrites, acquisitions atomic.Int64
+}
+
+type demoRun struct {
+	g         *globals
+	cfg       demoConfig
+	ns        string
+	tasks     []string
+	store     *demoStore
+	stats     demoStats
+	takenOver atomic.Value // string: the task the victim lost
+}
+
+func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error {
+	start := time.Now()
+	var endpoints []string
+	ns := g.namespace
+	if external {
+		endpoints = g.endpoints
+		ns = fmt.Sprintf("%s/demo-%d", g.namespace, time.Now().UnixNano())
+		fmt.Fprintf(g.out, "demo against %v under scratch namespace %s\n", endpoints, ns)
+	} else {
+		c, err := e2e.Start("")
+		if err != nil {
+			return fmt.Errorf("start embedded etcd: %w", err)
+		}
+		defer c.Close()
+		endpoints = c.Endpoints()
+		fmt.Fprintf(g.out, "embedded etcd at %s\n", endpoints[0])
+	}
+	dg := *g
+	dg.endpoints = endpoints
+	cli, err := dg.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if external {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), g.cmdTimeout)
+			defer cancel()
+			_, _ = cli.Delete(dctx, ns+"/", clientv3.WithPrefix())
+		}()
+	}
+
+	rctx, stopRecorder := context.WithCancel(ctx)
+	recorderDone := make(chan struct{})
+	go func() {
+		defer close(recorderDone)
+		_ = audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)).RunRecorder(rctx)
+	}()
+	defer func() { stopRecorder(); <-recorderDone }()
+
+	d := &demoRun{g: g, cfg: cfg, ns: ns, store: &demoStore{guard: fence.NewMemoryGuard(), noFencing: cfg.noFencing, rows: map[string][]int64{}, completedTasks: map[string]bool{}}}
+	for i := 0; i < cfg.tasks; i++ {
+		d.tasks = append(d.tasks, fmt.Sprintf("task-%04d", i))
+	}
+	fmt.Fprintf(g.out, "%d workers, %d tasks, session TTL %v; worker-1 will be paused past its lease with its connection cut\n", cfg.workers, cfg.tasks, cfg.ttl)
+
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.workers)
+	for w := 1; w <= cfg.workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.worker(wctx, &dg, w); err != nil {
+				errs <- fmt.Errorf("worker-%d: %w", w, err)
+			}
+		}()
+	}
+	progressDone := make(chan struct{})
+	go d.progress(progressDone)
+	wg.Wait()
+	close(progressDone)
+	close(errs)
+	var runErrs []error
+	for err := range errs {
+		runErrs = append(runErrs, err)
+	}
+	if err := errors.Join(runErrs...); err != nil {
+		return err
+	}
+	return d.report(ctx, cli, time.Since(start))
+}
+
+func (d *demoRun) progress(done <-chan struct{}) {
+	tty := false
+	if f, ok := d.g.out.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	line := func() string {
+		return fmt.Sprintf("progress: %d/%d completed, %d stale completions rejected, %d stale writes refused",
+			d.stats.completed.Load(), d.cfg.tasks, d.stats.staleCompletes.Load(), d.stats.refusedWrites.Load())
+	}
+	for n := 0; ; n++ {
+		select {
+		case <-done:
+			if tty {
+				fmt.Fprintf(d.g.out, "\r%s\n", line())
+			} else {
+				fmt.Fprintln(d.g.out, line())
+			}
+			return
+		case <-tick.C:
+			if tty {
+				fmt.Fprintf(d.g.out, "\r%s", line())
+			} else if n%4 == 3 {
+				fmt.Fprintln(d.g.out, line())
+			}
+		}
+	}
+}
+
+// worker takes tasks until all are completed. Worker 1 reaches etcd
+// through a fault proxy and, at its victim-th task, pauses past its lease
+// with its connection cut, then carries on as if it still held the task.
+func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
+	name := fmt.Sprintf("worker-%d", id)
+	var proxy *e2e.Proxy
+	wg := *g
+	if id == 1 {
+		p, err := e2e.StartProxy(firstURL(g.endpoints[0]))
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		proxy = p
+		wg.endpoints = []string{p.Endpoint()}
+	}
+	cli, err := wg.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	reg := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log))
+	defer reg.Close()
+	newSession := func() (*session.Session, error) {
+		return session.New(ctx, cli, session.WithWorker(name), session.WithTTL(d.cfg.ttl), session.WithLogger(g.log))
+	}
+	s, err := newSession()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.Close(context.Background()) }()
+
+	order := rand.Perm(len(d.tasks))
+	taken := 0
+	for {
+		remaining := 0
+		for _, i := range order {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if s.Err() != nil { // a lost session never recovers: start a new one
+				_ = s.Close(ctx)
+				if s, err = newSession(); err != nil {
+					return err
+				}
+			}
+			task := d.tasks[i]
+			l, err := reg.TryAcquire(ctx, s, task)
+			var done *lease.CompletedError
+			switch {
+			case errors.As(err, &done):
+				continue
+			case errors.Is(err, lease.ErrHeld), errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost):
+				remaining++
+				continue
+			case err != nil:
+				remaining++ // a transient etcd error: try again on the next pass
+				continue
+			}
+			d.stats.acquisitions.Add(1)
+			taken++
+			if proxy != nil && taken == d.cfg.victim && d.takenOver.Load() == nil {
+				if err := d.pause(ctx, proxy, reg, l); err != nil {
+					return err
+				}
+			}
+			if err := d.doTask(ctx, l); err != nil {
+				return err
+			}
+			remaining++ // re-check it on the next pass; completed tasks drop out
+		}
+		if remaining == 0 {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pause is the injected fault: the worker stops (as in a long GC pause)
+// while its connection is cut, until etcd has expired its lease and
+// another worker has completed the task.
+func (d *demoRun) pause(ctx context.Context, proxy *e2e.Proxy, reg *lease.Registry, l *lease.Lease) error {
+	d.takenOver.Store(l.Resource())
+	proxy.Blackhole()
+	<-l.Context().Done() // the safe deadline passes: the session tells the work to stop,
+	// ... but this worker is "paused" and does not look. It wakes up only
+	// after etcd expired its lease and another worker completed the task.
+	for !d.isCompleted(l.Resource()) {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.Heal()
+	return nil
+}
+
+func (d *demoRun) isCompleted(task string) bool {
+	d.store.mu.Lock()
+	defer d.store.mu.Unlock()
+	return d.store.completedTasks[task]
+}
+
+// doTask writes the task's effect downstream with the lease's token, then
+// completes. A refused write or a stale completion is counted, not fatal:
+// that is the system working.
+func (d *demoRun) doTask(ctx context.Context, l *lease.Lease) error {
+	if d.cfg.work > 0 {
+		time.Sleep(d.cfg.work)
+	}
+	err := d.store.write(ctx, l.Token())
+	if errors.Is(err, fence.ErrFenced) {
+		d.stats.refusedWrites.Add(1)
+	} else if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = l.Complete(cctx, "done")
+		cancel()
+		var stale *lease.StaleError
+		switch {
+		case err == nil:
+			d.stats.completed.Add(1)
+			d.store.mu.Lock()
+			d.store.completedTasks[l.Resource()] = true
+			d.store.mu.Unlock()
+			return nil
+		case errors.As(err, &stale):
+			d.stats.staleCompletes.Add(1)
+			return nil
+		case attempt < 20 && ctx.Err() == nil:
+			continue // unknown outcome: retrying with the same status is safe
+		default:
+			return err
+		}
+	}
+}
+
+func firstURL(ep string) string {
+	if len(ep) > 7 && (ep[:7] == "http://" || (len(ep) > 8 && ep[:8] == "https://")) {
+		return ep
+	}
+	return "http://" + ep
+}

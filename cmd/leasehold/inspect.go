@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// withClient runs f with a client bounded by --command-timeout.
+func (g *globals) withClient(cmd *cobra.Command, f func(ctx context.Context, cli *clientv3.Client) error) error {
+	ctx := cmd.Context()
+	cli, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return f(ctx, cli)
+}
+
+func (g *globals) space() keys.Space { return keys.MustNew(g.namespace) }
+
+type holderJSON struct {
+	Resource   string    `json:"resource"`
+	Worker     string    `json:"worker"`
+	Epoch      int64     `json:"epoch"`
+	LeaseID    string    `json:"lease_id"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	AgeSeconds float64   `json:"age_seconds"`
+	TTLLeft    int64     `json:"session_ttl_left_seconds"` // -1: the session's lease is gone
+}
+
+func newHoldersCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "holders",
+		Short: "List held resources: worker, epoch, age and the session's TTL left",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
+				defer cancel()
+				sp := g.space()
+				resp, err := cli.Get(rctx, sp.LeasePrefix(), clientv3.WithPrefix())
+				if err != nil {
+					return fmt.Errorf("read holders: %w", err)
+				}
+				ttl := map[int64]int64{}
+				var out []holderJSON
+				for _, kv := range resp.Kvs {
+					res, err := sp.ResourceFromLease(string(kv.Key))
+					if err != nil {
+						fmt.Fprintf(g.errOut, "warning: skipping %q: %v\n", kv.Key, err)
+						continue
+					}
+					h, err := record.DecodeHolder(kv.Value)
+					if err != nil {
+						fmt.Fprintf(g.errOut, "warning: %q: %v\n", kv.Key, err)
+					}
+					if _, ok := ttl[kv.Lease]; !ok {
+						ttl[kv.Lease] = -1
+						if tr, err := cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease)); err == nil {
+							ttl[kv.Lease] = tr.TTL
+						}
+					}
+					out = append(out, holderJSON{
+						Resource: res, Worker: h.Worker, Epoch: kv.ModRevision, LeaseID: fmt.Sprintf("%x", kv.Lease),
+						AcquiredAt: h.AcquiredAt, AgeSeconds: time.Since(h.AcquiredAt).Seconds(), TTLLeft: ttl[kv.Lease],
+					})
+				}
+				if g.output == "json" {
+					if out == nil {
+						out = []holderJSON{}
+					}
+					return writeJSON(g.out, out)
+				}
+				var rows [][]string
+				for _, h := range out {
+					rows = append(rows, []string{h.Resource, h.Worker, fmt.Sprint(h.Epoch), age(time.Duration(h.AgeSeconds * float64(time.Second))), fmt.Sprintf("%ds", h.TTLLeft)})
+				}
+				return table(g.out, []string{"RESOURCE", "WORKER", "EPOCH", "AGE", "TTL LEFT"}, rows)
+			})
+		},
+	}
+}
+
+func newAuditCmd(g *globals) *cobra.Command {
+	var (
+		f      audit.Filter
+		kind   string
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Print the audit trail, optionally filtered; --follow streams new entries",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.Kind = audit.Kind(kind)
+			if kind != "" && !f.Kind.Valid() {
+				return usagef("--kind %q is not one of acquired, released, completed, rejected, expired, revoked", kind)
+			}
+			if f.Resource != "" {
+				if err := keys.ValidateResource(f.Resource); err != nil {
+					return usageError{fmt.Errorf("--resource: %w", err)}
+				}
+			}
+			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				log := audit.New(cli, audit.WithNamespace(g.namespace), audit.WithLogger(g.log))
+				lctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
+				entries, err := log.List(lctx, f)
+				cancel()
+				if err != nil && !errors.Is(err, audit.ErrCorrupt) {
+					return err
+				}
+				if err != nil {
+					fmt.Fprintln(g.errOut, "warning:", err)
+				}
+				if err := g.printEntries(entries, !follow); err != nil {
+					return err
+				}
+				if !follow {
+					return nil
+				}
+				from := f
+				if n := len(entries); n > 0 {
+					from.MinRevision = entries[n-1].Revision + 1
+				} else if from.MinRevision == 0 {
+					// Start right after what List read, so nothing falls in between.
+					resp, err := cli.Get(ctx, "health-probe", clientv3.WithCountOnly())
+					if err != nil {
+						return err
+					}
+					from.MinRevision = resp.Header.Revision + 1
+				}
+				for ev := range log.Watch(ctx, from) {
+					if ev.Err != nil {
+						if errors.Is(ev.Err, audit.ErrCorrupt) {
+							fmt.Fprintln(g.errOut, "warning:", ev.Err)
+							continue
+						}
+						return ev.Err
+					}
+					if err := g.printEntries([]audit.Entry{ev.Entry}, false); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Resource, "resource", "", "only this resource")
+	fl.StringVar(&kind, "kind", "", "only this kind")
+	fl.StringVar(&f.Worker, "worker", "", "only entries naming this worker")
+	fl.Int64Var(&f.MinRevision, "since", 0, "only entries at or after this revision")
+	fl.BoolVarP(&follow, "follow", "f", false, "keep streaming new entries")
+	return cmd
+}
+
+// printEntries prints entries; with header, as one table (or JSON array),
+// otherwise as lines (or one JSON object per line) for streaming.
+func (g *globals) printEntries(entries []audit.Entry, whole bool) error {
+	if g.output == "json" {
+		if whole {
+			out := make([]entryJSON, 0, len(entries))
+			for _, e := range entries {
+				out = append(out, toJSON(e))
+			}
+			return writeJSON(g.out, out)
+		}
+		for _, e := range entries {
+			if err := writeJSONLine(g.out, toJSON(e)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var rows [][]string
+	for _, e := range entries {
+		rows = append(rows, entryRow(e))
+	}
+	return table(g.out, entryHeader, rows)
+}
+
+type epochJSON struct {
+	Epoch      int64       `json:"epoch"`
+	Worker     string      `json:"worker"`
+	AcquiredAt time.Time   `json:"acquired_at"`
+	End        string      `json:"end"` // kind, or "held"
+	EndedAt    *time.Time  `json:"ended_at,omitempty"`
+	Status     string      `json:"status,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	Rejections []entryJSON `json:"rejections"`
+}
+
+// timeline groups a resource's audit entries by epoch.
+func timeline(entries []audit.Entry) []epochJSON {
+	byEpoch := map[int64]*epochJSON{}
+	var order []int64
+	get := func(epoch int64) *epochJSON {
+		if e, ok := byEpoch[epoch]; ok {
+			return e
+		}
+		e := &epochJSON{Epoch: epoch, End: "held", Rejections: []entryJSON{}}
+		byEpoch[epoch] = e
+		order = append(order, epoch)
+		return e
+	}
+	for _, e := range entries {
+		ep := get(e.Epoch)
+		switch {
+		case e.Kind == audit.Acquired:
+			ep.Worker, ep.AcquiredAt = e.Worker, e.Time
+		case e.Kind.IsEnd():
+			t := e.Time
+			ep.End, ep.EndedAt, ep.Status, ep.Reason = string(e.Kind), &t, e.Status, e.Reason
+			if ep.Worker == "" {
+				ep.Worker = e.Worker
+			}
+		case e.Kind == audit.Rejected:
+			ep.Rejections = append(ep.Rejections, toJSON(e))
+		}
+	}
+	slices.Sort(order)
+	out := make([]epochJSON, 0, len(order))
+	for _, epoch := range order {
+		out = append(out, *byEpoch[epoch])
+	}
+	return out
+}
+
+func newTimelineCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeline <resource>",
+		Short: "Show each epoch of a resource: who, acquired, how it ended, rejections against it",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res := args[0]
+			if err := keys.ValidateResource(res); err != nil {
+				return usageError{err}
+			}
+			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				lctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
+				defer cancel()
+				entries, err := audit.New(cli, audit.WithNamespace(g.namespace)).List(lctx, audit.Filter{Resource: res})
+				if err != nil && !errors.Is(err, audit.ErrCorrupt) {
+					return err
+				}
+				if err != nil {
+					fmt.Fprintln(g.errOut, "warning:", err)
+				}
+				if len(entries) == 0 {
+					return fmt.Errorf("unknown resource %q: no audit entries under namespace %s", res, g.namespace)
+				}
+				tl := timeline(entries)
+				if g.output == "json" {
+					return writeJSON(g.out, map[string]any{"resource": res, "epochs": tl})
+				}
+				var rows [][]string
+				for _, ep := range tl {
+					ended := ep.End
+					if ep.EndedAt != nil {
+						ended = fmt.Sprintf("%s +%s", ep.End, age(ep.EndedAt.Sub(ep.AcquiredAt)))
+					}
+					extra := ep.Status
+					if ep.Reason != "" {
+						extra = fmt.Sprintf("%q", ep.Reason)
+					}
+					rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, ep.AcquiredAt.UTC().Format("15:04:05.000"), ended, extra, fmt.Sprint(len(ep.Rejections))})
+					for _, r := range ep.Rejections {
+						rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, fmt.Sprintf("current=%d", r.CurrentEpoch)})
+					}
+				}
+				fmt.Fprintf(g.out, "timeline of %q\n", res)
+				return table(g.out, []string{"EPOCH", "WORKER", "ACQUIRED", "ENDED", "STATUS/REASON", "REJECTIONS"}, rows)
+			})
+		},
+	}
+}
+
+func newRevokeCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "revoke <resource>",
+		Short: "Force the current epoch of a resource to end (audited)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res := args[0]
+			if err := keys.ValidateResource(res); err != nil {
+				return usageError{err}
+			}
+			if reason == "" {
+				return usagef("--reason is required: it is recorded in the audit trail")
+			}
+			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
+				defer cancel()
+				reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				defer reg.Close()
+				if err := reg.Revoke(rctx, res, reason); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.out, "revoked %q\n", res)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit trail)")
+	return cmd
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
+
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %d argument(s), got %d", cmd.CommandPath(), n, len(args))
+		}
+		return nil
+	}
+}

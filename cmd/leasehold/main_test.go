@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cli runs the command line in-process and returns exit code and output.
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// world is a cluster with one completed task, one held task and one
+// taken-over task whose old epoch tried to complete late.
+type world struct {
+	endpoint           string
+	heldEpoch          int64
+	oldEpoch, newEpoch int64
+}
+
+func newWorld(t *testing.T) world {
+	t.Helper()
+	c := e2e.NewCluster(t)
+	client := c.Client(t)
+	ctx := context.Background()
+	reg := lease.NewRegistry(client)
+	t.Cleanup(func() { _ = reg.Close() })
+	s1, err := session.New(ctx, client, session.WithWorker("alice"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s1.Close(context.Background()) })
+	s2, err := session.New(ctx, client, session.WithWorker("bob"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close(context.Background()) })
+
+	done, err := reg.TryAcquire(ctx, s1, "jobs/done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := reg.TryAcquire(ctx, s1, "jobs/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := reg.TryAcquire(ctx, s1, "jobs/taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Revoke(ctx, "jobs/taken", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	nw, err := reg.TryAcquire(ctx, s2, "jobs/taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.Complete(ctx, "shipped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Complete(ctx, "shipped"); err == nil {
+		t.Fatal("stale completion accepted")
+	}
+	return world{endpoint: c.Endpoints()[0], heldEpoch: held.Epoch(), oldEpoch: old.Epoch(), newEpoch: nw.Epoch()}
+}
+
+func TestHoldersTableAndJSON(t *testing.T) {
+	w := newWorld(t)
+	code, out, errOut := cli(t, "holders", "--endpoints", w.endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "RESOURCE") || !strings.Contains(out, "jobs/held") || !strings.Contains(out, "alice") {
+		t.Fatalf("holders table:\n%s", out)
+	}
+	if strings.Contains(out, "jobs/done") || strings.Contains(out, "jobs/taken") {
+		t.Fatalf("finished resources listed as held:\n%s", out)
+	}
+	code, out, errOut = cli(t, "holders", "--endpoints", w.endpoint, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var hs []holderJSON
+	if err := json.Unmarshal([]byte(out), &hs); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(hs) != 1 || hs[0].Resource != "jobs/held" || hs[0].Worker != "alice" || hs[0].Epoch != w.heldEpoch || hs[0].TTLLeft <= 0 {
+		t.Fatalf("holders %+v", hs)
+	}
+}
+
+func TestAuditFilters(t *testing.T) {
+	w := newWorld(t)
+	code, out, errOut := cli(t, "audit", "--endpoints", w.endpoint, "-o", "json", "--kind", "rejected")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var es []entryJSON
+	if err := json.Unmarshal([]byte(out), &es); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(es) != 1 || es[0].Resource != "jobs/taken" || es[0].Worker != "alice" || es[0].Epoch != w.oldEpoch || es[0].Status != "shipped" {
+		t.Fatalf("rejections %+v", es)
+	}
+	code, out, _ = cli(t, "audit", "--endpoints", w.endpoint, "--resource", "jobs/taken")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	for _, want := range []string{"acquired", "revoked", "completed", "rejected", `reason="stuck"`, "attempted=completed"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("audit table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "jobs/done") {
+		t.Fatalf("resource filter leaked:\n%s", out)
+	}
+	code, out, _ = cli(t, "audit", "--endpoints", w.endpoint, "-o", "json", "--worker", "bob")
+	if err := json.Unmarshal([]byte(out), &es); code != 0 || err != nil || len(es) != 2 {
+		t.Fatalf("worker filter: %d %v %+v", code, err, es)
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	w := newWorld(t)
+	code, out, errOut := cli(t, "timeline", "jobs/taken", "--endpoints", w.endpoint, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var tl struct {
+		Resource string      `json:"resource"`
+		Epochs   []epochJSON `json:"epochs"`
+	}
+	if err := json.Unmarshal([]byte(out), &tl); err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Epochs) != 2 {
+		t.Fatalf("epochs %+v", tl.Epochs)
+	}
+	first, second := tl.Epochs[0], tl.Epochs[1]
+	if first.Epoch != w.oldEpoch || first.Worker != "alice" || first.End != "revoked" || first.Reason != "stuck" || len(first.Rejections) != 1 {
+		t.Fatalf("first epoch %+v", first)
+	}
+	if second.Epoch != w.newEpoch || second.Worker != "bob" || second.End != "completed" || second.Status != "shipped" || len(second.Rejections) != 0 {
+		t.Fatalf("second epoch %+v", second)
+	}
+	code, out, _ = cli(t, "timeline", "jobs/taken", "--endpoints", w.endpoint)
+	if code != 0 || !strings.Contains(out, "revoked") || !strings.Contains(out, "rejected") {
+		t.Fatalf("timeline table:\n%s", out)
+	}
+	code, _, errOut = cli(t, "timeline", "no/such", "--endpoints", w.endpoint)
+	if code != 1 || !strings.Contains(errOut, "unknown resource") {
+		t.Fatalf("unknown resource: exit %d, %s", code, errOut)
+	}
+}
+
+func TestRevoke(t *testing.T) {
+	w := newWorld(t)
+	code, _, errOut := cli(t, "revoke", "jobs/held", "--endpoints", w.endpoint)
+	if code != 2 || !strings.Contains(errOut, "--reason") {
+		t.Fatalf("revoke without reason: exit %d %s", code, errOut)
+	}
+	code, out, errOut := cli(t, "revoke", "jobs/held", "--reason", "drill", "--endpoints", w.endpoint)
+	if code != 0 || !strings.Contains(out, "revoked") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	code, _, errOut = cli(t, "revoke", "jobs/held", "--reason", "again", "--endpoints", w.endpoint)
+	if code != 1 || !strings.Contains(errOut, "not held") {
+		t.Fatalf("second revoke: exit %d %s", code, errOut)
+	}
+}
+
+func TestUsageAndConnectionErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"holders", "-o", "yaml"},
+		{"holders", "--no-such-flag"},
+		{"timeline"},
+		{"holders", "extra"},
+		{"audit", "--kind", "bogus"},
+		{"holders", "--namespace", "nope"},
+		{"holders", "--log-level", "loud"},
+		{"holders", "--cert", "c.pem"},
+		{"demo", "--workers", "1"},
+		{"timeline", "bad\nname"},
+	} {
+		code, _, errOut := cli(t, args...)
+		if code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a message", args, code, errOut)
+		}
+	}
+	// An unreachable cluster fails within the dial timeout, with exit 1.
+	start := time.Now()
+	code, _, errOut := cli(t, "holders", "--endpoints", "127.0.0.1:1", "--dial-timeout", "300ms")
+	if code != 1 || !strings.Contains(errOut, "unreachable") {
+		t.Fatalf("unreachable: exit %d %s", code, errOut)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("unreachable endpoint took %v", took)
+	}
+}
+
+func TestDemoInvariants(t *testing.T) {
+	code, out, errOut := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off")
+	if code != 0 {
+		t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"ok    every task completed exactly once                          12/12",
+		"ok    stale completions rejected and audited",
+		"ok    stale downstream writes refused",
+		"ok    downstream holds only effects of the completing epoch",
+		"ok    every epoch has one start and one end entry",
+		"all invariants hold",
+		"timeline of the task taken over from worker-1",
+		"expired",
+		"rejected",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemoControlIsCaught turns fencing off: the stale worker's write lands,
+// and the report must say so and exit 1.
+func TestDemoControlIsCaught(t *testing.T) {
+	code, out, _ := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off", "--control-no-fencing")
+	if code != 1 {
+		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
+	}
+	if !strings.Contains(out, "FAIL  downstream holds only effects of the completing epoch") ||
+		!strings.Contains(out, "FAIL  stale downstream writes refused") {
+		t.Fatalf("control run not caught:\n%s", out)
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// check is one invariant of the demo's report.
+type check struct {
+	name string
+	ok   bool
+	got  string
+}
+
+// report reads the audit trail back and checks the demo's invariants.
+func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Duration) error {
+	log := audit.New(cli, audit.WithNamespace(d.ns))
+	// The recorder writes expiries asynchronously: wait until every epoch
+	// has its end entry, or give up and report what is missing.
+	var entries []audit.Entry
+	var open map[string]int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		if entries, err = log.List(ctx, audit.Filter{}); err != nil {
+			return err
+		}
+		open = openEpochs(entries)
+		if len(open) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	completedPer := map[string]int{}
+	completedEpoch := map[string]int64{}
+	rejections := 0
+	for _, e := range entries {
+		switch e.Kind {
+		case audit.Completed:
+			completedPer[e.Resource]++
+			completedEpoch[e.Resource] = e.Epoch
+		case audit.Rejected:
+			rejections++
+		}
+	}
+	exactlyOnce, stray := 0, 0
+	for _, t := range d.tasks {
+		if completedPer[t] == 1 {
+			exactlyOnce++
+		}
+	}
+	d.store.mu.Lock()
+	for task, epochs := range d.store.rows {
+		for _, e := range epochs {
+			if e != completedEpoch[task] {
+				stray++
+			}
+		}
+	}
+	d.store.mu.Unlock()
+
+	stale := d.stats.staleCompletes.Load()
+	checks := []check{
+		{"every task completed exactly once", exactlyOnce == len(d.tasks), fmt.Sprintf("%d/%d", exactlyOnce, len(d.tasks))},
+		{"stale completions rejected and audited (one entry each)", stale >= 1 && int64(rejections) == stale, fmt.Sprintf("%d rejected, %d audit entries", stale, rejections)},
+		{"stale downstream writes refused", d.stats.refusedWrites.Load() >= 1, fmt.Sprintf("%d refused", d.stats.refusedWrites.Load())},
+		{"downstream holds only effects of the completing epoch", stray == 0, fmt.Sprintf("%d stray rows", stray)},
+		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", d.stats.acquisitions.Load(), len(open))},
+	}
+	fmt.Fprintf(d.g.out, "\nreport (wall time %v)\n", wall.Round(time.Millisecond))
+	failed := 0
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(d.g.out, "  %s  %-58s %s\n", mark, c.name, c.got)
+	}
+	if task, ok := d.takenOver.Load().(string); ok {
+		var rows [][]string
+		for _, e := range entries {
+			if e.Resource == task {
+				rows = append(rows, entryRow(e))
+			}
+		}
+		fmt.Fprintf(d.g.out, "\ntimeline of the task taken over from worker-1 (%s):\n", task)
+		if err := table(d.g.out, entryHeader, rows); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d invariant(s) failed", failed)
+	}
+	fmt.Fprintln(d.g.out, "\nall invariants hold")
+	return nil
+}
+
+// openEpochs returns "resource@epoch" → starts−ends for every epoch whose
+// start and end entries do not pair up one to one.
+func openEpochs(entries []audit.Entry) map[string]int {
+	bal := map[string]int{}
+	for _, e := range entries {
+		k := fmt.Sprintf("%s@%d", e.Resource, e.Epoch)
+		switch {
+		case e.Kind == audit.Acquired:
+			bal[k]++
+		case e.Kind.IsEnd():
+			bal[k]--
+		}
+	}
+	for k, v := range bal {
+		if v == 0 {
+			delete(bal, k)
+		}
+	}
+	return bal
+}

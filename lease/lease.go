@@ -135,7 +135,15 @@ func (l *Lease) beginEnd() {
 // endDone ends a Complete or Release call: on success the context's cause
 // is the call's own; after a stale or unknown outcome, a deletion the watch
 // saw meanwhile was someone else's.
-func (l *Lease) endDone(success error, err error) {
+func (l *Lease) endDone(op string, success error, err error) {
+	result := "ok"
+	switch {
+	case errors.Is(err, ErrStale):
+		result = "stale"
+	case err != nil:
+		result = "unknown"
+	}
+	l.r.observer.LeaseEnded(l.resource, op, result)
 	l.mu.Lock()
 	l.ending--
 	gone := l.gone && l.ending == 0
@@ -190,7 +198,7 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 	}
 	l.beginEnd()
 	err = l.end(ctx, "complete", then, &sameRecord, audit.Completed, status)
-	l.endDone(ErrCompleted, err)
+	l.endDone("complete", ErrCompleted, err)
 	if err == nil {
 		l.log.Debug("completed", "status", status)
 	}
@@ -217,7 +225,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.beginEnd()
 	err = l.end(ctx, "release", then, nil, audit.Released, "")
-	l.endDone(ErrReleased, err)
+	l.endDone("release", ErrReleased, err)
 	if err == nil {
 		l.log.Debug("released")
 	}

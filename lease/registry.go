@@ -164,15 +164,43 @@ func WithLogger(l hclog.Logger) Option {
 	}
 }
 
+// Observer receives a registry's outcomes, for metrics. Its methods must
+// not block.
+type Observer interface {
+	// LeaseAcquired reports a successful acquisition.
+	LeaseAcquired(resource string)
+	// LeaseEnded reports a Complete or Release: op is "complete" or
+	// "release", result "ok", "stale" or "unknown".
+	LeaseEnded(resource, op, result string)
+}
+
+// WithObserver sets an observer of acquisitions and endings (see package
+// metrics). The default observes nothing.
+func WithObserver(o Observer) Option {
+	return func(r *Registry) error {
+		if o == nil {
+			return errors.New("lease: WithObserver(nil)")
+		}
+		r.observer = o
+		return nil
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) LeaseAcquired(string)              {}
+func (nopObserver) LeaseEnded(string, string, string) {}
+
 // Registry acquires and tracks leases in one namespace. One watch on the
 // namespace's lease keys, started with the first lease, serves every lease
 // the registry hands out; Close stops it. Its methods are safe for
 // concurrent use.
 type Registry struct {
-	cli   *clientv3.Client
-	space keys.Space
-	log   hclog.Logger
-	err   error // configuration error, returned by every method
+	cli      *clientv3.Client
+	space    keys.Space
+	log      hclog.Logger
+	observer Observer
+	err      error // configuration error, returned by every method
 
 	tracker tracker
 }
@@ -180,7 +208,7 @@ type Registry struct {
 // NewRegistry returns a registry over cli. A bad option is reported by
 // every method rather than here, so NewRegistry cannot fail.
 func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
-	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger()}
+	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: nopObserver{}}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, errors.New("lease: NewRegistry: nil client"))
@@ -264,6 +292,7 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 	}
 	if resp.Succeeded {
 		l := r.newLease(s, resource, resp.Header.Revision)
+		r.observer.LeaseAcquired(resource)
 		l.log.Debug("acquired")
 		return l, nil, nil
 	}

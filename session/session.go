@@ -78,7 +78,35 @@ type config struct {
 	logger   hclog.Logger
 	margin   time.Duration // -1: default from the granted TTL
 	interval time.Duration // 0: granted TTL / 3
+	observer Observer
 }
+
+// Observer receives a session's events, for metrics. Its methods are
+// called from the renewal goroutine and must not block.
+type Observer interface {
+	// SessionRenewed reports a successful renewal: its round trip, and how
+	// far the new safe deadline lies ahead.
+	SessionRenewed(worker string, rtt, headroom time.Duration)
+	// SessionEnded reports the cause a session ended with.
+	SessionEnded(worker string, cause error)
+}
+
+// WithObserver sets an observer of renewals and endings (see package
+// metrics). The default observes nothing.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return errors.New("session: WithObserver(nil)")
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) SessionRenewed(string, time.Duration, time.Duration) {}
+func (nopObserver) SessionEnded(string, error)                          {}
 
 // WithTTL sets the requested lease TTL. etcd grants whole seconds and may
 // grant more than asked (its minimum depends on the election timeout); the
@@ -158,6 +186,7 @@ type Session struct {
 	margin   time.Duration
 	interval time.Duration
 	log      hclog.Logger
+	observer Observer
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -179,7 +208,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if cli == nil {
 		return nil, errors.New("session: New: nil client")
 	}
-	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1}
+	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1, observer: nopObserver{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("session: New: nil option")
@@ -224,6 +253,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 		margin:   margin,
 		interval: interval,
 		log:      cfg.logger.Named("session").With("worker", cfg.worker, "lease_id", fmt.Sprintf("%x", int64(resp.ID))),
+		observer: cfg.observer,
 		ctx:      sctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),
@@ -313,12 +343,15 @@ func (s *Session) run() {
 		switch {
 		case err == nil && resp.TTL > 0:
 			ttl := time.Duration(resp.TTL) * time.Second
+			rtt := time.Since(sent)
 			s.mu.Lock()
 			if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
 				s.deadline = d
 			}
+			headroom := time.Until(s.deadline)
 			s.mu.Unlock()
-			s.log.Trace("renewed", "ttl", ttl, "rtt", time.Since(sent))
+			s.observer.SessionRenewed(s.worker, rtt, headroom)
+			s.log.Trace("renewed", "ttl", ttl, "rtt", rtt)
 			next.Reset(s.interval)
 		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.end(ErrExpired)
@@ -346,6 +379,7 @@ func (s *Session) end(cause error) {
 		s.log.Warn("session ended", "cause", cause)
 	}
 	s.cancel(cause)
+	s.observer.SessionEnded(s.worker, cause)
 }
 
 // BeforeClose registers f to run when Close is called, after the session's

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,7 +16,10 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/session"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,6 +33,8 @@ type demoConfig struct {
 	// noFencing is the control run: the downstream skips the token check,
 	// and the report must catch the stale write that lands.
 	noFencing bool
+	// metricsAddr, if set, serves Prometheus metrics at /metrics.
+	metricsAddr string
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -61,6 +68,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.work, "work", 20*time.Millisecond, "time each task's work takes")
 	f.BoolVar(&cfg.noFencing, "control-no-fencing", false, "control run: the downstream ignores tokens (the report must fail)")
 	_ = f.MarkHidden("control-no-fencing")
+	f.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while the demo runs")
 	cfg.victim = 2
 	return cmd
 }
@@ -71,7 +79,7 @@ type demoStore struct {
 	guard     *fence.MemoryGuard
 	noFencing bool
 	mu        sync.Mutex
-	rows  map[string][]int64 // task → epochs that wrote
+	rows      map[string][]int64 // task → epochs that wrote
 
 	completedTasks map[string]bool // tasks whose Complete returned nil
 }
@@ -94,6 +102,7 @@ type demoStats struct {
 }
 
 type demoRun struct {
+	metrics   *metrics.Metrics // nil: no metrics
 	g         *globals
 	cfg       demoConfig
 	ns        string
@@ -143,7 +152,22 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error
 	}()
 	defer func() { stopRecorder(); <-recorderDone }()
 
-	d := &demoRun{g: g, cfg: cfg, ns: ns, store: &demoStore{guard: fence.NewMemoryGuard(), noFencing: cfg.noFencing, rows: map[string][]int64{}, completedTasks: map[string]bool{}}}
+	var obs *metrics.Metrics
+	if cfg.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		if obs, err = metrics.New(reg); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return usageError{fmt.Errorf("--metrics-addr: %w", err)}
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
+	}
+	d := &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: &demoStore{guard: fence.NewMemoryGuard(), noFencing: cfg.noFencing, rows: map[string][]int64{}, completedTasks: map[string]bool{}}}
 	for i := 0; i < cfg.tasks; i++ {
 		d.tasks = append(d.tasks, fmt.Sprintf("task-%04d", i))
 	}
@@ -230,11 +254,15 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 		return err
 	}
 	defer cli.Close()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log))
-	defer reg.Close()
-	newSession := func() (*session.Session, error) {
-		return session.New(ctx, cli, session.WithWorker(name), session.WithTTL(d.cfg.ttl), session.WithLogger(g.log))
+	regOpts := []lease.Option{lease.WithNamespace(d.ns), lease.WithLogger(g.log)}
+	sessOpts := []session.Option{session.WithWorker(name), session.WithTTL(d.cfg.ttl), session.WithLogger(g.log)}
+	if d.metrics != nil {
+		regOpts = append(regOpts, lease.WithObserver(d.metrics))
+		sessOpts = append(sessOpts, session.WithObserver(d.metrics))
 	}
+	reg := lease.NewRegistry(cli, regOpts...)
+	defer reg.Close()
+	newSession := func() (*session.Session, error) { return session.New(ctx, cli, sessOpts...) }
 	s, err := newSession()
 	if err != nil {
 		return err

@@ -1,0 +1,134 @@
+// Package metrics exposes leasehold's Prometheus collectors: acquisitions,
+// completions and releases by result, stale rejections, renewal latency,
+// the safe deadline's headroom, sessions ended by cause, and fence
+// admissions and refusals.
+//
+// Nothing is registered on the global registry: New registers on the
+// Registerer it is given, and the collectors reach the SDK through options:
+//
+//	m, err := metrics.New(reg)
+//	s, err := session.New(ctx, cli, session.WithObserver(m))
+//	r := lease.NewRegistry(cli, lease.WithObserver(m))
+//	g := m.Guard(fence.NewMemoryGuard())
+//
+// Label values are bounded: results, ops and causes are fixed sets; no
+// resource or worker names become labels.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics holds the collectors. It implements session.Observer and
+// lease.Observer.
+type Metrics struct {
+	acquisitions *prometheus.CounterVec
+	ended        *prometheus.CounterVec
+	stale        prometheus.Counter
+	renewRTT     prometheus.Histogram
+	headroom     prometheus.Histogram
+	sessionsEnd  *prometheus.CounterVec
+	fence        *prometheus.CounterVec
+}
+
+var (
+	_ session.Observer = (*Metrics)(nil)
+	_ lease.Observer   = (*Metrics)(nil)
+)
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: New: nil Registerer")
+	}
+	m := &Metrics{
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_acquisitions_total", Help: "Leases acquired.",
+		}, nil),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_lease_endings_total", Help: "Complete and Release calls by op and result (ok, stale, unknown).",
+		}, []string{"op", "result"}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_stale_rejections_total", Help: "Stale Complete or Release attempts rejected and audited.",
+		}),
+		renewRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasehold_session_renew_seconds", Help: "Round trip of successful session renewals.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		headroom: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasehold_session_deadline_headroom_seconds", Help: "Time from a successful renewal to the new safe deadline.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 10),
+		}),
+		sessionsEnd: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_sessions_ended_total", Help: "Sessions ended, by cause (lost, expired, closed).",
+		}, []string{"cause"}),
+		fence: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_fence_decisions_total", Help: "Fence guard decisions (admitted, refused, error).",
+		}, []string{"decision"}),
+	}
+	for _, c := range []prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// SessionRenewed implements session.Observer.
+func (m *Metrics) SessionRenewed(_ string, rtt, headroom time.Duration) {
+	m.renewRTT.Observe(rtt.Seconds())
+	m.headroom.Observe(headroom.Seconds())
+}
+
+// SessionEnded implements session.Observer.
+func (m *Metrics) SessionEnded(_ string, cause error) {
+	label := "other"
+	switch {
+	case errors.Is(cause, session.ErrLost):
+		label = "lost"
+	case errors.Is(cause, session.ErrExpired):
+		label = "expired"
+	case errors.Is(cause, session.ErrClosed):
+		label = "closed"
+	}
+	m.sessionsEnd.WithLabelValues(label).Inc()
+}
+
+// LeaseAcquired implements lease.Observer.
+func (m *Metrics) LeaseAcquired(string) { m.acquisitions.WithLabelValues().Inc() }
+
+// LeaseEnded implements lease.Observer.
+func (m *Metrics) LeaseEnded(_, op, result string) {
+	m.ended.WithLabelValues(op, result).Inc()
+	if result == "stale" {
+		m.stale.Inc()
+	}
+}
+
+// Guard wraps g so its decisions are counted.
+func (m *Metrics) Guard(g fence.Guard) fence.Guard { return &countingGuard{g: g, m: m} }
+
+type countingGuard struct {
+	g fence.Guard
+	m *Metrics
+}
+
+func (c *countingGuard) Admit(ctx context.Context, t fence.Token) error {
+	err := c.g.Admit(ctx, t)
+	switch {
+	case err == nil:
+		c.m.fence.WithLabelValues("admitted").Inc()
+	case errors.Is(err, fence.ErrFenced):
+		c.m.fence.WithLabelValues("refused").Inc()
+	default:
+		c.m.fence.WithLabelValues("error").Inc()
+	}
+	return err
+}

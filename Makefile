@@ -1,21 +1,40 @@
 # The project's verbs. Only Go is needed; everything else is fetched by the
-# go command through the module proxy.
+# go command through the module proxy, except PostgreSQL for the SQL guard's
+# tests, which `make postgres` installs (apt) and starts.
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -timeout 15m
 FUZZTIME    ?= 30s
 
-.PHONY: demo test lint e2e fuzz
+.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz
 
 ## demo: real workers against an embedded etcd replay a forced expiry
 demo:
 	$(GO) run ./examples/forced-expiry
 
+# The DSN of the PostgreSQL server scripts/postgres.sh started, if it is
+# running; an explicit LEASEHOLD_TEST_POSTGRES wins. Without either, the SQL
+# guard's PostgreSQL tests skip (and fail under CI=true).
+PG_DSN = $${LEASEHOLD_TEST_POSTGRES:-$$(scripts/postgres.sh dsn 2>/dev/null || true)}
+
 ## test: vet, then every test with the race detector on real embedded etcd
+## (and real PostgreSQL too once `make postgres` has started it)
 test:
 	$(GO) vet ./...
-	$(GO) test $(TEST_FLAGS) ./...
+	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) ./...
+
+## test-postgres: start PostgreSQL if needed, then the SQL guard's tests on it and on SQLite
+test-postgres: postgres
+	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) -count=1 -run 'SQL' -v ./fence
+
+## postgres: install (apt, as root) and start a throwaway PostgreSQL for the tests; prints its DSN
+postgres:
+	@scripts/postgres.sh start
+
+## postgres-stop: stop that PostgreSQL and delete its data
+postgres-stop:
+	@scripts/postgres.sh stop
 
 ## lint: gofmt, vet and staticcheck
 lint:

@@ -63,6 +63,30 @@ type txnSpy struct {
 	attempts map[string]int
 	wins     map[string]int
 	ranges   []rangeCall
+	watching chan struct{} // closed when the client opens its first watch stream
+	once     sync.Once
+}
+
+// interceptStream notes the first watch stream: the recorder opens it only
+// after its reconcile scan, and watches from the scan's revision on.
+func (s *txnSpy) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if method == "/etcdserverpb.Watch/Watch" {
+		s.once.Do(func() { close(s.watching) })
+	}
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+// waitWatching waits until the spied recorder finished its reconcile scan
+// and started watching, so every deletion from now on reaches its watch.
+// (A deletion before the scan is seen ended by reconcile, which then has
+// nothing to decide, and a test waiting for a decision would hang.)
+func waitWatching(t *testing.T, spy *txnSpy) {
+	t.Helper()
+	select {
+	case <-spy.watching:
+	case <-time.After(waitLimit):
+		t.Fatalf("the recorder did not start watching within %v", waitLimit)
+	}
 }
 
 // rangeCall is one Range RPC the spied client made.
@@ -133,11 +157,11 @@ func (s *txnSpy) counts(key string) (attempts, wins int) {
 // spiedClient returns a client whose end-key transactions s records.
 func spiedClient(t *testing.T, c *e2e.Cluster) (*clientv3.Client, *txnSpy) {
 	t.Helper()
-	spy := &txnSpy{attempts: map[string]int{}, wins: map[string]int{}}
+	spy := &txnSpy{attempts: map[string]int{}, wins: map[string]int{}, watching: make(chan struct{})}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.Endpoints(),
 		DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(spy.intercept)},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(spy.intercept), grpc.WithChainStreamInterceptor(spy.interceptStream)},
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
@@ -310,6 +334,7 @@ func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
 	rcli, spy := spiedClient(t, c)
 	log := audit.New(rcli)
 	stop := startRecorder(t, log)
+	waitWatching(t, spy)
 	r := newRegistry(t, cli)
 	s := newSession(t, cli, "tidy")
 	closing := newSession(t, cli, "closing")
@@ -370,6 +395,9 @@ func TestConcurrentRecordersWriteOneEndPerEpoch(t *testing.T) {
 		l := audit.New(rcli)
 		spies, logs = append(spies, spy), append(logs, l)
 		stops = append(stops, startRecorder(t, l))
+	}
+	for _, spy := range spies {
+		waitWatching(t, spy)
 	}
 	r := newRegistry(t, cli)
 	s := newSession(t, cli, "crowded")

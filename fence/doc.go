@@ -40,6 +40,14 @@
 // whenever the effect lives in the same process. Guards backed by a database
 // achieve the same by checking the epoch inside the transaction that writes.
 //
+// The HTTP middleware ([NewMiddleware]) and the gRPC interceptors
+// ([UnaryServerInterceptor], [StreamServerInterceptor]) hold the resource's
+// admission until the handler returns, which makes check and effect atomic
+// for one downstream process only. With several replicas, use the SQL or
+// etcd guard inside the effect's own transaction and answer its errors with
+// [ProblemFor] or [StatusFor]. Fencing orders holders; it does not make one
+// holder's retries safe: deduplicate those with [IdempotencyKey].
+//
 // # Text form
 //
 // A token's canonical text form, produced by [Token.String] and accepted by

@@ -186,10 +186,11 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error
 			}
 		}()
 	}
-	progressDone := make(chan struct{})
-	go d.progress(progressDone)
+	progressDone, progressExited := make(chan struct{}), make(chan struct{})
+	go func() { defer close(progressExited); d.progress(progressDone) }()
 	wg.Wait()
 	close(progressDone)
+	<-progressExited // the report writes to the same output
 	close(errs)
 	var runErrs []error
 	for err := range errs {

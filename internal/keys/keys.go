@@ -9,6 +9,9 @@
 //	                                      expired, revoked): one key per epoch, so at most one
 //	                                      end entry per epoch exists by construction
 //	N/audit/<res>/rejected/<epoch>/<id>   one entry per rejected stale attempt
+//	N/fence/<res>                         the highest epoch fence.EtcdGuard has admitted,
+//	                                      20-digit zero-padded decimal so that etcd's
+//	                                      byte-wise value compare is numeric order
 //
 // <res> is the resource name with '%' and '/' percent-escaped, so an escaped
 // name never contains '/' and "N/audit/<res>/" is a prefix of exactly one
@@ -174,11 +177,21 @@ func (s Space) DonePrefix() string { return s.ns + "/done/" }
 // AuditPrefix is the prefix of every audit entry.
 func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
 
+// FencePrefix is the prefix of every fence key (fence.EtcdGuard's record of
+// the highest epoch admitted per resource).
+func (s Space) FencePrefix() string { return s.ns + "/fence/" }
+
 // Lease is the lease key of a resource.
 func (s Space) Lease(res string) string { return s.LeasePrefix() + Escape(res) }
 
 // Done is the done record key of a resource.
 func (s Space) Done(res string) string { return s.DonePrefix() + Escape(res) }
+
+// Fence is the fence key of a resource. It is not the lease key because
+// the highest admitted epoch must outlive the lease that issued it: the
+// lease key is deleted when the lease ends, and an older token must still be
+// refused afterwards.
+func (s Space) Fence(res string) string { return s.FencePrefix() + Escape(res) }
 
 // ResourceAudit is the prefix of one resource's audit entries.
 func (s Space) ResourceAudit(res string) string { return s.AuditPrefix() + Escape(res) + "/" }

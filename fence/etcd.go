@@ -1,0 +1,291 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EtcdOption configures the etcd-backed guards: EtcdGuard, LeaseGuard and
+// Verifier.
+type EtcdOption func(*etcdConfig) error
+
+type etcdConfig struct {
+	space keys.Space
+}
+
+// WithEtcdNamespace sets the key namespace (default "/leasehold"); it must
+// start with '/' and not end with one. LeaseGuard and Verifier read lease
+// keys, so give them the namespace of the lease.Registry that issues the
+// tokens.
+func WithEtcdNamespace(ns string) EtcdOption {
+	return func(c *etcdConfig) error {
+		s, err := keys.New(ns)
+		if err != nil {
+			return fmt.Errorf("fence: WithEtcdNamespace: %w", err)
+		}
+		c.space = s
+		return nil
+	}
+}
+
+// newEtcdConfig applies opts. Like lease.NewRegistry, the constructors
+// cannot fail: a configuration error is returned by every method instead.
+func newEtcdConfig(who string, cli *clientv3.Client, opts []EtcdOption) (etcdConfig, error) {
+	c := etcdConfig{space: keys.MustNew(keys.DefaultNamespace)}
+	var errs []error
+	if cli == nil {
+		errs = append(errs, fmt.Errorf("fence: %s: nil client", who))
+	}
+	for _, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("fence: %s: nil option", who))
+			continue
+		}
+		errs = append(errs, o(&c))
+	}
+	return c, errors.Join(errs...)
+}
+
+// refuseEarly refuses, before anything is sent, what no transaction could admit.
+func refuseEarly(ctx context.Context, cfgErr error, t Token) error {
+	if cfgErr != nil {
+		return cfgErr
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// EtcdGuard is a Guard whose state lives in etcd, for effects that also
+// live in etcd or for guards shared by many processes. It keeps the highest
+// admitted epoch of each resource at "<ns>/fence/<escaped resource>", as
+// 20-digit zero-padded decimal. Fence keys are never deleted.
+//
+// Use AdmitOps to apply the protected write in the same transaction as the
+// admission; a bare Admit only records the epoch (see Guard).
+//
+// Each call is one transaction, one round trip, whether the token is
+// admitted or refused and however many callers contend: the compare is on
+// the stored value, not on a revision read beforehand, so there is nothing
+// to retry. Its methods are safe for concurrent use.
+type EtcdGuard struct {
+	cli   *clientv3.Client
+	space keys.Space
+	err   error
+}
+
+var _ Guard = (*EtcdGuard)(nil)
+
+// NewEtcdGuard returns a guard storing its state through cli. A bad option
+// or a nil cli is reported by every method rather than here.
+func NewEtcdGuard(cli *clientv3.Client, opts ...EtcdOption) *EtcdGuard {
+	c, err := newEtcdConfig("NewEtcdGuard", cli, opts)
+	return &EtcdGuard{cli: cli, space: c.space, err: err}
+}
+
+// Admit implements Guard: AdmitOps with no ops.
+func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
+	_, err := g.AdmitOps(ctx, t)
+	return err
+}
+
+// AdmitOps admits t and applies ops in one etcd transaction: if t's epoch is
+// at least the highest admitted for t.Resource, the transaction records it
+// and applies ops at the same revision, so no other token can be admitted
+// between the check and the effect; otherwise nothing is applied and the
+// error is a *FencedError with the current epoch.
+//
+// On admission the response carries the transaction's header (its
+// Header.Revision is the revision of the effect) and, in Responses, exactly
+// one response per op, in order; Succeeded is true. ops must not write the
+// fence key (etcd refuses a transaction that writes a key twice), and count
+// against etcd's limit of operations per transaction (128 by default)
+// together with the put of the fence key. To make an effect conditional,
+// nest a transaction (clientv3.OpTxn) in ops.
+//
+// Errors: invalid tokens (ErrMalformedToken), configuration errors and a
+// done ctx are returned before anything is sent. A transaction etcd refuses
+// to run (ops touching the fence key or repeating a key, too many ops, too
+// large) applies nothing, and its error says so. Any other error from etcd is an
+// unknown outcome: the transaction may have committed, ops included.
+// Retrying Admit is always safe (an equal epoch is admitted again);
+// retrying AdmitOps applies ops again if the first attempt committed, so
+// make them idempotent or guard them with a nested compare.
+func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := refuseEarly(ctx, g.err, t); err != nil {
+		return nil, err
+	}
+	fenceKey := g.space.Fence(t.Resource)
+	epoch := formatFenceValue(t.Epoch)
+
+	// A higher epoch was admitted. Fixed-width decimal sorts like the
+	// number it spells, so etcd's byte-wise value compare is numeric; and a
+	// missing key fails every value compare, so a resource's first token
+	// is admitted. That is why admission is the Else branch: etcd has no
+	// "<=", and "< epoch+1" would be false for a missing key.
+	superseded := clientv3.Compare(clientv3.Value(fenceKey), ">", epoch)
+	// Fetch the epoch that fenced the token, to report it without a
+	// second round trip.
+	getCurrent := clientv3.OpGet(fenceKey)
+	// Record the epoch in the transaction that applies ops: the check and
+	// the effect share one revision, so no other token is admitted
+	// between them (the atomicity of DESIGN §6).
+	record := clientv3.OpPut(fenceKey, epoch)
+	resp, err := g.cli.Txn(ctx).
+		If(superseded).
+		Then(getCurrent).
+		Else(append([]clientv3.Op{record}, ops...)...).
+		Commit()
+	if err != nil {
+		return nil, txnError(t, err)
+	}
+	if !resp.Succeeded {
+		return &clientv3.TxnResponse{Header: resp.Header, Succeeded: true, Responses: resp.Responses[1:]}, nil
+	}
+	kv := resp.Responses[0].GetResponseRange().Kvs[0] // present: the compare held
+	current, err := parseFenceValue(kv.Value)
+	if err != nil {
+		// Fail closed: whatever sorts above the epoch keeps refusing it
+		// until an operator repairs the key.
+		return nil, fmt.Errorf("fence: refusing %q epoch %d: fence key %q: %w", t.Resource, t.Epoch, fenceKey, err)
+	}
+	return nil, &FencedError{Token: t, Current: current}
+}
+
+// Current returns the highest epoch admitted for resource, 0 if none, with
+// one linearizable read. It is a snapshot for monitoring and tests, not a
+// basis for admitting writes.
+func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	if err := keys.ValidateResource(resource); err != nil {
+		return 0, fmt.Errorf("fence: current: %w", err)
+	}
+	resp, err := g.cli.Get(ctx, g.space.Fence(resource))
+	if err != nil {
+		return 0, fmt.Errorf("fence: current %q: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	e, err := parseFenceValue(resp.Kvs[0].Value)
+	if err != nil {
+		return 0, fmt.Errorf("fence: current %q: %w", resource, err)
+	}
+	return e, nil
+}
+
+// txnError wraps a failed transaction so the caller can tell a request
+// etcd refused to run (nothing applied) from an unknown outcome.
+func txnError(t Token, err error) error {
+	if errors.Is(err, rpctypes.ErrDuplicateKey) || errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return fmt.Errorf("fence: admit %q epoch %d: etcd refused the transaction, nothing was applied: %w", t.Resource, t.Epoch, err)
+	}
+	return fmt.Errorf("fence: admit %q epoch %d: outcome unknown: %w", t.Resource, t.Epoch, err)
+}
+
+// fenceValueWidth is the width of a fence key's value: every positive int64
+// fits in 19 digits; 20 matches the audit keys' padding.
+const fenceValueWidth = 20
+
+func formatFenceValue(e int64) string { return fmt.Sprintf("%0*d", fenceValueWidth, e) }
+
+func parseFenceValue(v []byte) (int64, error) {
+	if len(v) == fenceValueWidth && strings.Trim(string(v), "0123456789") == "" {
+		if e, err := strconv.ParseInt(string(v), 10, 64); err == nil && e > 0 {
+			return e, nil
+		}
+	}
+	return 0, fmt.Errorf("value %q is not a %d-digit epoch", v, fenceValueWidth)
+}
+
+// LeaseGuard admits a token only while its lease is live: while the
+// resource's lease key, "<ns>/lease/<escaped resource>", still has the
+// token's epoch as its mod revision. It keeps no state of its own. It is the
+// strongest guard when the protected data lives in the same etcd as the
+// leases: AdmitOps applies the write in the transaction that checks the
+// lease, so the write commits only if the lease holds at its revision.
+//
+// Its rule differs from the Guard rule (admit epochs ≥ the highest admitted):
+//
+//   - it refuses a token whose lease has ended (released, completed,
+//     revoked, expired) even if no newer holder has written yet;
+//   - it refuses an epoch higher than the live one, or any epoch when none
+//     is live: a forged token, or one from a lease that was never granted;
+//   - it admits the live epoch again and again, as the Guard rule admits an
+//     equal epoch.
+//
+// So it is not a max-register and does not pass fencetest's plain checks;
+// it passes them under fencetest.WithLeases. Refusals are a *FencedError
+// when a newer lease holds the resource, and a *NotCurrentError (which also
+// matches ErrFenced and yields a *FencedError to errors.As) otherwise; the
+// Current of either is the live epoch, 0 if none.
+//
+// Each call is one transaction, one round trip. Its methods are safe for
+// concurrent use.
+type LeaseGuard struct {
+	cli   *clientv3.Client
+	space keys.Space
+	err   error
+}
+
+var _ Guard = (*LeaseGuard)(nil)
+
+// NewLeaseGuard returns a guard checking the leases of the namespace set by
+// WithEtcdNamespace. A bad option or a nil cli is reported by every method
+// rather than here.
+func NewLeaseGuard(cli *clientv3.Client, opts ...EtcdOption) *LeaseGuard {
+	c, err := newEtcdConfig("NewLeaseGuard", cli, opts)
+	return &LeaseGuard{cli: cli, space: c.space, err: err}
+}
+
+// Admit implements Guard: AdmitOps with no ops. It is a check only: it says
+// the lease was live when etcd read it, and nothing stops the lease from
+// ending before a write made afterwards. Put the write in AdmitOps.
+func (g *LeaseGuard) Admit(ctx context.Context, t Token) error {
+	_, err := g.AdmitOps(ctx, t)
+	return err
+}
+
+// AdmitOps applies ops if and only if t's lease is live at the revision of
+// the transaction, and returns etcd's response: Succeeded is true and
+// Responses has one response per op, in order. Otherwise nothing is applied
+// and the error is a refusal as described on LeaseGuard. Errors before
+// sending and unknown outcomes are as for EtcdGuard.AdmitOps.
+func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := refuseEarly(ctx, g.err, t); err != nil {
+		return nil, err
+	}
+	leaseKey := g.space.Lease(t.Resource)
+
+	// The token's lease holds. The lease key is written once per
+	// acquisition and never rewritten, so its mod revision equals the
+	// epoch exactly while that lease holds, and once it differs it never
+	// equals it again; a missing key's mod revision is 0, which no epoch
+	// equals.
+	live := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", t.Epoch)
+	// Fetch the live epoch (the key's mod revision; the holder record is
+	// not needed), to report it without a second round trip.
+	getLive := clientv3.OpGet(leaseKey, clientv3.WithKeysOnly())
+	resp, err := g.cli.Txn(ctx).If(live).Then(ops...).Else(getLive).Commit()
+	if err != nil {
+		return nil, txnError(t, err)
+	}
+	if resp.Succeeded {
+		return resp, nil
+	}
+	var current int64
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		current = kvs[0].ModRevision
+	}
+	return nil, refuseNotLive(t, current)
+}

@@ -1,0 +1,942 @@
+package fence
+
+// These tests are internal to the package so they can watch the process-wide
+// lock table (admissions) and build the broken middleware variant from the
+// real parts. They drive real servers (httptest.NewServer) through real
+// clients. Goroutine leaks are checked by TestMain in fence_test.go.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// httpReply is what a test client saw.
+type httpReply struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+// problem decodes the body as a Problem, failing the test if it is not a
+// problem+json document.
+func (r httpReply) problem(t *testing.T) Problem {
+	t.Helper()
+	if r.contentType != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json (status %d, body %s)", r.contentType, r.status, r.body)
+	}
+	var p Problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("decoding problem %s: %v", r.body, err)
+	}
+	return p
+}
+
+// members returns the body's JSON member names, to check the wire names of
+// Problem's fields rather than only what Problem decodes.
+func (r httpReply) members(t *testing.T) []string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("decoding %s: %v", r.body, err)
+	}
+	var names []string
+	for k := range m {
+		names = append(names, k)
+	}
+	return names
+}
+
+// send POSTs to url with the given Fencing-Token header values (none if
+// empty) and returns the reply.
+func send(ctx context.Context, c *http.Client, url string, tokens ...string) (httpReply, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("body"))
+	if err != nil {
+		return httpReply{}, err
+	}
+	for _, tk := range tokens {
+		req.Header.Add(Header, tk)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return httpReply{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return httpReply{}, err
+	}
+	return httpReply{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}, nil
+}
+
+func mustSend(t *testing.T, c *http.Client, url string, tokens ...string) httpReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := send(ctx, c, url, tokens...)
+	if err != nil {
+		t.Fatalf("POST %v: %v", tokens, err)
+	}
+	return r
+}
+
+// tokenEcho is a handler that answers 200 with the token in its context
+// ("none" without one) and counts its calls.
+type tokenEcho struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (h *tokenEcho) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.calls++
+	h.mu.Unlock()
+	if t, ok := TokenFrom(r.Context()); ok {
+		fmt.Fprint(w, t.String())
+		return
+	}
+	fmt.Fprint(w, "none")
+}
+
+func (h *tokenEcho) callCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
+}
+
+func TestMiddlewareStatuses(t *testing.T) {
+	g := NewMemoryGuard()
+	h := &tokenEcho{}
+	srv := httptest.NewServer(Middleware(g, h))
+	defer srv.Close()
+	c := srv.Client()
+
+	// Missing: 428.
+	r := mustSend(t, c, srv.URL)
+	if r.status != http.StatusPreconditionRequired {
+		t.Fatalf("no token: status %d, want 428", r.status)
+	}
+	want := Problem{
+		Type:   ProblemTypeMissingToken,
+		Title:  "Fencing token required",
+		Status: 428,
+		Detail: "this request must carry a Fencing-Token header",
+	}
+	if p := r.problem(t); p != want {
+		t.Errorf("no token: problem %+v, want %+v", p, want)
+	}
+
+	// Malformed: 400, with ParseToken's error as the detail.
+	r = mustSend(t, c, srv.URL, "07:inv")
+	_, perr := ParseToken("07:inv")
+	want = Problem{Type: ProblemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: perr.Error()}
+	if p := r.problem(t); r.status != 400 || p != want {
+		t.Errorf("malformed token: status %d problem %+v, want 400 %+v", r.status, p, want)
+	}
+	r = mustSend(t, c, srv.URL, "")
+	if p := r.problem(t); r.status != 400 || p.Type != ProblemTypeMalformedToken {
+		t.Errorf("empty token: status %d problem %+v, want 400 malformed", r.status, p)
+	}
+	// Two headers: which holder is writing? Refused, not resolved.
+	r = mustSend(t, c, srv.URL, "5:inv", "6:inv")
+	want = Problem{Type: ProblemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: "2 Fencing-Token headers; send exactly one"}
+	if p := r.problem(t); r.status != 400 || p != want {
+		t.Errorf("two tokens: status %d problem %+v, want 400 %+v", r.status, p, want)
+	}
+	if n := h.callCount(); n != 0 {
+		t.Fatalf("handler ran %d times for refused requests", n)
+	}
+	if g.Current("inv") != 0 {
+		t.Fatalf("refused requests admitted epoch %d", g.Current("inv"))
+	}
+
+	// Admitted: 200, and the handler sees the token.
+	for _, tk := range []string{"5:inv", "5:inv", "7:inv"} {
+		r = mustSend(t, c, srv.URL, tk)
+		if r.status != 200 || string(r.body) != tk {
+			t.Fatalf("token %s: status %d body %q, want 200 %q", tk, r.status, r.body, tk)
+		}
+	}
+
+	// Lower after higher: 412 naming resource and both epochs.
+	r = mustSend(t, c, srv.URL, "6:inv")
+	if r.status != http.StatusPreconditionFailed {
+		t.Fatalf("stale token: status %d, want 412 (body %s)", r.status, r.body)
+	}
+	fe := &FencedError{Token: Token{Resource: "inv", Epoch: 6}, Current: 7}
+	want = Problem{
+		Type:           ProblemTypeFenced,
+		Title:          "Stale fencing token",
+		Status:         412,
+		Detail:         fe.Error(),
+		Resource:       "inv",
+		PresentedEpoch: 6,
+		CurrentEpoch:   7,
+	}
+	p := r.problem(t)
+	if p != want {
+		t.Errorf("stale token: problem %+v, want %+v", p, want)
+	}
+	members := r.members(t)
+	wantMembers := []string{"type", "title", "status", "detail", "resource", "presented_epoch", "current_epoch"}
+	if !sameSet(members, wantMembers) {
+		t.Errorf("stale token: members %v, want %v", members, wantMembers)
+	}
+	if got, ok := p.Fenced(); !ok || *got != *fe || !errors.Is(got, ErrFenced) {
+		t.Errorf("Problem.Fenced() = %v, %v; want %v", got, ok, fe)
+	}
+	if n := h.callCount(); n != 3 {
+		t.Errorf("handler ran %d times, want 3 (the admitted requests only)", n)
+	}
+	if g.Current("inv") != 7 {
+		t.Errorf("Current = %d, want 7", g.Current("inv"))
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, s := range a {
+		seen[s] = true
+	}
+	for _, s := range b {
+		if !seen[s] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMiddlewareTokenOptional(t *testing.T) {
+	g := NewMemoryGuard()
+	h := &tokenEcho{}
+	srv := httptest.NewServer(NewMiddleware(g, TokenOptional())(h))
+	defer srv.Close()
+	c := srv.Client()
+
+	if r := mustSend(t, c, srv.URL); r.status != 200 || string(r.body) != "none" {
+		t.Errorf("no token: status %d body %q, want 200 none", r.status, r.body)
+	}
+	if r := mustSend(t, c, srv.URL, "2:x"); r.status != 200 || string(r.body) != "2:x" {
+		t.Errorf("token: status %d body %q, want 200 2:x", r.status, r.body)
+	}
+	// A token that is present is still checked.
+	if r := mustSend(t, c, srv.URL, "x:2"); r.status != 400 {
+		t.Errorf("malformed token with TokenOptional: status %d, want 400", r.status)
+	}
+	if r := mustSend(t, c, srv.URL, "1:x"); r.status != 412 {
+		t.Errorf("stale token with TokenOptional: status %d, want 412", r.status)
+	}
+}
+
+func TestMiddlewareWithResource(t *testing.T) {
+	g := NewMemoryGuard()
+	h := &tokenEcho{}
+	byPath := func(r *http.Request) (string, error) {
+		res, ok := strings.CutPrefix(r.URL.Path, "/invoices/")
+		if !ok || res == "" {
+			return "", fmt.Errorf("path %q is not /invoices/<id>", r.URL.Path)
+		}
+		return "invoices/" + res, nil
+	}
+	srv := httptest.NewServer(NewMiddleware(g, WithResource(byPath))(h))
+	defer srv.Close()
+	c := srv.Client()
+
+	if r := mustSend(t, c, srv.URL+"/invoices/1", "3:invoices/1"); r.status != 200 {
+		t.Errorf("matching resource: status %d body %s, want 200", r.status, r.body)
+	}
+	r := mustSend(t, c, srv.URL+"/invoices/2", "3:invoices/1")
+	want := Problem{
+		Type:           ProblemTypeWrongResource,
+		Title:          "Fencing token is for another resource",
+		Status:         400,
+		Detail:         `the token is for resource "invoices/1"; this request writes resource "invoices/2"`,
+		Resource:       "invoices/1",
+		PresentedEpoch: 3,
+	}
+	if p := r.problem(t); r.status != 400 || p != want {
+		t.Errorf("other resource: status %d problem %+v, want 400 %+v", r.status, p, want)
+	}
+	r = mustSend(t, c, srv.URL+"/other", "3:invoices/1")
+	if p := r.problem(t); r.status != 400 || p.Type != ProblemTypeWrongResource || !strings.Contains(p.Detail, `path "/other"`) {
+		t.Errorf("unnamed resource: status %d problem %+v", r.status, p)
+	}
+	if n := h.callCount(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	if g.Current("invoices/2") != 0 {
+		t.Errorf("a token for another resource admitted an epoch for invoices/2")
+	}
+}
+
+// TestMiddlewareMisconfigured checks that a misconfigured middleware is
+// built without panicking and then refuses every request, with or without
+// a token, with 500 ProblemTypeMisconfigured naming the mistake, without
+// running the handler, admitting an epoch or taking a lock.
+func TestMiddlewareMisconfigured(t *testing.T) {
+	res := func(*http.Request) (string, error) { return "r", nil }
+	tests := []struct {
+		name  string
+		build func(Guard, http.Handler) http.Handler
+		want  string // in the problem's detail
+	}{
+		{"nil guard", func(_ Guard, h http.Handler) http.Handler { return NewMiddleware(nil)(h) },
+			"fence: NewMiddleware misconfigured: the Guard is nil"},
+		{"Middleware nil guard", func(_ Guard, h http.Handler) http.Handler { return Middleware(nil, h) },
+			"fence: Middleware misconfigured: the Guard is nil"},
+		{"Middleware nil next", func(g Guard, _ http.Handler) http.Handler { return Middleware(g, nil) },
+			"fence: Middleware misconfigured: the next handler is nil"},
+		{"NewMiddleware nil next", func(g Guard, _ http.Handler) http.Handler { return NewMiddleware(g, TokenOptional())(nil) },
+			"fence: NewMiddleware misconfigured: the next handler is nil"},
+		{"nil option", func(g Guard, h http.Handler) http.Handler { return NewMiddleware(g, TokenOptional(), nil)(h) },
+			"fence: NewMiddleware misconfigured: the MiddlewareOption at index 1 is nil"},
+		{"nil resource func", func(g Guard, h http.Handler) http.Handler { return NewMiddleware(g, WithResource(nil))(h) },
+			"fence: NewMiddleware misconfigured: WithResource: the resource function is nil"},
+		{"WithResource twice", func(g Guard, h http.Handler) http.Handler {
+			return NewMiddleware(g, WithResource(res), TokenOptional(), WithResource(res))(h)
+		}, "fence: NewMiddleware misconfigured: WithResource given 2 times; give it at most once"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewMemoryGuard()
+			h := &tokenEcho{}
+			srv := httptest.NewServer(tt.build(g, h))
+			defer srv.Close()
+			c := srv.Client()
+			// No token (refused even with TokenOptional), a good token, a
+			// malformed one: the configuration error wins over all of them.
+			for _, tokens := range [][]string{nil, {"1:r"}, {"x"}} {
+				r := mustSend(t, c, srv.URL, tokens...)
+				p := r.problem(t)
+				want := Problem{
+					Type:   ProblemTypeMisconfigured,
+					Title:  "Fencing middleware misconfigured",
+					Status: http.StatusInternalServerError,
+					Detail: tt.want,
+				}
+				if r.status != http.StatusInternalServerError || p != want {
+					t.Errorf("tokens %q: status %d problem %+v, want 500 %+v", tokens, r.status, p, want)
+				}
+			}
+			if n := h.callCount(); n != 0 {
+				t.Errorf("handler ran %d times, want 0", n)
+			}
+			if e := g.Current("r"); e != 0 {
+				t.Errorf("misconfigured middleware admitted epoch %d", e)
+			}
+			if n := admissions.size(); n != 0 {
+				t.Errorf("%d resources still held", n)
+			}
+		})
+	}
+}
+
+// effectLog is the atomicity checker's record: the epochs of the effects in
+// the order they happened.
+type effectLog struct {
+	mu     sync.Mutex
+	epochs []int64
+}
+
+// effect stands for a write that takes a while: it sleeps a random short
+// time, then records the epoch it was performed under.
+func (l *effectLog) effect(t Token) {
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+	l.mu.Lock()
+	l.epochs = append(l.epochs, t.Epoch)
+	l.mu.Unlock()
+}
+
+// violation describes the first effect performed with a lower epoch than an
+// earlier effect, or returns "" if the log is non-decreasing.
+func (l *effectLog) violation() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := 1; i < len(l.epochs); i++ {
+		if l.epochs[i] < l.epochs[i-1] {
+			return fmt.Sprintf("effect %d ran with epoch %d after epoch %d", i, l.epochs[i], l.epochs[i-1])
+		}
+	}
+	return ""
+}
+
+func TestEffectLogViolation(t *testing.T) {
+	ok := &effectLog{epochs: []int64{1, 1, 2, 5}}
+	if v := ok.violation(); v != "" {
+		t.Errorf("violation(non-decreasing) = %q", v)
+	}
+	bad := &effectLog{epochs: []int64{1, 5, 4}}
+	if v := bad.violation(); v == "" {
+		t.Errorf("violation missed 5 then 4")
+	}
+}
+
+// sendFunc sends one fenced write with t and reports whether it was
+// admitted (false: refused as stale).
+type sendFunc func(ctx context.Context, t Token) (admitted bool, err error)
+
+// runConcurrent has workers send writes for one resource with random,
+// loosely increasing epochs, so that stale tokens race current ones.
+func runConcurrent(t *testing.T, seed uint64, workers, ops int, send sendFunc) (admitted, fenced int) {
+	t.Helper()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for i := range ops {
+				tk := Token{Resource: "atomic", Epoch: int64(i) + 1 + rng.Int64N(4)}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ok, err := send(ctx, tk)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("send %s: %w", tk, err)
+					return
+				}
+				mu.Lock()
+				if ok {
+					admitted++
+				} else {
+					fenced++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	return admitted, fenced
+}
+
+// httpSender posts to url with t in the Fencing-Token header.
+func httpSender(c *http.Client, url string) sendFunc {
+	return func(ctx context.Context, tk Token) (bool, error) {
+		r, err := send(ctx, c, url, tk.String())
+		if err != nil {
+			return false, err
+		}
+		switch r.status {
+		case http.StatusOK:
+			return true, nil
+		case http.StatusPreconditionFailed:
+			return false, nil
+		}
+		return false, fmt.Errorf("status %d: %s", r.status, r.body)
+	}
+}
+
+// startEffectServer serves mw(handler) where handler performs log.effect
+// under the token from its context.
+func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *effectLog) (*httptest.Server, *http.Client) {
+	t.Helper()
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tk, ok := TokenFrom(r.Context())
+		if !ok {
+			http.Error(w, "no token in context", http.StatusInternalServerError)
+			return
+		}
+		log.effect(tk)
+	})))
+	c := srv.Client()
+	c.Transport.(*http.Transport).MaxIdleConnsPerHost = 32
+	return srv, c
+}
+
+// TestMiddlewareAtomic checks that the middleware makes the check and the
+// handler's effect atomic: concurrent requests with racing epochs produce
+// effects in non-decreasing epoch order.
+func TestMiddlewareAtomic(t *testing.T) {
+	for round := range 3 {
+		log := &effectLog{}
+		srv, c := startEffectServer(t, NewMiddleware(NewMemoryGuard()), log)
+		admitted, fenced := runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
+		t.Logf("round %d: %d admitted, %d fenced", round, admitted, fenced)
+		srv.Close()
+		if v := log.violation(); v != "" {
+			t.Fatalf("round %d: %s", round, v)
+		}
+		// Guard against a vacuous pass: both outcomes must be common.
+		if admitted < 40 || fenced < 40 {
+			t.Errorf("round %d: %d admitted, %d fenced; workload too weak to mean anything", round, admitted, fenced)
+		}
+	}
+}
+
+// brokenMiddleware is the mistake NewMiddleware exists to prevent: it takes
+// the resource's lock and admits the token exactly as the real one does, but
+// lets go of the lock before calling the handler.
+func brokenMiddleware(g Guard) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tk, err := ParseToken(r.Header.Get(Header))
+			if err != nil {
+				_ = ProblemFor(err).Write(w)
+				return
+			}
+			release, err := admit(r.Context(), g, tk)
+			if err != nil {
+				_ = ProblemFor(err).Write(w)
+				return
+			}
+			release() // the bug
+			next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), tk)))
+		})
+	}
+}
+
+// TestBrokenMiddlewareIsCaught is the control for TestMiddlewareAtomic: the
+// same workload and checker must catch a middleware that releases the
+// resource before the handler runs.
+func TestBrokenMiddlewareIsCaught(t *testing.T) {
+	const maxRounds = 20
+	for round := range maxRounds {
+		log := &effectLog{}
+		srv, c := startEffectServer(t, brokenMiddleware(NewMemoryGuard()), log)
+		runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
+		srv.Close()
+		if v := log.violation(); v != "" {
+			t.Logf("round %d: checker caught the broken middleware: %s", round, v)
+			return
+		}
+	}
+	t.Fatalf("checker found no violation in %d rounds against the broken middleware", maxRounds)
+}
+
+// waitForHolders waits until n goroutines hold or wait for resource in the
+// process-wide lock table; it is how a test knows a request is queued
+// without guessing with sleeps.
+func waitForHolders(t *testing.T, resource string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		admissions.mu.Lock()
+		got := 0
+		if rl := admissions.m[resource]; rl != nil {
+			got = rl.refs
+		}
+		admissions.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("resource %q: %d holders and waiters, want %d", resource, got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// statusRecorder remembers the status a handler wrote, for requests whose
+// client has gone away and cannot see it.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// TestMiddlewareHoldsOnlyItsResource checks that a running handler holds its
+// own resource only: another resource proceeds, a request for the same
+// resource waits, and a waiting request gives up when its context is done.
+func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
+	g := NewMemoryGuard()
+	entered := make(chan Token, 1)
+	release := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tk, _ := TokenFrom(r.Context())
+		if tk.Resource == "held" && tk.Epoch == 1 {
+			entered <- tk
+			<-release
+		}
+		fmt.Fprint(w, tk.String())
+	})
+	mw := Middleware(g, handler)
+	outcomes := make(chan int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Server-side deadline: the client sees the 503.
+		if r.Header.Get("X-Test-Deadline") != "" {
+			ctx, cancel := context.WithTimeout(r.Context(), 20*time.Millisecond)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		mw.ServeHTTP(rec, r)
+		if r.Header.Get("X-Test-Record") != "" {
+			outcomes <- rec.status
+		}
+	}))
+	defer srv.Close()
+	c := srv.Client()
+
+	first := make(chan httpReply, 1)
+	go func() {
+		r, err := send(context.Background(), c, srv.URL, "1:held")
+		if err != nil {
+			t.Errorf("first request: %v", err)
+		}
+		first <- r
+	}()
+	<-entered
+
+	// Another resource is not held up by "held".
+	if r := mustSend(t, c, srv.URL, "1:free"); r.status != 200 {
+		t.Errorf("other resource while held: status %d, want 200", r.status)
+	}
+
+	// The same resource waits; a server-side deadline ends the wait
+	// with 503 and the problem names the token.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
+	req.Header.Set(Header, "2:held")
+	req.Header.Set("X-Test-Deadline", "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r := httpReply{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
+	if p := r.problem(t); r.status != 503 || p.Resource != "held" || p.PresentedEpoch != 2 ||
+		!strings.Contains(p.Detail, context.DeadlineExceeded.Error()) {
+		t.Errorf("waiting past the deadline: status %d problem %+v, want 503 naming held/2", r.status, p)
+	}
+
+	// A client that gives up while waiting: the server stops waiting
+	// and does not admit its token.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		req.Header.Set(Header, "3:held")
+		req.Header.Set("X-Test-Record", "1")
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gaveUp <- err
+	}()
+	waitForHolders(t, "held", 2)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled client: %v, want context.Canceled", err)
+	}
+	if status := <-outcomes; status != http.StatusServiceUnavailable {
+		t.Errorf("server answered the abandoned wait with %d, want 503", status)
+	}
+	waitForHolders(t, "held", 1)
+	if g.Current("held") != 1 {
+		t.Errorf("abandoned waiters changed Current to %d", g.Current("held"))
+	}
+
+	// A waiter that keeps waiting gets in once the handler returns.
+	second := make(chan httpReply, 1)
+	go func() {
+		r, err := send(context.Background(), c, srv.URL, "4:held")
+		if err != nil {
+			t.Errorf("second request: %v", err)
+		}
+		second <- r
+	}()
+	waitForHolders(t, "held", 2)
+	if g.Current("held") != 1 {
+		t.Errorf("a waiting request was admitted while the handler ran: Current = %d", g.Current("held"))
+	}
+	close(release)
+	if r := <-first; r.status != 200 {
+		t.Errorf("first request: status %d", r.status)
+	}
+	if r := <-second; r.status != 200 || string(r.body) != "4:held" {
+		t.Errorf("second request: status %d body %q", r.status, r.body)
+	}
+	waitForHolders(t, "held", 0)
+	if n := admissions.size(); n != 0 {
+		t.Errorf("lock table keeps %d idle resources", n)
+	}
+}
+
+// TestMiddlewareHandlerPanic checks that a panicking handler does not leave
+// its resource locked.
+func TestMiddlewareHandlerPanic(t *testing.T) {
+	g := NewMemoryGuard()
+	srv := httptest.NewServer(Middleware(g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Panic") != "" {
+			panic(http.ErrAbortHandler)
+		}
+	})))
+	defer srv.Close()
+	c := srv.Client()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
+	req.Header.Set(Header, "1:p")
+	req.Header.Set("X-Panic", "1")
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("aborted handler: got a response with status %d", resp.StatusCode)
+	}
+	if r := mustSend(t, c, srv.URL, "1:p"); r.status != 200 {
+		t.Errorf("after a panicking handler: status %d, want 200", r.status)
+	}
+	waitForHolders(t, "p", 0)
+}
+
+func TestResourceLocks(t *testing.T) {
+	var l resourceLocks
+	ctx := context.Background()
+	a, err := l.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.lock(ctx, "b")
+	if err != nil {
+		t.Fatalf("lock(b) while a is held: %v", err)
+	}
+	if l.size() != 2 {
+		t.Errorf("size = %d, want 2", l.size())
+	}
+
+	// A done context never gets in, whether it was done before or while
+	// waiting, and leaves no entry behind.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.lock(done, "c"); !errors.Is(err, context.Canceled) {
+		t.Errorf("lock with a done context = %v", err)
+	}
+	waiting, cancelWait := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() {
+		_, err := l.lock(waiting, "a")
+		res <- err
+	}()
+	for {
+		l.mu.Lock()
+		refs := l.m["a"].refs
+		l.mu.Unlock()
+		if refs == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancelWait()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Errorf("abandoned wait = %v", err)
+	}
+	l.unlock(a)
+	l.unlock(b)
+	if l.size() != 0 {
+		t.Errorf("size after unlocking everything = %d, want 0", l.size())
+	}
+	// The lock is usable again after its entry was dropped.
+	a, err = l.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.unlock(a)
+}
+
+// TestResourceLocksMutualExclusion hammers one resource and checks that no
+// two holders overlap and that the table ends empty.
+func TestResourceLocksMutualExclusion(t *testing.T) {
+	var (
+		l       resourceLocks
+		inside  int
+		maxSeen int
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+	)
+	for range 16 {
+		wg.Go(func() {
+			for range 200 {
+				rl, err := l.lock(context.Background(), "x")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				maxSeen = max(maxSeen, inside)
+				mu.Unlock()
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				l.unlock(rl)
+			}
+		})
+	}
+	wg.Wait()
+	if maxSeen != 1 {
+		t.Errorf("%d holders at once, want 1", maxSeen)
+	}
+	if l.size() != 0 {
+		t.Errorf("size = %d, want 0", l.size())
+	}
+}
+
+func TestProblemFor(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		typ    string
+	}{
+		{fmt.Errorf("wrapped: %w", &FencedError{Token: Token{Resource: "r", Epoch: 1}, Current: 2}), 412, ProblemTypeFenced},
+		{fmt.Errorf("%w: bad", ErrMalformedToken), 400, ProblemTypeMalformedToken},
+		{fmt.Errorf("waiting: %w", context.Canceled), 503, "about:blank"},
+		{context.DeadlineExceeded, 503, "about:blank"},
+		{errors.New("dial tcp 10.0.0.7:5432: connection refused"), 500, "about:blank"},
+	}
+	for _, tt := range tests {
+		p := ProblemFor(tt.err)
+		if p.Status != tt.status || p.Type != tt.typ || p.Title == "" {
+			t.Errorf("ProblemFor(%v) = %+v, want status %d type %s", tt.err, p, tt.status, tt.typ)
+		}
+		if tt.status == 500 && strings.Contains(p.Detail, "10.0.0.7") {
+			t.Errorf("ProblemFor leaks an internal error: %q", p.Detail)
+		}
+	}
+	if _, ok := ProblemFor(fmt.Errorf("%w: bad", ErrMalformedToken)).Fenced(); ok {
+		t.Errorf("Fenced() true for a malformed-token problem")
+	}
+	rec := httptest.NewRecorder()
+	if err := (Problem{Title: "no status"}).Write(rec); err != nil || rec.Code != 500 {
+		t.Errorf("Write of a problem without a status: %v, code %d; want 500", err, rec.Code)
+	}
+}
+
+// bodyCloser records whether a RoundTripper closed the request body.
+type bodyCloser struct {
+	io.Reader
+	closed bool
+}
+
+func (b *bodyCloser) Close() error { b.closed = true; return nil }
+
+// recordingTransport records the requests it is given and answers 204.
+type recordingTransport struct {
+	reqs       []*http.Request
+	closedIdle bool
+}
+
+func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt.reqs = append(rt.reqs, req)
+	return &http.Response{StatusCode: 204, Body: http.NoBody, Request: req}, nil
+}
+
+func (rt *recordingTransport) CloseIdleConnections() { rt.closedIdle = true }
+
+func TestTransport(t *testing.T) {
+	tk := Token{Resource: "jobs/9", Epoch: 12}
+	base := &recordingTransport{}
+	tr := NewTransport(base)
+
+	// The context's token is sent, on a clone: the caller's request and
+	// its header map are untouched.
+	req, _ := http.NewRequestWithContext(WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
+	req.Header.Set("X-Other", "1")
+	before := req.Header.Clone()
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	sent := base.reqs[0]
+	if got := sent.Header.Get(Header); got != "12:jobs/9" {
+		t.Errorf("sent %s = %q, want 12:jobs/9", Header, got)
+	}
+	if sent.Header.Get("X-Other") != "1" {
+		t.Errorf("the clone lost the caller's headers")
+	}
+	if sent == req || !reflect.DeepEqual(req.Header, before) {
+		t.Errorf("RoundTrip modified the caller's request: header %v", req.Header)
+	}
+
+	// An explicit header wins over the context.
+	req, _ = http.NewRequestWithContext(WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
+	req.Header.Set(Header, "3:jobs/9")
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got := base.reqs[1].Header.Values(Header); len(got) != 1 || got[0] != "3:jobs/9" {
+		t.Errorf("explicit header: sent %v, want [3:jobs/9]", got)
+	}
+
+	// No token: the request is passed through as is.
+	req, _ = http.NewRequest(http.MethodGet, "http://example.invalid/x", nil)
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if base.reqs[2] != req || req.Header.Get(Header) != "" {
+		t.Errorf("request without a token was changed")
+	}
+
+	// A request built without a header map still gets one.
+	req = (&http.Request{Method: http.MethodGet, URL: req.URL}).WithContext(WithToken(context.Background(), tk))
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got := base.reqs[3].Header.Get(Header); got != "12:jobs/9" || req.Header != nil {
+		t.Errorf("nil header map: sent %q, caller's header %v", got, req.Header)
+	}
+
+	// An invalid token is not sent, and the body is closed as the
+	// RoundTripper contract requires.
+	body := &bodyCloser{Reader: strings.NewReader("x")}
+	req, _ = http.NewRequestWithContext(WithToken(context.Background(), Token{Resource: "r"}), http.MethodPost, "http://example.invalid/x", body)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrMalformedToken) || !body.closed {
+		t.Errorf("invalid token: err %v, body closed %v; want ErrMalformedToken and closed", err, body.closed)
+	}
+	if len(base.reqs) != 4 {
+		t.Errorf("invalid token reached the base transport")
+	}
+
+	tr.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	if !base.closedIdle {
+		t.Errorf("CloseIdleConnections was not forwarded")
+	}
+}
+
+// TestTransportToMiddleware runs the client and server halves together:
+// the token put in the context by the lease holder reaches the handler.
+func TestTransportToMiddleware(t *testing.T) {
+	g := NewMemoryGuard()
+	srv := httptest.NewServer(Middleware(g, &tokenEcho{}))
+	defer srv.Close()
+
+	// nil base: http.DefaultTransport, whose idle connections srv.Close
+	// closes.
+	c := &http.Client{Transport: NewTransport(nil)}
+	for _, tc := range []struct {
+		tk     Token
+		status int
+	}{{Token{Resource: "t", Epoch: 2}, 200}, {Token{Resource: "t", Epoch: 1}, 412}} {
+		req, _ := http.NewRequestWithContext(WithToken(context.Background(), tc.tk), http.MethodPost, srv.URL, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d body %s, want %d", tc.tk, resp.StatusCode, body, tc.status)
+		}
+		if tc.status == 200 && string(body) != tc.tk.String() {
+			t.Errorf("%s: handler saw %q", tc.tk, body)
+		}
+	}
+	c.CloseIdleConnections()
+}

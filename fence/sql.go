@@ -1,0 +1,448 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/leasehold/leasehold/internal/keys"
+)
+
+// DefaultSQLTable is the table an SQLGuard keeps its epochs in unless
+// WithTable names another.
+const DefaultSQLTable = "leasehold_fence"
+
+// SQLSchema is the DDL NewSQLGuard runs for the default table. It is the same
+// text for PostgreSQL and SQLite, and it is idempotent. Teams that manage
+// their schema with a migration tool can copy it, open the guard with
+// WithoutCreateTable, and never give the application role DDL rights.
+//
+// A table under another name (WithTable) must have the same two columns:
+// resource, a text primary key (or unique, not null), and epoch, a 64-bit
+// integer. Identifiers are quoted, so the name is case-sensitive on
+// PostgreSQL: a table created unquoted as MyFence is stored as "myfence".
+const SQLSchema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
+	resource TEXT PRIMARY KEY,
+	epoch    BIGINT NOT NULL CHECK (epoch > 0)
+)`
+
+// Dialect is the SQL database an SQLGuard talks to. The admission statement
+// is the same upsert on both supported databases; the dialect picks the
+// placeholder syntax and the version check, and naming it explicitly is what
+// lets NewSQLGuard refuse a database whose locking it has not been verified
+// against instead of failing at the first admission.
+type Dialect int
+
+const (
+	// DialectPostgres is PostgreSQL 9.5 or later (INSERT ... ON CONFLICT).
+	DialectPostgres Dialect = iota + 1
+	// DialectSQLite is SQLite 3.24 or later (UPSERT).
+	DialectSQLite
+)
+
+// String returns the database's name, for errors and logs.
+func (d Dialect) String() string {
+	switch d {
+	case DialectPostgres:
+		return "PostgreSQL"
+	case DialectSQLite:
+		return "SQLite"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// driverDialects maps the Go package of a database/sql driver to the dialect
+// it speaks. Only drivers the guard's tests run against are listed: a driver
+// that merely speaks the same SQL could still differ in what RowsAffected
+// reports or in how it begins transactions, so any other driver needs an
+// explicit WithDialect, which is the user saying they checked.
+var driverDialects = map[string]Dialect{
+	"github.com/jackc/pgx/v5/stdlib": DialectPostgres,
+	"modernc.org/sqlite":             DialectSQLite,
+}
+
+// SQLOption configures NewSQLGuard.
+type SQLOption func(*sqlConfig) error
+
+type sqlConfig struct {
+	table       string
+	dialect     Dialect // 0: detect from the driver
+	createTable bool
+}
+
+// WithTable makes the guard keep its epochs in table instead of
+// DefaultSQLTable, for example to give each service its own. The name must
+// match [A-Za-z_][A-Za-z0-9_]{0,62}: it is spliced into SQL text (a table name
+// cannot be a bind parameter), so only names that need no escaping are
+// accepted, and 63 bytes is PostgreSQL's identifier limit, beyond which it
+// would silently truncate the name. Schema-qualified names are not accepted;
+// use the connection's search_path to pick a PostgreSQL schema.
+func WithTable(name string) SQLOption {
+	return func(c *sqlConfig) error {
+		if err := validateTable(name); err != nil {
+			return err
+		}
+		c.table = name
+		return nil
+	}
+}
+
+// WithDialect says which database db is, instead of detecting it from the
+// driver. It is required for drivers other than github.com/jackc/pgx/v5/stdlib
+// and modernc.org/sqlite, and it is the caller's statement that the driver
+// reports RowsAffected for an upsert the way those do (0 when the WHERE of
+// DO UPDATE is false).
+func WithDialect(d Dialect) SQLOption {
+	return func(c *sqlConfig) error {
+		if d != DialectPostgres && d != DialectSQLite {
+			return fmt.Errorf("fence: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
+		}
+		c.dialect = d
+		return nil
+	}
+}
+
+// WithoutCreateTable makes NewSQLGuard check that the table exists, with the
+// expected columns, instead of creating it. Use it when the schema is managed
+// elsewhere (see SQLSchema) and the application's role may not run DDL:
+// PostgreSQL checks the CREATE privilege even for CREATE TABLE IF NOT EXISTS
+// on an existing table.
+func WithoutCreateTable() SQLOption {
+	return func(c *sqlConfig) error {
+		c.createTable = false
+		return nil
+	}
+}
+
+func validateTable(name string) error {
+	const rule = "[A-Za-z_][A-Za-z0-9_]{0,62}"
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("fence: WithTable: table name %q must be 1 to 63 bytes matching %s", truncate(name), rule)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if letter || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		return fmt.Errorf("fence: WithTable: table name %q must match %s (byte %d is %q)", truncate(name), rule, i, c)
+	}
+	return nil
+}
+
+// quoteIdent quotes a name validateTable accepted. Quoting keeps reserved
+// words such as "order" usable as table names on both databases.
+func quoteIdent(name string) string { return `"` + name + `"` }
+
+// SQLGuard is a Guard whose epochs live in a table of the same SQL database
+// as the data it protects, so that admitting a token and writing the effect
+// commit or roll back as one transaction. It supports PostgreSQL (9.5 or
+// later) and SQLite (3.24 or later). An SQLGuard is safe for concurrent use
+// and holds no state besides its *sql.DB.
+//
+// # Admission
+//
+// AdmitTx runs one statement in the caller's transaction (placeholders are
+// ?1 and ?2 on SQLite):
+//
+//	INSERT INTO "leasehold_fence" (resource, epoch) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch
+//	WHERE "leasehold_fence".epoch <= excluded.epoch
+//
+// One row affected means admitted (first token for the resource, an equal
+// epoch, or a higher one); zero rows means a higher epoch is recorded, and
+// AdmitTx reads it, in the same transaction, into a *FencedError. The check
+// and the record are one statement, so no other writer can slip between them;
+// what makes the record and the caller's effect atomic is the transaction,
+// and what keeps an older holder from committing after a newer one is the
+// lock the statement takes:
+//
+//   - PostgreSQL: ON CONFLICT DO UPDATE locks the conflicting row, then
+//     evaluates the WHERE against the latest committed version of it (not the
+//     statement's snapshot), and the row stays locked until the caller's
+//     transaction ends, whether it was updated or not. A concurrent admission
+//     for the same resource, at any epoch, waits for that lock, so it sees the
+//     outcome of every transaction that admitted before it: a lower epoch can
+//     never commit after a higher one has. A first insertion for a new
+//     resource is serialised the same way, on the primary key. This holds at
+//     READ COMMITTED, PostgreSQL's default, and above. At REPEATABLE READ and
+//     SERIALIZABLE, a row changed by a transaction that committed after the
+//     caller's snapshot makes the statement fail with a serialization failure
+//     (SQLSTATE 40001) instead of waiting: the error is returned, wrapped, the
+//     transaction is aborted, and the caller retries it as for any other
+//     serialization failure.
+//
+//   - SQLite: there is one writer per database; the upsert takes the write
+//     lock and holds it until the caller's transaction ends, so admissions
+//     and effects are serialised wholesale. A transaction that began with a
+//     read may be refused the write lock with SQLITE_BUSY (without waiting)
+//     if another writer committed meanwhile; that is safe but spurious. Open
+//     the database with _txlock=immediate so transactions take the write lock
+//     at BEGIN, and with a busy timeout so they wait for it instead of
+//     failing.
+//
+// With modernc.org/sqlite, a DSN doing both reads
+//
+//	file:app.db?_pragma=busy_timeout(5000)&_txlock=immediate
+//
+// A refusal does not make the caller's transaction fail: the upsert affects
+// zero rows, which is not an error, so the transaction stays usable and can
+// be rolled back (on PostgreSQL a failed statement would abort it). It still
+// holds the lock, so roll it back promptly.
+//
+// Holding the lock until commit is also the cost: a newer holder's admission
+// waits for an older holder's open transaction on the same resource. Keep
+// fenced transactions short, and bound them with a context deadline (or
+// PostgreSQL's lock_timeout). A transaction that admits several resources
+// should admit them in a consistent order (sorted, say): two transactions
+// locking the same two rows in opposite orders deadlock, and PostgreSQL
+// breaks that by aborting one of them (SQLSTATE 40P01).
+type SQLGuard struct {
+	db      *sql.DB
+	dialect Dialect
+	table   string
+	// admitSQL is the whole check-and-record; see the type's doc.
+	admitSQL string
+	// currentSQL reads the recorded epoch; after a refusal it runs in the
+	// same transaction, which already holds the row's lock, so the value is
+	// the one that refused the token.
+	currentSQL string
+}
+
+var _ Guard = (*SQLGuard)(nil)
+
+// NewSQLGuard returns a guard keeping its epochs in a table of db, and
+// creates the table (SQLSchema) if it is missing, unless WithoutCreateTable
+// is given. Calling it again, from this process or another, with the table
+// in place is fine.
+//
+// The dialect is detected from db's driver (github.com/jackc/pgx/v5/stdlib:
+// PostgreSQL; modernc.org/sqlite: SQLite); any other driver needs
+// WithDialect. NewSQLGuard then checks that the server is recent enough for
+// INSERT ... ON CONFLICT, so an unsuitable database is reported now rather
+// than at the first admission. These statements run with a background
+// context; bound them with the driver's connect timeout if needed.
+func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
+	if db == nil {
+		return nil, errors.New("fence: NewSQLGuard: nil *sql.DB")
+	}
+	cfg := sqlConfig{table: DefaultSQLTable, createTable: true}
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.dialect == 0 {
+		pkg := driverPackage(db)
+		d, ok := driverDialects[pkg]
+		if !ok {
+			return nil, fmt.Errorf("fence: NewSQLGuard: cannot tell the SQL dialect of driver %T (package %q); pass WithDialect(DialectPostgres) or WithDialect(DialectSQLite)", db.Driver(), pkg)
+		}
+		cfg.dialect = d
+	}
+
+	g := &SQLGuard{db: db, dialect: cfg.dialect, table: cfg.table}
+	qt := quoteIdent(cfg.table)
+	p1, p2 := "$1", "$2"
+	if cfg.dialect == DialectSQLite {
+		// ?NNN is SQLite's own numbered parameter; "$1" would be a named
+		// parameter that some drivers bind by name.
+		p1, p2 = "?1", "?2"
+	}
+	g.admitSQL = "INSERT INTO " + qt + " (resource, epoch) VALUES (" + p1 + ", " + p2 + ")" +
+		" ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch" +
+		" WHERE " + qt + ".epoch <= excluded.epoch"
+	g.currentSQL = "SELECT epoch FROM " + qt + " WHERE resource = " + p1
+
+	ctx := context.Background()
+	if err := g.checkVersion(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.createTable {
+		ddl := strings.Replace(SQLSchema, quoteIdent(DefaultSQLTable), qt, 1)
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			// Concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL
+			// with a unique violation in its catalog when another process
+			// created the table at the same moment; the table then exists,
+			// which is all that was asked for.
+			if probeErr := g.probeTable(ctx); probeErr != nil {
+				return nil, fmt.Errorf("fence: NewSQLGuard: creating table %s: %w", cfg.table, err)
+			}
+		}
+	}
+	if err := g.probeTable(ctx); err != nil {
+		return nil, fmt.Errorf("fence: NewSQLGuard: table %s is not usable (want columns resource and epoch; see SQLSchema): %w", cfg.table, err)
+	}
+	return g, nil
+}
+
+// driverPackage returns the import path of the package defining db's driver
+// type. The package path, unlike the name under which the driver was
+// registered, cannot be changed by the caller and does not depend on whether
+// the db came from sql.Open or sql.OpenDB.
+func driverPackage(db *sql.DB) string {
+	t := reflect.TypeOf(db.Driver())
+	if t == nil {
+		return ""
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath()
+}
+
+// checkVersion refuses servers without the upsert AdmitTx relies on.
+func (g *SQLGuard) checkVersion(ctx context.Context) error {
+	switch g.dialect {
+	case DialectPostgres:
+		var s string
+		if err := g.db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')").Scan(&s); err != nil {
+			return fmt.Errorf("fence: NewSQLGuard: reading the PostgreSQL version: %w", err)
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("fence: NewSQLGuard: PostgreSQL server_version_num %q is not a number", s)
+		}
+		if n < 90500 {
+			return fmt.Errorf("fence: NewSQLGuard: PostgreSQL server_version_num %d is too old: INSERT ... ON CONFLICT needs 9.5 or later", n)
+		}
+	case DialectSQLite:
+		var s string
+		if err := g.db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&s); err != nil {
+			return fmt.Errorf("fence: NewSQLGuard: reading the SQLite version: %w", err)
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(s, "%d.%d", &major, &minor); err != nil {
+			return fmt.Errorf("fence: NewSQLGuard: SQLite version %q: %w", s, err)
+		}
+		if major < 3 || major == 3 && minor < 24 {
+			return fmt.Errorf("fence: NewSQLGuard: SQLite %s is too old: UPSERT needs 3.24 or later", s)
+		}
+	}
+	return nil
+}
+
+// probeTable checks that the table exists with the columns the statements
+// use, without reading any row.
+func (g *SQLGuard) probeTable(ctx context.Context) error {
+	rows, err := g.db.QueryContext(ctx, "SELECT resource, epoch FROM "+quoteIdent(g.table)+" WHERE 1 = 0")
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// Dialect returns the database dialect the guard was configured with or
+// detected.
+func (g *SQLGuard) Dialect() Dialect { return g.dialect }
+
+// Table returns the name of the table holding the guard's epochs.
+func (g *SQLGuard) Table() string { return g.table }
+
+// AdmitTx admits t inside tx, the caller's transaction, and records its
+// epoch there, so the admission commits or rolls back with whatever else tx
+// writes: write the protected effect in tx after AdmitTx returns nil, then
+// commit. Until tx ends, no token for t.Resource can be admitted by another
+// transaction, so no lower epoch can commit after tx's higher one, and no
+// effect of tx can commit after a newer holder's (see SQLGuard for the
+// argument per database and the isolation levels).
+//
+// A token whose epoch is below the recorded one is refused with a
+// *FencedError carrying the recorded epoch; tx remains usable and should be
+// rolled back. An invalid token is refused with an error wrapping
+// ErrMalformedToken before any SQL runs, and a done ctx returns ctx's error
+// without touching tx. Other errors come from the database, wrapped; after
+// one of those, tx may be aborted and must be rolled back.
+func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if tx == nil {
+		return errors.New("fence: SQLGuard.AdmitTx: nil *sql.Tx")
+	}
+	// database/sql checks ctx too, but checking here states the contract:
+	// a cancelled caller never sends a statement that could abort its tx.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, g.admitSQL, t.Resource, t.Epoch)
+	if err != nil {
+		return fmt.Errorf("fence: admitting %s in %s table %s: %w", t, g.dialect, g.table, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("fence: admitting %s: rows affected: %w", t, err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+	default:
+		return fmt.Errorf("fence: admitting %s: the upsert affected %d rows, want 0 or 1: is resource the table's primary key?", t, n)
+	}
+	// Refused. The row exists and this transaction holds its lock, so the
+	// epoch read here is the one the upsert compared against.
+	var cur int64
+	if err := tx.QueryRowContext(ctx, g.currentSQL, t.Resource).Scan(&cur); err != nil {
+		return fmt.Errorf("fence: %s was refused, but reading the current epoch failed: %w", t, err)
+	}
+	if cur <= t.Epoch {
+		// Only something outside the guard (a trigger, a rule, a driver
+		// that miscounts) can get here; admitting would be a guess.
+		return fmt.Errorf("fence: %s was refused, yet the recorded epoch is %d: is a trigger or rule rewriting table %s?", t, cur, g.table)
+	}
+	return &FencedError{Token: t, Current: cur}
+}
+
+// Admit implements Guard by running AdmitTx in a transaction of its own and
+// committing it, so it records t's epoch and, once it returns nil, every
+// token below it is refused. Like any bare admission it does not protect a
+// write made afterwards, which can still land after a newer holder's: put
+// the write in the same transaction with AdmitTx instead. Admit is for
+// callers whose effect is not in this database and who want to announce a
+// new epoch (fencing older holders) before acting.
+func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := g.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fence: admitting %s: begin: %w", t, err)
+	}
+	if err := g.AdmitTx(ctx, tx, t); err != nil {
+		// The admission's error is what the caller needs; a rollback
+		// failure after it changes nothing (nothing was recorded).
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fence: admitting %s: commit: %w", t, err)
+	}
+	return nil
+}
+
+// Current returns the highest epoch admitted and committed for resource, or
+// 0 if none has been. It reads outside any transaction the caller holds, so
+// it is a snapshot for monitoring, tests and error messages, not a basis for
+// admitting writes; AdmitTx is.
+func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) {
+	if err := keys.ValidateResource(resource); err != nil {
+		return 0, fmt.Errorf("fence: Current: %w", err)
+	}
+	var cur int64
+	err := g.db.QueryRowContext(ctx, g.currentSQL, resource).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fence: reading the current epoch of %q: %w", resource, err)
+	}
+	return cur, nil
+}

@@ -1,0 +1,82 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/leasehold/leasehold/fence"
+)
+
+// The effect and the admission share one transaction: the invoice's status
+// changes only if the token is current, and a superseded worker's late write
+// is refused instead of overwriting the new holder's.
+func ExampleSQLGuard() {
+	dir, err := os.MkdirTemp("", "leasehold-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	// _txlock=immediate and a busy timeout make concurrent writers queue
+	// for SQLite's write lock instead of failing with SQLITE_BUSY.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE invoices (id TEXT PRIMARY KEY, status TEXT)"); err != nil {
+		log.Fatal(err)
+	}
+
+	guard, err := fence.NewSQLGuard(db) // creates leasehold_fence
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	setStatus := func(t fence.Token, status string) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() // after Commit, a no-op
+		if err := guard.AdmitTx(ctx, tx, t); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx,
+			"INSERT INTO invoices (id, status) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET status = excluded.status",
+			t.Resource, status); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+
+	old := fence.Token{Resource: "invoices/42", Epoch: 7}
+	next := fence.Token{Resource: "invoices/42", Epoch: 8}
+	fmt.Println(setStatus(old, "sending"))
+	fmt.Println(setStatus(next, "sent"))
+	err = setStatus(old, "failed") // the old holder wakes up late
+	fmt.Println(errors.Is(err, fence.ErrFenced), err)
+
+	var status string
+	if err := db.QueryRowContext(ctx, "SELECT status FROM invoices WHERE id = 'invoices/42'").Scan(&status); err != nil {
+		log.Fatal(err)
+	}
+	current, err := guard.Current(ctx, "invoices/42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(status, current)
+	// Output:
+	// <nil>
+	// <nil>
+	// true fenced: resource "invoices/42": epoch 7 is below the current epoch 8
+	// sent 8
+}

@@ -1,0 +1,283 @@
+// Command fenced-http runs a downstream HTTP service that fences its writes
+// with leasehold's SQL guard, and two workers that go through a forced
+// expiry against it. It needs no flags: etcd runs embedded and the
+// service's database is a SQLite file in a temporary directory
+// (-postgres=DSN uses PostgreSQL instead).
+//
+// The service's handler checks the Fencing-Token header inside its own
+// database transaction — the token check and the insert commit together or
+// not at all — and answers a stale token with 412 and an
+// application/problem+json body. The run:
+//
+//  1. worker-1 takes orders/42 (epoch e1) and is cut off from etcd until
+//     its lease expires;
+//  2. worker-2 takes orders/42 (e2 > e1) and ships it: 201;
+//  3. worker-1 comes back and ships it too: 412, and its row never appears.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	_ "modernc.org/sqlite" // SQLite driver "sqlite"
+)
+
+func main() {
+	pg := flag.String("postgres", "", "PostgreSQL DSN for the downstream database (default: a temporary SQLite file)")
+	flag.Parse()
+	if err := run(*pg); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+// service is the downstream: it ships orders, fenced by the SQL guard in
+// the same transaction as the insert.
+type service struct {
+	db    *sql.DB
+	guard *fence.SQLGuard
+	pg    bool
+}
+
+func (s *service) ship(w http.ResponseWriter, r *http.Request) {
+	order := r.PathValue("id")
+	tok, err := fence.ParseToken(r.Header.Get(fence.Header))
+	switch {
+	case r.Header.Get(fence.Header) == "":
+		http.Error(w, "a Fencing-Token header is required", http.StatusPreconditionRequired)
+		return
+	case err != nil:
+		_ = fence.ProblemFor(err).Write(w)
+		return
+	case tok.Resource != "orders/"+order:
+		http.Error(w, "the token is for another resource", http.StatusBadRequest)
+		return
+	}
+	worker := r.Header.Get("Worker")
+	err = s.inTx(r.Context(), func(tx *sql.Tx) error {
+		// The check and the effect share one transaction: a lower epoch
+		// can never commit after a higher one.
+		if err := s.guard.AdmitTx(r.Context(), tx, tok); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(r.Context(), s.rebind(`INSERT INTO shipments(order_id, worker, epoch) VALUES (?, ?, ?)`), order, worker, tok.Epoch)
+		return err
+	})
+	if err != nil {
+		_ = fence.ProblemFor(err).Write(w)
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, "shipped order %s by %s at epoch %d\n", order, worker, tok.Epoch)
+}
+
+func (s *service) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// rebind turns ? placeholders into PostgreSQL's $n.
+func (s *service) rebind(q string) string {
+	if !s.pg {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func openDB(pgDSN string) (*sql.DB, bool, func(), error) {
+	if pgDSN != "" {
+		db, err := sql.Open("pgx", pgDSN)
+		return db, true, func() { _ = db.Close() }, err
+	}
+	dir, err := os.MkdirTemp("", "fenced-http-")
+	if err != nil {
+		return nil, false, nil, err
+	}
+	// busy_timeout and an immediate write lock keep concurrent writers
+	// from failing with SQLITE_BUSY.
+	dsn := "file:" + filepath.Join(dir, "shipments.db") + "?_pragma=busy_timeout(5000)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	return db, false, func() { _ = db.Close(); _ = os.RemoveAll(dir) }, err
+}
+
+func run(pgDSN string) error {
+	ctx := context.Background()
+	step := func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
+
+	// The downstream service.
+	db, pg, closeDB, err := openDB(pgDSN)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	guard, err := fence.NewSQLGuard(db)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shipments(order_id TEXT NOT NULL, worker TEXT NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
+		return err
+	}
+	svc := &service{db: db, guard: guard, pg: pg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders/{id}/ship", svc.ship)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	step("downstream service on %s (%s database, SQL guard table %q)", base, guard.Dialect(), guard.Table())
+
+	// etcd, and worker-1 behind a fault proxy.
+	cluster, err := e2e.Start("")
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	proxy, err := e2e.StartProxy(cluster.Endpoints()[0])
+	if err != nil {
+		return err
+	}
+	defer proxy.Close()
+	cli1, err := cluster.NewClient(proxy.Endpoint())
+	if err != nil {
+		return err
+	}
+	defer cli1.Close()
+	cli2, err := cluster.NewClient()
+	if err != nil {
+		return err
+	}
+	defer cli2.Close()
+	s1, err := session.New(ctx, cli1, session.WithWorker("worker-1"), session.WithTTL(2*time.Second))
+	if err != nil {
+		return err
+	}
+	defer s1.Close(ctx)
+	s2, err := session.New(ctx, cli2, session.WithWorker("worker-2"), session.WithTTL(2*time.Second))
+	if err != nil {
+		return err
+	}
+	defer s2.Close(ctx)
+	reg1, reg2 := lease.NewRegistry(cli1), lease.NewRegistry(cli2)
+	defer reg1.Close()
+	defer reg2.Close()
+
+	// Workers call the service through fence.NewTransport, which sends the
+	// token carried by the request's context.
+	client := &http.Client{Transport: fence.NewTransport(nil), Timeout: 5 * time.Second}
+	ship := func(ctx context.Context, l *lease.Lease) (int, string, error) {
+		req, err := http.NewRequestWithContext(fence.WithToken(ctx, l.Token()), http.MethodPost, base+"/orders/42/ship", nil)
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Worker", l.Worker())
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+
+	l1, err := reg1.TryAcquire(ctx, s1, "orders/42")
+	if err != nil {
+		return err
+	}
+	step("worker-1 acquired orders/42 at epoch %d", l1.Epoch())
+	proxy.Blackhole()
+	<-l1.Context().Done()
+	step("worker-1 cut off; its lease context ended: %v", context.Cause(l1.Context()))
+
+	l2, err := reg2.Acquire(ctx, s2, "orders/42") // waits until etcd expires worker-1's lease
+	if err != nil {
+		return err
+	}
+	step("worker-2 acquired orders/42 at epoch %d", l2.Epoch())
+	code, body, err := ship(l2.Context(), l2)
+	if err != nil {
+		return err
+	}
+	step("worker-2 ships: %d %s", code, strings.TrimSpace(body))
+	if code != http.StatusCreated {
+		return fmt.Errorf("worker-2's shipment got %d", code)
+	}
+	if err := l2.Complete(ctx, "shipped"); err != nil {
+		return err
+	}
+
+	proxy.Heal()
+	// worker-1 wakes up and ships with its old token.
+	code, body, err = ship(ctx, l1)
+	if err != nil {
+		return err
+	}
+	step("worker-1 ships with epoch %d: %d %s", l1.Epoch(), code, strings.TrimSpace(body))
+	var problem fence.Problem
+	if code != http.StatusPreconditionFailed || json.Unmarshal([]byte(body), &problem) != nil {
+		return fmt.Errorf("worker-1's stale shipment got %d, want 412 with a problem body", code)
+	}
+	if fe, ok := problem.Fenced(); !ok || !errors.Is(fe, fence.ErrFenced) || fe.Current != l2.Epoch() {
+		return fmt.Errorf("412 body does not name the current epoch %d: %+v", l2.Epoch(), problem)
+	}
+
+	rows, err := db.QueryContext(ctx, `SELECT worker, epoch FROM shipments WHERE order_id = '42' ORDER BY epoch`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var w string
+		var e int64
+		if err := rows.Scan(&w, &e); err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("%s@%d", w, e))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	step("shipments of order 42: %v", got)
+	if len(got) != 1 || got[0] != fmt.Sprintf("worker-2@%d", l2.Epoch()) {
+		return fmt.Errorf("the database holds %v, want only worker-2's row", got)
+	}
+	fmt.Println("PASS: the stale worker got 412 and its row never appeared")
+	return nil
+}

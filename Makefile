@@ -9,9 +9,9 @@ FUZZTIME    ?= 30s
 
 .PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz
 
-## demo: real workers against an embedded etcd replay a forced expiry
+## demo: workers on a batch of tasks against an embedded etcd, a forced expiry, and the invariants report
 demo:
-	$(GO) run ./examples/forced-expiry
+	$(GO) run ./cmd/leasehold demo
 
 # The DSN of the PostgreSQL server scripts/postgres.sh started, if it is
 # running; an explicit LEASEHOLD_TEST_POSTGRES wins. Without either, the SQL

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -247,5 +250,108 @@ func TestDemoControlIsCaught(t *testing.T) {
 	if !strings.Contains(out, "FAIL  downstream holds only effects of the completing epoch") ||
 		!strings.Contains(out, "FAIL  stale downstream writes refused") {
 		t.Fatalf("control run not caught:\n%s", out)
+	}
+}
+
+func TestDrill(t *testing.T) {
+	c := e2e.NewCluster(t)
+	ep := c.Endpoints()[0]
+	code, out, errOut := cli(t, "drill", "orders/7", "--endpoints", ep, "--ttl", "2s", "--log-level", "off")
+	if code != 0 || !strings.Contains(out, "PASS") {
+		t.Fatalf("drill exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The scratch namespace is gone afterwards.
+	resp, err := c.Client(t).Get(context.Background(), "/leasehold/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("drill left %d keys behind (%v)", resp.Count, err)
+	}
+	// --keep leaves it for inspection with the other commands.
+	code, out, _ = cli(t, "drill", "orders/7", "--endpoints", ep, "--ttl", "2s", "--keep", "--log-level", "off")
+	if code != 0 {
+		t.Fatalf("drill --keep exit %d\n%s", code, out)
+	}
+	i := strings.Index(out, "--namespace ")
+	if i < 0 {
+		t.Fatalf("no namespace printed:\n%s", out)
+	}
+	ns, _, _ := strings.Cut(out[i+len("--namespace "):], "\n")
+	code, out, errOut = cli(t, "timeline", "orders/7", "--endpoints", ep, "--namespace", ns)
+	if code != 0 || !strings.Contains(out, "revoked") || !strings.Contains(out, "drill-worker-2") {
+		t.Fatalf("timeline of the kept drill: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestDrillControlIsCaught lets worker 1 write without the guard: the
+// drill's own checks must catch it.
+func TestDrillControlIsCaught(t *testing.T) {
+	c := e2e.NewCluster(t)
+	code, out, _ := cli(t, "drill", "orders/7", "--endpoints", c.Endpoints()[0], "--ttl", "2s", "--log-level", "off", "--control-no-fencing")
+	if code != 1 || !strings.Contains(out, "FAIL  the downstream holds no effect from epoch 1") {
+		t.Fatalf("control drill not caught: exit %d\n%s", code, out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestEtcdCommand runs the embedded etcd, uses it, and stops it the way
+// SIGINT does (its context ends).
+func TestEtcdCommand(t *testing.T) {
+	ports := make([]string, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().String()
+		l.Close()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"etcd", "--data-dir", t.TempDir(), "--listen-client-urls", "http://" + ports[0], "--listen-peer-urls", "http://" + ports[1]}, &out, &errOut)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "etcd ready") {
+		select {
+		case code := <-done:
+			t.Fatalf("etcd exited %d: %s %s", code, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("etcd not ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out, errOut := cli(t, "holders", "--endpoints", ports[0]); code != 0 || !strings.Contains(out, "RESOURCE") {
+		t.Fatalf("holders against the embedded etcd: %d %s %s", code, out, errOut)
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "stopping etcd") {
+			t.Fatalf("etcd stop: exit %d\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd did not stop when its context ended")
+	}
+	if code, _, errOut := cli(t, "etcd", "--listen-client-urls", "ftp://x"); code != 2 {
+		t.Fatalf("bad URL: exit %d %s", code, errOut)
 	}
 }

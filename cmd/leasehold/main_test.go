@@ -355,3 +355,61 @@ func TestEtcdCommand(t *testing.T) {
 		t.Fatalf("bad URL: exit %d %s", code, errOut)
 	}
 }
+
+func TestAuditFollowStreams(t *testing.T) {
+	w := newWorld(t)
+	ctx, stop := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"audit", "--follow", "--endpoints", w.endpoint, "-o", "json", "--resource", "jobs/new"}, &out, &errOut)
+	}()
+	time.Sleep(300 * time.Millisecond) // let the watch start; entries after it must stream
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{w.endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := session.New(context.Background(), c, session.WithWorker("carol"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	reg := lease.NewRegistry(c)
+	defer reg.Close()
+	l, err := reg.TryAcquire(context.Background(), s, "jobs/new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Complete(context.Background(), "ok"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), `"kind":"completed"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("--follow did not stream the completion:\n%s\n%s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), `"kind":"acquired"`) || !strings.Contains(out.String(), `"worker":"carol"`) {
+		t.Fatalf("stream:\n%s", out.String())
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("follow exit %d: %s", code, errOut.String())
+	}
+}
+
+// TestDemoAgainstExistingCluster runs the demo under a scratch namespace of
+// a cluster it did not start, and leaves nothing behind.
+func TestDemoAgainstExistingCluster(t *testing.T) {
+	c := e2e.NewCluster(t)
+	code, out, errOut := cli(t, "demo", "--endpoints", c.Endpoints()[0], "--workers", "2", "--tasks", "6", "--log-level", "off")
+	if code != 0 || !strings.Contains(out, "all invariants hold") || !strings.Contains(out, "scratch namespace") {
+		t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
+	}
+	resp, err := c.Client(t).Get(context.Background(), "", clientv3.WithFromKey(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("demo left %d keys (%v)", resp.Count, err)
+	}
+}

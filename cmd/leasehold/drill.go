@@ -151,14 +151,7 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		{"the audit shows epoch 1's completion rejected", rejected, fmt.Sprintf("%d entries", len(entries))},
 		{"the downstream holds no effect from epoch 1", !fromEpoch1, fmt.Sprint(effects)},
 	}
-	failed := 0
-	for _, c := range checks {
-		mark := "ok  "
-		if !c.ok {
-			mark, failed = "FAIL", failed+1
-		}
-		fmt.Fprintf(g.out, "  %s  %-48s %s\n", mark, c.name, c.got)
-	}
+	failed := printChecks(g.out, 48, checks)
 	if keep {
 		fmt.Fprintf(g.out, "kept: leasehold timeline %q --namespace %s\n", res, ns)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -72,15 +73,7 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", d.stats.acquisitions.Load(), len(open))},
 	}
 	fmt.Fprintf(d.g.out, "\nreport (wall time %v)\n", wall.Round(time.Millisecond))
-	failed := 0
-	for _, c := range checks {
-		mark := "ok  "
-		if !c.ok {
-			mark = "FAIL"
-			failed++
-		}
-		fmt.Fprintf(d.g.out, "  %s  %-58s %s\n", mark, c.name, c.got)
-	}
+	failed := printChecks(d.g.out, 58, checks)
 	if task, ok := d.takenOver.Load().(string); ok {
 		var rows [][]string
 		for _, e := range entries {
@@ -98,6 +91,19 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 	}
 	fmt.Fprintln(d.g.out, "\nall invariants hold")
 	return nil
+}
+
+// printChecks prints one line per check, its name padded to width, and
+// returns how many failed.
+func printChecks(w io.Writer, width int, checks []check) (failed int) {
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark, failed = "FAIL", failed+1
+		}
+		fmt.Fprintf(w, "  %s  %-*s %s\n", mark, width, c.name, c.got)
+	}
+	return failed
 }
 
 // openEpochs returns "resource@epoch" → starts−ends for every epoch whose

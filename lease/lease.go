@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -238,77 +239,120 @@ func (l *Lease) Release(ctx context.Context) error {
 // written, guarded by a guess of the current epoch, re-read and retried
 // while the guess is wrong.
 func (l *Lease) end(ctx context.Context, op string, then []clientv3.Op, same *clientv3.Cmp, attempted audit.Kind, status string) error {
-	space := l.r.space
-	rejKey := space.AuditRejected(l.resource, l.epoch, newID()) // one key per attempt
-	rejection := func(current int64) (string, error) {
-		return audit.Encode(audit.Entry{
-			Kind: audit.Rejected, Worker: l.Worker(), Epoch: l.epoch, Status: status,
-			CurrentEpoch: current, Attempted: attempted, Time: time.Now(),
-		})
-	}
-	// staleOps reject the attempt if the resource is held by guess (0:
-	// by no one) — unless same holds — and read the lease key either way.
-	staleOps := func(guess int64, guarded bool) ([]clientv3.Op, error) {
-		val, err := rejection(guess)
-		if err != nil {
-			return nil, err
-		}
-		reject := audit.CreateOnly(rejKey, val)
-		if guarded {
-			heldByGuess := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", guess)
-			reject = clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{reject}, nil)
-		}
-		if same != nil {
-			reject = clientv3.OpTxn([]clientv3.Cmp{*same}, nil, []clientv3.Op{reject})
-		}
-		return []clientv3.Op{reject, clientv3.OpGet(l.leaseKey)}, nil
-	}
-
-	guess := l.guess()
-	elseOps, err := staleOps(guess, true)
+	a := l.newStaleAttempt(op, same, attempted, status)
+	elseOps, err := a.ops(true)
 	if err != nil {
 		return err
 	}
 	held := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", l.epoch)
 	resp, err := l.r.cli.Txn(ctx).If(held).Then(then...).Else(elseOps...).Commit()
+	if err != nil {
+		return a.unknown(err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
 	for attempt := 1; ; attempt++ {
-		switch {
-		case err != nil && attempt == 1:
-			return fmt.Errorf("lease: %s %q epoch %d: outcome unknown: %w", op, l.resource, l.epoch, err)
-		case err != nil:
-			// The CAS is known to have failed; only the audit write is in doubt.
-			return fmt.Errorf("lease: %s %q epoch %d: %w, but writing its rejection entry had an unknown outcome: %w", op, l.resource, l.epoch, ErrStale, err)
+		if finished, err := a.read((*pb.TxnResponse)(resp), attempt); finished {
+			return err
 		}
-		if resp.Succeeded && attempt == 1 {
-			return nil
-		}
-		// resp is the stale path's: [reject-or-same, get lease].
-		first := resp.Responses[0].GetResponseTxn()
-		if same != nil {
-			if first.Succeeded {
-				l.log.Debug("retried call found its own committed result", "op", op)
-				return nil
-			}
-			first = first.Responses[0].GetResponseTxn()
-		}
-		written := first.Succeeded
-		if attempt == maxGuesses { // unguarded: the create-only put itself
-			written = true
-		}
-		if written {
-			l.log.Warn("stale attempt rejected", "op", op, "status", status, "current_epoch", guess)
-			return &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: status, CurrentEpoch: guess}
-		}
-		guess = 0
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			guess = kvs[0].ModRevision
-		}
-		ops, serr := staleOps(guess, attempt+1 < maxGuesses)
-		if serr != nil {
-			return serr
+		ops, err := a.ops(attempt+1 < maxGuesses)
+		if err != nil {
+			return err
 		}
 		// The epoch can never hold the key again, so the CAS need not be
 		// repeated: a compare-free transaction always runs Then.
 		resp, err = l.r.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return a.staleUnknown(err)
+		}
 	}
+}
+
+// staleAttempt is the stale path of one Complete or Release call whose
+// CAS failed (or may fail): the ops that reject it exactly once, and the
+// reading of their response. Lease.end and CompleteMany share it.
+type staleAttempt struct {
+	l         *Lease
+	op        string
+	same      *clientv3.Cmp // Complete's idempotency compare; nil for Release
+	attempted audit.Kind
+	status    string
+	rejKey    string // one key per call, create-only: at most one entry
+	guess     int64  // the epoch believed to hold the resource (0: none)
+}
+
+func (l *Lease) newStaleAttempt(op string, same *clientv3.Cmp, attempted audit.Kind, status string) *staleAttempt {
+	return &staleAttempt{
+		l: l, op: op, same: same, attempted: attempted, status: status,
+		rejKey: l.r.space.AuditRejected(l.resource, l.epoch, newID()),
+		guess:  l.guess(),
+	}
+}
+
+// ops rejects the attempt if the resource is held by a.guess — unless
+// same holds — and reads the lease key either way:
+//
+//	Txn(If(same) Then() Else(Txn(If(ModRev(lease) = guess) Then(CreateOnly(rejKey, rejected))))),
+//	Get lease
+//
+// Unguarded (the last attempt), the create-only put stands without the
+// guess compare and always writes.
+func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) {
+	l := a.l
+	val, err := audit.Encode(audit.Entry{
+		Kind: audit.Rejected, Worker: l.Worker(), Epoch: l.epoch, Status: a.status,
+		CurrentEpoch: a.guess, Attempted: a.attempted, Time: time.Now(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	reject := audit.CreateOnly(a.rejKey, val)
+	if guarded {
+		heldByGuess := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", a.guess)
+		reject = clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{reject}, nil)
+	}
+	if a.same != nil {
+		reject = clientv3.OpTxn([]clientv3.Cmp{*a.same}, nil, []clientv3.Op{reject})
+	}
+	return []clientv3.Op{reject, clientv3.OpGet(l.leaseKey)}, nil
+}
+
+// read interprets the response to ops (the transaction's stale branch:
+// [reject-or-same, get lease]) sent as the given attempt (1: with the
+// CAS). finished reports that the call is decided: err nil for a retry
+// that found its own committed result, a *StaleError once the rejection is
+// written. Otherwise the guess was wrong and a.guess is the value read.
+func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, err error) {
+	l := a.l
+	first := resp.Responses[0].GetResponseTxn()
+	if a.same != nil {
+		if first.Succeeded {
+			l.log.Debug("retried call found its own committed result", "op", a.op)
+			return true, nil
+		}
+		first = first.Responses[0].GetResponseTxn()
+	}
+	// The last attempt is unguarded: the create-only put itself.
+	if first.Succeeded || attempt >= maxGuesses {
+		l.log.Warn("stale attempt rejected", "op", a.op, "status", a.status, "current_epoch", a.guess)
+		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.status, CurrentEpoch: a.guess}
+	}
+	a.guess = 0
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		a.guess = kvs[0].ModRevision
+	}
+	return false, nil
+}
+
+// unknown wraps a failure of the transaction with the CAS: it may have
+// committed.
+func (a *staleAttempt) unknown(err error) error {
+	return fmt.Errorf("lease: %s %q epoch %d: outcome unknown: %w", a.op, a.l.resource, a.l.epoch, err)
+}
+
+// staleUnknown wraps a failure of a follow-up transaction: the CAS is
+// known to have failed; only the audit write is in doubt.
+func (a *staleAttempt) staleUnknown(err error) error {
+	return fmt.Errorf("lease: %s %q epoch %d: %w, but writing its rejection entry had an unknown outcome: %w", a.op, a.l.resource, a.l.epoch, ErrStale, err)
 }

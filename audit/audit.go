@@ -126,6 +126,9 @@ func Encode(e Entry) (string, error) {
 // prefix by someone else is reported as ErrCorrupt instead of being
 // misread.
 func Decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
+	if kv == nil {
+		return Entry{}, fmt.Errorf("%w: no key-value", ErrCorrupt)
+	}
 	key := string(kv.Key)
 	ak, err := space.ParseAudit(key)
 	if err != nil {
@@ -140,6 +143,15 @@ func Decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 	var w wire
 	if err := json.Unmarshal(kv.Value, &w); err != nil {
 		return bad("value: %v", err)
+	}
+	// Encode writes UTC; a time whose UTC year leaves 0–9999 (an offset
+	// pushing year 0 or 9999 over the edge) could not be written back.
+	w.Time = w.Time.UTC()
+	if y := w.Time.Year(); y < 0 || y > 9999 {
+		return bad("time %s is outside years 0–9999", w.Time)
+	}
+	if w.Epoch < 0 || w.CurrentEpoch < 0 {
+		return bad("negative epoch")
 	}
 	e := Entry{
 		Kind: w.Kind, Resource: ak.Resource, Worker: w.Worker, Epoch: w.Epoch, Status: w.Status,

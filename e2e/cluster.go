@@ -15,6 +15,12 @@
 // fsync off unless WithFsync(true) is given. Every listener binds a free
 // loopback port, so tests in parallel never collide.
 //
+// To test as production runs, WithTLS serves https with certificates from a
+// CA generated in the test (CAFile, ClientCertFile and ClientKeyFile name
+// them for CLIs), WithMutualTLS also requires client certificates, and
+// WithAuth enables etcd authentication with a root user; AddUser and
+// ClientAs then work as the least-privilege users of package rbac.
+//
 // The package also holds leasehold's own end-to-end tests.
 package e2e
 
@@ -47,6 +53,9 @@ type config struct {
 	election   time.Duration
 	clientOpts []grpc.DialOption
 	logger     *zap.Logger
+
+	tls          tlsMode // tls.go
+	rootPassword string  // auth.go; "": auth off
 }
 
 // WithMembers sets the number of members: 1 (the default), 3 or 5.
@@ -101,6 +110,7 @@ type Cluster struct {
 	cfg     config
 	members []*Member
 	tmpDir  string // removed by Close
+	pki     *pki   // nil without TLS (tls.go)
 }
 
 // Member is one embedded etcd server of a Cluster.
@@ -169,6 +179,9 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg}
+	if err := c.setupTLS(filepath.Join(dir, fmt.Sprintf("try%d", attempt))); err != nil {
+		return nil, err
+	}
 	var initial []string
 	token := fmt.Sprintf("e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
 	for i := 0; i < cfg.members; i++ {
@@ -181,11 +194,13 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 		ec.UnsafeNoFsync = !cfg.fsync
 		ec.InitialElectionTickAdvance = true
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.logger.Named(name))
-		cu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])}
-		pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+		cu := url.URL{Scheme: c.scheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])}
+		pu := url.URL{Scheme: c.scheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
 		ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 		ec.InitialClusterToken = token
+		c.configureTLS(ec)
+		c.configureAuth(ec)
 		initial = append(initial, fmt.Sprintf("%s=%s", name, pu.String()))
 		c.members = append(c.members, &Member{name: name, cfg: ec})
 	}
@@ -203,6 +218,10 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 		errs = append(errs, <-errc)
 	}
 	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.enableAuth(); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -272,17 +291,11 @@ func (c *Cluster) ClientTo(t testing.TB, endpoints ...string) *clientv3.Client {
 }
 
 // NewClient returns a client to the given endpoints (all members when none
-// are given) that the caller must close before the cluster.
+// are given) that the caller must close before the cluster. Under WithTLS
+// it trusts the cluster's CA; under WithAuth it authenticates as root.
 func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
-	if len(endpoints) == 0 {
-		endpoints = c.Endpoints()
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		DialOptions: c.cfg.clientOpts,
-		Logger:      zap.NewNop(),
-	})
+	user, password := c.rootCredentials()
+	return c.clientWith(user, password, c.TLSConfig(), endpoints...)
 }
 
 // Name returns the member's name.

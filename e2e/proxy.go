@@ -52,7 +52,13 @@ func StartProxy(target string) (*Proxy, error) {
 		srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: *to})
 		select {
 		case <-srv.Ready():
-			return &Proxy{srv: srv, target: target, from: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}, nil
+			// The proxy forwards bytes, so a TLS target's clients still
+			// speak TLS to it, end to end with the member.
+			scheme := "http"
+			if to.Scheme == "https" {
+				scheme = "https"
+			}
+			return &Proxy{srv: srv, target: target, from: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])}, nil
 		case err := <-srv.Error():
 			_ = srv.Close()
 			lastErr = err

@@ -346,8 +346,11 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 }
 
 // unknown wraps a failure of the transaction with the CAS: it may have
-// committed.
+// committed — unless etcd refused it whole.
 func (a *staleAttempt) unknown(err error) error {
+	if refused(err) {
+		return fmt.Errorf("lease: %s %q epoch %d: etcd refused the transaction, nothing was applied: %w", a.op, a.l.resource, a.l.epoch, err)
+	}
 	return fmt.Errorf("lease: %s %q epoch %d: outcome unknown: %w", a.op, a.l.resource, a.l.epoch, err)
 }
 

@@ -402,6 +402,9 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 		Then(clientv3.OpDelete(leaseKey), audit.CreateOnly(r.space.AuditEnd(resource, epoch), revoked)).
 		Commit()
 	if err != nil {
+		if refused(err) {
+			return fmt.Errorf("lease: revoke %q epoch %d: etcd refused the transaction, nothing was applied: %w", resource, epoch, err)
+		}
 		return fmt.Errorf("lease: revoke %q epoch %d: outcome unknown: %w", resource, epoch, err)
 	}
 	if !resp.Succeeded {
@@ -419,6 +422,22 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 func (r *Registry) Close() error {
 	r.tracker.close()
 	return nil
+}
+
+// refused reports whether etcd refused a transaction as a whole before
+// applying any of it: the user lacks permission for a key it touches (in
+// any branch), the request is not authenticated, or it breaks a limit.
+// Unlike a timeout or a lost connection, its outcome is known.
+func refused(err error) bool {
+	for _, r := range []error{
+		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthFailed,
+		rpctypes.ErrDuplicateKey, rpctypes.ErrTooManyOps, rpctypes.ErrRequestTooLarge,
+	} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // newID returns a random id for audit keys that must be unique.

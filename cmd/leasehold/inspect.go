@@ -36,6 +36,9 @@ type holderJSON struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 	AgeSeconds float64   `json:"age_seconds"`
 	TTLLeft    int64     `json:"session_ttl_left_seconds"` // -1: the session's lease is gone
+	// Corrupt says why the lease key's value is not a holder record; the
+	// key still holds the resource (an operator can revoke it).
+	Corrupt string `json:"corrupt,omitempty"`
 }
 
 func newHoldersCmd(g *globals) *cobra.Command {
@@ -61,7 +64,9 @@ func newHoldersCmd(g *globals) *cobra.Command {
 						continue
 					}
 					h, err := record.DecodeHolder(kv.Value)
+					corrupt := ""
 					if err != nil {
+						corrupt = err.Error()
 						fmt.Fprintf(g.errOut, "warning: %q: %v\n", kv.Key, err)
 					}
 					if _, ok := ttl[kv.Lease]; !ok {
@@ -70,10 +75,14 @@ func newHoldersCmd(g *globals) *cobra.Command {
 							ttl[kv.Lease] = tr.TTL
 						}
 					}
-					out = append(out, holderJSON{
+					hj := holderJSON{
 						Resource: res, Worker: h.Worker, Epoch: kv.ModRevision, LeaseID: fmt.Sprintf("%x", kv.Lease),
-						AcquiredAt: h.AcquiredAt, AgeSeconds: time.Since(h.AcquiredAt).Seconds(), TTLLeft: ttl[kv.Lease],
-					})
+						AcquiredAt: h.AcquiredAt, TTLLeft: ttl[kv.Lease], Corrupt: corrupt,
+					}
+					if !h.AcquiredAt.IsZero() {
+						hj.AgeSeconds = time.Since(h.AcquiredAt).Seconds()
+					}
+					out = append(out, hj)
 				}
 				if g.output == "json" {
 					if out == nil {
@@ -83,7 +92,11 @@ func newHoldersCmd(g *globals) *cobra.Command {
 				}
 				var rows [][]string
 				for _, h := range out {
-					rows = append(rows, []string{h.Resource, h.Worker, fmt.Sprint(h.Epoch), age(time.Duration(h.AgeSeconds * float64(time.Second))), fmt.Sprintf("%ds", h.TTLLeft)})
+					worker, ago := h.Worker, age(time.Duration(h.AgeSeconds*float64(time.Second)))
+					if h.Corrupt != "" {
+						worker, ago = "(corrupt record)", "?"
+					}
+					rows = append(rows, []string{h.Resource, worker, fmt.Sprint(h.Epoch), ago, fmt.Sprintf("%ds", h.TTLLeft)})
 				}
 				return table(g.out, []string{"RESOURCE", "WORKER", "EPOCH", "AGE", "TTL LEFT"}, rows)
 			})
@@ -133,7 +146,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 					from.MinRevision = entries[n-1].Revision + 1
 				} else if from.MinRevision == 0 {
 					// Start right after what List read, so nothing falls in between.
-					resp, err := cli.Get(ctx, "health-probe", clientv3.WithCountOnly())
+					// (A key the audit reader may read: any will do.)
+					resp, err := cli.Get(ctx, g.space().AuditPrefix(), clientv3.WithCountOnly())
 					if err != nil {
 						return err
 					}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -47,6 +47,8 @@ type globals struct {
 	user        string
 	password    string
 	passwordEnv string
+
+	passwordFile string // see credentials
 
 	out, errOut io.Writer
 	log         hclog.Logger
@@ -94,11 +96,12 @@ func newRoot(g *globals) *cobra.Command {
 	f.StringVar(&g.key, "key", "", "client key for mutual TLS")
 	f.BoolVar(&g.insecureTLS, "insecure-skip-tls-verify", false, "use TLS without verifying the server's certificate")
 	f.StringVar(&g.user, "user", "", "etcd user name, or user:password")
-	f.StringVar(&g.password, "password", "", "etcd password (prefer --password-env or LEASEHOLD_PASSWORD)")
+	f.StringVar(&g.password, "password", "", "etcd password (visible to other local users: prefer --password-file or LEASEHOLD_PASSWORD)")
+	f.StringVar(&g.passwordFile, "password-file", "", "file holding the etcd password (one trailing newline is ignored)")
 	f.StringVar(&g.passwordEnv, "password-env", "LEASEHOLD_PASSWORD", "environment variable holding the etcd password")
 	root.AddCommand(
 		newEtcdCmd(g), newHoldersCmd(g), newAuditCmd(g), newTimelineCmd(g),
-		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g),
+		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g),
 	)
 	return root
 }
@@ -123,6 +126,9 @@ func (g *globals) validate() error {
 	}
 	if (g.cert == "") != (g.key == "") {
 		return usagef("--cert and --key go together")
+	}
+	if _, _, err := g.credentials(); err != nil {
+		return err
 	}
 	level := hclog.LevelFromString(g.logLevel)
 	if level == hclog.NoLevel {
@@ -152,26 +158,29 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 		}
 		cfg.TLS = tc
 	}
-	if g.user != "" {
-		user, pass, found := strings.Cut(g.user, ":")
-		if !found {
-			pass = g.password
-			if pass == "" && g.passwordEnv != "" {
-				pass = os.Getenv(g.passwordEnv)
-			}
-		}
-		cfg.Username, cfg.Password = user, pass
+	user, password, err := g.credentials()
+	if err != nil {
+		return nil, err
 	}
+	cfg.Username, cfg.Password = user, password
 	cli, err := clientv3.New(cfg)
 	if err != nil {
+		if why := explainDialFailure(ctx, g.endpoints, cfg.TLS, g.dialTimeout); why != nil {
+			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), err)
 	}
 	// clientv3.New does not wait for a connection; probe once so an
-	// unreachable cluster is an error now, not a hang later.
+	// unreachable cluster is an error now, not a hang later. The probe
+	// reads a key inside the namespace, which every leasehold role may
+	// read; a permission error still proves the cluster answers.
 	pctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
-	if _, err := cli.Get(pctx, "health-probe", clientv3.WithCountOnly()); err != nil {
+	if _, err := cli.Get(pctx, g.space().LeasePrefix(), clientv3.WithCountOnly()); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		_ = cli.Close()
+		if why := explainDialFailure(ctx, g.endpoints, cfg.TLS, g.dialTimeout); why != nil {
+			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
+		}
 		return nil, fmt.Errorf("etcd at %s unreachable within %v: %w", strings.Join(g.endpoints, ","), g.dialTimeout, err)
 	}
 	return cli, nil

@@ -13,10 +13,17 @@
 //     its lease expires;
 //  2. worker-2 takes orders/42 (e2 > e1) and ships it: 201;
 //  3. worker-1 comes back and ships it too: 412, and its row never appears.
+//
+// With -endpoints it runs against an existing etcd instead, through TLS
+// (-cacert, and -cert/-key for mutual TLS) and as an etcd user (-user, with
+// the password from -password-file, $LEASEHOLD_PASSWORD or -password) whose
+// role grants leasehold-worker's permissions in the default namespace (see
+// `leasehold roles`). Each run then ships an order of its own.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -35,16 +42,90 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	_ "modernc.org/sqlite" // SQLite driver "sqlite"
 )
 
 func main() {
 	pg := flag.String("postgres", "", "PostgreSQL DSN for the downstream database (default: a temporary SQLite file)")
+	var f connFlags
+	flag.StringVar(&f.endpoints, "endpoints", "", "etcd endpoints, comma-separated (default: an embedded etcd)")
+	flag.StringVar(&f.cacert, "cacert", "", "verify etcd's certificate with this CA bundle")
+	flag.StringVar(&f.cert, "cert", "", "client certificate for mutual TLS")
+	flag.StringVar(&f.key, "key", "", "client key for mutual TLS")
+	flag.StringVar(&f.user, "user", "", "etcd user")
+	flag.StringVar(&f.password, "password", "", "etcd password (visible to other local users: prefer -password-file or $LEASEHOLD_PASSWORD)")
+	flag.StringVar(&f.passwordFile, "password-file", "", "file holding the etcd password")
 	flag.Parse()
-	if err := run(*pg); err != nil {
+	cn, err := f.conn()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fenced-http:", err)
+		os.Exit(2)
+	}
+	if err := run(*pg, cn); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
+}
+
+// connFlags are how to reach an existing etcd.
+type connFlags struct {
+	endpoints, cacert, cert, key, user, password, passwordFile string
+}
+
+// conn is a resolved connFlags. No endpoints: start an embedded etcd.
+type conn struct {
+	endpoints      []string
+	tls            *tls.Config
+	user, password string
+}
+
+// conn resolves the flags. The password is never printed, and errors name
+// where it came from, not what it is.
+func (f connFlags) conn() (conn, error) {
+	var c conn
+	if f.endpoints != "" {
+		c.endpoints = strings.Split(f.endpoints, ",")
+	}
+	if f.cacert != "" || f.cert != "" {
+		tc, err := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.key}.ClientConfig()
+		if err != nil {
+			return conn{}, fmt.Errorf("TLS: %w", err)
+		}
+		c.tls = tc
+	}
+	if f.user == "" {
+		return c, nil
+	}
+	c.user, c.password = f.user, f.password
+	if f.passwordFile != "" && f.password != "" {
+		return conn{}, errors.New("-password and -password-file exclude each other")
+	}
+	if f.passwordFile != "" {
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return conn{}, fmt.Errorf("-password-file: %w", err)
+		}
+		c.password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	}
+	if c.password == "" {
+		c.password = os.Getenv("LEASEHOLD_PASSWORD")
+	}
+	if c.password == "" {
+		return conn{}, fmt.Errorf("-user %s needs a password: -password-file, $LEASEHOLD_PASSWORD or -password", c.user)
+	}
+	return c, nil
+}
+
+// client dials the given endpoints with the connection's TLS and
+// credentials; etcd checks the password here.
+func (c conn) client(endpoints ...string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints: endpoints, TLS: c.tls, Username: c.user, Password: c.password,
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
 }
 
 // service is the downstream: it ships orders, fenced by the SQL guard in
@@ -133,7 +214,7 @@ func openDB(pgDSN string) (*sql.DB, bool, func(), error) {
 	return db, false, func() { _ = db.Close(); _ = os.RemoveAll(dir) }, err
 }
 
-func run(pgDSN string) error {
+func run(pgDSN string, c conn) error {
 	ctx := context.Background()
 	step := func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
 
@@ -163,23 +244,38 @@ func run(pgDSN string) error {
 	base := "http://" + ln.Addr().String()
 	step("downstream service on %s (%s database, SQL guard table %q)", base, guard.Dialect(), guard.Table())
 
-	// etcd, and worker-1 behind a fault proxy.
-	cluster, err := e2e.Start("")
-	if err != nil {
-		return err
+	// etcd, and worker-1 behind a fault proxy (it forwards bytes, so TLS
+	// runs end to end through it).
+	order, endpoints := "42", c.endpoints
+	if len(endpoints) == 0 {
+		cluster, err := e2e.Start("")
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		endpoints = cluster.Endpoints()
+	} else {
+		// An existing cluster keeps what earlier runs did: an order of our own.
+		order = fmt.Sprint(time.Now().UnixNano())
 	}
-	defer cluster.Close()
-	proxy, err := e2e.StartProxy(cluster.Endpoints()[0])
+	resource := "orders/" + order
+	target := endpoints[0]
+	if !strings.Contains(target, "://") && c.tls != nil {
+		target = "https://" + target
+	} else if !strings.Contains(target, "://") {
+		target = "http://" + target
+	}
+	proxy, err := e2e.StartProxy(target)
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := cluster.NewClient(proxy.Endpoint())
+	cli1, err := c.client(proxy.Endpoint())
 	if err != nil {
 		return err
 	}
 	defer cli1.Close()
-	cli2, err := cluster.NewClient()
+	cli2, err := c.client(endpoints...)
 	if err != nil {
 		return err
 	}
@@ -202,7 +298,7 @@ func run(pgDSN string) error {
 	// token carried by the request's context.
 	client := &http.Client{Transport: fence.NewTransport(nil), Timeout: 5 * time.Second}
 	ship := func(ctx context.Context, l *lease.Lease) (int, string, error) {
-		req, err := http.NewRequestWithContext(fence.WithToken(ctx, l.Token()), http.MethodPost, base+"/orders/42/ship", nil)
+		req, err := http.NewRequestWithContext(fence.WithToken(ctx, l.Token()), http.MethodPost, base+"/orders/"+order+"/ship", nil)
 		if err != nil {
 			return 0, "", err
 		}
@@ -216,20 +312,20 @@ func run(pgDSN string) error {
 		return resp.StatusCode, string(body), err
 	}
 
-	l1, err := reg1.TryAcquire(ctx, s1, "orders/42")
+	l1, err := reg1.TryAcquire(ctx, s1, resource)
 	if err != nil {
 		return err
 	}
-	step("worker-1 acquired orders/42 at epoch %d", l1.Epoch())
+	step("worker-1 acquired %s at epoch %d", resource, l1.Epoch())
 	proxy.Blackhole()
 	<-l1.Context().Done()
 	step("worker-1 cut off; its lease context ended: %v", context.Cause(l1.Context()))
 
-	l2, err := reg2.Acquire(ctx, s2, "orders/42") // waits until etcd expires worker-1's lease
+	l2, err := reg2.Acquire(ctx, s2, resource) // waits until etcd expires worker-1's lease
 	if err != nil {
 		return err
 	}
-	step("worker-2 acquired orders/42 at epoch %d", l2.Epoch())
+	step("worker-2 acquired %s at epoch %d", resource, l2.Epoch())
 	code, body, err := ship(l2.Context(), l2)
 	if err != nil {
 		return err
@@ -257,7 +353,7 @@ func run(pgDSN string) error {
 		return fmt.Errorf("412 body does not name the current epoch %d: %+v", l2.Epoch(), problem)
 	}
 
-	rows, err := db.QueryContext(ctx, `SELECT worker, epoch FROM shipments WHERE order_id = '42' ORDER BY epoch`)
+	rows, err := db.QueryContext(ctx, svc.rebind(`SELECT worker, epoch FROM shipments WHERE order_id = ? ORDER BY epoch`), order)
 	if err != nil {
 		return err
 	}
@@ -274,7 +370,7 @@ func run(pgDSN string) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	step("shipments of order 42: %v", got)
+	step("shipments of order %s: %v", order, got)
 	if len(got) != 1 || got[0] != fmt.Sprintf("worker-2@%d", l2.Epoch()) {
 		return fmt.Errorf("the database holds %v, want only worker-2's row", got)
 	}

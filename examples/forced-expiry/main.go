@@ -13,14 +13,22 @@
 // exits non-zero if any of that does not hold.
 //
 // With -mode=revoke an operator's Revoke ends worker-1's epoch instead.
+//
+// With -endpoints it runs against an existing etcd instead, through TLS
+// (-cacert, and -cert/-key for mutual TLS) and as an etcd user (-user, with
+// the password from -password-file, $LEASEHOLD_PASSWORD or -password) whose
+// role grants leasehold-worker's permissions in the default namespace (see
+// `leasehold roles`). Each run then uses a task of its own.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -30,21 +38,94 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func main() {
 	mode := flag.String("mode", "blackhole", "how worker-1 loses its lease: blackhole or revoke")
 	ttl := flag.Duration("ttl", 2*time.Second, "session TTL")
+	var f connFlags
+	flag.StringVar(&f.endpoints, "endpoints", "", "etcd endpoints, comma-separated (default: an embedded etcd)")
+	flag.StringVar(&f.cacert, "cacert", "", "verify etcd's certificate with this CA bundle")
+	flag.StringVar(&f.cert, "cert", "", "client certificate for mutual TLS")
+	flag.StringVar(&f.key, "key", "", "client key for mutual TLS")
+	flag.StringVar(&f.user, "user", "", "etcd user")
+	flag.StringVar(&f.password, "password", "", "etcd password (visible to other local users: prefer -password-file or $LEASEHOLD_PASSWORD)")
+	flag.StringVar(&f.passwordFile, "password-file", "", "file holding the etcd password")
 	flag.Parse()
 	if *mode != "blackhole" && *mode != "revoke" {
 		fmt.Fprintln(os.Stderr, "forced-expiry: -mode must be blackhole or revoke")
 		os.Exit(2)
 	}
-	if err := run(*mode, *ttl); err != nil {
+	cn, err := f.conn()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "forced-expiry:", err)
+		os.Exit(2)
+	}
+	if err := run(*mode, *ttl, cn); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
+}
+
+// connFlags are how to reach an existing etcd.
+type connFlags struct {
+	endpoints, cacert, cert, key, user, password, passwordFile string
+}
+
+// conn is a resolved connFlags. No endpoints: start an embedded etcd.
+type conn struct {
+	endpoints      []string
+	tls            *tls.Config
+	user, password string
+}
+
+// conn resolves the flags. The password is never printed, and errors name
+// where it came from, not what it is.
+func (f connFlags) conn() (conn, error) {
+	var c conn
+	if f.endpoints != "" {
+		c.endpoints = strings.Split(f.endpoints, ",")
+	}
+	if f.cacert != "" || f.cert != "" {
+		tc, err := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.key}.ClientConfig()
+		if err != nil {
+			return conn{}, fmt.Errorf("TLS: %w", err)
+		}
+		c.tls = tc
+	}
+	if f.user == "" {
+		return c, nil
+	}
+	c.user, c.password = f.user, f.password
+	if f.passwordFile != "" && f.password != "" {
+		return conn{}, errors.New("-password and -password-file exclude each other")
+	}
+	if f.passwordFile != "" {
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return conn{}, fmt.Errorf("-password-file: %w", err)
+		}
+		c.password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	}
+	if c.password == "" {
+		c.password = os.Getenv("LEASEHOLD_PASSWORD")
+	}
+	if c.password == "" {
+		return conn{}, fmt.Errorf("-user %s needs a password: -password-file, $LEASEHOLD_PASSWORD or -password", c.user)
+	}
+	return c, nil
+}
+
+// client dials the given endpoints with the connection's TLS and
+// credentials; etcd checks the password here.
+func (c conn) client(endpoints ...string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints: endpoints, TLS: c.tls, Username: c.user, Password: c.password,
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
 }
 
 // store is a downstream system that checks fencing tokens: the guard's
@@ -64,32 +145,48 @@ func (s *store) write(ctx context.Context, tok fence.Token, row string) error {
 	})
 }
 
-func run(mode string, ttl time.Duration) error {
+func run(mode string, ttl time.Duration, c conn) error {
 	ctx := context.Background()
 	start := time.Now()
 	step := func(format string, args ...any) {
 		fmt.Printf("%6.2fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	cluster, err := e2e.Start("")
-	if err != nil {
-		return err
+	task := "orders/42"
+	endpoints := c.endpoints
+	if len(endpoints) == 0 {
+		cluster, err := e2e.Start("")
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		endpoints = cluster.Endpoints()
+		step("embedded etcd up at %s", endpoints[0])
+	} else {
+		// An existing cluster keeps what earlier runs did: a task of our own.
+		task = fmt.Sprintf("orders/42-%d", time.Now().UnixNano())
+		step("etcd at %s", strings.Join(endpoints, ","))
 	}
-	defer cluster.Close()
-	step("embedded etcd up at %s", cluster.Endpoints()[0])
 
 	// worker-1 talks to etcd through a fault proxy so it can be cut off.
-	proxy, err := e2e.StartProxy(cluster.Endpoints()[0])
+	// The proxy forwards bytes, so TLS runs end to end through it.
+	target := endpoints[0]
+	if !strings.Contains(target, "://") && c.tls != nil {
+		target = "https://" + target
+	} else if !strings.Contains(target, "://") {
+		target = "http://" + target
+	}
+	proxy, err := e2e.StartProxy(target)
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := cluster.NewClient(proxy.Endpoint())
+	cli1, err := c.client(proxy.Endpoint())
 	if err != nil {
 		return err
 	}
 	defer cli1.Close()
-	cli2, err := cluster.NewClient()
+	cli2, err := c.client(endpoints...)
 	if err != nil {
 		return err
 	}
@@ -115,7 +212,6 @@ func run(mode string, ttl time.Duration) error {
 	defer reg1.Close()
 	defer reg2.Close()
 	downstream := &store{guard: fence.NewMemoryGuard()}
-	const task = "orders/42"
 
 	l1, err := reg1.TryAcquire(ctx, s1, task)
 	if err != nil {
@@ -258,7 +354,7 @@ func escape(name string) string {
 func waitHealthy(ctx context.Context, cli *clientv3.Client) {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := cli.Get(rctx, "health")
+		_, err := cli.Get(rctx, "/leasehold/lease/", clientv3.WithCountOnly()) // readable by a leasehold worker
 		cancel()
 		if err == nil {
 			return

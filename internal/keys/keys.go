@@ -269,7 +269,7 @@ func (s Space) ParseAudit(key string) (AuditKey, error) {
 	}
 	res, err := Unescape(parts[0])
 	if err != nil {
-		return AuditKey{}, err
+		return bad("resource segment: " + strings.TrimPrefix(err.Error(), ErrMalformedKey.Error()+": "))
 	}
 	if err := ValidateResource(res); err != nil {
 		return bad(err.Error())

@@ -2,6 +2,7 @@ package keys_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -140,4 +141,16 @@ func FuzzEscape(f *testing.F) {
 			t.Fatalf("Unescape accepted non-canonical %q", s)
 		}
 	})
+}
+
+// TestParseAuditErrorNamesKey: an operator must be able to find a bad key
+// from the error alone, whatever is wrong with it.
+func TestParseAuditErrorNamesKey(t *testing.T) {
+	s := keys.MustNew("/ns")
+	for _, k := range []string{"/ns/audit/bad%zz/start/x", "/ns/audit/a/weird/1", "/ns/audit/a%2F/end/x", "/ns/audit/\x01/start/x"} {
+		_, err := s.ParseAudit(k)
+		if !errors.Is(err, keys.ErrMalformedKey) || !strings.Contains(err.Error(), fmt.Sprintf("%q", k)) {
+			t.Errorf("ParseAudit(%q): %v", k, err)
+		}
+	}
 }

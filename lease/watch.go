@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // maxRemembered bounds the per-key memory of recent events; past it the
-// memory is dropped and later registrations of older epochs re-read.
+// older half is dropped and later registrations of epochs older than what
+// is kept re-read their key.
 const maxRemembered = 4096
 
 // lastEvent is the newest event the watch processed for one key.
@@ -209,14 +211,34 @@ func (t *tracker) apply(events []*clientv3.Event) {
 			}
 		}
 		if len(t.recent) > maxRemembered {
-			clear(t.recent)
-			t.floor = rev
+			t.floor = max(t.floor, t.forgetOlder())
 		}
 	}
 	t.mu.Unlock()
 	for _, c := range changed {
 		c.l.observed(c.current)
 	}
+}
+
+// forgetOlder drops the older half of recent and returns the revision at
+// or below which events were dropped: the new floor. Keeping the newer
+// half keeps the floor below the epochs of leases whose acquire has just
+// returned, so they register without re-reading their keys — clearing
+// everything made every lease in flight at that moment pay a Get. Called
+// with t.mu held.
+func (t *tracker) forgetOlder() int64 {
+	revs := make([]int64, 0, len(t.recent))
+	for _, ev := range t.recent {
+		revs = append(revs, ev.rev)
+	}
+	slices.Sort(revs)
+	cutoff := revs[len(revs)/2]
+	for key, ev := range t.recent {
+		if ev.rev <= cutoff {
+			delete(t.recent, key)
+		}
+	}
+	return cutoff
 }
 
 // resync reads every lease key, ends the tracked leases whose key changed,

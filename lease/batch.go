@@ -1,0 +1,363 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Batches: many resources claimed, or many leases completed, in one etcd
+// transaction. Each member keeps the guarantees of the single path — its
+// own compares, its own audit entries, its own rejection — because each is
+// a nested transaction decided on its own inside a compare-free outer
+// transaction, which etcd applies atomically at one revision.
+
+// etcd's --max-txn-ops (default 128) bounds, at every nesting level, the
+// largest of a transaction's compare, Then and Else counts, and a nested
+// transaction may use only what the levels above it left. The deepest path
+// of CompleteMany's first transaction costs N (the outer Then) + 3 (a
+// lease's Then) + 1 (the idempotency compare) + 1 (the guess compare) + 1
+// (the create-only compare) = N + 6; its follow-up transactions cost N + 5
+// and TryAcquireMany's costs N + 3. Sibling nested transactions do not add
+// up. TestBatchAtMaxSize holds this against a real etcd.
+const maxTxnOps = 128
+
+// MaxBatch is the most resources TryAcquireMany claims, and the most leases
+// CompleteMany completes, in one call: the largest batch whose transactions
+// stay within etcd's default limit of 128 operations per transaction
+// (--max-txn-ops). A larger batch is refused with ErrBatchTooLarge before
+// anything is sent; split it.
+const MaxBatch = maxTxnOps - 6
+
+// maxBatchBytes bounds the keys and values of one batch transaction: etcd
+// refuses requests over --max-request-bytes (default 1.5 MiB), and the
+// rest is left for protobuf framing. Only batches of very long resource
+// names or namespaces come near it.
+const maxBatchBytes = 1 << 20
+
+// opOverhead approximates the protobuf framing of one op or compare.
+const opOverhead = 24
+
+var (
+	// ErrBatchTooLarge: a batch has more than MaxBatch members, or its
+	// transaction would exceed etcd's request size limit. Returned before
+	// any request is sent.
+	ErrBatchTooLarge = errors.New("batch too large")
+	// ErrDuplicateResource: a batch names one resource twice (etcd refuses
+	// a transaction that writes one key twice). Returned before any request
+	// is sent.
+	ErrDuplicateResource = errors.New("resource appears twice in a batch")
+)
+
+// TryAcquireMany claims every resource in resources that is free, in one
+// transaction, and returns a Lease for each one claimed, in input order.
+// Resources that are held or completed are skipped; TryAcquire one of them
+// to learn why. An empty list sends nothing and returns nil.
+//
+// For each resource i the outer transaction carries one nested
+// transaction, TryAcquire's compares and Then ops:
+//
+//	Txn() Then(
+//	    Txn(If(CreateRev(lease_i) = 0, CreateRev(done_i) = 0, CreateRev(start_i) = 0)
+//	        Then(Put lease_i WithLease(session), Put start_i acquired)),
+//	    …)
+//
+// The outer transaction has no compare, so its Then always runs, and each
+// nested compare decides its own resource: a held resource never stops a
+// free one from being claimed, and a resource is claimed — lease key and
+// Acquired entry — only if it was free, exactly as with TryAcquire.
+//
+// Every lease of one batch has the same epoch: the transaction's revision,
+// which is each claimed lease key's mod revision. That is still a valid
+// fencing order, because epochs are compared per resource only: for each
+// resource, the batch's revision is strictly greater than any earlier
+// epoch of that resource (every earlier epoch is the revision of an
+// earlier transaction), and the lease key, written once, keeps it while
+// held. Each lease otherwise stands alone: its own context, its own
+// release when the session closes, its own Acquired entry, tracked by the
+// registry's watch like any other.
+//
+// Checked first, sending nothing: at most MaxBatch resources, every name
+// valid (ErrInvalidResource) and named once (ErrDuplicateResource), the
+// session live, the registry open. One round trip. An error from the
+// transaction is an unknown outcome, as for TryAcquire (unless etcd
+// refused it whole — permissions, a limit — which applies nothing):
+// resources it claimed stay held by the session, with no Lease, until the
+// session's etcd lease ends.
+func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) ([]*Lease, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if err := checkBatchSize("acquire", len(resources)); err != nil {
+		return nil, err
+	}
+	seen := make(map[string]int, len(resources))
+	for i, res := range resources {
+		if err := keys.ValidateResource(res); err != nil {
+			return nil, fmt.Errorf("lease: acquire batch: resource %d: %w", i, err)
+		}
+		if j, dup := seen[res]; dup {
+			return nil, fmt.Errorf("lease: acquire batch: %q at %d and %d: %w", res, j, i, ErrDuplicateResource)
+		}
+		seen[res] = i
+	}
+	if s == nil {
+		return nil, errors.New("lease: acquire batch: nil session")
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("lease: acquire batch: %w", err)
+	}
+	if err := r.tracker.closedErr(); err != nil {
+		return nil, err
+	}
+	if len(resources) == 0 {
+		return nil, nil
+	}
+
+	now := time.Now()
+	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	if err != nil {
+		return nil, err
+	}
+	claims := make([]clientv3.Op, len(resources))
+	size := 0
+	for i, res := range resources {
+		leaseKey, doneKey := r.space.Lease(res), r.space.Done(res)
+		startKey := r.space.AuditStart(res, newID())
+		free := clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0)
+		notDone := clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)
+		// Random key: keeps the audit create-only even against planted keys.
+		newEntry := clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0)
+		take := clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID()))
+		logStart := clientv3.OpPut(startKey, started)
+		// This resource's claim, decided by its own compares only.
+		claims[i] = clientv3.OpTxn([]clientv3.Cmp{free, notDone, newEntry}, []clientv3.Op{take, logStart}, nil)
+		size += 2*len(leaseKey) + len(doneKey) + 2*len(startKey) + len(holder) + len(started) + 6*opOverhead
+	}
+	if size > maxBatchBytes {
+		return nil, fmt.Errorf("lease: acquire batch of %d: about %d bytes, the limit is %d: %w", len(resources), size, maxBatchBytes, ErrBatchTooLarge)
+	}
+
+	// No compare: Then always runs, and every nested claim stands alone.
+	resp, err := r.cli.Txn(ctx).Then(claims...).Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			err = fmt.Errorf("%w: %w", session.ErrExpired, err)
+		}
+		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
+	}
+	var out []*Lease
+	for i, res := range resources {
+		if !resp.Responses[i].GetResponseTxn().Succeeded {
+			continue
+		}
+		l := r.newLease(s, res, resp.Header.Revision)
+		r.observer.LeaseAcquired(res)
+		l.log.Debug("acquired", "batch", len(resources))
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// CompleteMany completes several leases of one registry with the same
+// terminal status, in one transaction with a compare-and-swap per lease,
+// and returns one result per lease, in order: nil if it completed (or the
+// call is a retry that finds its own committed record, as with Complete),
+// or a *StaleError whose rejection entry is already in the audit log,
+// exactly once. Stale members are rejected and audited individually while
+// the others complete. An empty list sends nothing and returns nil, nil.
+//
+// For each lease i the outer transaction carries Complete's transaction,
+// nested:
+//
+//	Txn() Then(
+//	    Txn(If(ModRev(lease_i) = epoch_i)
+//	        Then(Put done_i {status, epoch_i, worker_i}, Delete lease_i, CreateOnly(end_i, completed))
+//	        Else(Txn(If(Value(done_i) = same record) Then()
+//	                 Else(Txn(If(ModRev(lease_i) = guess_i) Then(CreateOnly(rejected_i, rejected))))),
+//	             Get lease_i)),
+//	    …)
+//
+// The outer transaction has no compare, so every nested CAS is decided on
+// its own, against the state before the transaction. When a stale lease's
+// guess of the current epoch was wrong, the leases still undecided go
+// together into a follow-up transaction with the epochs read, each in its
+// own compare-free nested transaction — exactly as Lease.Complete does,
+// at most 8 transactions in all. A batch of fresh leases, of retries, or
+// of stale leases guessed right costs one round trip.
+//
+// Each lease's context ends as after its own Complete: ErrCompleted on
+// success, ErrRevoked when stale.
+//
+// A non-nil error means no lease has a result:
+//   - the batch was refused before anything was sent: an invalid status
+//     (ErrInvalidStatus), more than MaxBatch leases or too many bytes
+//     (ErrBatchTooLarge), a nil lease, leases of different registries, or
+//     two leases of one resource (ErrDuplicateResource);
+//   - or etcd refused the first transaction as a whole (permissions, a
+//     limit): nothing was applied;
+//   - or the first transaction failed otherwise, an unknown outcome: it
+//     committed for all the leases or for none (a transaction is atomic).
+//     Call CompleteMany again with the same status to resolve it.
+//
+// A per-lease error that matches ErrStale but is not a *StaleError means
+// that lease's CAS failed and writing its rejection in a follow-up
+// transaction had an unknown outcome, as with Complete.
+func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error, error) {
+	if err := validateStatus(status); err != nil {
+		return nil, fmt.Errorf("lease: complete batch: %w", err)
+	}
+	if err := checkBatchSize("complete", len(leases)); err != nil {
+		return nil, err
+	}
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	seen := make(map[string]int, len(leases))
+	for i, l := range leases {
+		if l == nil {
+			return nil, fmt.Errorf("lease: complete batch: lease %d is nil", i)
+		}
+		if l.r != leases[0].r {
+			return nil, fmt.Errorf("lease: complete batch: lease %d (%q) is from another registry than lease 0", i, l.resource)
+		}
+		if j, dup := seen[l.resource]; dup {
+			return nil, fmt.Errorf("lease: complete batch: %q at %d and %d: %w", l.resource, j, i, ErrDuplicateResource)
+		}
+		seen[l.resource] = i
+	}
+	r := leases[0].r
+	space := r.space
+
+	now := time.Now()
+	attempts := make([]*staleAttempt, len(leases))
+	cas := make([]clientv3.Op, len(leases))
+	size := 0
+	for i, l := range leases {
+		done := record.Done{Status: status, Epoch: l.epoch, Worker: l.Worker()}.Encode()
+		doneKey, endKey := space.Done(l.resource), space.AuditEnd(l.resource, l.epoch)
+		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.epoch, Status: status, Time: now})
+		if err != nil {
+			return nil, err
+		}
+		// A retried completion is recognised by its done record.
+		sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
+		attempts[i] = l.newStaleAttempt("complete", &sameRecord, audit.Completed, status)
+		reject, err := attempts[i].ops(true)
+		if err != nil {
+			return nil, err
+		}
+		held := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", l.epoch)
+		then := []clientv3.Op{
+			clientv3.OpPut(doneKey, done),
+			clientv3.OpDelete(l.leaseKey),
+			audit.CreateOnly(endKey, completed),
+		}
+		// This lease's CAS, decided by its own compare only.
+		cas[i] = clientv3.OpTxn([]clientv3.Cmp{held}, then, reject)
+		// The rejection is about as long as the completed entry.
+		size += 4*len(l.leaseKey) + 2*len(doneKey) + 2*len(done) + 2*len(endKey) + 2*len(completed) +
+			2*len(attempts[i].rejKey) + 12*opOverhead
+	}
+	if size > maxBatchBytes {
+		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), size, maxBatchBytes, ErrBatchTooLarge)
+	}
+
+	for _, l := range leases {
+		l.beginEnd()
+	}
+	results, err := completeMany(ctx, r, attempts, cas)
+	for i, l := range leases {
+		lerr := err
+		if lerr == nil {
+			lerr = results[i]
+		}
+		l.endDone("complete", ErrCompleted, lerr)
+		if lerr == nil {
+			l.log.Debug("completed", "status", status, "batch", len(leases))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// completeMany sends the batch's CAS transaction and the stale path's
+// follow-ups; a non-nil error is the first transaction's unknown outcome.
+func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, cas []clientv3.Op) ([]error, error) {
+	// No compare: Then always runs, and every nested CAS stands alone.
+	resp, err := r.cli.Txn(ctx).Then(cas...).Commit()
+	if err != nil {
+		if refused(err) {
+			return nil, fmt.Errorf("lease: complete batch of %d: etcd refused the transaction, nothing was applied: %w", len(cas), err)
+		}
+		return nil, fmt.Errorf("lease: complete batch of %d: outcome unknown: %w", len(cas), err)
+	}
+	results := make([]error, len(cas))
+	var pending []int // stale leases whose guess was wrong
+	for i, a := range attempts {
+		lresp := resp.Responses[i].GetResponseTxn()
+		if lresp.Succeeded {
+			continue
+		}
+		if finished, err := a.read(lresp, 1); finished {
+			results[i] = err
+			continue
+		}
+		pending = append(pending, i)
+	}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		ops := make([]clientv3.Op, 0, len(pending))
+		sent := pending[:0:0]
+		for _, i := range pending {
+			reject, err := attempts[i].ops(attempt+1 < maxGuesses)
+			if err != nil {
+				results[i] = err
+				continue
+			}
+			// The epochs can never hold their keys again, so no CAS is
+			// repeated: each lease's stale ops run unconditionally, nested
+			// so that each response reads like the single path's.
+			ops = append(ops, clientv3.OpTxn(nil, reject, nil))
+			sent = append(sent, i)
+		}
+		pending = sent
+		if len(pending) == 0 {
+			break
+		}
+		resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			for _, i := range pending {
+				results[i] = attempts[i].staleUnknown(err)
+			}
+			return results, nil
+		}
+		var next []int
+		for j, i := range pending {
+			if finished, err := attempts[i].read(resp.Responses[j].GetResponseTxn(), attempt+1); finished {
+				results[i] = err
+				continue
+			}
+			next = append(next, i)
+		}
+		pending = next
+	}
+	return results, nil
+}
+
+func checkBatchSize(op string, n int) error {
+	if n > MaxBatch {
+		return fmt.Errorf("lease: %s batch of %d: the limit is %d (MaxBatch): %w", op, n, MaxBatch, ErrBatchTooLarge)
+	}
+	return nil
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Namespaces of the throughput contenders, wiped after every round.
+const (
+	nsLeasehold = "/bench-lh"
+	nsBare      = "/bench-bare"
+	nsMutex     = "/bench-mutex"
+	nsRaw       = "/bench-raw"
+)
+
+// cycler is what every throughput contender needs: one leasehold session
+// and one concurrency session per worker, on the workers' shared client.
+type cycler struct {
+	cli   *clientv3.Client
+	reg   *lease.Registry
+	lh    []*session.Session
+	mx    []*concurrency.Session
+	bare  keys.Space
+	seq   atomic.Int64
+	batch int
+}
+
+type contender struct {
+	name  string
+	cycle func(ctx context.Context, w int) (int, error)
+}
+
+func (c *cycler) task() string { return fmt.Sprintf("t%d", c.seq.Add(1)) }
+
+// leasehold: the SDK's task cycle.
+func (c *cycler) leasehold(ctx context.Context, w int) (int, error) {
+	l, err := c.reg.TryAcquire(ctx, c.lh[w], c.task())
+	if err != nil {
+		return 0, err
+	}
+	return 1, l.Complete(ctx, "ok")
+}
+
+// bareCycle sends the SDK's two transactions — the same compares, ops and
+// bytes — straight through clientv3: the limit of what leasehold can do.
+func (c *cycler) bareCycle(ctx context.Context, w int) (int, error) {
+	s, res, sp := c.lh[w], c.task(), c.bare
+	leaseKey, doneKey := sp.Lease(res), sp.Done(res)
+	startKey := sp.AuditStart(res, newID())
+	now := time.Now()
+	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	if err != nil {
+		return 0, err
+	}
+	// TryAcquire: If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
+	// Then(Put lease WithLease, Put start acquired) Else(Get lease, Get done)
+	resp, err := c.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+	).Then(
+		clientv3.OpPut(leaseKey, holder.Encode(), clientv3.WithLease(s.LeaseID())),
+		clientv3.OpPut(startKey, started),
+	).Else(clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("bare acquire of %q failed", res)
+	}
+	epoch := resp.Header.Revision
+	now = time.Now()
+	done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
+	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
+	if err != nil {
+		return 0, err
+	}
+	rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
+	if err != nil {
+		return 0, err
+	}
+	// Complete: If(ModRev(lease) = epoch) Then(Put done, Delete lease, CreateOnly(end))
+	// Else(Txn(If(Value(done) = done) Else(Txn(If(ModRev(lease) = 0) Then(CreateOnly(rejected))))), Get lease)
+	sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
+	heldByGuess := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)
+	reject := clientv3.OpTxn([]clientv3.Cmp{sameRecord}, nil, []clientv3.Op{
+		clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{audit.CreateOnly(sp.AuditRejected(res, epoch, newID()), rejected)}, nil),
+	})
+	resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)).Then(
+		clientv3.OpPut(doneKey, done),
+		clientv3.OpDelete(leaseKey),
+		audit.CreateOnly(sp.AuditEnd(res, epoch), completed),
+	).Else(reject, clientv3.OpGet(leaseKey)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("bare complete of %q failed", res)
+	}
+	return 1, nil
+}
+
+// mutex: concurrency.Mutex Lock + Unlock on a lock of its own.
+func (c *cycler) mutex(ctx context.Context, w int) (int, error) {
+	m := concurrency.NewMutex(c.mx[w], nsMutex+"/"+c.task())
+	if err := m.Lock(ctx); err != nil {
+		return 0, err
+	}
+	return 1, m.Unlock(ctx)
+}
+
+// rawTxn: one single-key create-if-absent transaction.
+func (c *cycler) rawTxn(ctx context.Context, w int) (int, error) {
+	key := nsRaw + "/" + c.task()
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, "x")).Commit()
+	if err == nil && !resp.Succeeded {
+		err = fmt.Errorf("raw txn on %q failed", key)
+	}
+	return 1, err
+}
+
+// batchCycle: TryAcquireMany + CompleteMany of c.batch fresh tasks.
+func (c *cycler) batchCycle(ctx context.Context, w int) (int, error) {
+	res := make([]string, c.batch)
+	for i := range res {
+		res[i] = c.task()
+	}
+	ls, err := c.reg.TryAcquireMany(ctx, c.lh[w], res)
+	if err != nil {
+		return 0, err
+	}
+	if len(ls) != len(res) {
+		return 0, fmt.Errorf("batch claimed %d of %d fresh tasks", len(ls), len(res))
+	}
+	results, err := lease.CompleteMany(ctx, ls, "ok")
+	if err != nil {
+		return 0, err
+	}
+	if err := errors.Join(results...); err != nil {
+		return 0, err
+	}
+	return len(ls), nil
+}
+
+// bareBatchCycle sends the two batch transactions of batchCycle — the
+// same nested compares, ops and bytes — straight through clientv3.
+func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
+	s, sp := c.lh[w], c.bare
+	res := make([]string, c.batch)
+	for i := range res {
+		res[i] = c.task()
+	}
+	now := time.Now()
+	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	if err != nil {
+		return 0, err
+	}
+	claims := make([]clientv3.Op, len(res))
+	for i, r := range res {
+		leaseKey, doneKey, startKey := sp.Lease(r), sp.Done(r), sp.AuditStart(r, newID())
+		claims[i] = clientv3.OpTxn([]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+		}, []clientv3.Op{
+			clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID())),
+			clientv3.OpPut(startKey, started),
+		}, nil)
+	}
+	resp, err := c.cli.Txn(ctx).Then(claims...).Commit()
+	if err != nil {
+		return 0, err
+	}
+	epoch := resp.Header.Revision
+	now = time.Now()
+	cas := make([]clientv3.Op, len(res))
+	for i, r := range res {
+		if !resp.Responses[i].GetResponseTxn().Succeeded {
+			return 0, fmt.Errorf("bare batch claim of %q failed", r)
+		}
+		leaseKey, doneKey := sp.Lease(r), sp.Done(r)
+		done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
+		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
+		if err != nil {
+			return 0, err
+		}
+		rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
+		if err != nil {
+			return 0, err
+		}
+		reject := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(doneKey), "=", done)}, nil, []clientv3.Op{
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)},
+				[]clientv3.Op{audit.CreateOnly(sp.AuditRejected(r, epoch, newID()), rejected)}, nil),
+		})
+		cas[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)}, []clientv3.Op{
+			clientv3.OpPut(doneKey, done),
+			clientv3.OpDelete(leaseKey),
+			audit.CreateOnly(sp.AuditEnd(r, epoch), completed),
+		}, []clientv3.Op{reject, clientv3.OpGet(leaseKey)})
+	}
+	resp, err = c.cli.Txn(ctx).Then(cas...).Commit()
+	if err != nil {
+		return 0, err
+	}
+	for i, r := range res {
+		if !resp.Responses[i].GetResponseTxn().Succeeded {
+			return 0, fmt.Errorf("bare batch complete of %q failed", r)
+		}
+	}
+	return len(res), nil
+}
+
+// throughput runs sections 1 and 7 in shared rounds: in every round, at
+// every concurrency level, each contender runs for cfg.runFor, in an order
+// rotated every round.
+func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) {
+	maxW := slices.Max(append(slices.Clone(cfg.workers), cfg.batchWorkers))
+	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), batch: cfg.batch}
+	defer c.reg.Close()
+	c.lh, c.mx = make([]*session.Session, maxW), make([]*concurrency.Session, maxW)
+	defer func() {
+		var wg sync.WaitGroup
+		for w := range maxW {
+			wg.Go(func() {
+				if c.lh[w] != nil {
+					_ = c.lh[w].Close(context.Background())
+				}
+				if c.mx[w] != nil {
+					_ = c.mx[w].Close()
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, maxW)
+	for w := range maxW {
+		wg.Go(func() {
+			var err error
+			c.lh[w], err = session.New(ctx, b.cli, session.WithWorker(fmt.Sprintf("bench-%d", w)))
+			if err == nil {
+				c.mx[w], err = concurrency.NewSession(b.cli)
+			}
+			errs[w] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	contenders := []contender{
+		{"leasehold", c.leasehold},
+		{"bare", c.bareCycle},
+		{"Mutex", c.mutex},
+		{"rawTxn", c.rawTxn},
+	}
+	batches := []contender{{"batch", c.batchCycle}, {"bare batch", c.bareBatchCycle}}
+	// rates[name][workers] = one rate per round
+	rates := map[string]map[int][]float64{}
+	cpus := map[string]map[int][]float64{} // CPU µs per task
+	record := func(name string, w int, r float64, cpu time.Duration) {
+		if rates[name] == nil {
+			rates[name], cpus[name] = map[int][]float64{}, map[int][]float64{}
+		}
+		rates[name][w] = append(rates[name][w], r)
+		cpus[name][w] = append(cpus[name][w], float64(cpu)/float64(time.Microsecond))
+	}
+	var levels []int
+	if cfg.sections[1] {
+		levels = slices.Clone(cfg.workers)
+	}
+	if cfg.sections[7] && !slices.Contains(levels, cfg.batchWorkers) {
+		levels = append(levels, cfg.batchWorkers)
+	}
+	first := -1 // round -1 warms up
+	if cfg.smoke {
+		first = 0
+	}
+	for round := first; round < cfg.rounds; round++ {
+		d := cfg.runFor
+		if round < 0 {
+			d = cfg.runFor / 3
+		}
+		for _, w := range levels {
+			list := contenders
+			if !cfg.sections[1] || !slices.Contains(cfg.workers, w) {
+				list = []contender{{"Mutex", c.mutex}} // only batch's reference
+			}
+			if cfg.sections[7] && w == cfg.batchWorkers {
+				list = append(slices.Clone(list), batches...)
+			}
+			for _, ct := range rotate(list, max(round, 0)+w) {
+				b.rpc.reset()
+				r, cpu, err := runRateCPU(ctx, w, d, ct.cycle)
+				unary, _ := b.rpc.reset()
+				if err != nil {
+					return nil, fmt.Errorf("%s at %d workers: %w", ct.name, w, err)
+				}
+				if round >= 0 {
+					record(ct.name, w, r, cpu)
+				}
+				if cfg.verbose {
+					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task, RPCs %v\n", round, ct.name, w, r, float64(cpu)/1e3, unary)
+				}
+			}
+		}
+		// Every round starts from the same empty store.
+		if err := b.wipe(ctx, nsLeasehold+"/", nsBare+"/", nsRaw+"/", nsMutex+"/"); err != nil {
+			return nil, err
+		}
+	}
+
+	var out []*section
+	if cfg.sections[1] {
+		s := &section{title: "1. task cycle throughput (TryAcquire + Complete, audited), cycles/s"}
+		s.addf("%7s %10s %10s %10s %10s %9s %9s %11s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare", "lh/Mutex", "lh/(raw/2)")
+		for _, w := range cfg.workers {
+			lh, bare, mx, raw := rates["leasehold"][w], rates["bare"][w], rates["Mutex"][w], rates["rawTxn"][w]
+			rBare, rMutex, rRaw := ratios(lh, bare, 1), ratios(lh, mx, 1), ratios(lh, raw, 0.5)
+			s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f %9.3f %11.3f", w, median(lh), median(bare), median(mx), median(raw), rBare, rMutex, rRaw)
+			for name, v := range map[string]float64{"leasehold": median(lh), "bare": median(bare), "Mutex": median(mx), "rawTxn": median(raw)} {
+				s.metric(fmt.Sprintf("cycle %s %dw", name, w), "rate", v)
+			}
+			s.metric(fmt.Sprintf("cycle lh/bare %dw", w), "ratio", rBare)
+			s.metric(fmt.Sprintf("cycle lh/Mutex %dw", w), "ratio", rMutex)
+			s.metric(fmt.Sprintf("cycle lh/(raw/2) %dw", w), "ratio", rRaw)
+			s.goal(fmt.Sprintf("leasehold/bare ≥ 0.95 at %d workers", w), rBare >= 0.95, fmt.Sprintf("%.3f", rBare))
+		}
+		s.addf("ratios are medians of per-round ratios; rawTxn is one single-key Txn per cycle")
+		s.addf("process CPU per cycle (client and embedded server), µs:")
+		s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
+		for _, w := range cfg.workers {
+			lh, bare, mx, raw := cpus["leasehold"][w], cpus["bare"][w], cpus["Mutex"][w], cpus["rawTxn"][w]
+			s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
+			s.metric(fmt.Sprintf("cpu/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
+		}
+		out = append(out, s)
+	}
+	if cfg.sections[7] {
+		w := cfg.batchWorkers
+		s := &section{title: fmt.Sprintf("7. batch claim + complete (TryAcquireMany + CompleteMany of %d) at %d workers, tasks/s", cfg.batch, w)}
+		bt, bare, mx := rates["batch"][w], rates["bare batch"][w], rates["Mutex"][w]
+		r := ratios(bt, mx, 1)
+		s.addf("%-34s %10s %12s %9s", "", "tasks/s", "CPU µs/task", "vs Mutex")
+		s.addf("%-34s %10.0f %12.0f %8.2f×", "leasehold batch", median(bt), median(cpus["batch"][w]), r)
+		s.addf("%-34s %10.0f %12.0f %8.2f×", "the same transactions, bare", median(bare), median(cpus["bare batch"][w]), ratios(bare, mx, 1))
+		s.addf("%-34s %10.0f %12.0f %8.2f×", "Mutex Lock+Unlock (one task each)", median(mx), median(cpus["Mutex"][w]), 1.0)
+		s.addf("leasehold batch / bare batch: %.3f", ratios(bt, bare, 1))
+		s.metric("batch tasks", "rate", median(bt))
+		s.metric("batch bare", "rate", median(bare))
+		s.metric("batch Mutex", "rate", median(mx))
+		s.metric("batch/Mutex", "ratio", r)
+		s.metric("batch/bare batch", "ratio", ratios(bt, bare, 1))
+		s.goal("batch ≥ 3× Mutex", r >= 3, fmt.Sprintf("%.2f×", r))
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ratios is the median over rounds of a[i] / (b[i] * scale).
+func ratios(a, b []float64, scale float64) float64 {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		rs = append(rs, a[i]/(b[i]*scale))
+	}
+	return median(rs)
+}

@@ -1,0 +1,387 @@
+// Command bench measures leasehold side by side with what it is built on,
+// in one run on one embedded etcd member, and prints a table of medians:
+//
+//  1. task-cycle throughput (TryAcquire + Complete, audited) at 1, 16 and
+//     64 workers against the same two transactions issued bare with
+//     clientv3 (the limit), concurrency.Mutex Lock+Unlock, and a raw single
+//     etcd Txn;
+//  2. handoff latency from a Release to a blocked Acquire waiter, and from
+//     a Mutex Unlock to a blocked Lock;
+//  3. handoff latency after a holder's crash (its client closed, its etcd
+//     lease left to expire) against the TTL;
+//  4. loss detection: for blackholed sessions, whether the lease context
+//     was cancelled before etcd deleted the key, and by how much;
+//  5. scale: one session holding 10 000 leases (keepalive RPCs per TTL,
+//     client heap and RSS measured in a child process, acquire throughput
+//     against a session holding one) and 1 000 concurrent sessions;
+//  6. listing 100 000 audit entries;
+//  7. batches: TryAcquireMany + CompleteMany of 16 tasks at 16 workers
+//     against Mutex Lock+Unlock cycles.
+//
+// Throughput contenders run in rounds, in an order rotated every round, and
+// every figure is the median over rounds (ratios: the median of per-round
+// ratios), so drift on a shared machine hits all contenders alike. The
+// member runs with fsync on, as in production; sections 1, 2 and 7 are
+// repeated with fsync off.
+//
+// Usage:
+//
+//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-cpuprofile cpu.out]
+//
+// -smoke runs every section with tiny sizes (the test suite does, so this
+// program cannot rot).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is the size of every section. fullConfig is what `make bench`
+// runs; smokeConfig is what the test runs.
+type config struct {
+	smoke    bool
+	verbose  bool // every throughput run's rate on stderr
+	sections map[int]bool
+	fsyncOff bool // also run sections 1, 2 and 7 with fsync off
+
+	rounds       int           // throughput rounds (after one warm-up round)
+	runFor       time.Duration // per contender per round
+	offRounds    int           // the same with fsync off
+	offRunFor    time.Duration
+	workers      []int // task-cycle concurrency levels
+	batch        int   // tasks per batch (section 7)
+	batchWorkers int
+
+	handoffs int // section 2 samples per contender
+
+	crashes    int // section 3 samples
+	crashGroup int // run concurrently
+	crashTTL   time.Duration
+
+	lossSessions int // section 4
+	lossGroup    int
+	lossTTL      time.Duration
+
+	scaleLeases       int // section 5
+	scaleTTL          time.Duration
+	scaleRounds       int
+	scaleRunFor       time.Duration
+	scaleWindow       int // TTLs over which keepalives are counted and sessions held
+	sessions          int
+	sessionsPerClient int
+	sessionTTL        time.Duration
+
+	auditEntries int // section 6
+	auditRounds  int
+}
+
+func fullConfig() config {
+	return config{
+		sections: allSections(), fsyncOff: true,
+		rounds: 12, runFor: 600 * time.Millisecond, offRounds: 8, offRunFor: 500 * time.Millisecond, workers: []int{1, 16, 64}, batch: 16, batchWorkers: 16,
+		handoffs: 200,
+		crashes:  40, crashGroup: 20, crashTTL: 2 * time.Second,
+		lossSessions: 100, lossGroup: 25, lossTTL: 2 * time.Second,
+		scaleLeases: 10000, scaleTTL: 3 * time.Second, scaleRounds: 5, scaleRunFor: time.Second, scaleWindow: 2,
+		sessions: 1000, sessionsPerClient: 10, sessionTTL: 3 * time.Second,
+		auditEntries: 100000, auditRounds: 3,
+	}
+}
+
+func smokeConfig() config {
+	return config{
+		smoke: true, sections: allSections(), fsyncOff: true,
+		rounds: 1, runFor: 80 * time.Millisecond, offRounds: 1, offRunFor: 50 * time.Millisecond, workers: []int{1, 16, 64}, batch: 16, batchWorkers: 16,
+		handoffs: 5,
+		crashes:  4, crashGroup: 4, crashTTL: time.Second,
+		lossSessions: 8, lossGroup: 4, lossTTL: time.Second,
+		scaleLeases: 200, scaleTTL: time.Second, scaleRounds: 1, scaleRunFor: 100 * time.Millisecond, scaleWindow: 1,
+		sessions: 20, sessionsPerClient: 5, sessionTTL: time.Second,
+		auditEntries: 1000, auditRounds: 1,
+	}
+}
+
+func allSections() map[int]bool {
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true}
+}
+
+func main() {
+	if runChild() {
+		return
+	}
+	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
+	sections := flag.String("sections", "1,2,3,4,5,6,7", "sections to run")
+	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
+	verbose := flag.Bool("v", false, "print every throughput run's rate on stderr")
+	workers := flag.String("workers", "", "section 1 concurrency levels (default 1,16,64)")
+	rounds := flag.Int("rounds", 0, "throughput rounds, fsync on and off (default 12 and 8)")
+	runFor := flag.Duration("run-for", 0, "throughput run per contender per round, fsync on and off (default 600ms and 500ms)")
+	batch := flag.Int("batch", 0, "tasks per batch in section 7 (default 16)")
+	batchWorkers := flag.Int("batch-workers", 0, "workers in section 7 (default 16)")
+	flag.Parse()
+
+	cfg := fullConfig()
+	if *smoke {
+		cfg = smokeConfig()
+	}
+	cfg.fsyncOff, cfg.verbose = *fsyncOff, *verbose
+	if *workers != "" {
+		cfg.workers = nil
+		for _, f := range strings.Split(*workers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: -workers: %q is not a positive number\n", f)
+				os.Exit(2)
+			}
+			cfg.workers = append(cfg.workers, n)
+		}
+	}
+	if *rounds > 0 {
+		cfg.rounds, cfg.offRounds = *rounds, *rounds
+	}
+	if *runFor > 0 {
+		cfg.runFor, cfg.offRunFor = *runFor, *runFor
+	}
+	if *batch > 0 {
+		cfg.batch = *batch
+	}
+	if *batchWorkers > 0 {
+		cfg.batchWorkers = *batchWorkers
+	}
+	cfg.sections = map[int]bool{}
+	for _, f := range strings.Split(*sections, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 7 {
+			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-7\n", f)
+			os.Exit(2)
+		}
+		cfg.sections[n] = true
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if _, err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err == nil {
+			err = errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// metric is one figure of the report, for the smoke test's checks.
+type metric struct {
+	name  string
+	kind  string // rate (per second, > 0), ratio, latency (seconds), fraction (0..1), bytes, count
+	value float64
+}
+
+// goal is a stated target and whether this run met it.
+type goal struct {
+	name string
+	met  bool
+	got  string
+}
+
+// section is the rendered result of one benchmark.
+type section struct {
+	title   string
+	lines   []string
+	metrics []metric
+	goals   []goal
+}
+
+func (s *section) addf(format string, args ...any) {
+	s.lines = append(s.lines, fmt.Sprintf(format, args...))
+}
+func (s *section) metric(name, kind string, v float64) {
+	s.metrics = append(s.metrics, metric{name, kind, v})
+}
+func (s *section) goal(name string, met bool, got string) {
+	s.goals = append(s.goals, goal{name, met, got})
+}
+
+// report is everything run measured.
+type report struct {
+	sections []*section
+	table    string
+}
+
+func (r *report) metrics() []metric {
+	var out []metric
+	for _, s := range r.sections {
+		out = append(out, s.metrics...)
+	}
+	return out
+}
+
+func (r *report) goals() []goal {
+	var out []goal
+	for _, s := range r.sections {
+		out = append(out, s.goals...)
+	}
+	return out
+}
+
+// run runs the configured sections, writes the table to out as each
+// section finishes, and returns the report.
+func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
+	started := time.Now()
+	var b strings.Builder
+	emit := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		b.WriteString(line)
+		_, _ = io.WriteString(out, line)
+	}
+	mode := "full"
+	if cfg.smoke {
+		mode = "smoke"
+	}
+	emit("leasehold benchmarks (%s): nproc %d, GOMAXPROCS %d, %s, %s/%s\n", mode, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	emit("throughput: %d rounds × %v per contender (fsync off: %d × %v) after a warm-up round, contenders rotated every round; medians over rounds\n",
+		cfg.rounds, cfg.runFor, cfg.offRounds, cfg.offRunFor)
+	rep := &report{}
+	write := func(s *section) {
+		rep.sections = append(rep.sections, s)
+		emit("\n%s\n", s.title)
+		for _, l := range s.lines {
+			emit("  %s\n", l)
+		}
+		for _, g := range s.goals {
+			verdict := "met"
+			if !g.met {
+				verdict = "MISSED"
+			}
+			emit("  goal %s: %s (%s)\n", g.name, verdict, g.got)
+		}
+	}
+
+	passes := []bool{true}
+	if cfg.fsyncOff {
+		passes = append(passes, false)
+	}
+	for _, fsync := range passes {
+		emit("\n== fsync %s ==\n", onOff(fsync))
+		env, err := startBench(fsync)
+		if err != nil {
+			return nil, err
+		}
+		pcfg := cfg
+		if !fsync {
+			pcfg.rounds, pcfg.runFor = cfg.offRounds, cfg.offRunFor
+		}
+		err = env.runSections(ctx, pcfg, fsync, write)
+		env.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	var missed []string
+	for _, g := range rep.goals() {
+		if !g.met {
+			missed = append(missed, g.name)
+		}
+	}
+	emit("\ngoals: %d met, %d missed", len(rep.goals())-len(missed), len(missed))
+	if len(missed) > 0 {
+		emit(" (%s)", strings.Join(missed, "; "))
+	}
+	emit("\ntotal time %v\n", time.Since(started).Round(time.Second))
+	rep.table = b.String()
+	return rep, nil
+}
+
+func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write func(*section)) error {
+	suffix := " — fsync " + onOff(fsync)
+	type step struct {
+		n   int
+		run func(context.Context, config) ([]*section, error)
+	}
+	steps := []step{
+		{1, b.throughput}, // sections 1 and 7 share their rounds
+		{2, b.handoffRelease},
+		{3, b.handoffCrash},
+		{4, b.lossDetection},
+		{5, b.scale},
+		{6, b.auditList},
+	}
+	for _, st := range steps {
+		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])
+		if !want || (!fsync && !slices.Contains([]int{1, 2, 7}, st.n)) {
+			continue
+		}
+		began := time.Now()
+		secs, err := st.run(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("section %d (fsync %s): %w", st.n, onOff(fsync), err)
+		}
+		took := time.Since(began).Round(100 * time.Millisecond)
+		for _, s := range secs {
+			s.title += suffix
+			for i := range s.goals {
+				s.goals[i].name += " (fsync " + onOff(fsync) + ")"
+			}
+			if len(secs) > 1 {
+				s.addf("(ran %v, sharing rounds with section%s)", took, others(secs, s))
+			} else {
+				s.addf("(ran %v)", took)
+			}
+			write(s)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// others names the sections of secs other than s by number.
+func others(secs []*section, s *section) string {
+	var out []string
+	for _, o := range secs {
+		if o != s {
+			num, _, _ := strings.Cut(o.title, ".")
+			out = append(out, num)
+		}
+	}
+	return " " + strings.Join(out, ", ")
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

@@ -1,0 +1,547 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+)
+
+// Violation is one broken guarantee.
+type Violation struct {
+	Check  string `json:"check"`
+	Task   string `json:"task,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (v Violation) String() string {
+	if v.Task == "" {
+		return v.Check + ": " + v.Detail
+	}
+	return fmt.Sprintf("%s: %s: %s", v.Check, v.Task, v.Detail)
+}
+
+// The checks, as named in violations.
+const (
+	CheckEpochs            = "epochs"             // lease history: one live epoch per task, epochs increase in real time
+	CheckHolder            = "holder"             // every epoch has one holder, and only it acts with that epoch
+	CheckCompletion        = "completion"         // at most one successful completion per task
+	CheckIncomplete        = "incomplete"         // every task completes after healing
+	CheckRejections        = "rejections"         // stale attempts seen ↔ rejection entries
+	CheckForensics         = "forensics"          // one start and one end entry per epoch
+	CheckDownstream        = "downstream"         // commit order and fencing of the effects
+	CheckLinearizable      = "linearizability"    // porcupine
+	CheckLiveness          = "liveness"           // leases left after the run
+	CheckHistory           = "history"            // malformed worker history
+	CheckRejectionsCurrent = "rejections-current" // a rejection names the epoch that held then
+)
+
+// Result is a checked run.
+type Result struct {
+	Config   Config
+	Wall     time.Duration
+	Ops      map[OpType]map[Outcome]int
+	Recorded int // operations recorded
+	Checked  int // operations in the linearizability histories
+	Faults   []Fault
+	Tasks    int // tasks an acquisition was invoked on
+	Done     int // tasks with a done record
+	Swept    int // tasks the sweeper completed
+	Epochs   int // epochs granted (lease key puts)
+	EndKinds map[audit.Kind]int
+	// StaleSeen counts the stale outcomes workers saw (*lease.StaleError);
+	// Rejections the rejection entries in the audit; RejectionsUnknown the
+	// entries matched to attempts whose outcome was unknown, of the
+	// MaybeRejections such attempts.
+	StaleSeen         int
+	Rejections        int
+	RejectionsUnknown int
+	MaybeRejections   int
+	Effects           map[OpType]int
+	Porcupine         PorcupineResult
+	Violations        []Violation
+	Warnings          []string
+	OutDir            string
+}
+
+// ViolationsByCheck counts the violations per check.
+func (r *Result) ViolationsByCheck() map[string]int {
+	m := map[string]int{}
+	for _, v := range r.Violations {
+		m[v.Check]++
+	}
+	return m
+}
+
+// epochInfo is one granted epoch, from the lease key's history.
+type epochInfo struct {
+	Task   string
+	Epoch  int64
+	Worker string
+	End    int64 // revision of the key's deletion; 0: never deleted
+}
+
+type checker struct {
+	cfg     Config
+	ops     []Op
+	byID    map[string]*Op
+	touched []string
+	fs      finalState
+	end     int64 // a time after every operation could have taken effect
+	res     *Result
+
+	epochs  map[int64]*epochInfo
+	byTask  map[string][]*epochInfo // in epoch order
+	acqOf   map[string]int64        // acquisition op id → the epoch it was granted (resolved unknowns too)
+	revOf   map[string]int64        // revocation op id → the epoch it revoked
+	effects map[string]*Effect      // op id → its effect
+}
+
+func (c *checker) fail(check, task, format string, args ...any) {
+	c.res.Violations = append(c.res.Violations, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
+}
+
+// check runs every check on a run's history and final state. end is a
+// time after which no operation can still take effect (it is moved past
+// every invocation and return if need be).
+func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Result {
+	c := &checker{
+		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
+		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
+		epochs: map[int64]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
+	}
+	for i := range c.ops {
+		op := &c.ops[i]
+		c.end = max(c.end, op.Invoke+1, op.Return+1)
+		c.byID[op.ID] = op
+		if c.res.Ops[op.Type] == nil {
+			c.res.Ops[op.Type] = map[Outcome]int{}
+		}
+		c.res.Ops[op.Type][op.Outcome]++
+		if op.Return != 0 && op.Return < op.Invoke {
+			c.fail(CheckHistory, op.Task, "returned before it was invoked: %v", op)
+		}
+	}
+	c.res.Recorded = len(c.ops)
+	c.res.Tasks = len(touched)
+	c.res.Done = len(fs.Done)
+	for i := range fs.Effects {
+		e := &fs.Effects[i]
+		c.effects[e.Op] = e
+		c.res.Effects[e.Guard]++
+	}
+
+	c.checkLeaseHistory()
+	c.resolveAcquisitions()
+	c.checkAcquisitions()
+	c.checkHolders()
+	c.checkCompletion()
+	c.checkRejections()
+	c.checkRevocations()
+	c.checkForensics()
+	c.checkDownstream()
+	c.checkLinearizable()
+	return c.res
+}
+
+// checkLeaseHistory: a lease key is put only while absent (one live epoch
+// per task, never rewritten), so epochs strictly increase and never
+// overlap.
+func (c *checker) checkLeaseHistory() {
+	live := map[string]*epochInfo{}
+	for _, ev := range c.fs.LeaseEvents {
+		cur := live[ev.Task]
+		if !ev.Put {
+			if cur == nil {
+				c.fail(CheckEpochs, ev.Task, "deletion at revision %d with no live epoch", ev.Rev)
+				continue
+			}
+			cur.End = ev.Rev
+			delete(live, ev.Task)
+			continue
+		}
+		if cur != nil {
+			c.fail(CheckEpochs, ev.Task, "epoch %d (%s) began while epoch %d (%s) was live: two holders", ev.Rev, ev.Worker, cur.Epoch, cur.Worker)
+		}
+		if ev.CreateRev != ev.Rev {
+			c.fail(CheckEpochs, ev.Task, "lease key rewritten at revision %d (created at %d): the epoch changed under its holder", ev.Rev, ev.CreateRev)
+		}
+		if prev := c.byTask[ev.Task]; len(prev) > 0 && prev[len(prev)-1].Epoch >= ev.Rev {
+			c.fail(CheckEpochs, ev.Task, "epoch %d after epoch %d", ev.Rev, prev[len(prev)-1].Epoch)
+		}
+		ei := &epochInfo{Task: ev.Task, Epoch: ev.Rev, Worker: ev.Worker}
+		c.epochs[ev.Rev] = ei
+		c.byTask[ev.Task] = append(c.byTask[ev.Task], ei)
+		live[ev.Task] = ei
+	}
+	c.res.Epochs = len(c.epochs)
+	if c.fs.LiveLeases > 0 {
+		c.fail(CheckLiveness, "", "%d lease keys still exist after every worker stopped and their sessions' TTLs passed", c.fs.LiveLeases)
+	}
+}
+
+// liveAt returns the epoch of task live just before revision rev (0: none).
+func (c *checker) liveAt(task string, rev int64) int64 {
+	eps := c.byTask[task]
+	i := sort.Search(len(eps), func(i int) bool { return eps[i].Epoch >= rev })
+	if i == 0 {
+		return 0
+	}
+	e := eps[i-1]
+	if e.End != 0 && e.End < rev {
+		return 0
+	}
+	return e.Epoch
+}
+
+type taskWorker struct{ task, worker string }
+
+// resolveAcquisitions gives every acquisition the epoch it was granted:
+// its own reply's, or, for one whose outcome is unknown, the epoch etcd
+// granted that worker on that task that no reply claimed. Granted epochs
+// nobody asked for are violations.
+func (c *checker) resolveAcquisitions() {
+	claimed := map[int64]bool{}
+	unknown := map[taskWorker][]*Op{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type != OpAcquire {
+			continue
+		}
+		switch op.Outcome {
+		case OutOK:
+			if claimed[op.Epoch] {
+				c.fail(CheckHolder, op.Task, "epoch %d granted to two acquisitions (%s)", op.Epoch, op.ID)
+			}
+			claimed[op.Epoch] = true
+			c.acqOf[op.ID] = op.Epoch
+		case OutUnknown:
+			k := taskWorker{op.Task, op.Worker}
+			unknown[k] = append(unknown[k], op)
+		}
+	}
+	unclaimed := map[taskWorker][]int64{}
+	for e, ei := range c.epochs {
+		if !claimed[e] {
+			k := taskWorker{ei.Task, ei.Worker}
+			unclaimed[k] = append(unclaimed[k], e)
+		}
+	}
+	for k, eps := range unclaimed {
+		slices.Sort(eps)
+		cands := unknown[k] // in invocation order
+		if len(eps) > len(cands) {
+			c.fail(CheckHolder, k.task, "epochs %v were granted to %s, which has only %d acquisitions with unknown outcome", eps, k.worker, len(cands))
+		}
+		for i, e := range eps {
+			if i < len(cands) {
+				c.acqOf[cands[i].ID] = e
+			}
+		}
+	}
+}
+
+// checkAcquisitions: every epoch a worker was told it holds is an epoch
+// etcd granted it, and an acquisition that returned before another began
+// holds a lower epoch.
+func (c *checker) checkAcquisitions() {
+	byTask := map[string][]*Op{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type != OpAcquire {
+			continue
+		}
+		switch op.Outcome {
+		case OutOK:
+			ei := c.epochs[op.Epoch]
+			if ei == nil || ei.Task != op.Task || ei.Worker != op.Worker {
+				c.fail(CheckHolder, op.Task, "%v: etcd never granted that epoch to that worker", op)
+				continue
+			}
+			byTask[op.Task] = append(byTask[op.Task], op)
+		case OutHeld:
+			if ei := c.epochs[op.Current]; ei == nil || ei.Task != op.Task {
+				c.fail(CheckHolder, op.Task, "%v: the holder named is not an epoch of the task", op)
+			}
+		}
+	}
+	for task, acq := range byTask {
+		for _, a := range acq {
+			for _, b := range acq {
+				if a.Return < b.Invoke && a.Epoch >= b.Epoch {
+					c.fail(CheckEpochs, task, "%v returned before %v began, yet its epoch is not lower", a, b)
+				}
+			}
+		}
+	}
+}
+
+// checkHolders: only an epoch's holder acts with it.
+func (c *checker) checkHolders() {
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type == OpAcquire || op.Epoch == 0 {
+			continue
+		}
+		ei := c.epochs[op.Epoch]
+		if ei == nil || ei.Task != op.Task || ei.Worker != op.Worker {
+			c.fail(CheckHolder, op.Task, "%v: the epoch is not this worker's on this task", op)
+		}
+	}
+}
+
+// checkCompletion: at most one epoch completes each task, and every task
+// touched completes.
+func (c *checker) checkCompletion() {
+	okEpochs := map[string][]int64{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type == OpComplete && op.Outcome == OutOK && !slices.Contains(okEpochs[op.Task], op.Epoch) {
+			okEpochs[op.Task] = append(okEpochs[op.Task], op.Epoch)
+		}
+	}
+	for task, eps := range okEpochs {
+		if len(eps) > 1 {
+			c.fail(CheckCompletion, task, "completed successfully by %d epochs %v", len(eps), eps)
+		}
+		if d, ok := c.fs.Done[task]; ok && !slices.Contains(eps, d.Epoch) {
+			c.fail(CheckCompletion, task, "done record names epoch %d, but the successful completion was by epoch %v", d.Epoch, eps)
+		}
+	}
+	for _, task := range c.touched {
+		if _, ok := c.fs.Done[task]; !ok {
+			c.fail(CheckIncomplete, task, "never completed, even after healing")
+		}
+	}
+	for task, d := range c.fs.Done {
+		ei := c.epochs[d.Epoch]
+		if ei == nil || ei.Task != task || ei.Worker != d.Worker {
+			c.fail(CheckCompletion, task, "done record names epoch %d of %s, which etcd never granted to it", d.Epoch, d.Worker)
+		}
+	}
+}
+
+type rejKey struct {
+	task, worker string
+	epoch        int64
+	status       string
+	attempted    audit.Kind
+}
+
+// checkRejections: every stale completion or release a worker saw has
+// exactly one rejection entry with the same facts, and every rejection
+// entry is one attempt's — a stale one seen, or one whose outcome the
+// worker never learned. Each entry also names the epoch that held the
+// task at its revision.
+func (c *checker) checkRejections() {
+	seen := map[rejKey][]int64{}
+	maybe := map[rejKey]int{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type != OpComplete && op.Type != OpRelease {
+			continue
+		}
+		k := rejKey{task: op.Task, worker: op.Worker, epoch: op.Epoch, attempted: audit.Released}
+		if op.Type == OpComplete {
+			k.status, k.attempted = status, audit.Completed
+		}
+		switch op.Outcome {
+		case OutStale:
+			seen[k] = append(seen[k], op.Current)
+			c.res.StaleSeen++
+		case OutStaleUnknown, OutUnknown:
+			maybe[k]++
+			c.res.MaybeRejections++
+		}
+	}
+	entries := map[rejKey][]int64{}
+	for _, e := range c.fs.Audit {
+		if e.Kind != audit.Rejected {
+			continue
+		}
+		c.res.Rejections++
+		k := rejKey{task: e.Resource, worker: e.Worker, epoch: e.Epoch, status: e.Status, attempted: e.Attempted}
+		entries[k] = append(entries[k], e.CurrentEpoch)
+		if live := c.liveAt(e.Resource, e.Revision); live != e.CurrentEpoch {
+			c.fail(CheckRejectionsCurrent, e.Resource, "rejection of %s epoch %d at revision %d names current epoch %d; epoch %d held then (0: none)", e.Worker, e.Epoch, e.Revision, e.CurrentEpoch, live)
+		}
+	}
+	keys := map[rejKey]bool{}
+	for k := range seen {
+		keys[k] = true
+	}
+	for k := range entries {
+		keys[k] = true
+	}
+	for k := range keys {
+		left := slices.Clone(entries[k])
+		for _, cur := range seen[k] {
+			if i := slices.Index(left, cur); i >= 0 {
+				left = slices.Delete(left, i, i+1)
+				continue
+			}
+			c.fail(CheckRejections, k.task, "%s's stale %s at epoch %d (current %d) has no rejection entry with those facts (entries name %v)", k.worker, k.attempted, k.epoch, cur, entries[k])
+		}
+		if len(left) > maybe[k] {
+			c.fail(CheckRejections, k.task, "%d rejection entries of %s's %s at epoch %d match no attempt (%d attempts had an unknown outcome)", len(left)-maybe[k], k.worker, k.attempted, k.epoch, maybe[k])
+		}
+		c.res.RejectionsUnknown += min(len(left), maybe[k])
+	}
+}
+
+// checkRevocations: every revoked entry is an operator's call that may
+// have succeeded, and every call that succeeded has its entry.
+func (c *checker) checkRevocations() {
+	for _, e := range c.fs.Audit {
+		if e.Kind != audit.Revoked {
+			continue
+		}
+		op := c.byID[e.Reason]
+		switch {
+		case op == nil || op.Type != OpRevoke || op.Task != e.Resource:
+			c.fail(CheckForensics, e.Resource, "revoked entry of epoch %d with reason %q matches no revocation", e.Epoch, e.Reason)
+		case op.Outcome == OutFail:
+			c.fail(CheckForensics, e.Resource, "revoked entry of epoch %d, but %v", e.Epoch, op)
+		default:
+			c.revOf[op.ID] = e.Epoch
+		}
+	}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type == OpRevoke && op.Outcome == OutOK {
+			if _, ok := c.revOf[op.ID]; !ok {
+				c.fail(CheckForensics, op.Task, "%v, but no revoked entry names it", op)
+			}
+		}
+	}
+}
+
+// checkForensics: every granted epoch has exactly one start entry and one
+// end entry, of the kind that matches how its key was deleted.
+func (c *checker) checkForensics() {
+	starts := map[int64]int{}
+	ends := map[int64][]audit.Entry{}
+	for _, e := range c.fs.Audit {
+		switch {
+		case e.Kind == audit.Acquired:
+			starts[e.Epoch]++
+			ei := c.epochs[e.Epoch]
+			if ei == nil || ei.Task != e.Resource || ei.Worker != e.Worker {
+				c.fail(CheckForensics, e.Resource, "acquired entry for epoch %d of %s, which etcd never granted", e.Epoch, e.Worker)
+			}
+		case e.Kind.IsEnd():
+			c.res.EndKinds[e.Kind]++
+			ends[e.Epoch] = append(ends[e.Epoch], e)
+			if ei := c.epochs[e.Epoch]; ei == nil || ei.Task != e.Resource {
+				c.fail(CheckForensics, e.Resource, "%s entry for epoch %d, which etcd never granted", e.Kind, e.Epoch)
+			}
+		}
+	}
+	for e, ei := range c.epochs {
+		if starts[e] != 1 {
+			c.fail(CheckForensics, ei.Task, "epoch %d has %d acquired entries, want 1", e, starts[e])
+		}
+		es := ends[e]
+		if len(es) != 1 {
+			if ei.End != 0 || len(es) > 1 {
+				c.fail(CheckForensics, ei.Task, "epoch %d has %d end entries, want 1", e, len(es))
+			}
+			continue
+		}
+		end := es[0]
+		switch {
+		case ei.End == 0:
+			c.fail(CheckForensics, ei.Task, "epoch %d is still live but has a %s entry", e, end.Kind)
+		case end.Kind == audit.Expired && end.Revision <= ei.End:
+			c.fail(CheckForensics, ei.Task, "epoch %d: expired entry at revision %d, before its key's deletion at %d", e, end.Revision, ei.End)
+		case end.Kind != audit.Expired && end.Revision != ei.End:
+			c.fail(CheckForensics, ei.Task, "epoch %d: %s entry at revision %d, but its key was deleted at %d by another transaction", e, end.Kind, end.Revision, ei.End)
+		}
+		d, done := c.fs.Done[ei.Task]
+		if isDone := done && d.Epoch == e; isDone != (end.Kind == audit.Completed) {
+			c.fail(CheckForensics, ei.Task, "epoch %d ended %s, but the done record names epoch %d", e, end.Kind, d.Epoch)
+		}
+		if end.Worker != ei.Worker {
+			c.fail(CheckForensics, ei.Task, "epoch %d's %s entry names %s, its holder was %s", e, end.Kind, end.Worker, ei.Worker)
+		}
+	}
+}
+
+// checkDownstream: in each downstream's commit order a task's epochs never
+// decrease; every effect is an attempt's that could have been admitted;
+// no effect of an epoch was written after a worker saw that epoch fenced;
+// every admitted write left its effect; every refusal names a higher epoch;
+// each guard ends at the highest epoch it admitted.
+func (c *checker) checkDownstream() {
+	type gt struct {
+		guard OpType
+		task  string
+	}
+	byGT := map[gt][]*Effect{}
+	for i := range c.fs.Effects {
+		e := &c.fs.Effects[i]
+		byGT[gt{e.Guard, e.Task}] = append(byGT[gt{e.Guard, e.Task}], e)
+		op := c.byID[e.Op]
+		switch {
+		case op == nil:
+			c.fail(CheckDownstream, e.Task, "%s effect %s of epoch %d has no operation", e.Guard, e.Op, e.Epoch)
+			continue
+		case op.Type != e.Guard || op.Task != e.Task || op.Epoch != e.Epoch || op.Worker != e.Worker:
+			c.fail(CheckDownstream, e.Task, "%s effect %s (epoch %d, %s) does not match its operation %v", e.Guard, e.Op, e.Epoch, e.Worker, op)
+		case op.Outcome == OutRefused || op.Outcome == OutFail:
+			c.fail(CheckDownstream, e.Task, "effect of %v, which was not applied", op)
+		}
+		if ei := c.epochs[e.Epoch]; ei == nil || ei.Task != e.Task || ei.Worker != e.Worker {
+			c.fail(CheckDownstream, e.Task, "%s effect %s carries epoch %d, which etcd never granted to %s", e.Guard, e.Op, e.Epoch, e.Worker)
+		}
+	}
+	for k, effs := range byGT {
+		slices.SortFunc(effs, func(a, b *Effect) int { return cmp.Compare(a.Order, b.Order) })
+		var hi *Effect
+		for _, e := range effs {
+			if hi != nil && e.Epoch < hi.Epoch {
+				c.fail(CheckDownstream, k.task, "%s admitted epoch %d (%s, order %d) after epoch %d (%s, order %d)", k.guard, e.Epoch, e.Op, e.Order, hi.Epoch, hi.Op, hi.Order)
+			}
+			if hi == nil || e.Epoch > hi.Epoch {
+				hi = e
+			}
+		}
+		if c.cfg.Control != ControlNoFencing && hi != nil && c.fs.Fenced[k.guard][k.task] != hi.Epoch {
+			c.fail(CheckDownstream, k.task, "%s guard holds epoch %d, the highest effect is epoch %d", k.guard, c.fs.Fenced[k.guard][k.task], hi.Epoch)
+		}
+	}
+	// An epoch seen fenced stays fenced.
+	fencedAt := map[gt]map[int64]int64{} // → epoch → earliest return of a refusal
+	for i := range c.ops {
+		op := &c.ops[i]
+		if (op.Type != OpSQL && op.Type != OpEtcd) || op.Outcome != OutRefused {
+			continue
+		}
+		if op.Current <= op.Epoch {
+			c.fail(CheckDownstream, op.Task, "%v: a refusal must name a higher epoch", op)
+		}
+		k := gt{op.Type, op.Task}
+		if fencedAt[k] == nil {
+			fencedAt[k] = map[int64]int64{}
+		}
+		if t, ok := fencedAt[k][op.Epoch]; !ok || op.Return < t {
+			fencedAt[k][op.Epoch] = op.Return
+		}
+	}
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type != OpSQL && op.Type != OpEtcd {
+			continue
+		}
+		e := c.effects[op.ID]
+		if op.Outcome == OutOK && e == nil {
+			c.fail(CheckDownstream, op.Task, "%v: admitted, but its effect is missing", op)
+		}
+		if t, ok := fencedAt[gt{op.Type, op.Task}][op.Epoch]; ok && e != nil && op.Invoke > t {
+			c.fail(CheckDownstream, op.Task, "%v: its effect was written after epoch %d was seen fenced", op, op.Epoch)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package chaos
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/record"
+)
+
+// scenario is a small history that passes every check: worker w1 takes
+// t000000 at epoch 10 and writes; its lease expires; w2 takes it at epoch
+// 14, writes to both downstreams and completes; w1 wakes up, is fenced and
+// its completion is rejected; w3 finds the task done. Each test below
+// breaks one guarantee and expects its check to say so.
+type scenario struct {
+	ops     []Op
+	touched []string
+	fs      finalState
+}
+
+const task0 = "t000000"
+
+func newScenario() *scenario {
+	op := func(id string, typ OpType, w string, epoch, inv, ret int64, out Outcome, cur int64) Op {
+		return Op{ID: id, Type: typ, Task: task0, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
+	}
+	ent := func(kind audit.Kind, w string, epoch, rev int64) audit.Entry {
+		return audit.Entry{Kind: kind, Resource: task0, Worker: w, Epoch: epoch, Revision: rev}
+	}
+	rej := ent(audit.Rejected, "w1", 10, 18)
+	rej.Status, rej.Attempted = status, audit.Completed
+	return &scenario{
+		ops: []Op{
+			op("a1", OpAcquire, "w1", 10, 100, 110, OutOK, 0),
+			op("s1", OpSQL, "w1", 10, 120, 130, OutOK, 0),
+			op("a2", OpAcquire, "w2", 0, 125, 135, OutHeld, 10),
+			op("a3", OpAcquire, "w2", 14, 300, 310, OutOK, 0),
+			op("s2", OpSQL, "w2", 14, 320, 330, OutOK, 0),
+			op("x2", OpEtcd, "w2", 14, 330, 340, OutOK, 0),
+			op("c2", OpComplete, "w2", 14, 350, 360, OutOK, 0),
+			op("s3", OpSQL, "w1", 10, 400, 410, OutRefused, 14),
+			op("c1", OpComplete, "w1", 10, 420, 430, OutStale, 0),
+			op("a4", OpAcquire, "w3", 0, 440, 450, OutCompleted, 14),
+		},
+		touched: []string{task0},
+		fs: finalState{
+			LeaseEvents: []leaseEvent{
+				{Task: task0, Rev: 10, Put: true, CreateRev: 10, Worker: "w1"},
+				{Task: task0, Rev: 12},
+				{Task: task0, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
+				{Task: task0, Rev: 17},
+			},
+			Audit: []audit.Entry{
+				ent(audit.Acquired, "w1", 10, 10),
+				ent(audit.Expired, "w1", 10, 13),
+				ent(audit.Acquired, "w2", 14, 14),
+				ent(audit.Completed, "w2", 14, 17),
+				rej,
+			},
+			Done: map[string]record.Done{task0: {Status: status, Epoch: 14, Worker: "w2"}},
+			Effects: []Effect{
+				{Guard: OpSQL, Order: 1, Task: task0, Epoch: 10, Worker: "w1", Op: "s1"},
+				{Guard: OpSQL, Order: 2, Task: task0, Epoch: 14, Worker: "w2", Op: "s2"},
+				{Guard: OpEtcd, Order: 16, Task: task0, Epoch: 14, Worker: "w2", Op: "x2"},
+			},
+			Fenced: map[OpType]map[string]int64{OpSQL: {task0: 14}, OpEtcd: {task0: 14}},
+		},
+	}
+}
+
+func (s *scenario) op(id string) *Op {
+	for i := range s.ops {
+		if s.ops[i].ID == id {
+			return &s.ops[i]
+		}
+	}
+	panic("no op " + id)
+}
+
+func (s *scenario) check(t *testing.T) *Result {
+	t.Helper()
+	cfg := Config{CheckTimeout: 10 * time.Second}.withDefaults()
+	return check(cfg, s.ops, s.touched, s.fs, 1000)
+}
+
+func TestCheckerPassesAGoodHistory(t *testing.T) {
+	res := newScenario().check(t)
+	if len(res.Violations) > 0 {
+		t.Fatalf("violations on a good history: %v", res.Violations)
+	}
+	if res.Porcupine.Result != porcupine.Ok || res.Checked != 10 || res.StaleSeen != 1 || res.Rejections != 1 {
+		t.Fatalf("porcupine %v, %d checked, %d stale, %d rejections", res.Porcupine.Result, res.Checked, res.StaleSeen, res.Rejections)
+	}
+}
+
+// TestCheckerCatches breaks one guarantee at a time: each check must fail.
+func TestCheckerCatches(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		want   []string // checks that must report
+		mutate func(s *scenario)
+	}{
+		{"stale write admitted after a newer epoch", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
+			s.ops = append(s.ops, Op{ID: "s4", Type: OpSQL, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Return: 470, Outcome: OutOK})
+			s.fs.Effects = append(s.fs.Effects, Effect{Guard: OpSQL, Order: 3, Task: task0, Epoch: 10, Worker: "w1", Op: "s4"})
+		}},
+		{"stale write of unknown outcome landed", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
+			s.ops = append(s.ops, Op{ID: "x4", Type: OpEtcd, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Outcome: OutUnknown})
+			s.fs.Effects = append(s.fs.Effects, Effect{Guard: OpEtcd, Order: 20, Task: task0, Epoch: 10, Worker: "w1", Op: "x4"})
+		}},
+		{"refusal naming a lower epoch", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
+			s.op("s3").Current = 9
+		}},
+		{"admitted write without its effect", []string{CheckDownstream}, func(s *scenario) {
+			s.fs.Effects = slices.DeleteFunc(s.fs.Effects, func(e Effect) bool { return e.Op == "x2" })
+		}},
+		{"guard left below the highest effect", []string{CheckDownstream}, func(s *scenario) {
+			s.fs.Fenced[OpEtcd][task0] = 10
+		}},
+		{"two successful completions", []string{CheckCompletion, CheckLinearizable}, func(s *scenario) {
+			c1 := s.op("c1")
+			c1.Outcome, c1.Current = OutOK, 0
+			s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(e audit.Entry) bool { return e.Kind == audit.Rejected })
+		}},
+		{"task never completed", []string{CheckIncomplete}, func(s *scenario) {
+			s.touched = append(s.touched, "t000001")
+		}},
+		{"stale completion without its rejection entry", []string{CheckRejections}, func(s *scenario) {
+			s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(e audit.Entry) bool { return e.Kind == audit.Rejected })
+		}},
+		{"rejection entry without an attempt", []string{CheckRejections}, func(s *scenario) {
+			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[4])
+		}},
+		{"rejection naming the wrong current epoch", []string{CheckRejectionsCurrent, CheckRejections}, func(s *scenario) {
+			s.fs.Audit[4].CurrentEpoch = 14
+		}},
+		{"epoch without its end entry", []string{CheckForensics}, func(s *scenario) {
+			s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(e audit.Entry) bool { return e.Kind == audit.Expired })
+		}},
+		{"completed entry of the wrong epoch", []string{CheckForensics}, func(s *scenario) {
+			s.fs.Audit[1].Kind = audit.Completed
+		}},
+		{"two live epochs", []string{CheckEpochs}, func(s *scenario) {
+			s.fs.LeaseEvents = slices.Delete(s.fs.LeaseEvents, 1, 2)
+		}},
+		{"epochs out of real-time order", []string{CheckEpochs, CheckLinearizable}, func(s *scenario) {
+			s.ops = append(s.ops, Op{ID: "a5", Type: OpAcquire, Task: task0, Worker: "w1", Epoch: 10, Invoke: 115, Return: 118, Outcome: OutOK})
+		}},
+		{"acting with another worker's epoch", []string{CheckHolder}, func(s *scenario) {
+			s.op("c1").Worker = "w2"
+		}},
+		{"acquisition nobody asked for", []string{CheckHolder}, func(s *scenario) {
+			s.ops = slices.DeleteFunc(s.ops, func(o Op) bool { return o.ID == "a1" })
+		}},
+		{"held by an epoch that is not live", []string{CheckLinearizable}, func(s *scenario) {
+			s.op("a2").Invoke, s.op("a2").Return = 312, 315
+		}},
+		{"lease keys left behind", []string{CheckLiveness}, func(s *scenario) {
+			s.fs.LiveLeases = 1
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScenario()
+			c.mutate(s)
+			res := s.check(t)
+			got := res.ViolationsByCheck()
+			for _, w := range c.want {
+				if got[w] == 0 {
+					t.Errorf("check %s did not fire; violations: %v", w, res.Violations)
+				}
+			}
+		})
+	}
+}
+
+// TestCompletionModelUnknowns: an unknown completion may have committed, so
+// a later retry that succeeds is legal, and a stale result after it is not.
+func TestCompletionModelUnknowns(t *testing.T) {
+	op := func(kind OpType, epoch, inv, ret int64, out cOutput) porcupine.Operation {
+		return porcupine.Operation{Input: cInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
+	}
+	acq := op(OpAcquire, 0, 0, 1, cOutput{Out: OutOK, Epoch: 5})
+	for _, c := range []struct {
+		name string
+		ops  []porcupine.Operation
+		want porcupine.CheckResult
+	}{
+		{"retry after unknown", []porcupine.Operation{acq, op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}), op(OpComplete, 5, 3, 4, cOutput{Out: OutOK})}, porcupine.Ok},
+		{"stale after own completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutStale})}, porcupine.Illegal},
+		{"completion after expiry and a new epoch", []porcupine.Operation{acq, op(OpAcquire, 0, 2, 3, cOutput{Out: OutOK, Epoch: 7}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
+		{"stale after silent expiry", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutStale})}, porcupine.Ok},
+		{"revoked, then completed", []porcupine.Operation{acq, op(OpRevoke, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(completionModel, c.ops); (got && c.want != porcupine.Ok) || (!got && c.want == porcupine.Ok) {
+				t.Fatalf("linearizable = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestArtifacts: a run with violations leaves the seed, the fault log, the
+// history and porcupine's visualisation.
+func TestArtifacts(t *testing.T) {
+	s := newScenario()
+	c1 := s.op("c1")
+	c1.Outcome, c1.Current = OutOK, 0
+	res := s.check(t)
+	res.Faults = []Fault{{Kind: FaultPause, Target: "h0", Start: 150, End: 290}}
+	cfg := Config{Seed: 42, OutDir: t.TempDir()}
+	if err := res.writeArtifacts(cfg, s.ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", "summary.txt", "porcupine-completion.html"} {
+		if fi, err := os.Stat(filepath.Join(res.OutDir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

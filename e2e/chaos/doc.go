@@ -1,0 +1,82 @@
+// Package chaos is leasehold's chaos suite: workers take tasks from a pool,
+// write to fenced downstreams and complete them while a nemesis pauses,
+// kills and partitions them and stops etcd members, including the leader;
+// afterwards a checker decides, from the recorded history and a final read
+// of etcd and SQLite, whether any of leasehold's guarantees was broken.
+//
+// # Workload
+//
+// A run starts a 3-member embedded etcd cluster (package e2e) and a number
+// of worker slots. Each slot reaches etcd through its own fault proxies, one
+// per member. Most slots are helper processes — the test binary re-executed
+// with LEASEHOLD_CHAOS_WORKER=1 — so that they can be stopped with SIGSTOP
+// and killed with SIGKILL; the others run in the test process. Every worker
+// runs a few threads; each thread repeatedly picks a task ("t000123") from
+// a window of tasks it does not know to be done, takes it with TryAcquire
+// (sometimes waiting with Acquire), and in one to three steps writes an
+// effect to each downstream — a row in a SQLite file shared by all
+// processes, admitted by fence.SQLGuard in the row's transaction, and a key
+// in etcd, admitted by fence.EtcdGuard.AdmitOps in the key's transaction —
+// then completes it (now and then releases it instead). An operator's
+// Revoke is one of the faults. Workers are deliberately careless: most ignore their
+// lease's context and write and complete after losing it, since
+// cancellation is advisory and fencing is what must make that safe.
+//
+// Every operation is recorded with its invoke and return time and its
+// outcome: ok, held, completed, refused (fenced), stale (an audited
+// rejection), fail (certainly not applied) or unknown (it may have taken
+// effect, at any time after it was invoked). Helper processes write their
+// events to stdout as JSON lines, one write(2) per line, so a line survives
+// SIGKILL once written. All times are readings of CLOCK_MONOTONIC, which
+// every process on one machine shares; a multi-machine run would need
+// another common clock.
+//
+// # Nemesis
+//
+// Faults are drawn from a seeded random source: SIGSTOP a helper past its
+// session's TTL, then SIGCONT; SIGKILL a helper and start a replacement;
+// freeze an in-process worker (its threads stop at the next operation and
+// its proxies blackhole, so its renewals stop too); blackhole a worker's
+// proxies; drop etcd's replies to a worker (requests still apply); add
+// latency; stop an etcd member or the leader, then restart it. Each fault is
+// logged with its window. Timing still depends on the scheduler, so one
+// seed reproduces the fault schedule, not the interleaving.
+//
+// # Checker
+//
+// After the fault phase every fault is healed, the workers run a little
+// longer, stop, a sweeper completes every task still open, and the suite
+// reads back the lease keys' whole history (a watch from revision 1), the
+// audit, the done records and both downstreams. It then checks that epochs
+// strictly increase and at most one epoch of a task is live at a time;
+// that each task completed at most once and every task completed; that
+// every stale completion a worker saw has exactly one rejection entry and
+// every rejection entry one attempt; that every epoch has one start and one
+// end entry; that no downstream admitted a lower epoch after a higher one
+// or holds an effect of an epoch written after that epoch was fenced; and,
+// with porcupine, that the downstream histories (a max-register per task
+// and guard) and the lease histories (a compare-and-swap register per task)
+// are linearizable. On a violation the seed, fault log, history, violations
+// and porcupine's HTML visualisation are written to a folder.
+//
+// # Controls
+//
+// A checker that cannot fail proves nothing. Config.Control turns fencing
+// off (downstream writes bypass the guards) or the CAS off (completion is a
+// raw put of the done record and a delete of the lease key, without the
+// compare); the checker must then report violations.
+//
+// # Running
+//
+//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, one safe run, both controls
+//	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random
+//	make chaos-control DURATION=2m SEED=42    # control runs on seeds 42, 43, … (TestChaosControlLong)
+//
+// The long passes print a summary ending with "violations: N". Their
+// environment: LEASEHOLD_CHAOS_DURATION, LEASEHOLD_CHAOS_SEED,
+// LEASEHOLD_CHAOS_CONTROL_DURATION, LEASEHOLD_CHAOS_CONTROL_RUN (the fault
+// phase of each control run, default 10s) and LEASEHOLD_CHAOS_OUT, the
+// folder that receives the artifacts of runs with violations (default: a
+// new leasehold-chaos-* directory under os.TempDir; the short pass uses its
+// test's temporary directory).
+package chaos

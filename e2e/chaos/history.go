@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+)
+
+// OpType is what an operation did.
+type OpType string
+
+// The operation types.
+const (
+	OpAcquire  OpType = "acquire"  // lease.Registry.TryAcquire (Acquire for the sweeper)
+	OpSQL      OpType = "sql"      // an effect row in SQLite, admitted by fence.SQLGuard.AdmitTx in its transaction
+	OpEtcd     OpType = "etcd"     // an effect key in etcd, admitted by fence.EtcdGuard.AdmitOps in its transaction
+	OpComplete OpType = "complete" // lease.Lease.Complete (under ControlNoCAS: a raw put and delete)
+	OpRelease  OpType = "release"  // lease.Lease.Release, or Session.Close's release of a lease in doubt
+	OpRevoke   OpType = "revoke"   // lease.Registry.Revoke by the nemesis, as an operator would
+)
+
+// operator is the worker named by revocations.
+const operator = "operator"
+
+var opTypes = []OpType{OpAcquire, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
+
+// Outcome is how an operation ended.
+type Outcome string
+
+// The outcomes.
+const (
+	OutOK        Outcome = "ok"
+	OutHeld      Outcome = "held"      // acquire: another epoch holds the task (Current)
+	OutCompleted Outcome = "completed" // acquire: the task is done, at epoch Current
+	OutRefused   Outcome = "refused"   // write: fenced, the guard holds epoch Current
+	OutStale     Outcome = "stale"     // complete, release: a *lease.StaleError; Current is its CurrentEpoch
+	// OutStaleUnknown: the CAS failed, but whether the rejection entry was
+	// written is unknown (an error matching lease.ErrStale that is not a
+	// *lease.StaleError).
+	OutStaleUnknown Outcome = "stale-unknown"
+	OutFail         Outcome = "fail"    // certainly not applied
+	OutUnknown      Outcome = "unknown" // may have taken effect, at any time after Invoke
+)
+
+var outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutFail, OutUnknown}
+
+// event is one line of a worker's history stream: an invocation ("i") or a
+// return ("r") of the operation ID.
+type event struct {
+	K    string  `json:"k"`
+	ID   string  `json:"id"`
+	T    int64   `json:"t"`
+	Op   OpType  `json:"op,omitempty"`
+	Task string  `json:"task,omitempty"`
+	W    string  `json:"w,omitempty"`
+	E    int64   `json:"e,omitempty"`
+	Out  Outcome `json:"out,omitempty"`
+	Cur  int64   `json:"cur,omitempty"`
+	Err  string  `json:"err,omitempty"`
+}
+
+// Op is one operation of the history.
+type Op struct {
+	ID     string `json:"id"`
+	Type   OpType `json:"op"`
+	Task   string `json:"task"`
+	Worker string `json:"worker"`
+	// Epoch is the epoch the operation presented; for an acquisition, the
+	// epoch it was granted (0 unless ok).
+	Epoch int64 `json:"epoch,omitempty"`
+	// Invoke and Return are CLOCK_MONOTONIC readings; Return is 0 when no
+	// return was recorded (the process was killed first).
+	Invoke  int64   `json:"invoke"`
+	Return  int64   `json:"return,omitempty"`
+	Outcome Outcome `json:"outcome"`
+	// Current: see the outcomes.
+	Current int64  `json:"current,omitempty"`
+	Err     string `json:"err,omitempty"`
+}
+
+func (o *Op) String() string {
+	s := fmt.Sprintf("%s %s %s by %s", o.ID, o.Type, o.Task, o.Worker)
+	if o.Epoch != 0 {
+		s += fmt.Sprintf(" epoch %d", o.Epoch)
+	}
+	s += " → " + string(o.Outcome)
+	if o.Current != 0 {
+		s += fmt.Sprintf(" (current %d)", o.Current)
+	}
+	if o.Err != "" {
+		s += ": " + o.Err
+	}
+	return s
+}
+
+// History collects the events of every worker. Its methods are safe for
+// concurrent use.
+type History struct {
+	mu      sync.Mutex
+	ops     map[string]*Op
+	order   []*Op
+	touched map[string]bool // tasks an acquisition was invoked on
+	bad     []string        // events that did not fit
+}
+
+func newHistory() *History {
+	return &History{ops: make(map[string]*Op), touched: make(map[string]bool)}
+}
+
+func (h *History) record(ev event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch ev.K {
+	case "i":
+		if _, dup := h.ops[ev.ID]; dup {
+			h.bad = append(h.bad, "duplicate invocation "+ev.ID)
+			return
+		}
+		op := &Op{ID: ev.ID, Type: ev.Op, Task: ev.Task, Worker: ev.W, Epoch: ev.E, Invoke: ev.T, Outcome: OutUnknown}
+		h.ops[ev.ID] = op
+		h.order = append(h.order, op)
+		if ev.Op == OpAcquire {
+			h.touched[ev.Task] = true
+		}
+	case "r":
+		op := h.ops[ev.ID]
+		if op == nil || op.Return != 0 {
+			h.bad = append(h.bad, "return without a pending invocation: "+ev.ID)
+			return
+		}
+		op.Return, op.Outcome, op.Current, op.Err = ev.T, ev.Out, ev.Cur, ev.Err
+		if ev.E != 0 {
+			op.Epoch = ev.E
+		}
+	default:
+		h.bad = append(h.bad, fmt.Sprintf("unknown event kind %q", ev.K))
+	}
+}
+
+// Ops returns a copy of every operation, in invocation order.
+func (h *History) Ops() []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Op, len(h.order))
+	for i, op := range h.order {
+		out[i] = *op
+	}
+	slices.SortStableFunc(out, func(a, b Op) int { return compareInt(a.Invoke, b.Invoke) })
+	return out
+}
+
+// Touched returns the tasks on which an acquisition was invoked, sorted.
+func (h *History) Touched() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ts []string
+	for t := range h.touched {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+func (h *History) problems() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.bad)
+}
+
+func compareInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// lineSink writes events as JSON lines, each with one Write call: a pipe
+// write of up to PIPE_BUF bytes is atomic, and once written a line is in
+// the kernel's pipe buffer, where it survives the writer's SIGKILL.
+type lineSink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *lineSink) emit(ev event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		panic(err) // a struct of strings and integers
+	}
+	b = append(b, '\n')
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.w.Write(b)
+}

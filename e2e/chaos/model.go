@@ -1,0 +1,381 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The porcupine models.
+//
+// Downstream: per guard and task, a max-register. admit(e) succeeds iff
+// e ≥ the highest epoch admitted, which it then becomes; a refusal reports
+// that highest epoch. Both guards admit and write the effect in one
+// transaction, so an effect exists iff its admission took effect; an
+// operation whose outcome the worker never learned is resolved from the
+// downstream afterwards (an effect: admitted at some time after its
+// invocation; none: it never took effect and is left out).
+//
+// Completion: per task, a compare-and-swap register on the lease: the
+// epoch holding the task (0: none), the epoch that completed it (0: none)
+// and the last epoch granted. acquire gives a higher epoch unless the task
+// is done; complete(e) succeeds iff e holds (the CAS), or e already
+// completed it (a retry); release(e) succeeds iff e holds. A lease may
+// expire at any moment without an operation, so a stale result is legal
+// whenever the epoch has not completed the task, and it names the epoch
+// then holding (or none). An acquisition whose outcome is unknown is given
+// the epoch etcd granted it, if any (see resolveAcquisitions); a
+// completion or release whose outcome is unknown may or may not have
+// taken effect. An operator's revoke(e) — e is read back from its revoked
+// entry — succeeds iff e holds.
+
+type dInput struct {
+	Task  string
+	Epoch int64
+}
+
+type dOutput struct {
+	Refused bool
+	Current int64
+}
+
+var downstreamModel = porcupine.Model{
+	Partition: partitionByTask,
+	Init:      func() any { return int64(0) },
+	Step: func(state, input, output any) (bool, any) {
+		highest, in, out := state.(int64), input.(dInput), output.(dOutput)
+		if !out.Refused {
+			return in.Epoch >= highest, max(in.Epoch, highest)
+		}
+		return in.Epoch < highest && out.Current == highest, highest
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(dInput), output.(dOutput)
+		if out.Refused {
+			return fmt.Sprintf("admit(%d) → refused, current %d", in.Epoch, out.Current)
+		}
+		return fmt.Sprintf("admit(%d) → ok", in.Epoch)
+	},
+	DescribeState: func(state any) string { return fmt.Sprintf("highest %d", state.(int64)) },
+}
+
+type cState struct{ Holder, Done, Last int64 }
+
+type cInput struct {
+	Task  string
+	Kind  OpType
+	Epoch int64 // complete, release: the epoch presented; revoke: the epoch revoked
+}
+
+type cOutput struct {
+	Out     Outcome
+	Epoch   int64 // acquire: granted
+	Current int64
+}
+
+func completionStep(state, input, output any) []any {
+	s, in, out := state.(cState), input.(cInput), output.(cOutput)
+	if in.Kind == OpAcquire {
+		switch {
+		case out.Out == OutOK && s.Done == 0 && out.Epoch > s.Last:
+			return []any{cState{Holder: out.Epoch, Last: out.Epoch}}
+		case out.Out == OutHeld && s.Done == 0 && s.Holder == out.Current:
+			return []any{s}
+		case out.Out == OutCompleted && s.Done == out.Current:
+			return []any{s}
+		}
+		return nil
+	}
+	e := in.Epoch
+	var applied []any
+	switch {
+	case in.Kind == OpComplete && s.Done == e && e != 0:
+		applied = []any{s} // a retry finds its own record
+	case s.Done == 0 && s.Holder == e && e != 0:
+		next := cState{Last: s.Last}
+		if in.Kind == OpComplete {
+			next.Done = e
+		}
+		applied = []any{next}
+	}
+	ownDone := in.Kind == OpComplete && s.Done == e // a retry of a committed completion never looks stale
+	switch out.Out {
+	case OutOK:
+		return applied
+	case OutStale:
+		if ownDone || out.Current == e || (out.Current != 0 && out.Current != s.Holder) {
+			return nil
+		}
+		return []any{cState{Holder: out.Current, Done: s.Done, Last: s.Last}}
+	case OutStaleUnknown:
+		if ownDone {
+			return nil
+		}
+		next := s
+		if next.Holder == e {
+			next.Holder = 0 // it expired
+		}
+		return []any{next}
+	case OutUnknown:
+		return append([]any{s}, applied...)
+	}
+	return nil
+}
+
+var completionModel = (&porcupine.NondeterministicModel{
+	Partition: partitionByTask,
+	Init:      func() []any { return []any{cState{}} },
+	Step:      completionStep,
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(cInput), output.(cOutput)
+		s := string(in.Kind)
+		if in.Epoch != 0 {
+			s += fmt.Sprintf("(%d)", in.Epoch)
+		}
+		s += " → " + string(out.Out)
+		if out.Epoch != 0 {
+			s += fmt.Sprintf(" %d", out.Epoch)
+		}
+		if out.Current != 0 {
+			s += fmt.Sprintf(", current %d", out.Current)
+		}
+		return s
+	},
+	DescribeState: func(state any) string {
+		s := state.(cState)
+		return fmt.Sprintf("holder %d, done %d, last %d", s.Holder, s.Done, s.Last)
+	},
+}).ToModel()
+
+func taskOf(input any) string {
+	switch in := input.(type) {
+	case dInput:
+		return in.Task
+	case cInput:
+		return in.Task
+	}
+	return ""
+}
+
+func partitionByTask(history []porcupine.Operation) [][]porcupine.Operation {
+	idx := map[string]int{}
+	var parts [][]porcupine.Operation
+	for _, op := range history {
+		t := taskOf(op.Input)
+		i, ok := idx[t]
+		if !ok {
+			i = len(parts)
+			idx[t] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
+	}
+	return parts
+}
+
+// PorcupineResult is the outcome of the linearizability checks.
+type PorcupineResult struct {
+	Result     porcupine.CheckResult // Ok, Illegal, or Unknown when a search ran out of time
+	Partitions int
+	Illegal    int
+	TimedOut   int
+	Unchecked  int // partitions left when the overall bound ran out
+	Took       time.Duration
+	Bound      time.Duration
+	// illegal partitions kept for the visualisation
+	illegalDown, illegalComp [][]porcupine.Operation
+}
+
+// histories builds the two porcupine histories: downstream partitions
+// keyed by guard and task, completion partitions by task.
+func (c *checker) histories() (down, comp [][]porcupine.Operation) {
+	clients := map[string]int{}
+	client := func(w string) int {
+		if id, ok := clients[w]; ok {
+			return id
+		}
+		clients[w] = len(clients)
+		return clients[w]
+	}
+	downBy := map[string][]porcupine.Operation{}
+	compBy := map[string][]porcupine.Operation{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		ret := op.Return
+		switch op.Type {
+		case OpSQL, OpEtcd:
+			out := dOutput{}
+			switch op.Outcome {
+			case OutOK:
+			case OutRefused:
+				out = dOutput{Refused: true, Current: op.Current}
+			default:
+				if c.effects[op.ID] == nil {
+					continue // never took effect
+				}
+				ret = c.end // took effect, at some time after its invocation
+			}
+			key := string(op.Type) + "/" + op.Task
+			downBy[key] = append(downBy[key], porcupine.Operation{
+				ClientId: client(op.Worker), Input: dInput{Task: key, Epoch: op.Epoch}, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
+			})
+		case OpAcquire, OpComplete, OpRelease, OpRevoke:
+			in := cInput{Task: op.Task, Kind: op.Type, Epoch: op.Epoch}
+			out := cOutput{Out: op.Outcome, Current: op.Current}
+			switch {
+			case op.Type == OpRevoke:
+				e, ok := c.revOf[op.ID]
+				if !ok {
+					continue // never took effect
+				}
+				in.Epoch, out.Out = e, OutOK
+				if op.Outcome != OutOK {
+					ret = c.end
+				}
+			case op.Type == OpAcquire && (op.Outcome == OutOK || op.Outcome == OutUnknown):
+				e, ok := c.acqOf[op.ID]
+				if !ok {
+					continue // never took effect
+				}
+				out = cOutput{Out: OutOK, Epoch: e}
+				if op.Outcome == OutUnknown {
+					ret = c.end
+				}
+			case op.Outcome == OutFail:
+				continue
+			case op.Outcome == OutUnknown || op.Outcome == OutStaleUnknown || op.Return == 0:
+				out.Out = op.Outcome
+				ret = c.end
+			}
+			compBy[op.Task] = append(compBy[op.Task], porcupine.Operation{
+				ClientId: client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
+			})
+		}
+	}
+	for _, k := range sortedKeys(downBy) {
+		down = append(down, downBy[k])
+	}
+	for _, k := range sortedKeys(compBy) {
+		comp = append(comp, compBy[k])
+	}
+	return down, comp
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// checkLinearizable runs porcupine on every partition, on as many
+// goroutines as there are CPUs, each partition bounded by a tenth of
+// CheckTimeout and all of them by CheckTimeout.
+func (c *checker) checkLinearizable() {
+	down, comp := c.histories()
+	start := time.Now()
+	bound := c.cfg.CheckTimeout
+	deadline := start.Add(bound)
+	pr := PorcupineResult{Result: porcupine.Ok, Partitions: len(down) + len(comp), Bound: bound}
+	type job struct {
+		model porcupine.Model
+		ops   []porcupine.Operation
+		down  bool
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for j := range jobs {
+				left := time.Until(deadline)
+				if left <= 0 {
+					mu.Lock()
+					pr.Unchecked++
+					mu.Unlock()
+					continue
+				}
+				r := porcupine.CheckOperationsTimeout(j.model, j.ops, min(left, bound/10))
+				mu.Lock()
+				switch r {
+				case porcupine.Illegal:
+					pr.Illegal++
+					if j.down {
+						pr.illegalDown = append(pr.illegalDown, j.ops)
+					} else {
+						pr.illegalComp = append(pr.illegalComp, j.ops)
+					}
+				case porcupine.Unknown:
+					pr.TimedOut++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, ops := range down {
+		jobs <- job{downstreamModel, ops, true}
+		c.res.Checked += len(ops)
+	}
+	for _, ops := range comp {
+		jobs <- job{completionModel, ops, false}
+		c.res.Checked += len(ops)
+	}
+	close(jobs)
+	wg.Wait()
+	pr.Took = time.Since(start)
+	switch {
+	case pr.Illegal > 0:
+		pr.Result = porcupine.Illegal
+	case pr.TimedOut > 0 || pr.Unchecked > 0:
+		pr.Result = porcupine.Unknown
+	}
+	for _, ops := range pr.illegalDown {
+		c.fail(CheckLinearizable, taskOf(ops[0].Input), "the downstream history (%d operations) is not linearizable as a max-register", len(ops))
+	}
+	for _, ops := range pr.illegalComp {
+		c.fail(CheckLinearizable, taskOf(ops[0].Input), "the lease history (%d operations) is not linearizable as a CAS register", len(ops))
+	}
+	c.res.Porcupine = pr
+}
+
+// visualize writes porcupine's HTML visualisation of up to max illegal
+// partitions of each model into dir and returns the files written.
+func (pr *PorcupineResult) visualize(dir string, limit int) ([]string, error) {
+	var files []string
+	for _, v := range []struct {
+		name  string
+		model porcupine.Model
+		parts [][]porcupine.Operation
+	}{{"downstream", downstreamModel, pr.illegalDown}, {"completion", completionModel, pr.illegalComp}} {
+		if len(v.parts) == 0 {
+			continue
+		}
+		var hist []porcupine.Operation
+		for _, p := range v.parts[:min(limit, len(v.parts))] {
+			hist = append(hist, p...)
+		}
+		_, info := porcupine.CheckOperationsVerbose(v.model, hist, time.Minute)
+		path := filepath.Join(dir, "porcupine-"+v.name+".html")
+		f, err := os.Create(path)
+		if err != nil {
+			return files, err
+		}
+		err = porcupine.Visualize(v.model, info, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}

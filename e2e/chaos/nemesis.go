@@ -1,0 +1,266 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The fault kinds.
+const (
+	FaultPause       = "pause"        // SIGSTOP a helper process, then SIGCONT
+	FaultKill        = "kill"         // SIGKILL a helper process; a replacement starts
+	FaultFreeze      = "freeze"       // stop an in-process worker's threads and blackhole its proxies
+	FaultBlackhole   = "blackhole"    // a worker's proxies hold all traffic, then deliver it
+	FaultDropReplies = "drop-replies" // a worker's proxies drop etcd's replies; requests still apply
+	FaultLatency     = "latency"      // a worker's proxies delay traffic
+	FaultMemberStop  = "member-stop"  // stop an etcd member, then restart it
+	FaultLeaderStop  = "leader-stop"  // stop the etcd leader, then restart it
+	FaultRevoke      = "revoke"       // an operator revokes a held task (lease.Registry.Revoke)
+)
+
+var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultRevoke}
+
+// Fault is one injected fault and its window on the history's clock.
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%-12s %-8s [%d, %d] %v", f.Kind, f.Target, f.Start, f.End, time.Duration(f.End-f.Start).Round(time.Millisecond))
+	if f.Detail != "" {
+		s += " " + f.Detail
+	}
+	return s
+}
+
+// nemesis injects faults drawn from a seeded source until its context ends,
+// then heals every fault it started.
+type nemesis struct {
+	r   *runner
+	rng *rand.Rand
+
+	mu          sync.Mutex
+	faults      []Fault
+	active      int
+	busySlot    map[int]bool
+	memberFault bool
+	wg          sync.WaitGroup
+}
+
+func newNemesis(r *runner) *nemesis {
+	return &nemesis{r: r, rng: rand.New(rand.NewPCG(r.cfg.Seed, 0x6e656d65736973)), busySlot: map[int]bool{}}
+}
+
+// run starts faults until ctx ends and returns when all are healed.
+func (n *nemesis) run(ctx context.Context) {
+	defer n.wg.Wait()
+	for {
+		gap := time.Duration(n.rng.ExpFloat64() * float64(n.r.cfg.FaultGap))
+		sleep(ctx, gap)
+		if ctx.Err() != nil {
+			return
+		}
+		n.mu.Lock()
+		full := n.active >= n.r.cfg.MaxFaults
+		n.mu.Unlock()
+		if !full {
+			n.start(ctx)
+		}
+	}
+}
+
+func (n *nemesis) log() []Fault {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Fault, len(n.faults))
+	copy(out, n.faults)
+	return out
+}
+
+// weights of the fault kinds.
+var faultWeights = map[string]int{
+	FaultPause: 4, FaultKill: 1, FaultFreeze: 2, FaultBlackhole: 3, FaultDropReplies: 1,
+	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultRevoke: 1,
+}
+
+// start picks a fault whose target is free and starts it.
+func (n *nemesis) start(ctx context.Context) {
+	n.mu.Lock()
+	var free, freeHelpers, freeInproc []*slot
+	for _, s := range n.r.slots {
+		if n.busySlot[s.idx] {
+			continue
+		}
+		free = append(free, s)
+		if s.helper {
+			freeHelpers = append(freeHelpers, s)
+		} else {
+			freeInproc = append(freeInproc, s)
+		}
+	}
+	avail := map[string]bool{
+		FaultPause: len(freeHelpers) > 0, FaultKill: len(freeHelpers) > 0, FaultFreeze: len(freeInproc) > 0,
+		FaultBlackhole: len(free) > 0, FaultDropReplies: len(free) > 0, FaultLatency: len(free) > 0,
+		FaultMemberStop: !n.memberFault, FaultLeaderStop: !n.memberFault, FaultRevoke: true,
+	}
+	total := 0
+	for _, k := range faultKinds {
+		if avail[k] {
+			total += faultWeights[k]
+		}
+	}
+	if total == 0 {
+		n.mu.Unlock()
+		return
+	}
+	x := n.rng.IntN(total)
+	var kind string
+	for _, k := range faultKinds {
+		if !avail[k] {
+			continue
+		}
+		if x < faultWeights[k] {
+			kind = k
+			break
+		}
+		x -= faultWeights[k]
+	}
+	var target *slot
+	switch kind {
+	case FaultPause, FaultKill:
+		target = freeHelpers[n.rng.IntN(len(freeHelpers))]
+	case FaultFreeze:
+		target = freeInproc[n.rng.IntN(len(freeInproc))]
+	case FaultBlackhole, FaultDropReplies, FaultLatency:
+		target = free[n.rng.IntN(len(free))]
+	case FaultMemberStop, FaultLeaderStop:
+		n.memberFault = true
+	}
+	if target != nil {
+		n.busySlot[target.idx] = true
+	}
+	ttl := n.r.cfg.TTL
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(n.rng.Int64N(int64(hi-lo))) }
+	var d time.Duration
+	switch kind {
+	case FaultPause, FaultFreeze:
+		if n.rng.IntN(5) == 0 {
+			d = dur(ttl/10, ttl*3/4) // shorter than the TTL: the lease survives
+		} else {
+			d = dur(ttl+ttl/5, 2*ttl+ttl/2) // past the TTL: the lease expires meanwhile
+		}
+	case FaultBlackhole:
+		d = dur(ttl/4, 2*ttl+ttl/2)
+	case FaultDropReplies:
+		d = dur(ttl/5, ttl+ttl/2)
+	case FaultLatency:
+		d = dur(ttl, 3*ttl)
+	case FaultMemberStop, FaultLeaderStop:
+		d = dur(ttl/4, 2*ttl)
+	}
+	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
+	pick := n.rng.IntN(len(n.r.cluster.Members()) * 1000) // a member, or one of the held tasks
+	n.active++
+	n.mu.Unlock()
+
+	n.wg.Go(func() {
+		f := n.inject(ctx, kind, target, d, delay, pick)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.faults = append(n.faults, f)
+		n.active--
+		switch {
+		case target != nil:
+			delete(n.busySlot, target.idx)
+		case kind == FaultMemberStop || kind == FaultLeaderStop:
+			n.memberFault = false
+		}
+	})
+}
+
+// inject applies one fault for d (less if ctx ends first: the heal) and
+// returns it with its window.
+func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay time.Duration, pick int) Fault {
+	f := Fault{Kind: kind}
+	if s != nil {
+		f.Target = s.name
+	}
+	hold := func() { sleep(ctx, d) }
+	switch kind {
+	case FaultPause:
+		p := s.process()
+		f.Detail = p.name
+		f.Start = now()
+		p.signal(syscall.SIGSTOP)
+		hold()
+		p.signal(syscall.SIGCONT)
+	case FaultKill:
+		p := s.process()
+		f.Detail = p.name
+		f.Start = now()
+		p.kill()
+		if err := n.r.restartHelper(s); err != nil {
+			f.Detail += "; replacement failed: " + err.Error()
+			n.r.warn("%s: %v", s.name, err)
+		} else {
+			f.Detail += " → " + s.process().name
+		}
+	case FaultFreeze:
+		f.Start = now()
+		s.gate.close()
+		s.blackhole()
+		hold()
+		s.heal()
+		s.gate.open()
+	case FaultBlackhole:
+		f.Start = now()
+		s.blackhole()
+		hold()
+		s.heal()
+	case FaultDropReplies:
+		f.Start = now()
+		for _, p := range s.proxies {
+			p.BlackholeReplies()
+		}
+		hold()
+		s.heal()
+	case FaultLatency:
+		f.Detail = fmt.Sprintf("%v ± %v", delay, delay/4)
+		f.Start = now()
+		for _, p := range s.proxies {
+			p.Delay(delay, delay/4)
+		}
+		hold()
+		s.heal()
+	case FaultRevoke:
+		f.Start = now()
+		f.Target, f.Detail = n.r.revoke(pick)
+	case FaultMemberStop, FaultLeaderStop:
+		member := pick % len(n.r.cluster.Members())
+		if kind == FaultLeaderStop {
+			lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if l, err := n.r.cluster.Leader(lctx); err == nil {
+				member = l
+			} else {
+				f.Detail = "no leader found; "
+			}
+			cancel()
+		}
+		m := n.r.cluster.Members()[member]
+		f.Target = m.Name()
+		f.Start = now()
+		m.Stop(n.r.t)
+		hold()
+		m.Restart(n.r.t)
+	}
+	f.End = now()
+	return f
+}

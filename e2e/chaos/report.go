@@ -1,0 +1,154 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+)
+
+// Summary is the run's report, ending with the line "violations: N".
+func (r *Result) Summary() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	cfg := r.Config
+	control := string(cfg.Control)
+	if control == "" {
+		control = "none"
+	}
+	p("seed: %d", cfg.Seed)
+	p("control: %s", control)
+	p("duration: %v of faults, %v wall", cfg.Duration, r.Wall.Round(time.Second))
+	p("workers: %d helper processes + %d in-process, %d threads each; session TTL %v; 3-member etcd", cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL)
+	p("operations: %d checked (in the linearizability histories), %d recorded", r.Checked, r.Recorded)
+	for _, t := range opTypes {
+		var parts []string
+		total := 0
+		for _, o := range outcomes {
+			if n := r.Ops[t][o]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", o, n))
+				total += n
+			}
+		}
+		if total == 0 {
+			parts = []string{"none"}
+		}
+		p("  %-8s %7d: %s", t, total, strings.Join(parts, ", "))
+	}
+	byKind := map[string]int{}
+	for _, f := range r.Faults {
+		byKind[f.Kind]++
+	}
+	var fparts []string
+	for _, k := range faultKinds {
+		if byKind[k] > 0 {
+			fparts = append(fparts, fmt.Sprintf("%s %d", k, byKind[k]))
+		}
+	}
+	p("faults: %d (%s)", len(r.Faults), strings.Join(fparts, ", "))
+	var eparts []string
+	for _, k := range []audit.Kind{audit.Completed, audit.Released, audit.Expired, audit.Revoked} {
+		eparts = append(eparts, fmt.Sprintf("%s %d", k, r.EndKinds[k]))
+	}
+	p("epochs granted: %d; ended: %s", r.Epochs, strings.Join(eparts, ", "))
+	p("tasks: %d taken, %d completed (%d by the sweeper after healing)", r.Tasks, r.Done, r.Swept)
+	p("rejections: %d stale attempts seen by workers, %d rejection entries in the audit (%d matched to the %d attempts whose outcome was unknown)",
+		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)
+	p("downstream effects: sql %d, etcd %d", r.Effects[OpSQL], r.Effects[OpEtcd])
+	pr := r.Porcupine
+	p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",
+		pr.Result, pr.Partitions, pr.Illegal, pr.TimedOut, pr.Unchecked, pr.Took.Round(time.Millisecond), pr.Bound)
+	for _, w := range r.Warnings {
+		p("warning: %s", w)
+	}
+	if len(r.Violations) > 0 {
+		by := r.ViolationsByCheck()
+		var parts []string
+		for _, k := range sortedKeys(by) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, by[k]))
+		}
+		p("violations by check: %s", strings.Join(parts, ", "))
+		for i, v := range r.Violations {
+			if i == 20 {
+				p("  … %d more", len(r.Violations)-i)
+				break
+			}
+			p("  %v", v)
+		}
+		if r.OutDir != "" {
+			p("artifacts: %s", r.OutDir)
+		}
+	}
+	p("violations: %d", len(r.Violations))
+	return b.String()
+}
+
+// writeArtifacts writes the seed, the fault log, the history, the
+// violations and porcupine's visualisation of illegal partitions.
+func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
+	dir := cfg.OutDir
+	if dir == "" {
+		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")
+	}
+	var err error
+	if dir == "" {
+		dir, err = os.MkdirTemp("", fmt.Sprintf("leasehold-chaos-%d-", cfg.Seed))
+	} else {
+		dir = filepath.Join(dir, fmt.Sprintf("seed-%d-%s-%s", cfg.Seed, controlName(cfg.Control), time.Now().Format("20060102-150405")))
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	r.OutDir = dir
+	write := func(name string, fill func(*strings.Builder)) error {
+		var b strings.Builder
+		fill(&b)
+		return os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644)
+	}
+	errs := []error{
+		write("seed.txt", func(b *strings.Builder) {
+			fmt.Fprintf(b, "seed %d\ncontrol %s\nduration %v\n", cfg.Seed, controlName(cfg.Control), cfg.Duration)
+		}),
+		write("faults.log", func(b *strings.Builder) {
+			fs := slices.Clone(r.Faults)
+			slices.SortFunc(fs, func(a, b Fault) int { return compareInt(a.Start, b.Start) })
+			for _, f := range fs {
+				fmt.Fprintln(b, f)
+			}
+		}),
+		write("history.jsonl", func(b *strings.Builder) {
+			enc := json.NewEncoder(b)
+			for _, op := range ops {
+				_ = enc.Encode(op)
+			}
+		}),
+		write("violations.txt", func(b *strings.Builder) {
+			for _, v := range r.Violations {
+				fmt.Fprintln(b, v)
+			}
+		}),
+		write("summary.txt", func(b *strings.Builder) { b.WriteString(r.Summary()) }),
+	}
+	if _, err := r.Porcupine.visualize(dir, 10); err != nil {
+		errs = append(errs, err)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func controlName(c Control) string {
+	if c == ControlNone {
+		return "none"
+	}
+	return string(c)
+}

@@ -1,0 +1,635 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Config is one chaos run. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	Seed uint64
+	// Duration is the fault phase. Before it the workers start; after it
+	// every fault is healed, the workers run for Quiet, stop, and the
+	// sweeper completes what is left.
+	Duration time.Duration
+	Control  Control
+	// Helpers is the number of worker slots run as helper processes,
+	// InProcess the number run in this process; each worker runs Threads
+	// threads.
+	Helpers, InProcess, Threads int
+	// TTL is every session's lease TTL (etcd grants whole seconds).
+	TTL time.Duration
+	// Window is how many open tasks a worker chooses from: smaller means
+	// more contention.
+	Window int
+	// FaultGap is the mean time between fault starts; MaxFaults bounds the
+	// faults active at once.
+	FaultGap  time.Duration
+	MaxFaults int
+	Quiet     time.Duration
+	// CheckTimeout bounds porcupine's search over all partitions; each
+	// partition gets at most a tenth of it.
+	CheckTimeout time.Duration
+	// OutDir receives the artifacts of a run with violations; empty:
+	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
+	OutDir string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DefaultConfig is the long pass's configuration.
+func DefaultConfig() Config {
+	return Config{
+		Duration: time.Minute, Helpers: 4, InProcess: 2, Threads: 4, TTL: time.Second, Window: 48,
+		FaultGap: 450 * time.Millisecond, MaxFaults: 4, Quiet: 3 * time.Second, CheckTimeout: 2 * time.Minute,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&c.Helpers, d.Helpers)
+	set(&c.Threads, d.Threads)
+	set(&c.Window, d.Window)
+	set(&c.MaxFaults, d.MaxFaults)
+	setD(&c.Duration, d.Duration)
+	setD(&c.TTL, d.TTL)
+	setD(&c.FaultGap, d.FaultGap)
+	setD(&c.Quiet, d.Quiet)
+	setD(&c.CheckTimeout, d.CheckTimeout)
+	if c.InProcess < 0 {
+		c.InProcess = 0
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// slot is one worker position: its proxies (one per member) and the
+// worker currently filling it.
+type slot struct {
+	idx     int
+	name    string
+	helper  bool
+	proxies []faultProxy
+	gate    *gate // in-process slots
+
+	mu   sync.Mutex
+	gen  int
+	proc *helperProc
+}
+
+func (s *slot) process() *helperProc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+func (s *slot) endpoints() []string {
+	var eps []string
+	for _, p := range s.proxies {
+		eps = append(eps, p.Endpoint())
+	}
+	return eps
+}
+
+func (s *slot) blackhole() {
+	for _, p := range s.proxies {
+		p.Blackhole()
+	}
+}
+
+func (s *slot) heal() {
+	for _, p := range s.proxies {
+		p.Heal()
+	}
+}
+
+type runner struct {
+	t       testing.TB
+	cfg     Config
+	dir     string
+	dsn     string
+	cluster *e2e.Cluster
+	direct  *clientv3.Client
+	reg     *lease.Registry // the operator's, for revocations
+	hist    *History
+	slots   []*slot
+	revokes int
+
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (r *runner) warn(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.cfg.Logf("warning: %s", msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.warnings = append(r.warnings, msg)
+}
+
+func (r *runner) workerConfig(s *slot) workerConfig {
+	return workerConfig{
+		Name:      fmt.Sprintf("%s.%d", s.name, s.gen),
+		Endpoints: s.endpoints(),
+		SQLite:    r.dsn,
+		Seed:      r.cfg.Seed*1000 + uint64(s.idx*100+s.gen),
+		Threads:   r.cfg.Threads,
+		TTL:       r.cfg.TTL,
+		Window:    r.cfg.Window,
+		Control:   r.cfg.Control,
+	}
+}
+
+// restartHelper fills s with a new helper process.
+func (r *runner) restartHelper(s *slot) error {
+	s.mu.Lock()
+	s.gen++
+	cfg := r.workerConfig(s)
+	s.mu.Unlock()
+	p, err := startHelper(cfg, r.hist, r.dir)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+	return nil
+}
+
+// Run runs one chaos pass and checks it. It fails t only when the run
+// itself cannot be carried out; violations are in the Result.
+func Run(t testing.TB, cfg Config) *Result {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	begin := time.Now()
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory()}
+	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
+	logf := cfg.Logf
+
+	r.cluster = e2e.NewCluster(t, e2e.WithMembers(3), e2e.WithClientDialOptions(dialOptions...))
+	r.direct = r.cluster.Client(t)
+	r.reg = lease.NewRegistry(r.direct)
+	defer r.reg.Close()
+
+	// The expiry recorder turns etcd's silent deletions into audit entries.
+	rctx, stopRecorder := context.WithCancel(context.Background())
+	recorderDone := make(chan error, 1)
+	go func() { recorderDone <- audit.New(r.direct).RunRecorder(rctx) }()
+	defer func() {
+		stopRecorder()
+		if err := <-recorderDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("chaos: recorder: %v", err)
+		}
+	}()
+
+	// The coordinator's own handle on the downstream creates the tables
+	// before any worker opens the database.
+	db, _, err := openSQL(r.dsn, 1)
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	defer db.Close()
+
+	for i := range cfg.Helpers + cfg.InProcess {
+		s := &slot{idx: i, helper: i < cfg.Helpers}
+		if s.helper {
+			s.name = fmt.Sprintf("h%d", i)
+		} else {
+			s.name = fmt.Sprintf("i%d", i-cfg.Helpers)
+			s.gate = &gate{}
+		}
+		for _, m := range r.cluster.Members() {
+			s.proxies = append(s.proxies, newProxy(t, m.Endpoint()))
+		}
+		r.slots = append(r.slots, s)
+	}
+
+	// Workers. Should the run end early, none outlives it.
+	var inproc sync.WaitGroup
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	defer func() {
+		stopWorkers()
+		inproc.Wait()
+		for _, s := range r.slots {
+			if p := s.process(); p != nil {
+				p.kill()
+			}
+		}
+	}()
+	for _, s := range r.slots {
+		if s.helper {
+			if err := r.restartHelper(s); err != nil {
+				t.Fatalf("chaos: %v", err)
+			}
+			continue
+		}
+		cfgW := r.workerConfig(s)
+		cli, err := r.cluster.NewClient(cfgW.Endpoints...)
+		if err != nil {
+			t.Fatalf("chaos: %v", err)
+		}
+		w, err := newWorker(cfgW, cli, r.hist.record)
+		if err != nil {
+			_ = cli.Close()
+			t.Fatalf("chaos: %v", err)
+		}
+		w.gate = s.gate
+		inproc.Go(func() {
+			defer cli.Close()
+			w.run(wctx)
+		})
+	}
+	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
+	logf("chaos: seed %d, control %q: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
+		cfg.Seed, cfg.Control, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
+
+	// Faults, then heal.
+	n := newNemesis(r)
+	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
+	var progress sync.WaitGroup
+	progress.Go(func() { r.progress(nctx, n, begin) })
+	n.run(nctx)
+	stopFaults()
+	progress.Wait()
+	for _, s := range r.slots {
+		s.heal()
+		s.gate.open()
+	}
+	for _, m := range r.cluster.Members() {
+		if m.Server() == nil {
+			m.Restart(t)
+		}
+	}
+	faults := n.log()
+	logf("chaos: %d faults injected and healed; quiet for %v", len(faults), cfg.Quiet)
+	time.Sleep(cfg.Quiet)
+
+	// Stop the workers: each finishes its task and closes its sessions.
+	stopWorkers()
+	var stopping sync.WaitGroup
+	for _, s := range r.slots {
+		if s.helper {
+			stopping.Go(func() {
+				// A helper that fails (a data race, a panic) or does not
+				// stop fails the test, though it breaks no guarantee.
+				if err := s.process().stop(30 * time.Second); err != nil {
+					t.Errorf("chaos: %v", err)
+				}
+			})
+		}
+	}
+	stopping.Wait()
+	inproc.Wait()
+	logf("chaos: workers stopped (%v)", time.Since(begin).Round(time.Millisecond))
+
+	// Every task touched must complete now that the faults are healed.
+	swept := r.sweep()
+	logf("chaos: sweep done (%v)", time.Since(begin).Round(time.Millisecond))
+	r.quiesce()
+	logf("chaos: quiescent (%v)", time.Since(begin).Round(time.Millisecond))
+	// Every worker has exited and every proxy is healed: nothing sent can
+	// take effect after this.
+	settled := now()
+
+	fs, err := r.readFinal(db)
+	if err != nil {
+		t.Fatalf("chaos: final read: %v", err)
+	}
+	logf("chaos: final read: %d lease events, %d audit entries, %d done records, %d effects",
+		len(fs.LeaseEvents), len(fs.Audit), len(fs.Done), len(fs.Effects))
+
+	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
+	res.Faults = faults
+	res.Swept = swept
+	res.Warnings = append(res.Warnings, r.warnings...)
+	for _, p := range r.hist.problems() {
+		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
+	}
+	res.Wall = time.Since(begin)
+	if len(res.Violations) > 0 {
+		if err := res.writeArtifacts(cfg, r.hist.Ops()); err != nil {
+			t.Errorf("chaos: writing artifacts: %v", err)
+		}
+	}
+	return res
+}
+
+// progress logs the operations recorded and the faults injected every 30 s.
+func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	last := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.hist.mu.Lock()
+		ops := len(r.hist.order)
+		r.hist.mu.Unlock()
+		n.mu.Lock()
+		faults, active := len(n.faults), n.active
+		n.mu.Unlock()
+		r.cfg.Logf("chaos: %v: %d operations (%d/s lately), %d faults done, %d active",
+			time.Since(begin).Round(time.Second), ops, (ops-last)/30, faults, active)
+		last = ops
+	}
+}
+
+// revoke revokes one of the held tasks (chosen by pick), as an operator
+// would, recording the call in the history; the reason is the call's id,
+// so its revoked entry can be found. It returns the task and what happened.
+func (r *runner) revoke(pick int) (task, detail string) {
+	space := keys.MustNew(keys.DefaultNamespace)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	resp, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", "listing held tasks: " + err.Error()
+	}
+	if len(resp.Kvs) == 0 {
+		return "", "nothing held"
+	}
+	task, err = space.ResourceFromLease(string(resp.Kvs[pick%len(resp.Kvs)].Key))
+	if err != nil {
+		return "", err.Error()
+	}
+	r.mu.Lock()
+	r.revokes++
+	id := fmt.Sprintf("%s-%d", operator, r.revokes)
+	r.mu.Unlock()
+	r.hist.record(event{K: "i", ID: id, T: now(), Op: OpRevoke, Task: task, W: operator})
+	err = r.reg.Revoke(ctx, task, id)
+	out := OutOK
+	switch {
+	case errors.Is(err, lease.ErrNotHeld):
+		out = OutFail
+	case err != nil:
+		out = OutUnknown
+	}
+	ev := event{K: "r", ID: id, T: now(), Out: out}
+	if err != nil {
+		ev.Err = truncate(err.Error(), 300)
+	}
+	r.hist.record(ev)
+	return task, id + " " + string(out)
+}
+
+// sweep completes every touched task that is not done yet, with an
+// in-process worker on a direct client: after healing, every task must be
+// able to complete. It returns how many tasks it completed.
+func (r *runner) sweep() int {
+	cfgW := workerConfig{Name: "sweeper", SQLite: r.dsn, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	w, err := newWorker(cfgW, r.direct, r.hist.record)
+	if err != nil {
+		r.t.Fatalf("chaos: sweeper: %v", err)
+	}
+	defer w.close()
+	done, err := r.doneTasks()
+	if err != nil {
+		r.t.Fatalf("chaos: sweeper: %v", err)
+	}
+	var open []string
+	for _, task := range r.hist.Touched() {
+		if _, ok := done[task]; !ok {
+			open = append(open, task)
+		}
+	}
+	r.cfg.Logf("chaos: sweeping %d open tasks", len(open))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	var mu sync.Mutex
+	completed := 0
+	for _, task := range open {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if w.sweepTask(task) {
+				mu.Lock()
+				completed++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return completed
+}
+
+// sweepTask acquires task — waiting for a lost holder's lease to expire —
+// writes an effect to each downstream and completes it. It reports
+// whether this call completed it.
+func (w *worker) sweepTask(task string) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		s := w.session()
+		if s == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		l, out := w.acquire(s, task, 10*time.Second)
+		if out == OutCompleted {
+			return false
+		}
+		if l == nil {
+			continue
+		}
+		if w.writeSQL(l) == OutOK && w.writeEtcd(l) == OutOK && w.complete(l) == OutOK {
+			return true
+		}
+		w.release(l)
+	}
+	return false
+}
+
+func (r *runner) doneTasks() (map[string]record.Done, error) {
+	space := keys.MustNew(keys.DefaultNamespace)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := r.direct.Get(ctx, space.DonePrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]record.Done{}
+	for _, kv := range resp.Kvs {
+		res, err := space.ResourceFromDone(string(kv.Key))
+		if err != nil {
+			return nil, err
+		}
+		d, err := record.DecodeDone(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[res] = d
+	}
+	return out, nil
+}
+
+// quiesce waits until no lease key is left (the sessions of killed and
+// lost workers expire) and the recorder has ended every epoch, or 30 s.
+func (r *runner) quiesce() {
+	space := keys.MustNew(keys.DefaultNamespace)
+	deadline := time.Now().Add(30 * time.Second)
+	log := audit.New(r.direct)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		live, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		var entries []audit.Entry
+		if err == nil && live.Count == 0 {
+			entries, err = log.List(ctx, audit.Filter{})
+		}
+		cancel()
+		if err == nil && live.Count == 0 {
+			open := map[string]bool{}
+			for _, e := range entries {
+				k := fmt.Sprintf("%s/%d", e.Resource, e.Epoch)
+				switch {
+				case e.Kind == audit.Acquired:
+					if _, ended := open[k]; !ended {
+						open[k] = true
+					}
+				case e.Kind.IsEnd():
+					open[k] = false
+				}
+			}
+			n := 0
+			for _, o := range open {
+				if o {
+					n++
+				}
+			}
+			if n == 0 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.warn("not quiescent after 30s: lease keys remain or epochs lack their end entries")
+}
+
+// leaseEvent is one change of a lease key, from etcd's history.
+type leaseEvent struct {
+	Task      string
+	Rev       int64 // the change's revision; for a put, the epoch
+	Put       bool
+	CreateRev int64
+	Worker    string // the holder a put recorded
+}
+
+// finalState is what the run left in etcd and SQLite.
+type finalState struct {
+	LeaseEvents []leaseEvent
+	Audit       []audit.Entry
+	Done        map[string]record.Done
+	Effects     []Effect
+	Fenced      map[OpType]map[string]int64
+	LiveLeases  int64
+}
+
+func (r *runner) readFinal(db *sql.DB) (finalState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	space := keys.MustNew(keys.DefaultNamespace)
+	var fs finalState
+	var err error
+	if fs.LeaseEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
+		return fs, err
+	}
+	if fs.Audit, err = audit.New(r.direct).List(ctx, audit.Filter{}); err != nil {
+		return fs, err
+	}
+	if fs.Done, err = r.doneTasks(); err != nil {
+		return fs, err
+	}
+	live, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fs, err
+	}
+	fs.LiveLeases = live.Count
+	sqlEffects, sqlFenced, err := readSQL(ctx, db)
+	if err != nil {
+		return fs, err
+	}
+	etcdEffects, etcdFenced, err := readEtcdEffects(ctx, r.direct, space.FencePrefix())
+	if err != nil {
+		return fs, err
+	}
+	fs.Effects = append(sqlEffects, etcdEffects...)
+	fs.Fenced = map[OpType]map[string]int64{OpSQL: sqlFenced, OpEtcd: etcdFenced}
+	return fs, nil
+}
+
+// readLeaseHistory reads every change of every lease key since revision 1
+// (the embedded cluster never compacts): a watch from revision 1, read
+// until a progress notification says it has caught up with a revision
+// taken before it started.
+func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, error) {
+	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	upTo := resp.Header.Revision
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := cli.Watch(wctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var out []leaseEvent
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("chaos: reading the lease history: %w", ctx.Err())
+		case <-tick.C:
+			// Answered only once the watch has caught up.
+			_ = cli.RequestProgress(wctx)
+		case wr, ok := <-wch:
+			if !ok {
+				return nil, errors.New("chaos: lease history watch closed")
+			}
+			if err := wr.Err(); err != nil {
+				return nil, fmt.Errorf("chaos: lease history watch: %w", err)
+			}
+			if wr.IsProgressNotify() && wr.Header.Revision >= upTo {
+				return out, nil
+			}
+			for _, ev := range wr.Events {
+				task, err := space.ResourceFromLease(string(ev.Kv.Key))
+				if err != nil {
+					return nil, err
+				}
+				le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
+				if le.Put {
+					if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
+						le.Worker = h.Worker
+					}
+				}
+				out = append(out, le)
+			}
+		}
+	}
+}

@@ -1,0 +1,636 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Control selects a control run: a deliberately broken workload the checker
+// must catch. It is a switch of this suite only; the SDK has none.
+type Control string
+
+// The controls.
+const (
+	ControlNone Control = ""
+	// ControlNoFencing: downstream writes bypass both guards.
+	ControlNoFencing Control = "no-fencing"
+	// ControlNoCAS: completion is a raw transaction — put the done record,
+	// delete the lease key, write the completed entry — without the
+	// compare on the epoch.
+	ControlNoCAS Control = "no-cas"
+)
+
+// status is the terminal status every completion writes: a retry of the
+// same completion then compares equal.
+const status = "done"
+
+// Operation timeouts. A timed-out operation is an unknown outcome; its
+// request may still be applied later (a healed proxy delivers what it held).
+const (
+	opTimeout      = 2 * time.Second
+	sessionTimeout = 3 * time.Second
+	closeTimeout   = 5 * time.Second
+	waitTimeout    = 1500 * time.Millisecond // a worker's Acquire
+)
+
+// workerConfig is a worker's whole configuration; helper processes get it
+// as JSON in their environment.
+type workerConfig struct {
+	Name      string        `json:"name"`      // unique per process instance; prefixes sessions and op ids
+	Endpoints []string      `json:"endpoints"` // the worker's proxies
+	SQLite    string        `json:"sqlite"`    // DSN of the shared database
+	Seed      uint64        `json:"seed"`
+	Threads   int           `json:"threads"`
+	TTL       time.Duration `json:"ttl"`
+	Window    int           `json:"window"` // how many open tasks a thread chooses from
+	Control   Control       `json:"control"`
+}
+
+// worker runs threads that take tasks, write effects and complete them.
+type worker struct {
+	cfg       workerConfig
+	cli       *clientv3.Client
+	reg       *lease.Registry
+	space     keys.Space
+	db        *sql.DB
+	sqlGuard  *fence.SQLGuard
+	etcdGuard *fence.EtcdGuard
+	emit      func(event)
+	gate      *gate // in-process freeze; nil for helper processes
+	seq       atomic.Int64
+	stopping  atomic.Bool
+
+	smu      sync.Mutex // serialises starting sessions
+	mu       sync.Mutex
+	sess     *session.Session
+	nsess    int
+	done     map[int]bool // tasks known to be completed
+	lo       int          // every task below lo is known to be completed
+	busy     map[int]bool // tasks a thread of this worker is on
+	cooldown map[int]time.Time
+	inDoubt  map[*lease.Lease]bool // leases whose end is not settled
+}
+
+func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worker, error) {
+	db, g, err := openSQL(cfg.SQLite, cfg.Threads+1)
+	if err != nil {
+		return nil, err
+	}
+	return &worker{
+		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli), space: keys.MustNew(keys.DefaultNamespace),
+		db: db, sqlGuard: g, etcdGuard: fence.NewEtcdGuard(cli), emit: emit,
+		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
+	}, nil
+}
+
+// run works until ctx is done, then lets every thread finish its task and
+// closes the worker's sessions and registry. The caller closes cli.
+func (w *worker) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(context.Background())
+	wg.Go(func() { w.watchDone(wctx) })
+	var threads sync.WaitGroup
+	for i := range w.cfg.Threads {
+		rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(i)))
+		threads.Go(func() {
+			for ctx.Err() == nil {
+				w.cycle(ctx, rng)
+			}
+		})
+	}
+	threads.Wait()
+	stopWatch()
+	wg.Wait()
+	w.close()
+}
+
+func (w *worker) close() {
+	w.stopping.Store(true)
+	w.mu.Lock()
+	s := w.sess
+	inDoubt := w.inDoubt
+	w.inDoubt = map[*lease.Lease]bool{}
+	w.mu.Unlock()
+	// Only the live session is closed: a session that ended releases
+	// nothing and its etcd lease expires on its own, while closing it
+	// could wait out a revoke on a client that is still reconnecting.
+	// Session.Close releases every lease still registered with the
+	// session; for the leases whose end is not settled that release is an
+	// attempt like any other, which may be rejected and audited, so it is
+	// recorded, with an outcome nobody learns.
+	if s != nil && s.Err() == nil {
+		var pending []*pendingOp
+		for l := range inDoubt {
+			if l.Session() == s {
+				pending = append(pending, w.begin(OpRelease, l.Resource(), l.Worker(), l.Epoch()))
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = s.Close(ctx)
+		cancel()
+		for _, p := range pending {
+			p.end(OutUnknown, 0, 0, errors.New("released by Session.Close"))
+		}
+	}
+	_ = w.reg.Close()
+	_ = w.db.Close()
+}
+
+// pendingOp is an invoked operation awaiting its return.
+type pendingOp struct {
+	w  *worker
+	id string
+}
+
+func (w *worker) nextID() string {
+	return w.cfg.Name + "-" + strconv.FormatInt(w.seq.Add(1), 10)
+}
+
+func (w *worker) begin(typ OpType, task, worker string, epoch int64) *pendingOp {
+	return w.beginID(w.nextID(), typ, task, worker, epoch)
+}
+
+func (w *worker) beginID(id string, typ OpType, task, worker string, epoch int64) *pendingOp {
+	w.emit(event{K: "i", ID: id, T: now(), Op: typ, Task: task, W: worker, E: epoch})
+	return &pendingOp{w: w, id: id}
+}
+
+func (p *pendingOp) end(out Outcome, epoch, current int64, err error) {
+	ev := event{K: "r", ID: p.id, T: now(), Out: out, E: epoch, Cur: current}
+	if err != nil {
+		ev.Err = truncate(err.Error(), 300)
+	}
+	p.w.emit(ev)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// session returns the worker's live session, starting a new one (with a
+// new worker id) when the last one ended.
+func (w *worker) session() *session.Session {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	w.mu.Lock()
+	cur := w.sess
+	name := fmt.Sprintf("%s.s%d", w.cfg.Name, w.nsess)
+	w.mu.Unlock()
+	if cur != nil && cur.Err() == nil {
+		return cur
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sessionTimeout)
+	defer cancel()
+	s, err := session.New(ctx, w.cli, session.WithWorker(name), session.WithTTL(w.cfg.TTL))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nsess++ // a failed grant may still have created a lease: never reuse the name
+	if err != nil {
+		return nil
+	}
+	w.sess = s
+	return s
+}
+
+func taskName(i int) string { return fmt.Sprintf("t%06d", i) }
+
+func taskIndex(name string) (int, bool) {
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "t"))
+	return i, err == nil && strings.HasPrefix(name, "t")
+}
+
+// pick chooses a task among the first Window tasks not known to be done,
+// skipping the ones this worker is on and those recently found held.
+func (w *worker) pick(rng *rand.Rand) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.done[w.lo] {
+		delete(w.done, w.lo)
+		w.lo++
+	}
+	var cands []int
+	t := time.Now()
+	for i, seen := w.lo, 0; seen < w.cfg.Window; i++ {
+		if w.done[i] {
+			continue
+		}
+		seen++
+		if w.busy[i] || t.Before(w.cooldown[i]) {
+			continue
+		}
+		cands = append(cands, i)
+	}
+	if len(cands) == 0 {
+		return 0, false
+	}
+	i := cands[rng.IntN(len(cands))]
+	w.busy[i] = true
+	return i, true
+}
+
+func (w *worker) unbusy(i int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.busy, i)
+}
+
+func (w *worker) markDone(task string) {
+	i, ok := taskIndex(task)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i >= w.lo {
+		w.done[i] = true
+	}
+}
+
+func (w *worker) cool(task string, d time.Duration) {
+	if i, ok := taskIndex(task); ok {
+		w.mu.Lock()
+		w.cooldown[i] = time.Now().Add(d)
+		w.mu.Unlock()
+	}
+}
+
+// watchDone follows the done records, so that a worker learns of tasks
+// others completed without trying to acquire each of them.
+func (w *worker) watchDone(ctx context.Context) {
+	prefix := w.space.DonePrefix()
+	for ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, opTimeout)
+		resp, err := w.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			w.markDone(strings.TrimPrefix(string(kv.Key), prefix))
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range w.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				w.markDone(strings.TrimPrefix(string(ev.Kv.Key), prefix))
+			}
+		}
+		cancel()
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// cycle is one task: take it, write effects in one to three steps, complete it. The
+// thread carries on after its lease is lost — most threads never look at
+// the lease's context — because a paused or partitioned process acts late
+// no matter what, and fencing must make that safe.
+func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
+	w.gate.wait()
+	s := w.session()
+	if s == nil {
+		sleep(ctx, 50*time.Millisecond)
+		return
+	}
+	i, ok := w.pick(rng)
+	if !ok {
+		sleep(ctx, 10*time.Millisecond)
+		return
+	}
+	defer w.unbusy(i)
+	l, out := w.acquire(s, taskName(i), 0)
+	if out == OutHeld && rng.IntN(8) == 0 {
+		l, _ = w.acquire(s, taskName(i), waitTimeout) // wait for the holder to go
+	}
+	if l == nil {
+		return
+	}
+	w.work(rng, l)
+}
+
+func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
+	polite := rng.IntN(4) == 0 // stops when its lease's context ends
+	steps := 1 + rng.IntN(3)
+	for range steps {
+		if rng.IntN(8) == 0 {
+			time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond) // a long step
+		} else {
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		}
+		w.gate.wait()
+		if polite && l.Context().Err() != nil {
+			w.release(l)
+			return
+		}
+		// Each step writes to both downstreams, in either order.
+		writes := []func(*lease.Lease) Outcome{w.writeSQL, w.writeEtcd}
+		if rng.IntN(2) == 0 {
+			writes[0], writes[1] = writes[1], writes[0]
+		}
+		out := writes[0](l)
+		if out != OutRefused {
+			w.gate.wait()
+			out = writes[1](l)
+		}
+		if out == OutRefused { // fenced: a newer epoch wrote; give up, or try to complete anyway
+			if rng.IntN(2) == 0 {
+				w.release(l)
+			} else {
+				w.complete(l)
+			}
+			return
+		}
+	}
+	w.gate.wait()
+	if rng.IntN(20) == 0 {
+		w.release(l) // gives the task back; someone takes it again
+		return
+	}
+	w.complete(l)
+}
+
+// acquire takes task with TryAcquire or, when wait is set, with Acquire,
+// which waits up to wait for a holder to go.
+func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*lease.Lease, Outcome) {
+	p := w.begin(OpAcquire, task, s.Worker(), 0)
+	var l *lease.Lease
+	var err error
+	if wait > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		l, err = w.reg.Acquire(ctx, s, task)
+		cancel()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		l, err = w.reg.TryAcquire(ctx, s, task)
+		cancel()
+	}
+	var held *lease.HeldError
+	var done *lease.CompletedError
+	switch {
+	case err == nil:
+		w.mu.Lock()
+		w.inDoubt[l] = true
+		w.mu.Unlock()
+		p.end(OutOK, l.Epoch(), 0, nil)
+		return l, OutOK
+	case errors.As(err, &held):
+		p.end(OutHeld, 0, held.Epoch, nil)
+		w.cool(task, 100*time.Millisecond)
+		return nil, OutHeld
+	case errors.As(err, &done):
+		p.end(OutCompleted, 0, done.Epoch, nil)
+		w.markDone(task)
+		return nil, OutCompleted
+	case wait == 0 && (errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)):
+		// TryAcquire refused before sending, or etcd refused the put for a
+		// lease it no longer has: either way nothing was applied. (Acquire
+		// returns the session's cause also when the session ended during
+		// a transaction, which may have been applied.)
+		p.end(OutFail, 0, 0, err)
+		return nil, OutFail
+	default:
+		p.end(OutUnknown, 0, 0, err)
+		time.Sleep(20 * time.Millisecond)
+		return nil, OutUnknown
+	}
+}
+
+func (w *worker) settle(l *lease.Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.inDoubt, l)
+}
+
+func (w *worker) writeSQL(l *lease.Lease) Outcome {
+	id := w.nextID()
+	p := w.beginID(id, OpSQL, l.Resource(), l.Worker(), l.Epoch())
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	out, cur, err := w.sqlTx(ctx, id, l)
+	p.end(out, 0, cur, err)
+	return out
+}
+
+// sqlTx writes the effect row in the transaction that admits the token.
+// Any error but a refusal is an unknown outcome; the effects table tells
+// afterwards whether the transaction committed.
+func (w *worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (Outcome, int64, error) {
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return OutFail, 0, err // nothing ran
+	}
+	if w.cfg.Control != ControlNoFencing {
+		if err := w.sqlGuard.AdmitTx(ctx, tx, l.Token()); err != nil {
+			_ = tx.Rollback()
+			var fe *fence.FencedError
+			if errors.As(err, &fe) {
+				return OutRefused, fe.Current, nil
+			}
+			return OutUnknown, 0, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, insertEffect, l.Resource(), l.Epoch(), l.Worker(), id); err != nil {
+		_ = tx.Rollback()
+		return OutUnknown, 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return OutUnknown, 0, err
+	}
+	return OutOK, 0, nil
+}
+
+func (w *worker) writeEtcd(l *lease.Lease) Outcome {
+	id := w.nextID()
+	p := w.beginID(id, OpEtcd, l.Resource(), l.Worker(), l.Epoch())
+	val, _ := json.Marshal(effectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
+	put := clientv3.OpPut(effectKey(l.Resource(), id), string(val))
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	var err error
+	if w.cfg.Control == ControlNoFencing {
+		_, err = w.cli.Do(ctx, put)
+	} else {
+		_, err = w.etcdGuard.AdmitOps(ctx, l.Token(), put)
+	}
+	var fe *fence.FencedError
+	switch {
+	case err == nil:
+		p.end(OutOK, 0, 0, nil)
+		return OutOK
+	case errors.As(err, &fe):
+		p.end(OutRefused, 0, fe.Current, nil)
+		return OutRefused
+	default:
+		p.end(OutUnknown, 0, 0, err)
+		return OutUnknown
+	}
+}
+
+// complete completes l, calling Complete again after an unknown outcome
+// (the documented way to resolve one) up to a few times, and returns the
+// last outcome.
+func (w *worker) complete(l *lease.Lease) Outcome {
+	for attempt := 1; ; attempt++ {
+		p := w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		var err error
+		if w.cfg.Control == ControlNoCAS {
+			err = w.rawComplete(ctx, l)
+		} else {
+			err = l.Complete(ctx, status)
+		}
+		cancel()
+		out, cur := classifyEnd(err)
+		p.end(out, 0, cur, err)
+		switch out {
+		case OutOK:
+			w.settleCompleted(l)
+			w.markDone(l.Resource())
+			return out
+		case OutStale, OutStaleUnknown:
+			w.settle(l)
+			return out
+		}
+		if attempt == 5 || w.stopping.Load() {
+			return out
+		}
+		w.gate.wait()
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+	}
+}
+
+// settleCompleted settles l after a successful completion. A raw
+// completion (ControlNoCAS) bypasses the Lease, which stays registered
+// with its session until the registry's watch sees its key deleted and
+// ends it with ErrRevoked; until then Session.Close would still release
+// it, so it stays in doubt.
+func (w *worker) settleCompleted(l *lease.Lease) {
+	if w.cfg.Control == ControlNoCAS {
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-l.Context().Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if !errors.Is(context.Cause(l.Context()), lease.ErrRevoked) {
+			return
+		}
+	}
+	w.settle(l)
+}
+
+// rawComplete is ControlNoCAS's completion: what Complete writes, without
+// the compare that makes it a CAS on the epoch.
+func (w *worker) rawComplete(ctx context.Context, l *lease.Lease) error {
+	res := l.Resource()
+	done := record.Done{Status: status, Epoch: l.Epoch(), Worker: l.Worker()}.Encode()
+	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.Epoch(), Status: status, Time: time.Now()})
+	if err != nil {
+		return err
+	}
+	_, err = w.cli.Txn(ctx).Then(
+		clientv3.OpPut(w.space.Done(res), done),
+		clientv3.OpDelete(w.space.Lease(res)),
+		audit.CreateOnly(w.space.AuditEnd(res, l.Epoch()), completed),
+	).Commit()
+	return err
+}
+
+func (w *worker) release(l *lease.Lease) {
+	p := w.begin(OpRelease, l.Resource(), l.Worker(), l.Epoch())
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	err := l.Release(ctx)
+	cancel()
+	out, cur := classifyEnd(err)
+	p.end(out, 0, cur, err)
+	if out != OutUnknown {
+		w.settle(l)
+	}
+}
+
+// classifyEnd sorts a Complete or Release error into an outcome.
+func classifyEnd(err error) (Outcome, int64) {
+	var se *lease.StaleError
+	switch {
+	case err == nil:
+		return OutOK, 0
+	case errors.As(err, &se):
+		return OutStale, se.CurrentEpoch
+	case errors.Is(err, lease.ErrStale):
+		return OutStaleUnknown, 0
+	}
+	return OutUnknown, 0
+}
+
+// gate stops an in-process worker's threads at their next step while it is
+// closed: the in-process stand-in for SIGSTOP. A nil gate never closes.
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{} // non-nil while closed; closed when opened
+}
+
+func (g *gate) close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+func (g *gate) wait() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	c := g.closed
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}

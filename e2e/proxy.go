@@ -18,9 +18,10 @@ import (
 // instead drops etcd's replies for good, the torn connection of a reply
 // lost after the request was applied. Delay adds latency.
 type Proxy struct {
-	srv    proxy.Server
-	target string
-	from   string
+	srv     proxy.Server
+	target  string
+	from    string
+	drained chan struct{} // closed when the error-draining goroutine exits
 }
 
 // NewProxy starts a proxy to target (a client URL such as a Member's
@@ -58,7 +59,21 @@ func StartProxy(target string) (*Proxy, error) {
 			if to.Scheme == "https" {
 				scheme = "https"
 			}
-			return &Proxy{srv: srv, target: target, from: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])}, nil
+			p := &Proxy{srv: srv, target: target, from: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]), drained: make(chan struct{})}
+			// etcd's proxy reports errors (such as failed dials while the
+			// member is stopped) on a channel of 16 and blocks when it is
+			// full, so it would stop forwarding for good: drain it.
+			go func() {
+				defer close(p.drained)
+				for {
+					select {
+					case <-srv.Error():
+					case <-srv.Done():
+						return
+					}
+				}
+			}()
+			return p, nil
 		case err := <-srv.Error():
 			_ = srv.Close()
 			lastErr = err
@@ -106,4 +121,8 @@ func (p *Proxy) Delay(d, jitter time.Duration) {
 }
 
 // Close stops the proxy and its connections.
-func (p *Proxy) Close() error { return p.srv.Close() }
+func (p *Proxy) Close() error {
+	err := p.srv.Close()
+	<-p.drained
+	return err
+}

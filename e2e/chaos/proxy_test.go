@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,17 +11,12 @@ import (
 )
 
 // TestE2EProxyServesAfterDialErrors is the regression test of a bug in
-// e2e.Proxy that the chaos suite found: the proxy never reads
+// e2e.Proxy that the chaos suite found: the proxy never read
 // proxy.Server.Error(), whose buffer holds 16 errors, and etcd's proxy
 // blocks its accept loop sending the 17th. Each connection accepted while
 // the member is stopped fails to dial and sends one, so after a member
-// restart the proxy never serves again. It is skipped until e2e.Proxy is
-// fixed (drain srv.Error() until srv.Done() in StartProxy); run it with
-// LEASEHOLD_CHAOS_KNOWN_BUGS=1, and delete the skip with the fix.
+// restart the proxy never served again. StartProxy now drains the channel.
 func TestE2EProxyServesAfterDialErrors(t *testing.T) {
-	if os.Getenv("LEASEHOLD_CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("known bug: e2e.Proxy stops accepting after 16 errors; set LEASEHOLD_CHAOS_KNOWN_BUGS=1 to run")
-	}
 	proxyServesAfterDialErrors(t, func(t testing.TB, target string) faultProxy { return e2e.NewProxy(t, target) })
 }
 

@@ -231,6 +231,15 @@ func run(pgDSN string, c conn) error {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shipments(order_id TEXT NOT NULL, worker TEXT NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
 		return err
 	}
+	// Each run starts etcd afresh, so its epochs start low again: forget
+	// order 42's shipments and fence row from any earlier run against the
+	// same database (a reused PostgreSQL).
+	if _, err := db.ExecContext(ctx, `DELETE FROM shipments WHERE order_id = '42'`); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM "`+guard.Table()+`" WHERE resource = 'orders/42'`); err != nil {
+		return err
+	}
 	svc := &service{db: db, guard: guard, pg: pg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders/{id}/ship", svc.ship)

@@ -2,10 +2,8 @@ package chaos
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,104 +87,4 @@ func TestChaosControl(t *testing.T) {
 			}
 		})
 	}
-}
-
-// envDuration reads a duration from the environment; ok is false when it
-// is unset.
-func envDuration(t *testing.T, name string) (time.Duration, bool) {
-	v := os.Getenv(name)
-	if v == "" {
-		return 0, false
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return d, true
-}
-
-func envSeed(t *testing.T) uint64 {
-	if v := os.Getenv("LEASEHOLD_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("LEASEHOLD_CHAOS_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return rand.Uint64() % 1_000_000
-}
-
-// TestChaosLong is `make chaos`: LEASEHOLD_CHAOS_DURATION of faults with
-// LEASEHOLD_CHAOS_SEED (random if unset), printing the summary.
-func TestChaosLong(t *testing.T) {
-	d, ok := envDuration(t, "LEASEHOLD_CHAOS_DURATION")
-	if !ok {
-		t.Skip("set LEASEHOLD_CHAOS_DURATION (make chaos)")
-	}
-	cfg := DefaultConfig()
-	cfg.Seed, cfg.Duration, cfg.Logf = envSeed(t), d, t.Logf
-	fmt.Printf("chaos: seed %d, duration %v\n", cfg.Seed, d)
-	res := Run(t, cfg)
-	fmt.Print(res.Summary())
-	if len(res.Violations) > 0 {
-		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
-	}
-}
-
-// TestChaosControlLong is `make chaos-control`: control runs, fencing off
-// and CAS off in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
-// LEASEHOLD_CHAOS_CONTROL_DURATION has passed. Each run has
-// LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
-// run's violations, the total and the detection rate per control, and
-// fails unless every control was caught in at least 90% of its seeds.
-func TestChaosControlLong(t *testing.T) {
-	total, ok := envDuration(t, "LEASEHOLD_CHAOS_CONTROL_DURATION")
-	if !ok {
-		t.Skip("set LEASEHOLD_CHAOS_CONTROL_DURATION (make chaos-control)")
-	}
-	per, ok := envDuration(t, "LEASEHOLD_CHAOS_CONTROL_RUN")
-	if !ok {
-		per = 10 * time.Second
-	}
-	seed := envSeed(t)
-	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS}
-	runs, caught := map[Control]int{}, map[Control]int{}
-	violations := 0
-	deadline := time.Now().Add(total)
-	for round := uint64(0); round == 0 || time.Now().Before(deadline); round++ {
-		for _, c := range controls {
-			s := seed + round
-			t.Run(fmt.Sprintf("%s/seed-%d", c, s), func(t *testing.T) {
-				cfg := DefaultConfig()
-				cfg.Seed, cfg.Duration, cfg.Control, cfg.Logf = s, per, c, t.Logf
-				if os.Getenv("LEASEHOLD_CHAOS_OUT") == "" {
-					cfg.OutDir = t.TempDir()
-				}
-				res := Run(t, cfg)
-				runs[c]++
-				if len(res.Violations) > 0 {
-					caught[c]++
-				}
-				violations += len(res.Violations)
-				fmt.Printf("--- control %s, seed %d: %d operations, %d faults; violations by check: %v\n%s",
-					c, s, res.Checked, len(res.Faults), res.ViolationsByCheck(), lastLine(res.Summary()))
-			})
-		}
-	}
-	for _, c := range controls {
-		fmt.Printf("detection rate %s: %d of %d seeds (%.0f%%)\n", c, caught[c], runs[c], 100*float64(caught[c])/float64(max(runs[c], 1)))
-		if caught[c]*10 < runs[c]*9 {
-			t.Errorf("control %s caught in %d of %d seeds, want at least 90%%", c, caught[c], runs[c])
-		}
-	}
-	fmt.Printf("violations: %d\n", violations)
-	if violations == 0 {
-		t.Error("the control runs produced no violation: the checker cannot fail")
-	}
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSuffix(s, "\n")
-	return s[strings.LastIndexByte(s, '\n')+1:] + "\n"
 }

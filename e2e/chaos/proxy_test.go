@@ -10,19 +10,13 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 )
 
-// TestE2EProxyServesAfterDialErrors is the regression test of a bug in
+// TestProxyServesAfterDialErrors is the regression test of a bug in
 // e2e.Proxy that the chaos suite found: the proxy never read
 // proxy.Server.Error(), whose buffer holds 16 errors, and etcd's proxy
 // blocks its accept loop sending the 17th. Each connection accepted while
 // the member is stopped fails to dial and sends one, so after a member
 // restart the proxy never served again. StartProxy now drains the channel.
-func TestE2EProxyServesAfterDialErrors(t *testing.T) {
-	proxyServesAfterDialErrors(t, func(t testing.TB, target string) faultProxy { return e2e.NewProxy(t, target) })
-}
-
-// TestDrainedProxyServesAfterDialErrors: the suite's workaround passes the
-// same test.
-func TestDrainedProxyServesAfterDialErrors(t *testing.T) {
+func TestProxyServesAfterDialErrors(t *testing.T) {
 	proxyServesAfterDialErrors(t, newProxy)
 }
 

@@ -228,8 +228,8 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 }
 
 // throughput runs sections 1 and 7 in shared rounds: in every round, at
-// every concurrency level, each contender runs for cfg.runFor, in an order
-// rotated every round.
+// every concurrency level, each contender runs for cfg.runFor in two
+// halves: in an order rotated every round, then in reverse.
 func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) {
 	maxW := slices.Max(append(slices.Clone(cfg.workers), cfg.batchWorkers))
 	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), batch: cfg.batch}
@@ -306,18 +306,37 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			if cfg.sections[7] && w == cfg.batchWorkers {
 				list = append(slices.Clone(list), batches...)
 			}
-			for _, ct := range rotate(list, max(round, 0)+w) {
+			// Each contender runs twice for half the time: in the
+			// rotated order, then in reverse. The store grows as a round
+			// writes, and the machine drifts; a drift linear over the
+			// round cancels, since every contender's two halves
+			// straddle the round's midpoint.
+			order := rotate(list, max(round, 0)+w)
+			runs := make([]runStats, len(order))
+			rpcs := make([]map[string]int, len(order))
+			for _, i := range forthAndBack(len(order)) {
+				ct := order[i]
 				b.rpc.reset()
-				r, cpu, err := runRateCPU(ctx, w, d, ct.cycle)
+				m, err := measure(ctx, w, d/2, ct.cycle)
 				unary, _ := b.rpc.reset()
 				if err != nil {
 					return nil, fmt.Errorf("%s at %d workers: %w", ct.name, w, err)
 				}
+				runs[i] = runs[i].add(m)
+				if rpcs[i] == nil {
+					rpcs[i] = map[string]int{}
+				}
+				for k, v := range unary {
+					rpcs[i][k] += v
+				}
+			}
+			for i, ct := range order {
+				m := runs[i]
 				if round >= 0 {
-					record(ct.name, w, r, cpu)
+					record(ct.name, w, m.rate(), m.cpuPerTask())
 				}
 				if cfg.verbose {
-					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task, RPCs %v\n", round, ct.name, w, r, float64(cpu)/1e3, unary)
+					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task, RPCs %v\n", round, ct.name, w, m.rate(), float64(m.cpuPerTask())/1e3, rpcs[i])
 				}
 			}
 		}
@@ -372,6 +391,18 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// forthAndBack is 0, 1, …, n-1, n-1, …, 1, 0.
+func forthAndBack(n int) []int {
+	out := make([]int, 0, 2*n)
+	for i := range n {
+		out = append(out, i)
+	}
+	for i := n - 1; i >= 0; i-- {
+		out = append(out, i)
+	}
+	return out
 }
 
 // ratios is the median over rounds of a[i] / (b[i] * scale).

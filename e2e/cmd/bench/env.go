@@ -127,6 +127,31 @@ func runRate(ctx context.Context, workers int, d time.Duration, cycle func(ctx c
 // runRateCPU is runRate that also returns the process's CPU time (user +
 // system: client and embedded server alike) per task.
 func runRateCPU(ctx context.Context, workers int, d time.Duration, cycle func(ctx context.Context, w int) (int, error)) (float64, time.Duration, error) {
+	m, err := measure(ctx, workers, d, cycle)
+	if err != nil {
+		return 0, 0, err
+	}
+	return m.rate(), m.cpuPerTask(), nil
+}
+
+// runStats is what one or more timed runs of a contender did.
+type runStats struct {
+	tasks   int64
+	elapsed time.Duration // until the last worker finished its last cycle
+	cpu     time.Duration // process CPU, user + system
+}
+
+func (m runStats) add(o runStats) runStats {
+	return runStats{m.tasks + o.tasks, m.elapsed + o.elapsed, m.cpu + o.cpu}
+}
+
+func (m runStats) rate() float64 { return float64(m.tasks) / m.elapsed.Seconds() }
+
+func (m runStats) cpuPerTask() time.Duration { return m.cpu / time.Duration(max(m.tasks, 1)) }
+
+// measure runs cycle on workers goroutines for about d; each cycle
+// returns its number of tasks.
+func measure(ctx context.Context, workers int, d time.Duration, cycle func(ctx context.Context, w int) (int, error)) (runStats, error) {
 	cpu0 := cpuTime()
 	var tasks atomic.Int64
 	var firstErr error
@@ -135,9 +160,7 @@ func runRateCPU(ctx context.Context, workers int, d time.Duration, cycle func(ct
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				n, err := cycle(ctx, w)
 				if err != nil {
@@ -146,19 +169,17 @@ func runRateCPU(ctx context.Context, workers int, d time.Duration, cycle func(ct
 				}
 				tasks.Add(int64(n))
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	m := runStats{tasks: tasks.Load(), elapsed: time.Since(start), cpu: cpuTime() - cpu0}
 	if firstErr != nil {
-		return 0, 0, firstErr
+		return runStats{}, firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, 0, err
+		return runStats{}, err
 	}
-	n := tasks.Load()
-	return float64(n) / elapsed.Seconds(), cpu / time.Duration(max(n, 1)), nil
+	return m, nil
 }
 
 // cpuTime is the CPU time this process has used.

@@ -18,8 +18,10 @@
 //  7. batches: TryAcquireMany + CompleteMany of 16 tasks at 16 workers
 //     against Mutex Lock+Unlock cycles.
 //
-// Throughput contenders run in rounds, in an order rotated every round, and
-// every figure is the median over rounds (ratios: the median of per-round
+// Throughput contenders run in rounds, in an order rotated every round and
+// run forth and back (each contender twice for half the time, so that a
+// drift linear over the round cancels), and every figure is the median
+// over rounds (ratios: the median of per-round
 // ratios), so drift on a shared machine hits all contenders alike. The
 // member runs with fsync on, as in production; sections 1, 2 and 7 are
 // repeated with fsync off.
@@ -270,7 +272,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
 		mode = "smoke"
 	}
 	emit("leasehold benchmarks (%s): nproc %d, GOMAXPROCS %d, %s, %s/%s\n", mode, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	emit("throughput: %d rounds × %v per contender (fsync off: %d × %v) after a warm-up round, contenders rotated every round; medians over rounds\n",
+	emit("throughput: %d rounds × %v per contender (fsync off: %d × %v) after a warm-up round, contenders rotated every round and run forth and back (two halves each); medians over rounds\n",
 		cfg.rounds, cfg.runFor, cfg.offRounds, cfg.offRunFor)
 	rep := &report{}
 	write := func(s *section) {

@@ -68,3 +68,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestForthAndBack: every contender runs exactly twice, and its two
+// halves sit symmetrically about the round's midpoint, which is what
+// cancels a drift linear over the round.
+func TestForthAndBack(t *testing.T) {
+	for n := range 6 {
+		order := forthAndBack(n)
+		if len(order) != 2*n {
+			t.Fatalf("n=%d: %d runs, want %d", n, len(order), 2*n)
+		}
+		positions := map[int][]int{}
+		for pos, i := range order {
+			positions[i] = append(positions[i], pos)
+		}
+		for i := range n {
+			p := positions[i]
+			if len(p) != 2 {
+				t.Fatalf("n=%d: contender %d runs %d times: %v", n, i, len(p), order)
+			}
+			if p[0]+p[1] != 2*n-1 {
+				t.Errorf("n=%d: contender %d at %v, not symmetric about the midpoint: %v", n, i, p, order)
+			}
+		}
+	}
+}

@@ -255,6 +255,14 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // The epoch is the transaction's revision, which is the lease key's mod
 // revision. A held resource gives a *HeldError, a completed one a
 // *CompletedError.
+//
+// An error from the transaction itself (a timeout, ctx ending, a broken
+// connection) is an unknown outcome: etcd may have applied it. A resource
+// claimed that way stays held by the session, with no Lease and an
+// Acquired entry in the audit log, until the session's etcd lease ends —
+// Session.Close revokes it at once, and a running audit.RunRecorder then
+// writes its Expired entry. Calling TryAcquire again tells which: a
+// *HeldError naming this session's worker means the claim was applied.
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	l, _, err := r.tryAcquire(ctx, s, resource)
 	return l, err
@@ -318,6 +326,12 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 // It returns early when ctx is done (with ctx's cause) or the session ends
 // (with the session's cause, such as session.ErrLost). A completed
 // resource returns a *CompletedError at once.
+//
+// An error that wraps ctx's or the session's cause may come from a
+// transaction that etcd had already applied: as with TryAcquire, the
+// outcome of a transaction cut short is unknown, and a resource claimed
+// that way stays held by the session, with no Lease, until the session's
+// etcd lease ends.
 func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err

@@ -274,13 +274,15 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 	batches := []contender{{"batch", c.batchCycle}, {"bare batch", c.bareBatchCycle}}
 	// rates[name][workers] = one rate per round
 	rates := map[string]map[int][]float64{}
-	cpus := map[string]map[int][]float64{} // CPU µs per task
-	record := func(name string, w int, r float64, cpu time.Duration) {
+	cpus := map[string]map[int][]float64{}   // CPU µs per task
+	allocs := map[string]map[int][]float64{} // KB allocated per task
+	record := func(name string, w int, m runStats) {
 		if rates[name] == nil {
-			rates[name], cpus[name] = map[int][]float64{}, map[int][]float64{}
+			rates[name], cpus[name], allocs[name] = map[int][]float64{}, map[int][]float64{}, map[int][]float64{}
 		}
-		rates[name][w] = append(rates[name][w], r)
-		cpus[name][w] = append(cpus[name][w], float64(cpu)/float64(time.Microsecond))
+		rates[name][w] = append(rates[name][w], m.rate())
+		cpus[name][w] = append(cpus[name][w], float64(m.cpuPerTask())/float64(time.Microsecond))
+		allocs[name][w] = append(allocs[name][w], m.allocPerTask())
 	}
 	var levels []int
 	if cfg.sections[1] {
@@ -333,10 +335,10 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			for i, ct := range order {
 				m := runs[i]
 				if round >= 0 {
-					record(ct.name, w, m.rate(), m.cpuPerTask())
+					record(ct.name, w, m)
 				}
 				if cfg.verbose {
-					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task, RPCs %v\n", round, ct.name, w, m.rate(), float64(m.cpuPerTask())/1e3, rpcs[i])
+					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task %5.1f KB/task, RPCs %v\n", round, ct.name, w, m.rate(), float64(m.cpuPerTask())/1e3, m.allocPerTask(), rpcs[i])
 				}
 			}
 		}
@@ -370,6 +372,13 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
 			s.metric(fmt.Sprintf("cpu/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
 		}
+		s.addf("process allocation per cycle (client and embedded server), KB:")
+		s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
+		for _, w := range cfg.workers {
+			lh, bare, mx, raw := allocs["leasehold"][w], allocs["bare"][w], allocs["Mutex"][w], allocs["rawTxn"][w]
+			s.addf("%7d %10.1f %10.1f %10.1f %10.1f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
+			s.metric(fmt.Sprintf("alloc/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
+		}
 		out = append(out, s)
 	}
 	if cfg.sections[7] {
@@ -377,10 +386,13 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 		s := &section{title: fmt.Sprintf("7. batch claim + complete (TryAcquireMany + CompleteMany of %d) at %d workers, tasks/s", cfg.batch, w)}
 		bt, bare, mx := rates["batch"][w], rates["bare batch"][w], rates["Mutex"][w]
 		r := ratios(bt, mx, 1)
-		s.addf("%-34s %10s %12s %9s", "", "tasks/s", "CPU µs/task", "vs Mutex")
-		s.addf("%-34s %10.0f %12.0f %8.2f×", "leasehold batch", median(bt), median(cpus["batch"][w]), r)
-		s.addf("%-34s %10.0f %12.0f %8.2f×", "the same transactions, bare", median(bare), median(cpus["bare batch"][w]), ratios(bare, mx, 1))
-		s.addf("%-34s %10.0f %12.0f %8.2f×", "Mutex Lock+Unlock (one task each)", median(mx), median(cpus["Mutex"][w]), 1.0)
+		s.addf("%-34s %10s %12s %8s %9s", "", "tasks/s", "CPU µs/task", "KB/task", "vs Mutex")
+		row := func(label, name string, ratio float64) {
+			s.addf("%-34s %10.0f %12.0f %8.1f %8.2f×", label, median(rates[name][w]), median(cpus[name][w]), median(allocs[name][w]), ratio)
+		}
+		row("leasehold batch", "batch", r)
+		row("the same transactions, bare", "bare batch", ratios(bare, mx, 1))
+		row("Mutex Lock+Unlock (one task each)", "Mutex", 1.0)
 		s.addf("leasehold batch / bare batch: %.3f", ratios(bt, bare, 1))
 		s.metric("batch tasks", "rate", median(bt))
 		s.metric("batch bare", "rate", median(bare))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -139,10 +140,16 @@ type runStats struct {
 	tasks   int64
 	elapsed time.Duration // until the last worker finished its last cycle
 	cpu     time.Duration // process CPU, user + system
+	alloc   uint64        // bytes the process allocated (client and server)
 }
 
 func (m runStats) add(o runStats) runStats {
-	return runStats{m.tasks + o.tasks, m.elapsed + o.elapsed, m.cpu + o.cpu}
+	return runStats{m.tasks + o.tasks, m.elapsed + o.elapsed, m.cpu + o.cpu, m.alloc + o.alloc}
+}
+
+// allocPerTask is in KB.
+func (m runStats) allocPerTask() float64 {
+	return float64(m.alloc) / 1024 / float64(max(m.tasks, 1))
 }
 
 func (m runStats) rate() float64 { return float64(m.tasks) / m.elapsed.Seconds() }
@@ -152,6 +159,8 @@ func (m runStats) cpuPerTask() time.Duration { return m.cpu / time.Duration(max(
 // measure runs cycle on workers goroutines for about d; each cycle
 // returns its number of tasks.
 func measure(ctx context.Context, workers int, d time.Duration, cycle func(ctx context.Context, w int) (int, error)) (runStats, error) {
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0 := cpuTime()
 	var tasks atomic.Int64
 	var firstErr error
@@ -173,6 +182,8 @@ func measure(ctx context.Context, workers int, d time.Duration, cycle func(ctx c
 	}
 	wg.Wait()
 	m := runStats{tasks: tasks.Load(), elapsed: time.Since(start), cpu: cpuTime() - cpu0}
+	runtime.ReadMemStats(&mem1)
+	m.alloc = mem1.TotalAlloc - mem0.TotalAlloc
 	if firstErr != nil {
 		return runStats{}, firstErr
 	}

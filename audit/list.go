@@ -77,7 +77,7 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 		out     []Entry
 		corrupt []error
 	)
-	_, err := l.scan(ctx, l.prefix(f), func(kv *mvccpb.KeyValue) {
+	_, err := l.scan(ctx, l.prefix(f), 0, func(kv *mvccpb.KeyValue) {
 		if f.MinRevision > 0 && kv.ModRevision < f.MinRevision {
 			return
 		}
@@ -103,17 +103,18 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 }
 
 // scan calls fn for every key under prefix, reading pages at one pinned
-// revision, and returns that revision.
-func (l *Log) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue)) (int64, error) {
+// revision — rev, or with rev 0 the revision of the first page — and
+// returns that revision. opts are added to every page's Get (e.g.
+// WithKeysOnly).
+func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) (int64, error) {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
-	var rev int64
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(l.pageSize)}
+		page := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(l.pageSize)}, opts...)
 		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
+			page = append(page, clientv3.WithRev(rev))
 		}
-		resp, err := l.cli.Get(ctx, from, opts...)
+		resp, err := l.cli.Get(ctx, from, page...)
 		if err != nil {
 			return 0, fmt.Errorf("audit: read %q: %w", prefix, err)
 		}

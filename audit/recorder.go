@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,7 +21,9 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 //
 // It first reconciles: every Acquired epoch with no end entry whose lease
 // key no longer holds that epoch gets its Expired entry, so deletions that
-// happened while no recorder ran are recorded too. It then watches the
+// happened while no recorder ran are recorded too. Reconciling reads the
+// audit and lease keys without their values and writes only for epochs
+// that ended unexplained, so it costs no writes for leases still held. It then watches the
 // lease keys and records each unexplained deletion as it happens. If the
 // watch breaks (compaction, leader loss) it reconciles again and resumes.
 //
@@ -58,34 +61,68 @@ func (l *Log) RunRecorder(ctx context.Context) error {
 
 // reconcile writes the Expired entries missing from the log and returns the
 // revision it read at; watching from the next revision misses nothing.
+//
+// At one revision R it reads, keys only, the audit prefix and the lease
+// prefix. The keys say everything needed: a start entry's epoch is its mod
+// revision (the acquire transaction wrote it with the lease key), an end
+// entry's epoch is in its key, and a live lease key's epoch is its mod
+// revision. An epoch with a start entry, no end entry and no lease key
+// holding it at R ended unexplained; only for those is the start entry's
+// value read (its worker goes into the Expired entry, and a value that is
+// not a valid Acquired entry is skipped, as List would report it). Epochs
+// still held at R cost nothing — neither a value read nor a transaction —
+// so a restart with many live leases does not send one no-op write each.
 func (l *Log) reconcile(ctx context.Context) (int64, error) {
 	type epochKey struct {
 		res   string
 		epoch int64
 	}
-	open := map[epochKey]string{} // → worker
+	open := map[epochKey]string{} // → start entry's key
 	ended := map[epochKey]bool{}
-	rev, err := l.scan(ctx, l.space.AuditPrefix(), func(kv *mvccpb.KeyValue) {
-		e, err := Decode(l.space, kv)
+	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
+		ak, err := l.space.ParseAudit(string(kv.Key))
 		if err != nil {
-			return // List reports corrupt entries; the recorder skips them
+			return // List reports foreign keys; the recorder skips them
 		}
-		k := epochKey{e.Resource, e.Epoch}
-		switch {
-		case e.Kind == Acquired:
-			open[k] = e.Worker
-		case e.Kind.IsEnd():
-			ended[k] = true
+		switch ak.Kind {
+		case keys.AuditKindStart:
+			open[epochKey{ak.Resource, kv.ModRevision}] = string(kv.Key)
+		case keys.AuditKindEnd:
+			// A corrupt value still occupies the end key, which the
+			// create-only compare of recordExpired would refuse anyway.
+			ended[epochKey{ak.Resource, ak.Epoch}] = true
 		}
-	})
+	}, clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, err
 	}
-	for k, worker := range open {
-		if ended[k] {
+	for k := range ended {
+		delete(open, k)
+	}
+	if len(open) == 0 {
+		return rev, nil
+	}
+	if _, err := l.scan(ctx, l.space.LeasePrefix(), rev, func(kv *mvccpb.KeyValue) {
+		if res, err := l.space.ResourceFromLease(string(kv.Key)); err == nil {
+			delete(open, epochKey{res, kv.ModRevision})
+		}
+	}, clientv3.WithKeysOnly()); err != nil {
+		return 0, err
+	}
+	for k, startKey := range open {
+		resp, err := l.cli.Get(ctx, startKey, clientv3.WithRev(rev))
+		if err != nil {
+			return 0, fmt.Errorf("audit: read %q: %w", startKey, err)
+		}
+		if len(resp.Kvs) == 0 {
 			continue
 		}
-		if err := l.recordExpired(ctx, k.res, k.epoch, worker); err != nil {
+		e, err := Decode(l.space, resp.Kvs[0])
+		if err != nil || e.Kind != Acquired {
+			l.log.Warn("skipping corrupt start entry", "key", startKey, "error", err)
+			continue
+		}
+		if err := l.recordExpired(ctx, k.res, k.epoch, e.Worker); err != nil {
 			return 0, err
 		}
 	}

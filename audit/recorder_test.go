@@ -63,6 +63,7 @@ type txnSpy struct {
 	attempts map[string]int
 	wins     map[string]int
 	ranges   []rangeCall
+	txnCalls int           // every Txn, whatever its keys
 	watching chan struct{} // closed when the client opens its first watch stream
 	once     sync.Once
 }
@@ -114,6 +115,9 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 	if method != "/etcdserverpb.KV/Txn" {
 		return nil
 	}
+	s.mu.Lock()
+	s.txnCalls++
+	s.mu.Unlock()
 	tr, ok1 := req.(*pb.TxnRequest)
 	resp, ok2 := reply.(*pb.TxnResponse)
 	if !ok1 || !ok2 {
@@ -140,6 +144,13 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 		}
 	}
 	return nil
+}
+
+// txns is the number of Txn RPCs the spied client made.
+func (s *txnSpy) txns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txnCalls
 }
 
 func (s *txnSpy) rangeCalls() []rangeCall {
@@ -515,10 +526,22 @@ func TestRecorderReconcilesExpiryWhileStopped(t *testing.T) {
 	rcli, spy := spiedClient(t, c)
 	rlog := audit.New(rcli)
 	stop := startRecorder(t, rlog)
-	// Reconcile tries every epoch that has no end entry; wait until it has
-	// decided all of them, including the two still held.
-	waitDecided(t, spy, ns, epochOf(expired), epochOf(old), epochOf(stillHeld), epochOf(reacquired))
+	// The recorder watches only after its reconcile returned, and reconcile
+	// decides every epoch before returning.
+	waitWatching(t, spy)
 	stopRecorder(t, stop)
+	space := keys.MustNew(ns)
+	for _, re := range []resEpoch{epochOf(expired), epochOf(old)} {
+		if n, _ := spy.counts(space.AuditEnd(re.res, re.epoch)); n != 1 {
+			t.Errorf("%q epoch %d ended unexplained: %d recorder transactions, want 1", re.res, re.epoch, n)
+		}
+	}
+	// Epochs still held cost no transaction: reconcile reads the lease keys.
+	for _, re := range []resEpoch{epochOf(stillHeld), epochOf(reacquired)} {
+		if n, _ := spy.counts(space.AuditEnd(re.res, re.epoch)); n != 0 {
+			t.Errorf("%q epoch %d is still held, yet the recorder sent %d transactions for it", re.res, re.epoch, n)
+		}
+	}
 
 	checkEntries(t, "rec/expired", list(t, log, audit.Filter{Resource: "rec/expired"}), []want{
 		{Kind: audit.Acquired, Resource: "rec/expired", Worker: "gone", Epoch: expired.Epoch()},
@@ -544,12 +567,87 @@ func TestRecorderReconcilesExpiryWhileStopped(t *testing.T) {
 	before := list(t, log, audit.Filter{})
 	rcli2, spy2 := spiedClient(t, c)
 	stop2 := startRecorder(t, audit.New(rcli2))
-	waitDecided(t, spy2, ns, epochOf(stillHeld), epochOf(reacquired))
+	waitWatching(t, spy2)
 	stopRecorder(t, stop2)
+	if n := spy2.txns(); n != 0 {
+		t.Errorf("a second reconcile with nothing to record sent %d transactions", n)
+	}
 	if after := list(t, log, audit.Filter{}); len(after) != len(before) {
 		t.Errorf("a second reconcile changed the log from %d to %d entries", len(before), len(after))
 	}
 	checkCreateOnly(t, cli, ns)
+}
+
+// TestReconcileSkipsWhatIsNotAnEntry: reconcile reads keys only and reads
+// a start entry's value only when its epoch ended unexplained. Planted
+// start keys whose values are not Acquired entries are skipped, a foreign
+// key is skipped, an end key with a corrupt value still counts as the
+// epoch's end — and none of it stops the genuine expiry from being
+// recorded.
+func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	r := newRegistry(t, cli)
+	ctx := bg(t)
+	space := keys.MustNew(keys.DefaultNamespace)
+
+	gone := newSession(t, cli, "gone")
+	expired := acquire(t, r, gone, "rec/genuine")
+	if _, err := cli.Revoke(ctx, gone.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+
+	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: "w", Epoch: 1, Status: "ok", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key, val string) int64 {
+		t.Helper()
+		resp, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	notJSON := put(space.AuditStart("rec/not-json", "planted"), "{not json")
+	wrongKind := put(space.AuditStart("rec/wrong-kind", "planted"), completed)
+	put(space.AuditPrefix()+"stray", "x")
+	// An epoch whose end key holds garbage: ended, whatever the value.
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: "w", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbageEnd := put(space.AuditStart("rec/garbage-end", "planted"), started)
+	put(space.AuditEnd("rec/garbage-end", garbageEnd), "garbage")
+
+	rcli, spy := spiedClient(t, c)
+	stop := startRecorder(t, audit.New(rcli))
+	waitWatching(t, spy)
+	stopRecorder(t, stop)
+
+	for _, re := range []resEpoch{{"rec/not-json", notJSON}, {"rec/wrong-kind", wrongKind}} {
+		resp, err := cli.Get(ctx, space.AuditEnd(re.res, re.epoch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 0 {
+			t.Errorf("%q: an end entry was written for a planted start key: %s", re.res, resp.Kvs[0].Value)
+		}
+	}
+	if n, _ := spy.counts(space.AuditEnd("rec/garbage-end", garbageEnd)); n != 0 {
+		t.Errorf("the recorder sent %d transactions for an epoch that has an end key", n)
+	}
+	resp, err := cli.Get(ctx, space.AuditEnd("rec/garbage-end", garbageEnd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "garbage" {
+		t.Errorf("the corrupt end key changed: %v", resp.Kvs)
+	}
+	checkEntries(t, "rec/genuine", list(t, audit.New(cli), audit.Filter{Resource: "rec/genuine"}), []want{
+		{Kind: audit.Acquired, Resource: "rec/genuine", Worker: "gone", Epoch: expired.Epoch()},
+		{Kind: audit.Expired, Resource: "rec/genuine", Worker: "gone", Epoch: expired.Epoch()},
+	})
 }
 
 func TestRecorderReturnsContextError(t *testing.T) {

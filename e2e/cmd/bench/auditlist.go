@@ -17,7 +17,8 @@ const nsAudit = "/bench-audit"
 // auditList is section 6: seed cfg.auditEntries well-formed entries (an
 // acquired and a completed entry per resource) with raw batched puts, then
 // time audit.Log.List over all of them, with the default page size and
-// with the largest, in interleaved rounds.
+// with the largest, in interleaved rounds, and a recorder's start
+// (reconcile) over them.
 func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 	space := keys.MustNew(nsAudit)
 	now := time.Now()
@@ -32,24 +33,33 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 		go func() {
 			defer wg.Done()
 			for first := range jobs {
-				var ops []clientv3.Op
-				for r := first; r < min(first+perTxn/2, resources); r++ {
-					res := fmt.Sprintf("task-%06d", r)
-					worker := fmt.Sprintf("w%d", r%64)
-					epoch := int64(r + 1) // the end key's epoch; the start entry's is its revision
-					started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: worker, Time: now})
+				// The start entries first: their revision is the epoch the
+				// end entries carry, so every epoch is a consistent,
+				// ended one (the recorder's reconcile pairs them).
+				var starts, ends []clientv3.Op
+				for r := first; r < min(first+perTxn, resources); r++ {
+					started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: fmt.Sprintf("w%d", r%64), Time: now})
 					if err != nil {
 						errc <- err
 						return
 					}
-					completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: worker, Epoch: epoch, Status: "ok", Time: now})
-					if err != nil {
-						errc <- err
-						return
-					}
-					ops = append(ops, clientv3.OpPut(space.AuditStart(res, newID()), started), clientv3.OpPut(space.AuditEnd(res, epoch), completed))
+					starts = append(starts, clientv3.OpPut(space.AuditStart(fmt.Sprintf("task-%06d", r), newID()), started))
 				}
-				if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				resp, err := b.cli.Txn(ctx).Then(starts...).Commit()
+				if err != nil {
+					errc <- err
+					return
+				}
+				epoch := resp.Header.Revision
+				for r := first; r < min(first+perTxn, resources); r++ {
+					completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: fmt.Sprintf("w%d", r%64), Epoch: epoch, Status: "ok", Time: now})
+					if err != nil {
+						errc <- err
+						return
+					}
+					ends = append(ends, clientv3.OpPut(space.AuditEnd(fmt.Sprintf("task-%06d", r), epoch), completed))
+				}
+				if _, err := b.cli.Txn(ctx).Then(ends...).Commit(); err != nil {
 					errc <- err
 					return
 				}
@@ -57,7 +67,7 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 		}()
 	}
 	var sendErr error
-	for first := 0; first < resources; first += perTxn / 2 {
+	for first := 0; first < resources; first += perTxn {
 		select {
 		case jobs <- first:
 		case err := <-errc:
@@ -92,6 +102,10 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 			times[page] = append(times[page], d)
 		}
 	}
+	reconciles, err := b.recorderRestarts(ctx, space, cfg.auditRounds)
+	if err != nil {
+		return nil, err
+	}
 	if err := b.wipe(ctx, nsAudit+"/"); err != nil {
 		return nil, err
 	}
@@ -102,5 +116,72 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 		s.addf("List (page size %5d): %s median, %.0f entries/s", page, ms(d), float64(2*resources)/d.Seconds())
 		s.metric(fmt.Sprintf("audit list page %d", page), "rate", float64(2*resources)/d.Seconds())
 	}
+	d := percentile(reconciles, 50)
+	s.addf("RunRecorder start over them, until its reconcile recorded the one epoch that ended unexplained: %s median", ms(d))
+	s.metric("recorder reconcile", "latency", d.Seconds())
 	return []*section{s}, nil
+}
+
+// recorderRestarts plants one epoch that ended while no recorder ran (an
+// Acquired entry with no end entry and no lease key) among the seeded
+// entries, then, rounds times, starts audit.RunRecorder and times how long
+// its reconcile takes to write that epoch's Expired entry.
+func (b *bench) recorderRestarts(ctx context.Context, space keys.Space, rounds int) ([]time.Duration, error) {
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: "orphan", Time: time.Now()})
+	if err != nil {
+		return nil, err
+	}
+	put, err := b.cli.Put(ctx, space.AuditStart("orphan", newID()), started)
+	if err != nil {
+		return nil, err
+	}
+	endKey := space.AuditEnd("orphan", put.Header.Revision)
+	log := audit.New(b.cli, audit.WithNamespace(nsAudit))
+	count := func() (int64, error) {
+		resp, err := b.admin.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return resp.Count, nil
+	}
+	before, err := count()
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for range rounds {
+		del, err := b.admin.Delete(ctx, endKey) // the previous round's entry
+		if err != nil {
+			return nil, err
+		}
+		wctx, stopWatch := context.WithCancel(ctx)
+		wch := b.admin.Watch(wctx, endKey, clientv3.WithRev(del.Header.Revision+1), clientv3.WithFilterDelete())
+		rctx, stopRecorder := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- log.RunRecorder(rctx) }()
+		var d time.Duration
+		select {
+		case resp := <-wch:
+			d = time.Since(start)
+			err = resp.Err()
+		case <-time.After(time.Minute):
+			err = errors.New("the recorder did not record the orphaned epoch within a minute")
+		}
+		stopRecorder()
+		stopWatch()
+		<-done
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	// Only the orphan's Expired entry is new: anything more means the
+	// recorder found other epochs unended and the timing is not of one.
+	if after, err := count(); err != nil {
+		return nil, err
+	} else if after != before+1 {
+		return nil, fmt.Errorf("the recorder wrote %d entries, want 1 (the orphaned epoch's)", after-before)
+	}
+	return out, nil
 }

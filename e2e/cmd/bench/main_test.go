@@ -52,7 +52,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s (%s) = %v", m.name, m.kind, m.value)
 		}
 	}
-	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000"} {
+	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}

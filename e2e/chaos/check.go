@@ -93,12 +93,22 @@ type checker struct {
 	end     int64 // a time after every operation could have taken effect
 	res     *Result
 
-	epochs  map[int64]*epochInfo
-	byTask  map[string][]*epochInfo // in epoch order
-	acqOf   map[string]int64        // acquisition op id → the epoch it was granted (resolved unknowns too)
-	revOf   map[string]int64        // revocation op id → the epoch it revoked
-	effects map[string]*Effect      // op id → its effect
+	epochs  map[taskEpoch]*epochInfo // epochs are per task: a batch grants one revision to several
+	byTask  map[string][]*epochInfo  // in epoch order
+	acqOf   map[string]int64         // acquisition op id → the epoch it was granted (resolved unknowns too)
+	revOf   map[string]int64         // revocation op id → the epoch it revoked
+	effects map[string]*Effect       // op id → its effect
 }
+
+// taskEpoch names an epoch: a revision is unique per task, not overall —
+// TryAcquireMany gives every lease of a batch the transaction's revision.
+type taskEpoch struct {
+	task  string
+	epoch int64
+}
+
+// epoch returns the epoch etcd granted on task at revision e, if any.
+func (c *checker) epoch(task string, e int64) *epochInfo { return c.epochs[taskEpoch{task, e}] }
 
 func (c *checker) fail(check, task, format string, args ...any) {
 	c.res.Violations = append(c.res.Violations, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
@@ -111,7 +121,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	c := &checker{
 		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
 		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
-		epochs: map[int64]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
+		epochs: map[taskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -173,7 +183,7 @@ func (c *checker) checkLeaseHistory() {
 			c.fail(CheckEpochs, ev.Task, "epoch %d after epoch %d", ev.Rev, prev[len(prev)-1].Epoch)
 		}
 		ei := &epochInfo{Task: ev.Task, Epoch: ev.Rev, Worker: ev.Worker}
-		c.epochs[ev.Rev] = ei
+		c.epochs[taskEpoch{ev.Task, ev.Rev}] = ei
 		c.byTask[ev.Task] = append(c.byTask[ev.Task], ei)
 		live[ev.Task] = ei
 	}
@@ -204,7 +214,7 @@ type taskWorker struct{ task, worker string }
 // granted that worker on that task that no reply claimed. Granted epochs
 // nobody asked for are violations.
 func (c *checker) resolveAcquisitions() {
-	claimed := map[int64]bool{}
+	claimed := map[taskEpoch]bool{}
 	unknown := map[taskWorker][]*Op{}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -213,10 +223,10 @@ func (c *checker) resolveAcquisitions() {
 		}
 		switch op.Outcome {
 		case OutOK:
-			if claimed[op.Epoch] {
+			if claimed[taskEpoch{op.Task, op.Epoch}] {
 				c.fail(CheckHolder, op.Task, "epoch %d granted to two acquisitions (%s)", op.Epoch, op.ID)
 			}
-			claimed[op.Epoch] = true
+			claimed[taskEpoch{op.Task, op.Epoch}] = true
 			c.acqOf[op.ID] = op.Epoch
 		case OutUnknown:
 			k := taskWorker{op.Task, op.Worker}
@@ -224,10 +234,10 @@ func (c *checker) resolveAcquisitions() {
 		}
 	}
 	unclaimed := map[taskWorker][]int64{}
-	for e, ei := range c.epochs {
-		if !claimed[e] {
+	for te, ei := range c.epochs {
+		if !claimed[te] {
 			k := taskWorker{ei.Task, ei.Worker}
-			unclaimed[k] = append(unclaimed[k], e)
+			unclaimed[k] = append(unclaimed[k], te.epoch)
 		}
 	}
 	for k, eps := range unclaimed {
@@ -256,14 +266,14 @@ func (c *checker) checkAcquisitions() {
 		}
 		switch op.Outcome {
 		case OutOK:
-			ei := c.epochs[op.Epoch]
-			if ei == nil || ei.Task != op.Task || ei.Worker != op.Worker {
+			ei := c.epoch(op.Task, op.Epoch)
+			if ei == nil || ei.Worker != op.Worker {
 				c.fail(CheckHolder, op.Task, "%v: etcd never granted that epoch to that worker", op)
 				continue
 			}
 			byTask[op.Task] = append(byTask[op.Task], op)
 		case OutHeld:
-			if ei := c.epochs[op.Current]; ei == nil || ei.Task != op.Task {
+			if c.epoch(op.Task, op.Current) == nil {
 				c.fail(CheckHolder, op.Task, "%v: the holder named is not an epoch of the task", op)
 			}
 		}
@@ -286,8 +296,8 @@ func (c *checker) checkHolders() {
 		if op.Type == OpAcquire || op.Epoch == 0 {
 			continue
 		}
-		ei := c.epochs[op.Epoch]
-		if ei == nil || ei.Task != op.Task || ei.Worker != op.Worker {
+		ei := c.epoch(op.Task, op.Epoch)
+		if ei == nil || ei.Worker != op.Worker {
 			c.fail(CheckHolder, op.Task, "%v: the epoch is not this worker's on this task", op)
 		}
 	}
@@ -317,8 +327,8 @@ func (c *checker) checkCompletion() {
 		}
 	}
 	for task, d := range c.fs.Done {
-		ei := c.epochs[d.Epoch]
-		if ei == nil || ei.Task != task || ei.Worker != d.Worker {
+		ei := c.epoch(task, d.Epoch)
+		if ei == nil || ei.Worker != d.Worker {
 			c.fail(CheckCompletion, task, "done record names epoch %d of %s, which etcd never granted to it", d.Epoch, d.Worker)
 		}
 	}
@@ -422,29 +432,30 @@ func (c *checker) checkRevocations() {
 // checkForensics: every granted epoch has exactly one start entry and one
 // end entry, of the kind that matches how its key was deleted.
 func (c *checker) checkForensics() {
-	starts := map[int64]int{}
-	ends := map[int64][]audit.Entry{}
+	starts := map[taskEpoch]int{}
+	ends := map[taskEpoch][]audit.Entry{}
 	for _, e := range c.fs.Audit {
 		switch {
 		case e.Kind == audit.Acquired:
-			starts[e.Epoch]++
-			ei := c.epochs[e.Epoch]
-			if ei == nil || ei.Task != e.Resource || ei.Worker != e.Worker {
+			starts[taskEpoch{e.Resource, e.Epoch}]++
+			ei := c.epoch(e.Resource, e.Epoch)
+			if ei == nil || ei.Worker != e.Worker {
 				c.fail(CheckForensics, e.Resource, "acquired entry for epoch %d of %s, which etcd never granted", e.Epoch, e.Worker)
 			}
 		case e.Kind.IsEnd():
 			c.res.EndKinds[e.Kind]++
-			ends[e.Epoch] = append(ends[e.Epoch], e)
-			if ei := c.epochs[e.Epoch]; ei == nil || ei.Task != e.Resource {
+			ends[taskEpoch{e.Resource, e.Epoch}] = append(ends[taskEpoch{e.Resource, e.Epoch}], e)
+			if c.epoch(e.Resource, e.Epoch) == nil {
 				c.fail(CheckForensics, e.Resource, "%s entry for epoch %d, which etcd never granted", e.Kind, e.Epoch)
 			}
 		}
 	}
-	for e, ei := range c.epochs {
-		if starts[e] != 1 {
-			c.fail(CheckForensics, ei.Task, "epoch %d has %d acquired entries, want 1", e, starts[e])
+	for te, ei := range c.epochs {
+		e := te.epoch
+		if starts[te] != 1 {
+			c.fail(CheckForensics, ei.Task, "epoch %d has %d acquired entries, want 1", e, starts[te])
 		}
-		es := ends[e]
+		es := ends[te]
 		if len(es) != 1 {
 			if ei.End != 0 || len(es) > 1 {
 				c.fail(CheckForensics, ei.Task, "epoch %d has %d end entries, want 1", e, len(es))
@@ -494,7 +505,7 @@ func (c *checker) checkDownstream() {
 		case op.Outcome == OutRefused || op.Outcome == OutFail:
 			c.fail(CheckDownstream, e.Task, "effect of %v, which was not applied", op)
 		}
-		if ei := c.epochs[e.Epoch]; ei == nil || ei.Task != e.Task || ei.Worker != e.Worker {
+		if ei := c.epoch(e.Task, e.Epoch); ei == nil || ei.Worker != e.Worker {
 			c.fail(CheckDownstream, e.Task, "%s effect %s carries epoch %d, which etcd never granted to %s", e.Guard, e.Op, e.Epoch, e.Worker)
 		}
 	}

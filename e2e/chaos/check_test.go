@@ -98,6 +98,46 @@ func TestCheckerPassesAGoodHistory(t *testing.T) {
 	}
 }
 
+// batched adds task t000001, taken by w2 with task0 in one TryAcquireMany
+// and completed with it in one CompleteMany: both leases have epoch 14,
+// the batch transaction's revision, and both keys go at revision 17.
+func (s *scenario) batched() {
+	const task1 = "t000001"
+	s.ops = append(s.ops,
+		Op{ID: "a3b", Type: OpAcquire, Task: task1, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: OutOK},
+		Op{ID: "c2b", Type: OpComplete, Task: task1, Worker: "w2", Epoch: 14, Invoke: 350, Return: 360, Outcome: OutOK},
+	)
+	s.touched = append(s.touched, task1)
+	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
+		leaseEvent{Task: task1, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
+		leaseEvent{Task: task1, Rev: 17},
+	)
+	s.fs.Audit = append(s.fs.Audit,
+		audit.Entry{Kind: audit.Acquired, Resource: task1, Worker: "w2", Epoch: 14, Revision: 14},
+		audit.Entry{Kind: audit.Completed, Resource: task1, Worker: "w2", Epoch: 14, Revision: 17},
+	)
+	s.fs.Done[task1] = record.Done{Status: status, Epoch: 14, Worker: "w2"}
+}
+
+// TestCheckerPassesABatch: epochs are per task, so two tasks sharing a
+// batch's revision are two epochs, each with its own start and end.
+func TestCheckerPassesABatch(t *testing.T) {
+	s := newScenario()
+	s.batched()
+	res := s.check(t)
+	if len(res.Violations) > 0 {
+		t.Fatalf("violations on a good history with a batch: %v", res.Violations)
+	}
+	if res.Epochs != 3 || res.Porcupine.Result != porcupine.Ok {
+		t.Fatalf("%d epochs (want 3), porcupine %v", res.Epochs, res.Porcupine.Result)
+	}
+	// The same revision granted twice on one task is still two holders.
+	s.ops = append(s.ops, Op{ID: "a3x", Type: OpAcquire, Task: task0, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: OutOK})
+	if res := s.check(t); res.ViolationsByCheck()[CheckHolder] == 0 {
+		t.Fatalf("epoch 14 of %s claimed by two acquisitions, not reported: %v", task0, res.Violations)
+	}
+}
+
 // TestCheckerCatches breaks one guarantee at a time: each check must fail.
 func TestCheckerCatches(t *testing.T) {
 	for _, c := range []struct {

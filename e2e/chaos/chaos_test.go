@@ -60,6 +60,10 @@ func TestChaos(t *testing.T) {
 	if len(res.Violations) > 0 {
 		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
 	}
+	// The batch path ran under the same faults and checks.
+	if res.BatchEpochs == 0 || res.BatchCompleted == 0 {
+		t.Errorf("no batches in the history: %d batched epochs, %d batched completions", res.BatchEpochs, res.BatchCompleted)
+	}
 }
 
 // TestChaosControl proves the checker can fail: with fencing off, and with

@@ -52,6 +52,11 @@ type Result struct {
 	Swept    int // tasks the sweeper completed
 	Epochs   int // epochs granted (lease key puts)
 	EndKinds map[audit.Kind]int
+	// BatchEpochs counts the epochs granted at a revision that granted
+	// another task too (TryAcquireMany); BatchCompleted the completed
+	// entries written at a revision with another one (CompleteMany).
+	BatchEpochs    int
+	BatchCompleted int
 	// StaleSeen counts the stale outcomes workers saw (*lease.StaleError);
 	// Rejections the rejection entries in the audit; RejectionsUnknown the
 	// entries matched to attempts whose outcome was unknown, of the
@@ -188,6 +193,15 @@ func (c *checker) checkLeaseHistory() {
 		live[ev.Task] = ei
 	}
 	c.res.Epochs = len(c.epochs)
+	perRev := map[int64]int{}
+	for te := range c.epochs {
+		perRev[te.epoch]++
+	}
+	for _, n := range perRev {
+		if n > 1 {
+			c.res.BatchEpochs += n
+		}
+	}
 	if c.fs.LiveLeases > 0 {
 		c.fail(CheckLiveness, "", "%d lease keys still exist after every worker stopped and their sessions' TTLs passed", c.fs.LiveLeases)
 	}
@@ -434,6 +448,7 @@ func (c *checker) checkRevocations() {
 func (c *checker) checkForensics() {
 	starts := map[taskEpoch]int{}
 	ends := map[taskEpoch][]audit.Entry{}
+	completedAt := map[int64]int{} // revision → completed entries written there
 	for _, e := range c.fs.Audit {
 		switch {
 		case e.Kind == audit.Acquired:
@@ -444,10 +459,18 @@ func (c *checker) checkForensics() {
 			}
 		case e.Kind.IsEnd():
 			c.res.EndKinds[e.Kind]++
+			if e.Kind == audit.Completed {
+				completedAt[e.Revision]++
+			}
 			ends[taskEpoch{e.Resource, e.Epoch}] = append(ends[taskEpoch{e.Resource, e.Epoch}], e)
 			if c.epoch(e.Resource, e.Epoch) == nil {
 				c.fail(CheckForensics, e.Resource, "%s entry for epoch %d, which etcd never granted", e.Kind, e.Epoch)
 			}
+		}
+	}
+	for _, n := range completedAt {
+		if n > 1 {
+			c.res.BatchCompleted += n
 		}
 	}
 	for te, ei := range c.epochs {

@@ -128,8 +128,9 @@ func TestCheckerPassesABatch(t *testing.T) {
 	if len(res.Violations) > 0 {
 		t.Fatalf("violations on a good history with a batch: %v", res.Violations)
 	}
-	if res.Epochs != 3 || res.Porcupine.Result != porcupine.Ok {
-		t.Fatalf("%d epochs (want 3), porcupine %v", res.Epochs, res.Porcupine.Result)
+	if res.Epochs != 3 || res.BatchEpochs != 2 || res.BatchCompleted != 2 || res.Porcupine.Result != porcupine.Ok {
+		t.Fatalf("%d epochs (want 3), %d batched (want 2), %d completed together (want 2), porcupine %v",
+			res.Epochs, res.BatchEpochs, res.BatchCompleted, res.Porcupine.Result)
 	}
 	// The same revision granted twice on one task is still two holders.
 	s.ops = append(s.ops, Op{ID: "a3x", Type: OpAcquire, Task: task0, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: OutOK})

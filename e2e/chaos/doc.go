@@ -17,7 +17,11 @@
 // effect to each downstream — a row in a SQLite file shared by all
 // processes, admitted by fence.SQLGuard in the row's transaction, and a key
 // in etcd, admitted by fence.EtcdGuard.AdmitOps in the key's transaction —
-// then completes it (now and then releases it instead). An operator's
+// then completes it (now and then releases it instead). One cycle in four
+// does the same with batches: it takes two to five tasks with one
+// TryAcquireMany, writes each one's effects, and completes those that get
+// that far with one CompleteMany; every task of a batch is recorded as its
+// own operation (an unclaimed one as certainly not applied). An operator's
 // Revoke is one of the faults. Workers are deliberately careless: most ignore their
 // lease's context and write and complete after losing it, since
 // cancellation is advisory and fencing is what must make that safe.
@@ -48,7 +52,8 @@
 // longer, stop, a sweeper completes every task still open, and the suite
 // reads back the lease keys' whole history (a watch from revision 1), the
 // audit, the done records and both downstreams. It then checks that epochs
-// strictly increase and at most one epoch of a task is live at a time;
+// strictly increase and at most one epoch of a task is live at a time
+// (epochs are per task: a batch grants one revision to several tasks);
 // that each task completed at most once and every task completed; that
 // every stale completion a worker saw has exactly one rejection entry and
 // every rejection entry one attempt; that every epoch has one start and one

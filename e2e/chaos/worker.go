@@ -323,6 +323,10 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 		sleep(ctx, 50*time.Millisecond)
 		return
 	}
+	if rng.IntN(4) == 0 {
+		w.batchCycle(ctx, rng, s)
+		return
+	}
 	i, ok := w.pick(rng)
 	if !ok {
 		sleep(ctx, 10*time.Millisecond)
@@ -339,10 +343,135 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 	w.work(rng, l)
 }
 
+// batchCycle is cycle with batches: take two to five tasks with one
+// TryAcquireMany, write each one's effects, and complete together, with one
+// CompleteMany, those that get that far.
+func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Session) {
+	var tasks []string
+	for range 2 + rng.IntN(4) {
+		i, ok := w.pick(rng)
+		if !ok {
+			break
+		}
+		defer w.unbusy(i)
+		tasks = append(tasks, taskName(i))
+	}
+	if len(tasks) == 0 {
+		sleep(ctx, 10*time.Millisecond)
+		return
+	}
+	var finish []*lease.Lease
+	for _, l := range w.acquireMany(s, tasks) {
+		if w.steps(rng, l) {
+			finish = append(finish, l)
+		}
+	}
+	w.gate.wait()
+	w.completeMany(finish)
+}
+
+// acquireMany takes tasks with one TryAcquireMany. Every task is its own
+// acquire operation: ok with its lease's epoch if claimed, fail if not
+// (certainly not applied: the batch skips what is held or done), and
+// unknown for every task when the transaction's outcome is.
+func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease {
+	ps := make([]*pendingOp, len(tasks))
+	for i, task := range tasks {
+		ps[i] = w.begin(OpAcquire, task, s.Worker(), 0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ls, err := w.reg.TryAcquireMany(ctx, s, tasks)
+	cancel()
+	if err != nil {
+		out := OutUnknown
+		if errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired) {
+			out = OutFail // as for TryAcquire: refused before sending, or by etcd for a lease it no longer has
+		}
+		for _, p := range ps {
+			p.end(out, 0, 0, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	}
+	claimed := map[string]*lease.Lease{}
+	w.mu.Lock()
+	for _, l := range ls {
+		claimed[l.Resource()] = l
+		w.inDoubt[l] = true
+	}
+	w.mu.Unlock()
+	for i, task := range tasks {
+		if l := claimed[task]; l != nil {
+			ps[i].end(OutOK, l.Epoch(), 0, nil)
+			continue
+		}
+		ps[i].end(OutFail, 0, 0, nil)
+		w.cool(task, 100*time.Millisecond)
+	}
+	return ls
+}
+
+// completeMany completes ls with CompleteMany, calling it again for the
+// leases whose outcome is unknown up to a few times, as complete does.
+// Each lease is its own complete operation. ControlNoCAS completes one by
+// one with its raw transaction.
+func (w *worker) completeMany(ls []*lease.Lease) {
+	if w.cfg.Control == ControlNoCAS {
+		for _, l := range ls {
+			w.complete(l)
+		}
+		return
+	}
+	for attempt := 1; len(ls) > 0; attempt++ {
+		ps := make([]*pendingOp, len(ls))
+		for i, l := range ls {
+			ps[i] = w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		results, err := lease.CompleteMany(ctx, ls, status)
+		cancel()
+		var again []*lease.Lease
+		for i, l := range ls {
+			lerr := err // the whole batch's unknown outcome
+			if err == nil {
+				lerr = results[i]
+			}
+			out, cur := classifyEnd(lerr)
+			ps[i].end(out, 0, cur, lerr)
+			switch out {
+			case OutOK:
+				w.settleCompleted(l)
+				w.markDone(l.Resource())
+			case OutStale, OutStaleUnknown:
+				w.settle(l)
+			default:
+				again = append(again, l)
+			}
+		}
+		if attempt == 5 || w.stopping.Load() {
+			return
+		}
+		ls = again
+		if len(ls) > 0 {
+			w.gate.wait()
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		}
+	}
+}
+
 func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
+	if w.steps(rng, l) {
+		w.complete(l)
+	}
+}
+
+// steps writes l's effects in one to three steps and reports whether the
+// caller should complete l; when not, steps has released it, or completed
+// it after being fenced.
+func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 	polite := rng.IntN(4) == 0 // stops when its lease's context ends
-	steps := 1 + rng.IntN(3)
-	for range steps {
+	n := 1 + rng.IntN(3)
+	for range n {
 		if rng.IntN(8) == 0 {
 			time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond) // a long step
 		} else {
@@ -351,7 +480,7 @@ func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
 		w.gate.wait()
 		if polite && l.Context().Err() != nil {
 			w.release(l)
-			return
+			return false
 		}
 		// Each step writes to both downstreams, in either order.
 		writes := []func(*lease.Lease) Outcome{w.writeSQL, w.writeEtcd}
@@ -369,15 +498,15 @@ func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
 			} else {
 				w.complete(l)
 			}
-			return
+			return false
 		}
 	}
 	w.gate.wait()
 	if rng.IntN(20) == 0 {
 		w.release(l) // gives the task back; someone takes it again
-		return
+		return false
 	}
-	w.complete(l)
+	return true
 }
 
 // acquire takes task with TryAcquire or, when wait is set, with Acquire,

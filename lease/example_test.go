@@ -96,3 +96,58 @@ func ExampleStaleError() {
 	// context: lease revoked
 	// stale: worker-1 status done current epoch 0
 }
+
+// ExampleRegistry_TryAcquireMany claims a batch of tasks in one
+// transaction — skipping the one another worker holds — and completes the
+// claimed ones in one more, each with its own result.
+func ExampleRegistry_TryAcquireMany() {
+	cluster, err := e2e.Start("")
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	reg := lease.NewRegistry(cli)
+	defer reg.Close()
+	other, err := session.New(ctx, cli, session.WithWorker("worker-2"))
+	if err != nil {
+		panic(err)
+	}
+	defer other.Close(ctx)
+	if _, err := reg.TryAcquire(ctx, other, "mail/2"); err != nil {
+		panic(err)
+	}
+
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	leases, err := reg.TryAcquireMany(ctx, s, []string{"mail/1", "mail/2", "mail/3"})
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range leases {
+		fmt.Println("claimed", l.Resource())
+	}
+	// Work on each under its own Context() and Token(), then complete
+	// them together: one compare-and-swap per lease, in one transaction.
+	results, err := lease.CompleteMany(ctx, leases, "sent")
+	if err != nil {
+		panic(err) // no lease has a result: call CompleteMany again
+	}
+	for i, err := range results {
+		fmt.Println(leases[i].Resource(), "completed:", err == nil)
+	}
+	// Output:
+	// claimed mail/1
+	// claimed mail/3
+	// mail/1 completed: true
+	// mail/3 completed: true
+}

@@ -44,6 +44,9 @@ type Lease struct {
 	ending int
 	// gone records that the key was deleted or replaced while ending.
 	gone bool
+	// unsure names the last Complete or Release of this lease whose
+	// outcome was unknown: a deletion seen after it may have been its own.
+	unsure string
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {
@@ -105,11 +108,23 @@ func (l *Lease) observed(current int64) {
 	if ending {
 		l.gone = true
 	}
+	unsure := l.unsure
 	l.mu.Unlock()
 	if !ending {
 		l.log.Debug("lease key deleted or replaced", "current_epoch", current)
-		l.finish(ErrRevoked)
+		l.finish(revoked(unsure))
 	}
+}
+
+// revoked is the cause of a lease's end that none of its own calls is
+// known to have made. After a call whose outcome was unknown (unsure
+// names it) the deletion may have been that call's own, and the cause
+// says so; it still matches ErrRevoked.
+func revoked(unsure string) error {
+	if unsure == "" {
+		return ErrRevoked
+	}
+	return fmt.Errorf("%w: the key was deleted after a %s of this lease had an unknown outcome, possibly by that %s", ErrRevoked, unsure, unsure)
 }
 
 // guess returns the epoch most likely holding the resource if this lease's
@@ -148,12 +163,16 @@ func (l *Lease) endDone(op string, success error, err error) {
 	l.mu.Lock()
 	l.ending--
 	gone := l.gone && l.ending == 0
+	if err != nil && !errors.Is(err, ErrStale) {
+		l.unsure = op
+	}
+	unsure := l.unsure
 	l.mu.Unlock()
 	switch {
 	case err == nil:
 		l.finish(success)
 	case errors.Is(err, ErrStale) || gone:
-		l.finish(ErrRevoked)
+		l.finish(revoked(unsure))
 	}
 }
 

@@ -69,7 +69,8 @@
 // A checker that cannot fail proves nothing. Config.Control turns fencing
 // off (downstream writes bypass the guards) or the CAS off (completion is a
 // raw put of the done record and a delete of the lease key, without the
-// compare); the checker must then report violations.
+// compare — a batch's completions in one such transaction); the checker
+// must then report violations.
 //
 // # Running
 //

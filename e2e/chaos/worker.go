@@ -413,22 +413,23 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 
 // completeMany completes ls with CompleteMany, calling it again for the
 // leases whose outcome is unknown up to a few times, as complete does.
-// Each lease is its own complete operation. ControlNoCAS completes one by
-// one with its raw transaction.
+// Each lease is its own complete operation. ControlNoCAS completes the
+// batch with one raw transaction, without the compares.
 func (w *worker) completeMany(ls []*lease.Lease) {
-	if w.cfg.Control == ControlNoCAS {
-		for _, l := range ls {
-			w.complete(l)
-		}
-		return
-	}
 	for attempt := 1; len(ls) > 0; attempt++ {
 		ps := make([]*pendingOp, len(ls))
 		for i, l := range ls {
 			ps[i] = w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		results, err := lease.CompleteMany(ctx, ls, status)
+		var results []error
+		var err error
+		if w.cfg.Control == ControlNoCAS {
+			err = w.rawCompleteMany(ctx, ls)
+			results = make([]error, len(ls))
+		} else {
+			results, err = lease.CompleteMany(ctx, ls, status)
+		}
 		cancel()
 		var again []*lease.Lease
 		for i, l := range ls {
@@ -682,17 +683,27 @@ func (w *worker) settleCompleted(l *lease.Lease) {
 // rawComplete is ControlNoCAS's completion: what Complete writes, without
 // the compare that makes it a CAS on the epoch.
 func (w *worker) rawComplete(ctx context.Context, l *lease.Lease) error {
-	res := l.Resource()
-	done := record.Done{Status: status, Epoch: l.Epoch(), Worker: l.Worker()}.Encode()
-	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.Epoch(), Status: status, Time: time.Now()})
-	if err != nil {
-		return err
+	return w.rawCompleteMany(ctx, []*lease.Lease{l})
+}
+
+// rawCompleteMany is ControlNoCAS's batch completion: what CompleteMany
+// writes for each lease, in one transaction, without the compares.
+func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
+	var ops []clientv3.Op
+	for _, l := range ls {
+		res := l.Resource()
+		done := record.Done{Status: status, Epoch: l.Epoch(), Worker: l.Worker()}.Encode()
+		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.Epoch(), Status: status, Time: time.Now()})
+		if err != nil {
+			return err
+		}
+		ops = append(ops,
+			clientv3.OpPut(w.space.Done(res), done),
+			clientv3.OpDelete(w.space.Lease(res)),
+			audit.CreateOnly(w.space.AuditEnd(res, l.Epoch()), completed),
+		)
 	}
-	_, err = w.cli.Txn(ctx).Then(
-		clientv3.OpPut(w.space.Done(res), done),
-		clientv3.OpDelete(w.space.Lease(res)),
-		audit.CreateOnly(w.space.AuditEnd(res, l.Epoch()), completed),
-	).Commit()
+	_, err := w.cli.Txn(ctx).Then(ops...).Commit()
 	return err
 }
 

@@ -202,7 +202,8 @@ func CreateOnly(key, value string) clientv3.Op {
 type Option func(*Log) error
 
 // WithNamespace sets the key namespace (default "/leasehold"). It must
-// start with '/' and not end with one.
+// start with '/', not end with one, and have no segment named lease, done,
+// audit or fence.
 func WithNamespace(ns string) Option {
 	return func(l *Log) error {
 		s, err := keys.New(ns)

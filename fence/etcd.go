@@ -21,7 +21,8 @@ type etcdConfig struct {
 }
 
 // WithEtcdNamespace sets the key namespace (default "/leasehold"); it must
-// start with '/' and not end with one. LeaseGuard and Verifier read lease
+// start with '/', not end with one, and have no segment named lease, done,
+// audit or fence. LeaseGuard and Verifier read lease
 // keys, so give them the namespace of the lease.Registry that issues the
 // tokens.
 func WithEtcdNamespace(ns string) EtcdOption {

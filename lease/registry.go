@@ -142,8 +142,10 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 type Option func(*Registry) error
 
 // WithNamespace sets the key namespace (default "/leasehold"); it must
-// start with '/' and not end with one. Registries and audit logs that share
-// a namespace see each other's leases.
+// start with '/', not end with one, and have no segment named lease, done,
+// audit or fence (keys.ErrInvalidNamespace otherwise, from every method).
+// Registries and audit logs that share a namespace see each other's
+// leases; different namespaces, nested or not, never do.
 func WithNamespace(ns string) Option {
 	return func(r *Registry) error {
 		s, err := keys.New(ns)

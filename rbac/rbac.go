@@ -21,9 +21,10 @@
 // lease keys from another's, so any holder of the worker role can end or
 // forge any lease of the namespace. Fencing against a worker that is
 // merely late needs no more; against one that is malicious, see
-// SECURITY.md. Namespaces are isolated only if neither is a prefix of the
-// other's keys: "/a" and "/a/lease" are not isolated ("/a/lease/" covers
-// all of "/a/lease"'s keys).
+// SECURITY.md. Namespaces are isolated from each other, nested ones
+// included: a namespace may not have a segment named lease, done, audit
+// or fence (keys.ValidateNamespace), so no namespace's keys fall under
+// another's prefixes ("/a" and "/a/b" are isolated; "/a/lease" is refused).
 package rbac
 
 import (

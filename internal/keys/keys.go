@@ -22,6 +22,7 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -39,7 +40,8 @@ const MaxResourceLen = 512
 var ErrInvalidResource = errors.New("invalid resource name")
 
 // ErrInvalidNamespace is returned for a namespace that is empty, does not
-// start with '/', ends with '/', or contains control characters.
+// start with '/', ends with '/', contains control characters, or has a
+// reserved segment (see ValidateNamespace).
 var ErrInvalidNamespace = errors.New("invalid namespace")
 
 // ErrMalformedKey is returned when a key under a namespace does not have the
@@ -64,7 +66,16 @@ func ValidateResource(name string) error {
 	return nil
 }
 
+// reserved are the segments under which a namespace keeps its keys
+// (N/lease/, N/done/, N/audit/, N/fence/).
+var reserved = []string{"lease", "done", "audit", "fence"}
+
 // ValidateNamespace reports whether ns is a usable namespace.
+//
+// No segment of a namespace may be one of the SDK's own (lease, done,
+// audit, fence). That keeps any two namespaces apart, nested or not: the
+// keys of "/a/b" are never under a prefix of "/a" — only a namespace
+// "/a/lease…" or "/a/audit…" could put keys there, and those are refused.
 func ValidateNamespace(ns string) error {
 	switch {
 	case ns == "":
@@ -79,6 +90,11 @@ func ValidateNamespace(ns string) error {
 	for _, r := range ns {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: control character %U", ErrInvalidNamespace, r)
+		}
+	}
+	for seg := range strings.SplitSeq(ns[1:], "/") {
+		if slices.Contains(reserved, seg) {
+			return fmt.Errorf("%w: %q has the segment %q, where the keys of an enclosing namespace live; choose another name", ErrInvalidNamespace, ns, seg)
 		}
 	}
 	return nil

@@ -25,12 +25,14 @@ func TestValidateResource(t *testing.T) {
 }
 
 func TestValidateNamespace(t *testing.T) {
-	for _, ns := range []string{"/", "/leasehold", "/a/b"} {
+	for _, ns := range []string{"/", "/leasehold", "/a/b", "/leasehold/demo-1", "/leases", "/a/audits", "/x-fence"} {
 		if _, err := keys.New(ns); err != nil {
 			t.Errorf("%q: %v", ns, err)
 		}
 	}
-	for _, ns := range []string{"", "x", "/a/", "/a\n", "/\xff"} {
+	// Reserved segments: such a namespace would sit inside an enclosing
+	// one's lease, done, audit or fence prefix.
+	for _, ns := range []string{"", "x", "/a/", "/a\n", "/\xff", "/lease", "/a/audit", "/a/done/b", "/fence/x", "/a/b/lease"} {
 		if _, err := keys.New(ns); !errors.Is(err, keys.ErrInvalidNamespace) {
 			t.Errorf("%q accepted: %v", ns, err)
 		}
@@ -152,5 +154,52 @@ func TestParseAuditErrorNamesKey(t *testing.T) {
 		if !errors.Is(err, keys.ErrMalformedKey) || !strings.Contains(err.Error(), fmt.Sprintf("%q", k)) {
 			t.Errorf("ParseAudit(%q): %v", k, err)
 		}
+	}
+}
+
+// TestNamespacesNeverShareKeys: for any two different valid namespaces,
+// nested or not, no key of one lies under a prefix of the other — so one
+// namespace's watches, scans and recorder never see the other's keys.
+// Namespaces are every path of up to three segments over a small alphabet
+// that includes the reserved words; the invalid ones are left out by
+// keys.New, which is what this test relies on.
+func TestNamespacesNeverShareKeys(t *testing.T) {
+	segs := []string{"a", "b", "lease", "done", "audit", "fence", "leases"}
+	var spaces []keys.Space
+	var walk func(ns string, depth int)
+	walk = func(ns string, depth int) {
+		if s, err := keys.New(ns); err == nil {
+			spaces = append(spaces, s)
+		}
+		if depth == 3 {
+			return
+		}
+		for _, seg := range segs {
+			next := ns + "/" + seg
+			if ns == "/" {
+				next = "/" + seg
+			}
+			walk(next, depth+1)
+		}
+	}
+	walk("/", 0)
+	for _, s1 := range spaces {
+		prefixes := []string{s1.LeasePrefix(), s1.DonePrefix(), s1.AuditPrefix(), s1.FencePrefix()}
+		for _, s2 := range spaces {
+			if s1.Namespace() == s2.Namespace() {
+				continue
+			}
+			for _, k := range []string{s2.Lease("r"), s2.Done("r"), s2.AuditStart("r", "id"), s2.AuditEnd("r", 7), s2.Fence("r")} {
+				for _, p := range prefixes {
+					if strings.HasPrefix(k, p) {
+						t.Fatalf("namespace %q's key %q is under %q of namespace %q", s2.Namespace(), k, p, s1.Namespace())
+					}
+				}
+			}
+		}
+	}
+	// "/" and the paths over {a, b, leases}: 1 + 3 + 9 + 27.
+	if len(spaces) != 40 {
+		t.Fatalf("%d valid namespaces generated, want 40", len(spaces))
 	}
 }

@@ -23,9 +23,10 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 // key no longer holds that epoch gets its Expired entry, so deletions that
 // happened while no recorder ran are recorded too. Reconciling reads the
 // audit and lease keys without their values and writes only for epochs
-// that ended unexplained, so it costs no writes for leases still held. It then watches the
-// lease keys and records each unexplained deletion as it happens. If the
-// watch breaks (compaction, leader loss) it reconciles again and resumes.
+// that ended unexplained, so it costs no writes for leases still held.
+// It then watches the lease keys and records each unexplained deletion as
+// it happens. If the watch breaks (compaction, leader loss) it reconciles
+// again and resumes.
 //
 // Recording is idempotent, so any number of recorders may run: the
 // Expired entry is written at the epoch's end key, create-only, and only

@@ -79,8 +79,9 @@
 //	make chaos-control DURATION=2m SEED=42    # control runs on seeds 42, 43, … (TestChaosControlLong)
 //
 // The long passes print a summary ending with "violations: N". Their
-// environment: LEASEHOLD_CHAOS_DURATION, LEASEHOLD_CHAOS_SEED,
-// LEASEHOLD_CHAOS_CONTROL_DURATION, LEASEHOLD_CHAOS_CONTROL_RUN (the fault
+// environment: LEASEHOLD_CHAOS_DURATION (default 10m), LEASEHOLD_CHAOS_SEED
+// (default random), LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m),
+// LEASEHOLD_CHAOS_CONTROL_RUN (the fault
 // phase of each control run, default 10s) and LEASEHOLD_CHAOS_OUT, the
 // folder that receives the artifacts of runs with violations (default: a
 // new leasehold-chaos-* directory under os.TempDir; the short pass uses its

@@ -23,7 +23,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -39,27 +38,19 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	_ "modernc.org/sqlite" // SQLite driver "sqlite"
 )
 
 func main() {
 	pg := flag.String("postgres", "", "PostgreSQL DSN for the downstream database (default: a temporary SQLite file)")
-	var f connFlags
-	flag.StringVar(&f.endpoints, "endpoints", "", "etcd endpoints, comma-separated (default: an embedded etcd)")
-	flag.StringVar(&f.cacert, "cacert", "", "verify etcd's certificate with this CA bundle")
-	flag.StringVar(&f.cert, "cert", "", "client certificate for mutual TLS")
-	flag.StringVar(&f.key, "key", "", "client key for mutual TLS")
-	flag.StringVar(&f.user, "user", "", "etcd user")
-	flag.StringVar(&f.password, "password", "", "etcd password (visible to other local users: prefer -password-file or $LEASEHOLD_PASSWORD)")
-	flag.StringVar(&f.passwordFile, "password-file", "", "file holding the etcd password")
+	var f etcdflags.Flags
+	f.Register(flag.CommandLine)
 	flag.Parse()
-	cn, err := f.conn()
+	cn, err := f.Conn()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fenced-http:", err)
 		os.Exit(2)
@@ -68,64 +59,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
-}
-
-// connFlags are how to reach an existing etcd.
-type connFlags struct {
-	endpoints, cacert, cert, key, user, password, passwordFile string
-}
-
-// conn is a resolved connFlags. No endpoints: start an embedded etcd.
-type conn struct {
-	endpoints      []string
-	tls            *tls.Config
-	user, password string
-}
-
-// conn resolves the flags. The password is never printed, and errors name
-// where it came from, not what it is.
-func (f connFlags) conn() (conn, error) {
-	var c conn
-	if f.endpoints != "" {
-		c.endpoints = strings.Split(f.endpoints, ",")
-	}
-	if f.cacert != "" || f.cert != "" {
-		tc, err := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.key}.ClientConfig()
-		if err != nil {
-			return conn{}, fmt.Errorf("TLS: %w", err)
-		}
-		c.tls = tc
-	}
-	if f.user == "" {
-		return c, nil
-	}
-	c.user, c.password = f.user, f.password
-	if f.passwordFile != "" && f.password != "" {
-		return conn{}, errors.New("-password and -password-file exclude each other")
-	}
-	if f.passwordFile != "" {
-		b, err := os.ReadFile(f.passwordFile)
-		if err != nil {
-			return conn{}, fmt.Errorf("-password-file: %w", err)
-		}
-		c.password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	}
-	if c.password == "" {
-		c.password = os.Getenv("LEASEHOLD_PASSWORD")
-	}
-	if c.password == "" {
-		return conn{}, fmt.Errorf("-user %s needs a password: -password-file, $LEASEHOLD_PASSWORD or -password", c.user)
-	}
-	return c, nil
-}
-
-// client dials the given endpoints with the connection's TLS and
-// credentials; etcd checks the password here.
-func (c conn) client(endpoints ...string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints: endpoints, TLS: c.tls, Username: c.user, Password: c.password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
 }
 
 // service is the downstream: it ships orders, fenced by the SQL guard in
@@ -214,7 +147,7 @@ func openDB(pgDSN string) (*sql.DB, bool, func(), error) {
 	return db, false, func() { _ = db.Close(); _ = os.RemoveAll(dir) }, err
 }
 
-func run(pgDSN string, c conn) error {
+func run(pgDSN string, c etcdflags.Conn) error {
 	ctx := context.Background()
 	step := func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
 
@@ -255,7 +188,7 @@ func run(pgDSN string, c conn) error {
 
 	// etcd, and worker-1 behind a fault proxy (it forwards bytes, so TLS
 	// runs end to end through it).
-	order, endpoints := "42", c.endpoints
+	order, endpoints := "42", c.Endpoints
 	if len(endpoints) == 0 {
 		cluster, err := e2e.Start("")
 		if err != nil {
@@ -268,23 +201,17 @@ func run(pgDSN string, c conn) error {
 		order = fmt.Sprint(time.Now().UnixNano())
 	}
 	resource := "orders/" + order
-	target := endpoints[0]
-	if !strings.Contains(target, "://") && c.tls != nil {
-		target = "https://" + target
-	} else if !strings.Contains(target, "://") {
-		target = "http://" + target
-	}
-	proxy, err := e2e.StartProxy(target)
+	proxy, err := e2e.StartProxy(c.ProxyTarget(endpoints[0]))
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := c.client(proxy.Endpoint())
+	cli1, err := c.Client(proxy.Endpoint())
 	if err != nil {
 		return err
 	}
 	defer cli1.Close()
-	cli2, err := c.client(endpoints...)
+	cli2, err := c.Client(endpoints...)
 	if err != nil {
 		return err
 	}

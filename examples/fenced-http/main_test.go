@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/rbac"
 )
 
 // TestRun runs the example end to end on SQLite, and on PostgreSQL when
 // LEASEHOLD_TEST_POSTGRES names a server (CI provides one).
 func TestRun(t *testing.T) {
-	if err := run("", conn{}); err != nil {
+	if err := run("", etcdflags.Conn{}); err != nil {
 		t.Fatalf("SQLite: %v", err)
 	}
 	dsn := os.Getenv("LEASEHOLD_TEST_POSTGRES")
@@ -24,7 +25,7 @@ func TestRun(t *testing.T) {
 		t.Log("PostgreSQL run not done: set LEASEHOLD_TEST_POSTGRES (make postgres)")
 		return
 	}
-	if err := run(dsn, conn{}); err != nil {
+	if err := run(dsn, etcdflags.Conn{}); err != nil {
 		t.Fatalf("PostgreSQL: %v", err)
 	}
 }
@@ -42,10 +43,10 @@ func TestRunWithTLSAndAuth(t *testing.T) {
 	if err := os.WriteFile(pw, []byte("example-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cn, err := connFlags{
-		endpoints: c.Endpoints()[0], cacert: c.CAFile(), cert: c.ClientCertFile(), key: c.ClientKeyFile(),
-		user: "example", passwordFile: pw,
-	}.conn()
+	cn, err := etcdflags.Flags{
+		Endpoints: c.Endpoints()[0], CACert: c.CAFile(), Cert: c.ClientCertFile(), Key: c.ClientKeyFile(),
+		User: "example", PasswordFile: pw,
+	}.Conn()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,31 +34,25 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func main() {
 	mode := flag.String("mode", "blackhole", "how worker-1 loses its lease: blackhole or revoke")
 	ttl := flag.Duration("ttl", 2*time.Second, "session TTL")
-	var f connFlags
-	flag.StringVar(&f.endpoints, "endpoints", "", "etcd endpoints, comma-separated (default: an embedded etcd)")
-	flag.StringVar(&f.cacert, "cacert", "", "verify etcd's certificate with this CA bundle")
-	flag.StringVar(&f.cert, "cert", "", "client certificate for mutual TLS")
-	flag.StringVar(&f.key, "key", "", "client key for mutual TLS")
-	flag.StringVar(&f.user, "user", "", "etcd user")
-	flag.StringVar(&f.password, "password", "", "etcd password (visible to other local users: prefer -password-file or $LEASEHOLD_PASSWORD)")
-	flag.StringVar(&f.passwordFile, "password-file", "", "file holding the etcd password")
+	var f etcdflags.Flags
+	f.Register(flag.CommandLine)
 	flag.Parse()
 	if *mode != "blackhole" && *mode != "revoke" {
 		fmt.Fprintln(os.Stderr, "forced-expiry: -mode must be blackhole or revoke")
 		os.Exit(2)
 	}
-	cn, err := f.conn()
+	cn, err := f.Conn()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "forced-expiry:", err)
 		os.Exit(2)
@@ -68,64 +61,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		os.Exit(1)
 	}
-}
-
-// connFlags are how to reach an existing etcd.
-type connFlags struct {
-	endpoints, cacert, cert, key, user, password, passwordFile string
-}
-
-// conn is a resolved connFlags. No endpoints: start an embedded etcd.
-type conn struct {
-	endpoints      []string
-	tls            *tls.Config
-	user, password string
-}
-
-// conn resolves the flags. The password is never printed, and errors name
-// where it came from, not what it is.
-func (f connFlags) conn() (conn, error) {
-	var c conn
-	if f.endpoints != "" {
-		c.endpoints = strings.Split(f.endpoints, ",")
-	}
-	if f.cacert != "" || f.cert != "" {
-		tc, err := transport.TLSInfo{TrustedCAFile: f.cacert, CertFile: f.cert, KeyFile: f.key}.ClientConfig()
-		if err != nil {
-			return conn{}, fmt.Errorf("TLS: %w", err)
-		}
-		c.tls = tc
-	}
-	if f.user == "" {
-		return c, nil
-	}
-	c.user, c.password = f.user, f.password
-	if f.passwordFile != "" && f.password != "" {
-		return conn{}, errors.New("-password and -password-file exclude each other")
-	}
-	if f.passwordFile != "" {
-		b, err := os.ReadFile(f.passwordFile)
-		if err != nil {
-			return conn{}, fmt.Errorf("-password-file: %w", err)
-		}
-		c.password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	}
-	if c.password == "" {
-		c.password = os.Getenv("LEASEHOLD_PASSWORD")
-	}
-	if c.password == "" {
-		return conn{}, fmt.Errorf("-user %s needs a password: -password-file, $LEASEHOLD_PASSWORD or -password", c.user)
-	}
-	return c, nil
-}
-
-// client dials the given endpoints with the connection's TLS and
-// credentials; etcd checks the password here.
-func (c conn) client(endpoints ...string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints: endpoints, TLS: c.tls, Username: c.user, Password: c.password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
 }
 
 // store is a downstream system that checks fencing tokens: the guard's
@@ -145,7 +80,7 @@ func (s *store) write(ctx context.Context, tok fence.Token, row string) error {
 	})
 }
 
-func run(mode string, ttl time.Duration, c conn) error {
+func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 	ctx := context.Background()
 	start := time.Now()
 	step := func(format string, args ...any) {
@@ -153,7 +88,7 @@ func run(mode string, ttl time.Duration, c conn) error {
 	}
 
 	task := "orders/42"
-	endpoints := c.endpoints
+	endpoints := c.Endpoints
 	if len(endpoints) == 0 {
 		cluster, err := e2e.Start("")
 		if err != nil {
@@ -170,23 +105,17 @@ func run(mode string, ttl time.Duration, c conn) error {
 
 	// worker-1 talks to etcd through a fault proxy so it can be cut off.
 	// The proxy forwards bytes, so TLS runs end to end through it.
-	target := endpoints[0]
-	if !strings.Contains(target, "://") && c.tls != nil {
-		target = "https://" + target
-	} else if !strings.Contains(target, "://") {
-		target = "http://" + target
-	}
-	proxy, err := e2e.StartProxy(target)
+	proxy, err := e2e.StartProxy(c.ProxyTarget(endpoints[0]))
 	if err != nil {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := c.client(proxy.Endpoint())
+	cli1, err := c.Client(proxy.Endpoint())
 	if err != nil {
 		return err
 	}
 	defer cli1.Close()
-	cli2, err := c.client(endpoints...)
+	cli2, err := c.Client(endpoints...)
 	if err != nil {
 		return err
 	}
@@ -319,7 +248,7 @@ func run(mode string, ttl time.Duration, c conn) error {
 // watchDelete reports when etcd deletes the lease's key.
 func watchDelete(ctx context.Context, cli *clientv3.Client, l *lease.Lease) <-chan time.Time {
 	out := make(chan time.Time, 1)
-	key := "/leasehold/lease/" + escape(l.Resource())
+	key := keys.MustNew(keys.DefaultNamespace).Lease(l.Resource())
 	wch := cli.Watch(ctx, key, clientv3.WithRev(l.Epoch()+1), clientv3.WithFilterPut())
 	go func() {
 		for resp := range wch {
@@ -330,23 +259,6 @@ func watchDelete(ctx context.Context, cli *clientv3.Client, l *lease.Lease) <-ch
 		}
 	}()
 	return out
-}
-
-// escape spells a resource name as it appears in a key ('%' and '/' are
-// percent-escaped; see docs/protocol.md).
-func escape(name string) string {
-	var b []byte
-	for i := 0; i < len(name); i++ {
-		switch name[i] {
-		case '%':
-			b = append(b, "%25"...)
-		case '/':
-			b = append(b, "%2F"...)
-		default:
-			b = append(b, name[i])
-		}
-	}
-	return string(b)
 }
 
 // waitHealthy waits until a healed client answers: the blackholed

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/rbac"
 )
 
@@ -15,7 +16,7 @@ import (
 // example's own checks fails.
 func TestRun(t *testing.T) {
 	for _, mode := range []string{"revoke", "blackhole"} {
-		if err := run(mode, 2*time.Second, conn{}); err != nil {
+		if err := run(mode, 2*time.Second, etcdflags.Conn{}); err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
 	}
@@ -34,17 +35,17 @@ func TestRunWithTLSAndAuth(t *testing.T) {
 	if err := os.WriteFile(pw, []byte("example-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cn, err := connFlags{
-		endpoints: c.Endpoints()[0], cacert: c.CAFile(), cert: c.ClientCertFile(), key: c.ClientKeyFile(),
-		user: "example", passwordFile: pw,
-	}.conn()
+	cn, err := etcdflags.Flags{
+		Endpoints: c.Endpoints()[0], CACert: c.CAFile(), Cert: c.ClientCertFile(), Key: c.ClientKeyFile(),
+		User: "example", PasswordFile: pw,
+	}.Conn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := run("revoke", 2*time.Second, cn); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (connFlags{user: "example"}).conn(); err == nil && os.Getenv("LEASEHOLD_PASSWORD") == "" {
+	if _, err := (etcdflags.Flags{User: "example"}).Conn(); err == nil && os.Getenv("LEASEHOLD_PASSWORD") == "" {
 		t.Fatal("a user without a password accepted")
 	}
 }

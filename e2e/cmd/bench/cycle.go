@@ -55,57 +55,77 @@ func (c *cycler) leasehold(ctx context.Context, w int) (int, error) {
 	return 1, l.Complete(ctx, "ok")
 }
 
+// bareClaim is TryAcquire's compares and Then ops for res, as the SDK
+// writes them:
+//
+//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
+//	Then(Put lease WithLease(session), Put start acquired)
+func bareClaim(sp keys.Space, s *session.Session, res, holder, started string) ([]clientv3.Cmp, []clientv3.Op) {
+	leaseKey, doneKey, startKey := sp.Lease(res), sp.Done(res), sp.AuditStart(res, newID())
+	return []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+		}, []clientv3.Op{
+			clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID())),
+			clientv3.OpPut(startKey, started),
+		}
+}
+
+// bareComplete is Complete's transaction for res at epoch, as the SDK
+// writes it when its guess is that nobody holds the resource:
+//
+//	If(ModRev(lease) = epoch) Then(Put done, Delete lease, CreateOnly(end))
+//	Else(Txn(If(Value(done) = done) Else(Txn(If(ModRev(lease) = 0) Then(CreateOnly(rejected))))), Get lease)
+func bareComplete(sp keys.Space, s *session.Session, res string, epoch int64, now time.Time) (held clientv3.Cmp, then, els []clientv3.Op, err error) {
+	leaseKey, doneKey := sp.Lease(res), sp.Done(res)
+	done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
+	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
+	if err != nil {
+		return held, nil, nil, err
+	}
+	rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
+	if err != nil {
+		return held, nil, nil, err
+	}
+	sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
+	heldByGuess := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)
+	reject := clientv3.OpTxn([]clientv3.Cmp{sameRecord}, nil, []clientv3.Op{
+		clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{audit.CreateOnly(sp.AuditRejected(res, epoch, newID()), rejected)}, nil),
+	})
+	held = clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
+	then = []clientv3.Op{
+		clientv3.OpPut(doneKey, done),
+		clientv3.OpDelete(leaseKey),
+		audit.CreateOnly(sp.AuditEnd(res, epoch), completed),
+	}
+	return held, then, []clientv3.Op{reject, clientv3.OpGet(leaseKey)}, nil
+}
+
 // bareCycle sends the SDK's two transactions — the same compares, ops and
 // bytes — straight through clientv3: the limit of what leasehold can do.
 func (c *cycler) bareCycle(ctx context.Context, w int) (int, error) {
 	s, res, sp := c.lh[w], c.task(), c.bare
-	leaseKey, doneKey := sp.Lease(res), sp.Done(res)
-	startKey := sp.AuditStart(res, newID())
 	now := time.Now()
-	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}
+	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
 	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
 	if err != nil {
 		return 0, err
 	}
-	// TryAcquire: If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
-	// Then(Put lease WithLease, Put start acquired) Else(Get lease, Get done)
-	resp, err := c.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
-	).Then(
-		clientv3.OpPut(leaseKey, holder.Encode(), clientv3.WithLease(s.LeaseID())),
-		clientv3.OpPut(startKey, started),
-	).Else(clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)).Commit()
+	// TryAcquire's Else reads the holder and the done record.
+	cmps, then := bareClaim(sp, s, res, holder, started)
+	resp, err := c.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(sp.Lease(res)), clientv3.OpGet(sp.Done(res))).Commit()
 	if err != nil {
 		return 0, err
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("bare acquire of %q failed", res)
 	}
-	epoch := resp.Header.Revision
-	now = time.Now()
-	done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
-	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
+	held, then, els, err := bareComplete(sp, s, res, resp.Header.Revision, time.Now())
 	if err != nil {
 		return 0, err
 	}
-	rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
-	if err != nil {
-		return 0, err
-	}
-	// Complete: If(ModRev(lease) = epoch) Then(Put done, Delete lease, CreateOnly(end))
-	// Else(Txn(If(Value(done) = done) Else(Txn(If(ModRev(lease) = 0) Then(CreateOnly(rejected))))), Get lease)
-	sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
-	heldByGuess := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)
-	reject := clientv3.OpTxn([]clientv3.Cmp{sameRecord}, nil, []clientv3.Op{
-		clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{audit.CreateOnly(sp.AuditRejected(res, epoch, newID()), rejected)}, nil),
-	})
-	resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)).Then(
-		clientv3.OpPut(doneKey, done),
-		clientv3.OpDelete(leaseKey),
-		audit.CreateOnly(sp.AuditEnd(res, epoch), completed),
-	).Else(reject, clientv3.OpGet(leaseKey)).Commit()
+	resp, err = c.cli.Txn(ctx).If(held).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return 0, err
 	}
@@ -174,15 +194,8 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 	}
 	claims := make([]clientv3.Op, len(res))
 	for i, r := range res {
-		leaseKey, doneKey, startKey := sp.Lease(r), sp.Done(r), sp.AuditStart(r, newID())
-		claims[i] = clientv3.OpTxn([]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
-		}, []clientv3.Op{
-			clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID())),
-			clientv3.OpPut(startKey, started),
-		}, nil)
+		cmps, then := bareClaim(sp, s, r, holder, started)
+		claims[i] = clientv3.OpTxn(cmps, then, nil)
 	}
 	resp, err := c.cli.Txn(ctx).Then(claims...).Commit()
 	if err != nil {
@@ -195,25 +208,11 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 		if !resp.Responses[i].GetResponseTxn().Succeeded {
 			return 0, fmt.Errorf("bare batch claim of %q failed", r)
 		}
-		leaseKey, doneKey := sp.Lease(r), sp.Done(r)
-		done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
-		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
+		held, then, els, err := bareComplete(sp, s, r, epoch, now)
 		if err != nil {
 			return 0, err
 		}
-		rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
-		if err != nil {
-			return 0, err
-		}
-		reject := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(doneKey), "=", done)}, nil, []clientv3.Op{
-			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)},
-				[]clientv3.Op{audit.CreateOnly(sp.AuditRejected(r, epoch, newID()), rejected)}, nil),
-		})
-		cas[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)}, []clientv3.Op{
-			clientv3.OpPut(doneKey, done),
-			clientv3.OpDelete(leaseKey),
-			audit.CreateOnly(sp.AuditEnd(r, epoch), completed),
-		}, []clientv3.Op{reject, clientv3.OpGet(leaseKey)})
+		cas[i] = clientv3.OpTxn([]clientv3.Cmp{held}, then, els)
 	}
 	resp, err = c.cli.Txn(ctx).Then(cas...).Commit()
 	if err != nil {

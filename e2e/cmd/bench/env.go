@@ -121,18 +121,11 @@ func sum(m map[string]int) int {
 // tasks completed per second; each cycle returns its number of tasks.
 // The time counts until the last worker finished its last cycle.
 func runRate(ctx context.Context, workers int, d time.Duration, cycle func(ctx context.Context, w int) (int, error)) (float64, error) {
-	r, _, err := runRateCPU(ctx, workers, d, cycle)
-	return r, err
-}
-
-// runRateCPU is runRate that also returns the process's CPU time (user +
-// system: client and embedded server alike) per task.
-func runRateCPU(ctx context.Context, workers int, d time.Duration, cycle func(ctx context.Context, w int) (int, error)) (float64, time.Duration, error) {
 	m, err := measure(ctx, workers, d, cycle)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	return m.rate(), m.cpuPerTask(), nil
+	return m.rate(), nil
 }
 
 // runStats is what one or more timed runs of a contender did.

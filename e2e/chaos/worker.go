@@ -384,8 +384,8 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 	cancel()
 	if err != nil {
 		out := OutUnknown
-		if errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired) {
-			out = OutFail // as for TryAcquire: refused before sending, or by etcd for a lease it no longer has
+		if sessionEnded(err) {
+			out = OutFail
 		}
 		for _, p := range ps {
 			p.end(out, 0, 0, err)
@@ -411,53 +411,15 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 	return ls
 }
 
-// completeMany completes ls with CompleteMany, calling it again for the
-// leases whose outcome is unknown up to a few times, as complete does.
-// Each lease is its own complete operation. ControlNoCAS completes the
-// batch with one raw transaction, without the compares.
+// completeMany completes ls with one CompleteMany — ControlNoCAS: one
+// raw transaction without the compares — as complete does one lease.
 func (w *worker) completeMany(ls []*lease.Lease) {
-	for attempt := 1; len(ls) > 0; attempt++ {
-		ps := make([]*pendingOp, len(ls))
-		for i, l := range ls {
-			ps[i] = w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		var results []error
-		var err error
+	w.completeWith(ls, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
 		if w.cfg.Control == ControlNoCAS {
-			err = w.rawCompleteMany(ctx, ls)
-			results = make([]error, len(ls))
-		} else {
-			results, err = lease.CompleteMany(ctx, ls, status)
+			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
-		cancel()
-		var again []*lease.Lease
-		for i, l := range ls {
-			lerr := err // the whole batch's unknown outcome
-			if err == nil {
-				lerr = results[i]
-			}
-			out, cur := classifyEnd(lerr)
-			ps[i].end(out, 0, cur, lerr)
-			switch out {
-			case OutOK:
-				w.settleCompleted(l)
-				w.markDone(l.Resource())
-			case OutStale, OutStaleUnknown:
-				w.settle(l)
-			default:
-				again = append(again, l)
-			}
-		}
-		if attempt == 5 || w.stopping.Load() {
-			return
-		}
-		ls = again
-		if len(ls) > 0 {
-			w.gate.wait()
-			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
-		}
-	}
+		return lease.CompleteMany(ctx, ls, status)
+	})
 }
 
 func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
@@ -542,11 +504,9 @@ func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*
 		p.end(OutCompleted, 0, done.Epoch, nil)
 		w.markDone(task)
 		return nil, OutCompleted
-	case wait == 0 && (errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)):
-		// TryAcquire refused before sending, or etcd refused the put for a
-		// lease it no longer has: either way nothing was applied. (Acquire
-		// returns the session's cause also when the session ended during
-		// a transaction, which may have been applied.)
+	case wait == 0 && sessionEnded(err):
+		// (Acquire returns the session's cause also when the session ended
+		// during a transaction, which may have been applied.)
 		p.end(OutFail, 0, 0, err)
 		return nil, OutFail
 	default:
@@ -554,6 +514,13 @@ func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*
 		time.Sleep(20 * time.Millisecond)
 		return nil, OutUnknown
 	}
+}
+
+// sessionEnded reports that TryAcquire or TryAcquireMany applied nothing
+// because the session had ended: refused before sending, or etcd refused
+// the put for a lease it no longer has.
+func sessionEnded(err error) bool {
+	return errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)
 }
 
 func (w *worker) settle(l *lease.Lease) {
@@ -627,34 +594,61 @@ func (w *worker) writeEtcd(l *lease.Lease) Outcome {
 	}
 }
 
-// complete completes l, calling Complete again after an unknown outcome
-// (the documented way to resolve one) up to a few times, and returns the
-// last outcome.
+// complete completes l with Complete — ControlNoCAS: a raw transaction
+// without the compare — and returns its last outcome.
 func (w *worker) complete(l *lease.Lease) Outcome {
-	for attempt := 1; ; attempt++ {
-		p := w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		var err error
+	return w.completeWith([]*lease.Lease{l}, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
 		if w.cfg.Control == ControlNoCAS {
-			err = w.rawComplete(ctx, l)
-		} else {
-			err = l.Complete(ctx, status)
+			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
+		return []error{ls[0].Complete(ctx, status)}, nil
+	})[0]
+}
+
+// completeWith completes ls through send, which returns one result per
+// lease, or an error that is every lease's (a batch's unknown outcome).
+// Each lease is its own complete operation. The leases whose outcome is
+// unknown are sent again (the documented way to resolve one), up to five
+// attempts in all. It returns each lease's last outcome.
+func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, ls []*lease.Lease) ([]error, error)) []Outcome {
+	outs := make([]Outcome, len(ls))
+	pending := make([]int, len(ls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 1; ; attempt++ {
+		batch := make([]*lease.Lease, len(pending))
+		ps := make([]*pendingOp, len(pending))
+		for j, i := range pending {
+			l := ls[i]
+			batch[j], ps[j] = l, w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		results, err := send(ctx, batch)
 		cancel()
-		out, cur := classifyEnd(err)
-		p.end(out, 0, cur, err)
-		switch out {
-		case OutOK:
-			w.settleCompleted(l)
-			w.markDone(l.Resource())
-			return out
-		case OutStale, OutStaleUnknown:
-			w.settle(l)
-			return out
+		var again []int
+		for j, i := range pending {
+			l, lerr := ls[i], err
+			if err == nil {
+				lerr = results[j]
+			}
+			out, cur := classifyEnd(lerr)
+			ps[j].end(out, 0, cur, lerr)
+			outs[i] = out
+			switch out {
+			case OutOK:
+				w.settleCompleted(l)
+				w.markDone(l.Resource())
+			case OutStale, OutStaleUnknown:
+				w.settle(l)
+			default:
+				again = append(again, i)
+			}
 		}
-		if attempt == 5 || w.stopping.Load() {
-			return out
+		if len(again) == 0 || attempt == 5 || w.stopping.Load() {
+			return outs
 		}
+		pending = again
 		w.gate.wait()
 		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 	}
@@ -680,14 +674,9 @@ func (w *worker) settleCompleted(l *lease.Lease) {
 	w.settle(l)
 }
 
-// rawComplete is ControlNoCAS's completion: what Complete writes, without
-// the compare that makes it a CAS on the epoch.
-func (w *worker) rawComplete(ctx context.Context, l *lease.Lease) error {
-	return w.rawCompleteMany(ctx, []*lease.Lease{l})
-}
-
-// rawCompleteMany is ControlNoCAS's batch completion: what CompleteMany
-// writes for each lease, in one transaction, without the compares.
+// rawCompleteMany is ControlNoCAS's completion: what Complete (or
+// CompleteMany) writes for each lease, in one transaction, without the
+// compare that makes it a CAS on the epoch.
 func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 	var ops []clientv3.Op
 	for _, l := range ls {

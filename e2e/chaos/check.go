@@ -237,10 +237,11 @@ func (c *checker) resolveAcquisitions() {
 		}
 		switch op.Outcome {
 		case OutOK:
-			if claimed[taskEpoch{op.Task, op.Epoch}] {
+			te := taskEpoch{op.Task, op.Epoch}
+			if claimed[te] {
 				c.fail(CheckHolder, op.Task, "epoch %d granted to two acquisitions (%s)", op.Epoch, op.ID)
 			}
-			claimed[taskEpoch{op.Task, op.Epoch}] = true
+			claimed[te] = true
 			c.acqOf[op.ID] = op.Epoch
 		case OutUnknown:
 			k := taskWorker{op.Task, op.Worker}
@@ -450,9 +451,10 @@ func (c *checker) checkForensics() {
 	ends := map[taskEpoch][]audit.Entry{}
 	completedAt := map[int64]int{} // revision → completed entries written there
 	for _, e := range c.fs.Audit {
+		te := taskEpoch{e.Resource, e.Epoch}
 		switch {
 		case e.Kind == audit.Acquired:
-			starts[taskEpoch{e.Resource, e.Epoch}]++
+			starts[te]++
 			ei := c.epoch(e.Resource, e.Epoch)
 			if ei == nil || ei.Worker != e.Worker {
 				c.fail(CheckForensics, e.Resource, "acquired entry for epoch %d of %s, which etcd never granted", e.Epoch, e.Worker)
@@ -462,7 +464,7 @@ func (c *checker) checkForensics() {
 			if e.Kind == audit.Completed {
 				completedAt[e.Revision]++
 			}
-			ends[taskEpoch{e.Resource, e.Epoch}] = append(ends[taskEpoch{e.Resource, e.Epoch}], e)
+			ends[te] = append(ends[te], e)
 			if c.epoch(e.Resource, e.Epoch) == nil {
 				c.fail(CheckForensics, e.Resource, "%s entry for epoch %d, which etcd never granted", e.Kind, e.Epoch)
 			}

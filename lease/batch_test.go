@@ -320,15 +320,7 @@ func TestCompleteManyIsIdempotent(t *testing.T) {
 func TestCompleteManyRetryAfterLostReply(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	p := e2e.NewProxy(t, f.c.Members()[0].Endpoint())
-	pcli := f.c.ClientTo(t, p.Endpoint())
-	reg := lease.NewRegistry(pcli)
-	defer reg.Close()
-	s, err := session.New(ctx, pcli, session.WithWorker("w1"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	p, reg, s := f.proxied("w1")
 	ls, err := reg.TryAcquireMany(ctx, s, names("t", 4))
 	if err != nil || len(ls) != 4 {
 		t.Fatalf("claimed %v %v", ls, err)
@@ -346,15 +338,10 @@ func TestCompleteManyRetryAfterLostReply(t *testing.T) {
 		t.Fatalf("done records after the lost reply: %v %v", resp, err)
 	}
 	p.Heal()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		results, err = lease.CompleteMany(rctx, ls, "ok")
-		cancel()
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	err = retryHealed(func(ctx context.Context) (err error) {
+		results, err = lease.CompleteMany(ctx, ls, "ok")
+		return err
+	}, func(error) bool { return false })
 	if err != nil {
 		t.Fatalf("retry after lost reply: %v", err)
 	}

@@ -92,6 +92,38 @@ func (f *fixture) acquire(s *session.Session, res string) *lease.Lease {
 	return l
 }
 
+// proxied returns a registry and a session (TTL 5 s) whose client reaches
+// etcd through a fault proxy, for tests that lose replies.
+func (f *fixture) proxied(worker string) (*e2e.Proxy, *lease.Registry, *session.Session) {
+	f.t.Helper()
+	p := e2e.NewProxy(f.t, f.c.Members()[0].Endpoint())
+	pcli := f.c.ClientTo(f.t, p.Endpoint())
+	reg := lease.NewRegistry(pcli)
+	f.t.Cleanup(func() { _ = reg.Close() })
+	s, err := session.New(context.Background(), pcli, session.WithWorker(worker), session.WithTTL(5*time.Second))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return p, reg, s
+}
+
+// retryHealed calls call, each time with a one-second timeout, until it
+// returns nil or an error final accepts, or 15 s have passed, and returns
+// its last error. After a proxy heals, the client's connection carries a
+// torn HTTP/2 stream and gRPC reconnects first.
+func retryHealed(call func(ctx context.Context) error, final func(error) bool) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := call(ctx)
+		cancel()
+		if err == nil || final(err) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
 // kinds lists a resource's audit trail as "kind:worker:epoch" strings.
 func (f *fixture) kinds(res string) []string {
 	f.t.Helper()
@@ -211,15 +243,7 @@ func TestCompleteIsIdempotent(t *testing.T) {
 func TestCompleteRetryAfterLostReply(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	p := e2e.NewProxy(t, f.c.Members()[0].Endpoint())
-	pcli := f.c.ClientTo(t, p.Endpoint())
-	reg := lease.NewRegistry(pcli)
-	defer reg.Close()
-	s, err := session.New(ctx, pcli, session.WithWorker("w1"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	p, reg, s := f.proxied("w1")
 	l, err := reg.TryAcquire(ctx, s, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -241,16 +265,8 @@ func TestCompleteRetryAfterLostReply(t *testing.T) {
 		t.Fatalf("done record after the lost reply: %v %v", resp, err)
 	}
 	p.Heal()
-	// The healed connection carries a torn HTTP/2 stream; gRPC reconnects.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		err = l.Complete(rctx, "ok")
-		cancel()
-		if err == nil || errors.Is(err, lease.ErrStale) || time.Now().After(deadline) {
-			break
-		}
-	}
+	err = retryHealed(func(ctx context.Context) error { return l.Complete(ctx, "ok") },
+		func(err error) bool { return errors.Is(err, lease.ErrStale) })
 	if err != nil {
 		t.Fatalf("retry after lost reply: %v", err)
 	}

@@ -138,7 +138,7 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 	getCurrent := clientv3.OpGet(fenceKey)
 	// Record the epoch in the transaction that applies ops: the check and
 	// the effect share one revision, so no other token is admitted
-	// between them (the atomicity of DESIGN §6).
+	// between them (the invariant of docs/protocol.md §8.1).
 	record := clientv3.OpPut(fenceKey, epoch)
 	resp, err := g.cli.Txn(ctx).
 		If(superseded).

@@ -369,8 +369,8 @@ func effectOrder(t *testing.T, cli *clientv3.Client, res string) (epochs []int64
 
 // TestEtcdGuardAdmitOpsAtomic: with the effect in the admitting
 // transaction, effects commit in epoch order. The control, which admits and
-// then writes in a second request (the mistake DESIGN §6 warns about), is
-// caught by the same checker.
+// then writes in a second request (the mistake docs/protocol.md §8.1 warns
+// about: Admit protects no later write), is caught by the same checker.
 func TestEtcdGuardAdmitOpsAtomic(t *testing.T) {
 	f := newEtcdFixture(t)
 	resources := []string{"a", "b"}

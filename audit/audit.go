@@ -121,11 +121,21 @@ func Encode(e Entry) (string, error) {
 	return string(b), nil
 }
 
-// Decode reads an entry from its key and value. It checks that the value's
-// kind and epoch agree with the key's shape, so an entry planted under the
+// Decode reads an entry of the namespace ("/leasehold" by default, as
+// given to WithNamespace) from its etcd key and value, as a Get or a watch
+// under "<namespace>/audit/" returns them. It checks that the value's kind
+// and epoch agree with the key's shape, so an entry planted under the
 // prefix by someone else is reported as ErrCorrupt instead of being
-// misread.
-func Decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
+// misread. A namespace that WithNamespace would refuse is an error.
+func Decode(namespace string, kv *mvccpb.KeyValue) (Entry, error) {
+	space, err := keys.New(namespace)
+	if err != nil {
+		return Entry{}, fmt.Errorf("audit: Decode: %w", err)
+	}
+	return decode(space, kv)
+}
+
+func decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 	if kv == nil {
 		return Entry{}, fmt.Errorf("%w: no key-value", ErrCorrupt)
 	}

@@ -227,7 +227,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			t.Fatalf("Encode(%+v): %v", tc.e, err)
 		}
 		kv := rawPut(t, cli, tc.key, val).Kvs[0]
-		got, err := audit.Decode(space, kv)
+		got, err := audit.Decode(space.Namespace(), kv)
 		if err != nil {
 			t.Fatalf("Decode(%q, %s): %v", tc.key, val, err)
 		}
@@ -331,7 +331,7 @@ func TestDecodeRejectsCorruptValues(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := rawPut(t, cli, tc.key, tc.value).Kvs[0]
-			e, err := audit.Decode(space, kv)
+			e, err := audit.Decode(space.Namespace(), kv)
 			if err == nil {
 				t.Fatalf("Decode(%q, %q) accepted it: %+v", tc.key, tc.value, e)
 			}

@@ -29,7 +29,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		rev = max(rev&math.MaxInt64, 1) // etcd's revisions are positive
 		key := space.AuditPrefix() + suffix
 		kv := &mvccpb.KeyValue{Key: []byte(key), Value: value, ModRevision: rev, CreateRevision: rev}
-		e, err := audit.Decode(space, kv)
+		e, err := audit.Decode(space.Namespace(), kv)
 		if err != nil {
 			if !errors.Is(err, audit.ErrCorrupt) {
 				t.Fatalf("refusal does not match ErrCorrupt: %v", err)
@@ -61,7 +61,7 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("accepted entry cannot be re-encoded: %v\n%+v", err, e)
 		}
 		kv2 := &mvccpb.KeyValue{Key: []byte(key), Value: []byte(v2), ModRevision: rev, CreateRevision: rev}
-		e2, err := audit.Decode(space, kv2)
+		e2, err := audit.Decode(space.Namespace(), kv2)
 		if err != nil {
 			t.Fatalf("re-encoded entry refused: %v\n%s", err, v2)
 		}

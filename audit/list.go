@@ -81,7 +81,7 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 		if f.MinRevision > 0 && kv.ModRevision < f.MinRevision {
 			return
 		}
-		e, err := Decode(l.space, kv)
+		e, err := decode(l.space, kv)
 		if err != nil {
 			corrupt = append(corrupt, err)
 			return
@@ -174,7 +174,7 @@ func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 				return
 			}
 			for _, ev := range resp.Events {
-				e, err := Decode(l.space, ev.Kv)
+				e, err := decode(l.space, ev.Kv)
 				if err != nil {
 					if !send(Event{Err: err}) {
 						return

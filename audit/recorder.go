@@ -118,7 +118,7 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 		if len(resp.Kvs) == 0 {
 			continue
 		}
-		e, err := Decode(l.space, resp.Kvs[0])
+		e, err := decode(l.space, resp.Kvs[0])
 		if err != nil || e.Kind != Acquired {
 			l.log.Warn("skipping corrupt start entry", "key", startKey, "error", err)
 			continue

@@ -8,9 +8,9 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -42,9 +42,6 @@ const MaxBatch = maxTxnOps - 6
 // rest is left for protobuf framing. Only batches of very long resource
 // names or namespaces come near it.
 const maxBatchBytes = 1 << 20
-
-// opOverhead approximates the protobuf framing of one op or compare.
-const opOverhead = 24
 
 var (
 	// ErrBatchTooLarge: a batch has more than MaxBatch members, or its
@@ -122,26 +119,17 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 		return nil, nil
 	}
 
-	now := time.Now()
-	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
 	if err != nil {
 		return nil, err
 	}
 	claims := make([]clientv3.Op, len(resources))
 	size := 0
 	for i, res := range resources {
-		leaseKey, doneKey := r.space.Lease(res), r.space.Done(res)
-		startKey := r.space.AuditStart(res, newID())
-		free := clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0)
-		notDone := clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)
-		// Random key: keeps the audit create-only even against planted keys.
-		newEntry := clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0)
-		take := clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID()))
-		logStart := clientv3.OpPut(startKey, started)
 		// This resource's claim, decided by its own compares only.
-		claims[i] = clientv3.OpTxn([]clientv3.Cmp{free, notDone, newEntry}, []clientv3.Op{take, logStart}, nil)
-		size += 2*len(leaseKey) + len(doneKey) + 2*len(startKey) + len(holder) + len(started) + 6*opOverhead
+		c := claimant.NewClaim(r.space, res)
+		claims[i] = c.Nested()
+		size += c.Size
 	}
 	if size > maxBatchBytes {
 		return nil, fmt.Errorf("lease: acquire batch of %d: about %d bytes, the limit is %d: %w", len(resources), size, maxBatchBytes, ErrBatchTooLarge)
@@ -150,10 +138,7 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 	// No compare: Then always runs, and every nested claim stands alone.
 	resp, err := r.cli.Txn(ctx).Then(claims...).Commit()
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			err = fmt.Errorf("%w: %w", session.ErrExpired, err)
-		}
-		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
+		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), claimError(err))
 	}
 	var out []*Lease
 	for i, res := range resources {
@@ -236,37 +221,25 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 		seen[l.resource] = i
 	}
 	r := leases[0].r
-	space := r.space
 
 	now := time.Now()
 	attempts := make([]*staleAttempt, len(leases))
 	cas := make([]clientv3.Op, len(leases))
 	size := 0
 	for i, l := range leases {
-		done := record.Done{Status: status, Epoch: l.epoch, Worker: l.Worker()}.Encode()
-		doneKey, endKey := space.Done(l.resource), space.AuditEnd(l.resource, l.epoch)
-		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.epoch, Status: status, Time: now})
+		e := l.newEnd(audit.Completed, status, now)
+		then, err := e.Then()
 		if err != nil {
 			return nil, err
 		}
-		// A retried completion is recognised by its done record.
-		sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
-		attempts[i] = l.newStaleAttempt("complete", &sameRecord, audit.Completed, status)
+		attempts[i] = l.newStaleAttempt("complete", e)
 		reject, err := attempts[i].ops(true)
 		if err != nil {
 			return nil, err
 		}
-		held := clientv3.Compare(clientv3.ModRevision(l.leaseKey), "=", l.epoch)
-		then := []clientv3.Op{
-			clientv3.OpPut(doneKey, done),
-			clientv3.OpDelete(l.leaseKey),
-			audit.CreateOnly(endKey, completed),
-		}
 		// This lease's CAS, decided by its own compare only.
-		cas[i] = clientv3.OpTxn([]clientv3.Cmp{held}, then, reject)
-		// The rejection is about as long as the completed entry.
-		size += 4*len(l.leaseKey) + 2*len(doneKey) + 2*len(done) + 2*len(endKey) + 2*len(completed) +
-			2*len(attempts[i].rejKey) + 12*opOverhead
+		cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
+		size += e.Size()
 	}
 	if size > maxBatchBytes {
 		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), size, maxBatchBytes, ErrBatchTooLarge)
@@ -298,10 +271,7 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 	// No compare: Then always runs, and every nested CAS stands alone.
 	resp, err := r.cli.Txn(ctx).Then(cas...).Commit()
 	if err != nil {
-		if refused(err) {
-			return nil, fmt.Errorf("lease: complete batch of %d: etcd refused the transaction, nothing was applied: %w", len(cas), err)
-		}
-		return nil, fmt.Errorf("lease: complete batch of %d: outcome unknown: %w", len(cas), err)
+		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), outcome.Classify(err))
 	}
 	results := make([]error, len(cas))
 	var pending []int // stale leases whose guess was wrong

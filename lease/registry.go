@@ -1,199 +1,20 @@
-// Package lease hands out fenced leases on named resources (tasks, locks)
-// to workers' sessions, through etcd.
-//
-// A lease is one key, "<ns>/lease/<resource>", written once when acquired
-// and attached to the session's etcd lease. Its mod revision is the lease's
-// epoch: cluster-wide, strictly increasing across acquisitions, and
-// constant while held, because the key is never rewritten. Everything that
-// matters is checked against that epoch:
-//
-//   - Complete is a compare-and-swap: it commits only while the lease key
-//     still has the epoch. A stale Complete (or Release) is never silent: the
-//     same etcd transaction appends a Rejected audit entry, and the caller
-//     gets a *StaleError.
-//   - Token() carries the epoch to downstream systems, which refuse a lower
-//     epoch once a higher one was admitted (package fence).
-//   - Context() is cancelled when the session can no longer prove it holds
-//     the lease, or when the key is deleted or replaced.
-//
-// Every state change is one etcd transaction, built where it is used in
-// this package; docs/protocol.md lists them with their invariants.
-//
-// What a lease does not guarantee: that the holder stops acting when it
-// loses the lease (a paused process acts late; only fencing makes that
-// safe), or that a downstream that ignores tokens is protected.
 package lease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Errors callers branch on. Detailed errors (*HeldError, *CompletedError,
-// *StaleError) match these with errors.Is.
-var (
-	// ErrHeld: the resource is held by another epoch (see *HeldError).
-	ErrHeld = errors.New("resource is held")
-	// ErrCompleted: the resource was completed and cannot be acquired
-	// again (see *CompletedError). Also the cause of a lease's context
-	// after its own Complete.
-	ErrCompleted = errors.New("resource is completed")
-	// ErrStale: a Complete or Release was rejected because the lease no
-	// longer holds the resource at its epoch (see *StaleError).
-	ErrStale = errors.New("stale lease")
-	// ErrNotHeld: Revoke found no holder.
-	ErrNotHeld = errors.New("resource is not held")
-	// ErrInvalidResource: the name is empty, over 512 bytes, not UTF-8, or
-	// has control characters. Returned before any request is sent.
-	ErrInvalidResource = keys.ErrInvalidResource
-	// ErrInvalidStatus: a Complete status is empty, over 256 bytes, not
-	// UTF-8, or has control characters.
-	ErrInvalidStatus = errors.New("invalid status")
-	// ErrReleased is a lease context's cause after its own Release.
-	ErrReleased = errors.New("lease released")
-	// ErrRevoked is a lease context's cause when its key was deleted or
-	// replaced by anyone else: an operator's Revoke, etcd expiring the
-	// session's lease, or a manual delete. After a Complete or Release of
-	// the lease whose outcome was unknown, the deletion may have been that
-	// call's own; the cause then wraps ErrRevoked and says so.
-	ErrRevoked = errors.New("lease revoked")
-	// ErrRegistryClosed: the registry was closed; also the cause of the
-	// contexts of leases still tracked by it.
-	ErrRegistryClosed = errors.New("lease registry closed")
-)
-
-// HeldError says who holds a resource.
-type HeldError struct {
-	Resource string
-	Holder   string // worker id of the holder
-	Epoch    int64
-	rev      int64 // revision the holder was read at
-}
-
-func (e *HeldError) Error() string {
-	return fmt.Sprintf("lease: %q is held by %q at epoch %d", e.Resource, e.Holder, e.Epoch)
-}
-
-// Is makes a *HeldError match ErrHeld.
-func (e *HeldError) Is(target error) bool { return target == ErrHeld }
-
-// CompletedError says how a resource was completed.
-type CompletedError struct {
-	Resource string
-	Status   string
-	Epoch    int64
-	Worker   string
-}
-
-func (e *CompletedError) Error() string {
-	return fmt.Sprintf("lease: %q was completed with status %q by %q at epoch %d", e.Resource, e.Status, e.Worker, e.Epoch)
-}
-
-// Is makes a *CompletedError match ErrCompleted.
-func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
-
-// StaleError is a rejected Complete or Release. When it is returned, the
-// rejection is already in the audit log, exactly once: the CAS transaction
-// wrote it, or — when its guess of the current epoch was wrong — a
-// follow-up transaction did. An error that matches ErrStale but is not a
-// *StaleError means the CAS failed and writing the rejection had an
-// unknown outcome.
-type StaleError struct {
-	Resource string
-	Worker   string
-	Epoch    int64
-	// Status is the status the Complete tried to write; empty for Release.
-	Status string
-	// CurrentEpoch is the epoch holding the resource when the attempt was
-	// rejected; 0 means no one held it.
-	CurrentEpoch int64
-}
-
-func (e *StaleError) Error() string {
-	op := "complete with status " + fmt.Sprintf("%q", e.Status)
-	if e.Status == "" {
-		op = "release"
-	}
-	cur := "no holder"
-	if e.CurrentEpoch != 0 {
-		cur = fmt.Sprintf("epoch %d holds it", e.CurrentEpoch)
-	}
-	return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: %s (rejection audited)", op, e.Resource, e.Worker, e.Epoch, cur)
-}
-
-// Is makes a *StaleError match ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// Option configures a Registry.
-type Option func(*Registry) error
-
-// WithNamespace sets the key namespace (default "/leasehold"); it must
-// start with '/', not end with one, and have no segment named lease, done,
-// audit or fence (keys.ErrInvalidNamespace otherwise, from every method).
-// Registries and audit logs that share a namespace see each other's
-// leases; different namespaces, nested or not, never do.
-func WithNamespace(ns string) Option {
-	return func(r *Registry) error {
-		s, err := keys.New(ns)
-		if err != nil {
-			return fmt.Errorf("lease: WithNamespace: %w", err)
-		}
-		r.space = s
-		return nil
-	}
-}
-
-// WithLogger sets the logger. The default discards everything.
-func WithLogger(l hclog.Logger) Option {
-	return func(r *Registry) error {
-		if l == nil {
-			return errors.New("lease: WithLogger(nil)")
-		}
-		r.log = l
-		return nil
-	}
-}
-
-// Observer receives a registry's outcomes, for metrics. Its methods must
-// not block.
-type Observer interface {
-	// LeaseAcquired reports a successful acquisition.
-	LeaseAcquired(resource string)
-	// LeaseEnded reports a Complete or Release: op is "complete" or
-	// "release", result "ok", "stale" or "unknown".
-	LeaseEnded(resource, op, result string)
-}
-
-// WithObserver sets an observer of acquisitions and endings (see package
-// metrics). The default observes nothing.
-func WithObserver(o Observer) Option {
-	return func(r *Registry) error {
-		if o == nil {
-			return errors.New("lease: WithObserver(nil)")
-		}
-		r.observer = o
-		return nil
-	}
-}
-
-type nopObserver struct{}
-
-func (nopObserver) LeaseAcquired(string)              {}
-func (nopObserver) LeaseEnded(string, string, string) {}
 
 // Registry acquires and tracks leases in one namespace. One watch on the
 // namespace's lease keys, started with the first lease, serves every lease
@@ -250,7 +71,7 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 }
 
 // TryAcquire takes the resource for the session if it is free, in one
-// transaction:
+// transaction (protocol.Claim, docs/protocol.md §3.1):
 //
 //	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
 //	Then(Put lease WithLease(session), Put start acquired)
@@ -260,13 +81,16 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // revision. A held resource gives a *HeldError, a completed one a
 // *CompletedError.
 //
-// An error from the transaction itself (a timeout, ctx ending, a broken
-// connection) is an unknown outcome: etcd may have applied it. A resource
-// claimed that way stays held by the session, with no Lease and an
-// Acquired entry in the audit log, until the session's etcd lease ends —
-// Session.Close revokes it at once, and a running audit.RunRecorder then
-// writes its Expired entry. Calling TryAcquire again tells which: a
-// *HeldError naming this session's worker means the claim was applied.
+// An error from the transaction itself matches outcome.ErrRefused or
+// outcome.ErrUnknown. Refused (permission denied, a limit, the session's
+// etcd lease gone — which also matches session.ErrExpired): nothing was
+// applied. Unknown (a timeout, ctx ending, a broken connection): etcd may
+// have applied it. A resource claimed that way stays held by the session,
+// with no Lease and an Acquired entry in the audit log, until the session's
+// etcd lease ends — Session.Close revokes it at once, and a running
+// audit.RunRecorder then writes its Expired entry. Calling TryAcquire again
+// tells which: a *HeldError naming this session's worker means the claim
+// was applied.
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	l, _, err := r.tryAcquire(ctx, s, resource)
 	return l, err
@@ -276,31 +100,14 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, nil, err
 	}
-	leaseKey, doneKey := r.space.Lease(resource), r.space.Done(resource)
-	startKey := r.space.AuditStart(resource, newID())
-	now := time.Now()
-	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
 	if err != nil {
 		return nil, nil, err
 	}
-
-	free := clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0)
-	notDone := clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)
-	// The start entry's key is random, so this never fails in practice; it
-	// keeps the audit create-only even against planted keys.
-	newEntry := clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0)
-	take := clientv3.OpPut(leaseKey, holder.Encode(), clientv3.WithLease(s.LeaseID()))
-	logStart := clientv3.OpPut(startKey, started)
-	// Fetch the holder and the done record to say why, with no second RPC.
-	getHolder, getDone := clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)
-
-	resp, err := r.cli.Txn(ctx).If(free, notDone, newEntry).Then(take, logStart).Else(getHolder, getDone).Commit()
+	c := claimant.NewClaim(r.space, resource)
+	resp, err := r.cli.Txn(ctx).If(c.If...).Then(c.Then...).Else(c.Else...).Commit()
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			err = fmt.Errorf("%w: %w", session.ErrExpired, err)
-		}
-		return nil, nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
+		return nil, nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
 	}
 	if resp.Succeeded {
 		l := r.newLease(s, resource, resp.Header.Revision)
@@ -322,7 +129,17 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 		}
 		return nil, nil, &CompletedError{Resource: resource, Status: d.Status, Epoch: d.Epoch, Worker: d.Worker}
 	}
-	return nil, nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, startKey)
+	return nil, nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
+}
+
+// claimError classifies a failed claim transaction. etcd refuses a put
+// attached to a lease it no longer has, so that refusal also says the
+// session expired.
+func claimError(err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = fmt.Errorf("%w: %w", session.ErrExpired, err)
+	}
+	return outcome.Classify(err)
 }
 
 // Acquire takes the resource, waiting while it is held. It waits on a watch
@@ -381,14 +198,16 @@ func (r *Registry) waitDelete(ctx context.Context, resource string, rev int64) e
 
 // Revoke forcibly ends the resource's current epoch, as an operator does to
 // a stuck worker: the lease key is deleted and a Revoked entry with reason
-// is written, in one transaction guarded by the epoch just read:
+// is written, in one transaction guarded by the epoch just read
+// (protocol.Revoke, docs/protocol.md §3.5):
 //
 //	Get lease
-//	If(ModRev(lease) = read) Then(Delete lease, Put end revoked)
+//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked))
 //
 // The holder's lease context is cancelled with ErrRevoked, its later
 // Complete or Release is stale, and its fencing token is outranked by the
-// next holder's. A resource nobody holds gives ErrNotHeld.
+// next holder's. A resource nobody holds gives ErrNotHeld. A failed
+// transaction matches outcome.ErrRefused or outcome.ErrUnknown.
 func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	if r.err != nil {
 		return r.err
@@ -409,21 +228,15 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	if h, err := record.DecodeHolder(get.Kvs[0].Value); err == nil {
 		worker = h.Worker
 	}
-	revoked, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: time.Now()})
-	if err != nil {
-		return err
-	}
 	// Only the epoch just read is revoked: an epoch that begins in between
 	// belongs to a holder the operator has not seen.
-	sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
-	resp, err := r.cli.Txn(ctx).If(sameEpoch).
-		Then(clientv3.OpDelete(leaseKey), audit.CreateOnly(r.space.AuditEnd(resource, epoch), revoked)).
-		Commit()
+	sameEpoch, then, err := protocol.Revoke(r.space, resource, epoch, worker, reason, time.Now())
 	if err != nil {
-		if refused(err) {
-			return fmt.Errorf("lease: revoke %q epoch %d: etcd refused the transaction, nothing was applied: %w", resource, epoch, err)
-		}
-		return fmt.Errorf("lease: revoke %q epoch %d: outcome unknown: %w", resource, epoch, err)
+		return fmt.Errorf("lease: %w", err)
+	}
+	resp, err := r.cli.Txn(ctx).If(sameEpoch).Then(then...).Commit()
+	if err != nil {
+		return fmt.Errorf("lease: revoke %q epoch %d: %w", resource, epoch, outcome.Classify(err))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("lease: revoke %q: epoch %d ended before it could be revoked: %w", resource, epoch, ErrNotHeld)
@@ -439,45 +252,5 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 // idempotent.
 func (r *Registry) Close() error {
 	r.tracker.close()
-	return nil
-}
-
-// refused reports whether etcd refused a transaction as a whole before
-// applying any of it: the user lacks permission for a key it touches (in
-// any branch), the request is not authenticated, or it breaks a limit.
-// Unlike a timeout or a lost connection, its outcome is known.
-func refused(err error) bool {
-	for _, r := range []error{
-		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthFailed,
-		rpctypes.ErrDuplicateKey, rpctypes.ErrTooManyOps, rpctypes.ErrRequestTooLarge,
-	} {
-		if errors.Is(err, r) {
-			return true
-		}
-	}
-	return false
-}
-
-// newID returns a random id for audit keys that must be unique.
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func validateStatus(status string) error {
-	switch {
-	case status == "":
-		return fmt.Errorf("%w: empty", ErrInvalidStatus)
-	case len(status) > 256:
-		return fmt.Errorf("%w: %d bytes, the limit is 256", ErrInvalidStatus, len(status))
-	case !utf8.ValidString(status):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidStatus)
-	}
-	for _, r := range status {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: control character %U", ErrInvalidStatus, r)
-		}
-	}
 	return nil
 }

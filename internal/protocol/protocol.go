@@ -1,0 +1,232 @@
+// Package protocol builds leasehold's lease transactions: the compares and
+// ops of TryAcquire, Complete, Release and Revoke, each written once here
+// and used by every caller — the single path and the batch path of package
+// lease, and the benchmark that sends the same bytes bare. docs/protocol.md
+// §3 describes each one with the invariant it keeps; this file is what it
+// points at.
+//
+// Nothing here sends a request or reads a response: package lease does,
+// and decides what each response means.
+package protocol
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// NewID returns a fresh random id for an audit key that must be unique:
+// 24 lowercase hex characters (docs/protocol.md §1).
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Claimant is who claims in one TryAcquire or TryAcquireMany call, with
+// the values that call writes: the holder record and the Acquired entry,
+// encoded once and shared by every resource of the call.
+type Claimant struct {
+	Worker  string
+	LeaseID clientv3.LeaseID
+	holder  string
+	started string
+}
+
+// NewClaimant encodes the values a claim by worker through the session's
+// etcd lease id writes at time now.
+func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, error) {
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: worker, Time: now})
+	if err != nil {
+		return Claimant{}, err
+	}
+	holder := record.Holder{Worker: worker, LeaseID: int64(id), AcquiredAt: now.UTC()}.Encode()
+	return Claimant{Worker: worker, LeaseID: id, holder: holder, started: started}, nil
+}
+
+// Claim is TryAcquire's transaction for one resource (docs/protocol.md
+// §3.1):
+//
+//	If(   CreateRev(lease) = 0,        // nobody holds it
+//	      CreateRev(done) = 0,         // it was never completed
+//	      CreateRev(start) = 0 )       // the audit stays create-only even against planted keys
+//	Then( Put lease holder WithLease(session),
+//	      Put start acquired )
+//	Else( Get lease, Get done )        // say why, without a second RPC
+//
+// TryAcquireMany nests If and Then, without Else, once per resource.
+type Claim struct {
+	If   []clientv3.Cmp
+	Then []clientv3.Op
+	Else []clientv3.Op
+	// StartKey is the Acquired entry's key, fresh for every claim.
+	StartKey string
+	// Size approximates the bytes the claim adds to a request.
+	Size int
+}
+
+// NewClaim builds the claim of resource by c.
+func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
+	leaseKey, doneKey := space.Lease(resource), space.Done(resource)
+	startKey := space.AuditStart(resource, NewID())
+	return Claim{
+		If: []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+		},
+		Then: []clientv3.Op{
+			clientv3.OpPut(leaseKey, c.holder, clientv3.WithLease(c.LeaseID)),
+			clientv3.OpPut(startKey, c.started),
+		},
+		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)},
+		StartKey: startKey,
+		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + len(c.holder) + len(c.started) + 6*OpOverhead,
+	}
+}
+
+// Nested is the claim as one member of a batch: its compares and Then ops
+// in a nested transaction, decided by its own compares only.
+func (c Claim) Nested() clientv3.Op { return clientv3.OpTxn(c.If, c.Then, nil) }
+
+// OpOverhead approximates the protobuf framing of one op or compare.
+const OpOverhead = 24
+
+// End is one Complete or Release of an epoch: everything its transactions
+// need (docs/protocol.md §3.3, §3.4).
+type End struct {
+	Space    keys.Space
+	Resource string
+	Worker   string
+	Epoch    int64
+	// Attempted is audit.Completed for Complete, audit.Released for
+	// Release.
+	Attempted audit.Kind
+	// Status is Complete's terminal status; empty for Release.
+	Status string
+	// Time is written into the end or rejected entry.
+	Time time.Time
+}
+
+// LeaseKey is the lease key the end is about.
+func (e End) LeaseKey() string { return e.Space.Lease(e.Resource) }
+
+// Held is the compare-and-swap on the epoch: the lease key still has it.
+func (e End) Held() clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", e.Epoch)
+}
+
+// done is the done record a Complete writes. Its bytes are a pure
+// function of (status, epoch, worker), so a retry writes the same bytes.
+func (e End) done() string {
+	return record.Done{Status: e.Status, Epoch: e.Epoch, Worker: e.Worker}.Encode()
+}
+
+// Then is what the end commits while the epoch holds:
+//
+//	Complete: Put done, Delete lease, CreateOnly(end, completed)
+//	Release:            Delete lease, CreateOnly(end, released)
+func (e End) Then() ([]clientv3.Op, error) {
+	entry, err := audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
+	if err != nil {
+		return nil, err
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(e.LeaseKey()),
+		audit.CreateOnly(e.Space.AuditEnd(e.Resource, e.Epoch), entry),
+	}
+	if e.Attempted == audit.Completed {
+		ops = append([]clientv3.Op{clientv3.OpPut(e.Space.Done(e.Resource), e.done())}, ops...)
+	}
+	return ops, nil
+}
+
+// Same is Complete's idempotency compare — the done record is this
+// call's own, so a retry of a committed call is recognised — or nil for
+// Release, which leaves no such mark.
+func (e End) Same() *clientv3.Cmp {
+	if e.Attempted != audit.Completed {
+		return nil
+	}
+	c := clientv3.Compare(clientv3.Value(e.Space.Done(e.Resource)), "=", e.done())
+	return &c
+}
+
+// RejectionKey is the key of the one Rejected entry of this end:
+// "<ns>/audit/<res>/rejected/<epoch>/<id>" with id derived from (attempted,
+// status). It is a function of the attempt, not of the call, so however
+// often a stale attempt is retried — after an unknown outcome, or again
+// after its *StaleError — it has one entry: the create-only put of a retry
+// finds the key taken, and the retry reads the entry already there.
+func (e End) RejectionKey() string {
+	sum := sha256.Sum256([]byte(string(e.Attempted) + "\x00" + e.Status))
+	return e.Space.AuditRejected(e.Resource, e.Epoch, hex.EncodeToString(sum[:12]))
+}
+
+// The positions of the stale ops' responses (Stale).
+const (
+	StaleReject = iota // the rejection's nested transaction
+	StaleLease         // Get lease: the current epoch
+	StaleEntry         // Get the rejection key: an earlier attempt's entry
+)
+
+// Stale is the stale path's ops: the first transaction's Else, and the
+// whole of each follow-up transaction (docs/protocol.md §3.3):
+//
+//	Txn( If(same) Then()                                   // Complete only: a retry of a committed call?
+//	     Else( Txn( If(ModRev(lease) = guess)              // guarded: the guess of the current epoch
+//	                Then( CreateOnly(rejKey, rejected{current_epoch: guess}) ) ) ) ),
+//	Get lease,                                             // the current epoch, for the next guess
+//	Get rejKey                                             // already rejected by an earlier try?
+//
+// Unguarded (the last try), the create-only put stands without the guess
+// compare and always writes unless the key exists.
+func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
+	val, err := audit.Encode(audit.Entry{
+		Kind: audit.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
+		CurrentEpoch: guess, Attempted: e.Attempted, Time: e.Time,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rejKey := e.RejectionKey()
+	reject := audit.CreateOnly(rejKey, val)
+	if guarded {
+		heldByGuess := clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", guess)
+		reject = clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{reject}, nil)
+	}
+	if same := e.Same(); same != nil {
+		reject = clientv3.OpTxn([]clientv3.Cmp{*same}, nil, []clientv3.Op{reject})
+	}
+	return []clientv3.Op{reject, clientv3.OpGet(e.LeaseKey()), clientv3.OpGet(rejKey)}, nil
+}
+
+// Size approximates the bytes the end's first transaction adds to a
+// request; the rejection is about as long as the end entry.
+func (e End) Size() int {
+	lk, dk := e.LeaseKey(), e.Space.Done(e.Resource)
+	ek := e.Space.AuditEnd(e.Resource, e.Epoch)
+	entry := 128 + len(e.Worker) + len(e.Status)
+	return 5*len(lk) + 2*len(dk) + 2*len(e.done()) + 2*len(ek) + 2*entry + 3*len(e.RejectionKey()) + 13*OpOverhead
+}
+
+// Revoke is Revoke's transaction for the epoch read (docs/protocol.md
+// §3.5): only that epoch ends, with its end entry:
+//
+//	If(ModRev(lease) = epoch) Then(Delete lease, CreateOnly(end, revoked))
+func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time) (clientv3.Cmp, []clientv3.Op, error) {
+	entry, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: now})
+	if err != nil {
+		return clientv3.Cmp{}, nil, fmt.Errorf("revoke %q: %w", resource, err)
+	}
+	leaseKey := space.Lease(resource)
+	sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
+	return sameEpoch, []clientv3.Op{clientv3.OpDelete(leaseKey), audit.CreateOnly(space.AuditEnd(resource, epoch), entry)}, nil
+}

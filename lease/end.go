@@ -1,0 +1,211 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/outcome"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxGuesses bounds how often a stale path re-reads the current epoch
+// before it records the last value read without comparing it.
+const maxGuesses = 8
+
+// Complete ends the epoch with a terminal status, as a compare-and-swap on
+// the epoch, in one transaction (protocol.End, docs/protocol.md §3.3):
+//
+//	If(ModRev(lease) = epoch)
+//	Then(Put done{status, epoch, worker}, Delete lease, CreateOnly(end, completed))
+//	Else(Txn(If(Value(done) = same record) Then() Else(<reject>)), Get lease, Get rejection)
+//
+// The done record's bytes are a pure function of (status, epoch, worker),
+// so a retry after an unknown outcome — the reply was lost but the first
+// attempt committed — or a second call with the same status finds its own
+// record and returns nil without writing a rejection.
+//
+// Otherwise the attempt is stale: it returns a *StaleError, and the
+// attempt's one Rejected entry — naming the worker, epoch, status and the
+// epoch holding the resource then — is in the audit log. Its key is a
+// function of (epoch, status), so retrying a stale Complete, after an
+// unknown outcome or after the *StaleError, never writes a second entry:
+// the retry returns the entry already there. That epoch cannot be copied
+// from the lease key inside a transaction, so <reject> is guarded by a
+// guess (the epoch this registry's watch last saw); a wrong guess costs one
+// more round trip with the value read.
+//
+// An error from the transaction matches outcome.ErrUnknown — the
+// completion may or may not have committed; calling Complete again with
+// the same status resolves it — or outcome.ErrRefused: etcd applied
+// nothing. The resource cannot be acquired again once completed.
+func (l *Lease) Complete(ctx context.Context, status string) error {
+	if err := validateStatus(status); err != nil {
+		return fmt.Errorf("lease: complete %q: %w", l.resource, err)
+	}
+	l.beginEnd()
+	err := l.end(ctx, "complete", l.newEnd(audit.Completed, status, time.Now()))
+	l.endDone("complete", ErrCompleted, err)
+	if err == nil {
+		l.log.Debug("completed", "status", status)
+	}
+	return err
+}
+
+// Release ends the epoch without a terminal status, so the resource can be
+// acquired again, in one transaction (docs/protocol.md §3.4):
+//
+//	If(ModRev(lease) = epoch) Then(Delete lease, CreateOnly(end, released))
+//	Else(<reject>, Get lease, Get rejection)
+//
+// A stale Release — including a second Release, and a retry whose first
+// attempt committed — returns a *StaleError and is audited as a rejection,
+// once per epoch however often it is retried. Errors are classified as for
+// Complete.
+func (l *Lease) Release(ctx context.Context) error {
+	l.beginEnd()
+	err := l.end(ctx, "release", l.newEnd(audit.Released, "", time.Now()))
+	l.endDone("release", ErrReleased, err)
+	if err == nil {
+		l.log.Debug("released")
+	}
+	return err
+}
+
+func (l *Lease) newEnd(attempted audit.Kind, status string, now time.Time) protocol.End {
+	return protocol.End{
+		Space: l.r.space, Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch,
+		Attempted: attempted, Status: status, Time: now,
+	}
+}
+
+// end runs the CAS on the epoch. On failure it runs the stale path: when
+// the call is a retry of a committed Complete it succeeds; otherwise the
+// attempt's one Rejected entry is written, guarded by a guess of the
+// current epoch, re-read and retried while the guess is wrong.
+func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
+	then, err := e.Then()
+	if err != nil {
+		return err
+	}
+	a := l.newStaleAttempt(op, e)
+	elseOps, err := a.ops(true)
+	if err != nil {
+		return err
+	}
+	resp, err := l.r.cli.Txn(ctx).If(e.Held()).Then(then...).Else(elseOps...).Commit()
+	if err != nil {
+		return a.unknown(err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		if finished, err := a.read((*pb.TxnResponse)(resp), attempt); finished {
+			return err
+		}
+		ops, err := a.ops(attempt+1 < maxGuesses)
+		if err != nil {
+			return err
+		}
+		// The epoch can never hold the key again, so the CAS need not be
+		// repeated: a compare-free transaction always runs Then.
+		resp, err = l.r.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return a.staleUnknown(err)
+		}
+	}
+}
+
+// staleAttempt is the stale path of one Complete or Release call whose
+// CAS failed (or may fail): the ops that reject it exactly once, and the
+// reading of their response. Lease.end and CompleteMany share it.
+type staleAttempt struct {
+	l     *Lease
+	op    string
+	e     protocol.End
+	guess int64 // the epoch believed to hold the resource (0: none)
+}
+
+func (l *Lease) newStaleAttempt(op string, e protocol.End) *staleAttempt {
+	return &staleAttempt{l: l, op: op, e: e, guess: l.guess()}
+}
+
+// ops is the stale path's ops with the current guess (protocol.End.Stale).
+func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) { return a.e.Stale(a.guess, guarded) }
+
+// read interprets the response to ops (the transaction's stale branch:
+// [reject-or-same, get lease, get rejection]) sent as the given attempt
+// (1: with the CAS). finished reports that the call is decided: err nil for
+// a retry that found its own committed result, a *StaleError once the
+// rejection is written or found written by an earlier try. Otherwise the
+// guess was wrong and a.guess is the value read.
+func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, err error) {
+	l := a.l
+	first := resp.Responses[protocol.StaleReject].GetResponseTxn()
+	if a.e.Same() != nil {
+		if first.Succeeded {
+			l.log.Debug("retried call found its own committed result", "op", a.op)
+			return true, nil
+		}
+		first = first.Responses[0].GetResponseTxn()
+	}
+	// Every read of the transaction sees the state before it: an entry at
+	// the rejection key is an earlier try's, and this try wrote nothing.
+	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 {
+		prev, err := audit.Decode(l.r.space.Namespace(), kvs[0])
+		if err != nil || prev.Kind != audit.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
+			return true, fmt.Errorf("lease: %s %q epoch %d: %w, but its rejection key %q holds an entry that is not this attempt's (decode error: %v)", a.op, l.resource, l.epoch, ErrStale, kvs[0].Key, err)
+		}
+		l.log.Debug("stale attempt already rejected by an earlier try", "op", a.op, "status", a.e.Status, "current_epoch", prev.CurrentEpoch)
+		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: prev.CurrentEpoch}
+	}
+	// The last attempt is unguarded: the create-only put itself.
+	if first.Succeeded || attempt >= maxGuesses {
+		l.log.Warn("stale attempt rejected", "op", a.op, "status", a.e.Status, "current_epoch", a.guess)
+		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: a.guess}
+	}
+	a.guess = 0
+	if kvs := resp.Responses[protocol.StaleLease].GetResponseRange().Kvs; len(kvs) > 0 {
+		a.guess = kvs[0].ModRevision
+	}
+	return false, nil
+}
+
+// unknown wraps a failure of the transaction with the CAS: it may have
+// committed (outcome.ErrUnknown) — unless etcd refused it whole
+// (outcome.ErrRefused).
+func (a *staleAttempt) unknown(err error) error {
+	return fmt.Errorf("lease: %s %q epoch %d: %w", a.op, a.l.resource, a.l.epoch, outcome.Classify(err))
+}
+
+// staleUnknown wraps a failure of a follow-up transaction: the CAS is
+// known to have failed; only the audit write is in doubt, and a retry
+// writes it at most once.
+func (a *staleAttempt) staleUnknown(err error) error {
+	return fmt.Errorf("lease: %s %q epoch %d: %w, but writing its rejection entry had an unknown outcome (a retry records it once): %w", a.op, a.l.resource, a.l.epoch, ErrStale, err)
+}
+
+// validateStatus checks a Complete status before anything is sent: 1–256
+// bytes of UTF-8 without control characters (docs/protocol.md §1).
+func validateStatus(status string) error {
+	switch {
+	case status == "":
+		return fmt.Errorf("%w: empty", ErrInvalidStatus)
+	case len(status) > 256:
+		return fmt.Errorf("%w: %d bytes, the limit is 256", ErrInvalidStatus, len(status))
+	case !utf8.ValidString(status):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidStatus)
+	}
+	for _, r := range status {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U", ErrInvalidStatus, r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/keys"
+)
+
+// Errors callers branch on. Detailed errors (*HeldError, *CompletedError,
+// *StaleError) match these with errors.Is.
+var (
+	// ErrHeld: the resource is held by another epoch (see *HeldError).
+	ErrHeld = errors.New("resource is held")
+	// ErrCompleted: the resource was completed and cannot be acquired
+	// again (see *CompletedError). Also the cause of a lease's context
+	// after its own Complete.
+	ErrCompleted = errors.New("resource is completed")
+	// ErrStale: a Complete or Release was rejected because the lease no
+	// longer holds the resource at its epoch (see *StaleError).
+	ErrStale = errors.New("stale lease")
+	// ErrNotHeld: Revoke found no holder.
+	ErrNotHeld = errors.New("resource is not held")
+	// ErrInvalidResource: the name is empty, over 512 bytes, not UTF-8, or
+	// has control characters. Returned before any request is sent.
+	ErrInvalidResource = keys.ErrInvalidResource
+	// ErrInvalidStatus: a Complete status is empty, over 256 bytes, not
+	// UTF-8, or has control characters.
+	ErrInvalidStatus = errors.New("invalid status")
+	// ErrReleased is a lease context's cause after its own Release.
+	ErrReleased = errors.New("lease released")
+	// ErrRevoked is a lease context's cause when its key was deleted or
+	// replaced by anyone else: an operator's Revoke, etcd expiring the
+	// session's lease, or a manual delete. After a Complete or Release of
+	// the lease whose outcome was unknown, the deletion may have been that
+	// call's own; the cause then wraps ErrRevoked and says so.
+	ErrRevoked = errors.New("lease revoked")
+	// ErrRegistryClosed: the registry was closed; also the cause of the
+	// contexts of leases still tracked by it.
+	ErrRegistryClosed = errors.New("lease registry closed")
+)
+
+// HeldError says who holds a resource.
+type HeldError struct {
+	Resource string
+	Holder   string // worker id of the holder
+	Epoch    int64
+	rev      int64 // revision the holder was read at
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease: %q is held by %q at epoch %d", e.Resource, e.Holder, e.Epoch)
+}
+
+// Is makes a *HeldError match ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// CompletedError says how a resource was completed.
+type CompletedError struct {
+	Resource string
+	Status   string
+	Epoch    int64
+	Worker   string
+}
+
+func (e *CompletedError) Error() string {
+	return fmt.Sprintf("lease: %q was completed with status %q by %q at epoch %d", e.Resource, e.Status, e.Worker, e.Epoch)
+}
+
+// Is makes a *CompletedError match ErrCompleted.
+func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
+
+// StaleError is a rejected Complete or Release. When it is returned, the
+// rejection is already in the audit log, exactly once: the CAS transaction
+// wrote it, or — when its guess of the current epoch was wrong — a
+// follow-up transaction did. An error that matches ErrStale but is not a
+// *StaleError means the CAS failed and writing the rejection had an
+// unknown outcome.
+type StaleError struct {
+	Resource string
+	Worker   string
+	Epoch    int64
+	// Status is the status the Complete tried to write; empty for Release.
+	Status string
+	// CurrentEpoch is the epoch holding the resource when the attempt was
+	// rejected; 0 means no one held it.
+	CurrentEpoch int64
+}
+
+func (e *StaleError) Error() string {
+	op := "complete with status " + fmt.Sprintf("%q", e.Status)
+	if e.Status == "" {
+		op = "release"
+	}
+	cur := "no holder"
+	if e.CurrentEpoch != 0 {
+		cur = fmt.Sprintf("epoch %d holds it", e.CurrentEpoch)
+	}
+	return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: %s (rejection audited)", op, e.Resource, e.Worker, e.Epoch, cur)
+}
+
+// Is makes a *StaleError match ErrStale.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }

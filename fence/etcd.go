@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/keys"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -113,13 +113,17 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // nest a transaction (clientv3.OpTxn) in ops.
 //
 // Errors: invalid tokens (ErrMalformedToken), configuration errors and a
-// done ctx are returned before anything is sent. A transaction etcd refuses
-// to run (ops touching the fence key or repeating a key, too many ops, too
-// large) applies nothing, and its error says so. Any other error from etcd is an
-// unknown outcome: the transaction may have committed, ops included.
-// Retrying Admit is always safe (an equal epoch is admitted again);
-// retrying AdmitOps applies ops again if the first attempt committed, so
-// make them idempotent or guard them with a nested compare.
+// done ctx are returned before anything is sent. An error from etcd matches
+// exactly one of outcome.ErrRefused and outcome.ErrUnknown (see
+// outcome.Classify). ErrRefused: etcd refused the transaction whole and
+// applied nothing, ops included (no permission on the fence key or an op's
+// key, ops touching the fence key or repeating a key, too many ops, too
+// large, the NOSPACE alarm); a retry is refused again until the cause is
+// fixed, save the transient refusals outcome.ErrRefused names. ErrUnknown:
+// the transaction may have committed, ops included. Retrying Admit is
+// always safe (an equal epoch is admitted again); retrying AdmitOps applies
+// ops again if the first attempt committed, so make them idempotent or
+// guard them with a nested compare.
 func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := refuseEarly(ctx, g.err, t); err != nil {
 		return nil, err
@@ -185,13 +189,12 @@ func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error)
 	return e, nil
 }
 
-// txnError wraps a failed transaction so the caller can tell a request
-// etcd refused to run (nothing applied) from an unknown outcome.
+// txnError wraps the error of a transaction that failed to run, classified
+// by outcome.Classify: it matches exactly one of outcome.ErrRefused (etcd
+// refused it whole, nothing was applied) and outcome.ErrUnknown (it may have
+// committed), and still matches etcd's own error.
 func txnError(t Token, err error) error {
-	if errors.Is(err, rpctypes.ErrDuplicateKey) || errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
-		return fmt.Errorf("fence: admit %q epoch %d: etcd refused the transaction, nothing was applied: %w", t.Resource, t.Epoch, err)
-	}
-	return fmt.Errorf("fence: admit %q epoch %d: outcome unknown: %w", t.Resource, t.Epoch, err)
+	return fmt.Errorf("fence: admit %q epoch %d: %w", t.Resource, t.Epoch, outcome.Classify(err))
 }
 
 // fenceValueWidth is the width of a fence key's value: every positive int64
@@ -261,7 +264,10 @@ func (g *LeaseGuard) Admit(ctx context.Context, t Token) error {
 // the transaction, and returns etcd's response: Succeeded is true and
 // Responses has one response per op, in order. Otherwise nothing is applied
 // and the error is a refusal as described on LeaseGuard. Errors before
-// sending and unknown outcomes are as for EtcdGuard.AdmitOps.
+// sending, and errors from etcd (matching outcome.ErrRefused or
+// outcome.ErrUnknown), are as for EtcdGuard.AdmitOps: a missing read
+// permission on the lease key, or a missing permission on an op's key, is
+// ErrRefused.
 func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := refuseEarly(ctx, g.err, t); err != nil {
 		return nil, err

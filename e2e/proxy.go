@@ -1,128 +1,26 @@
 package e2e
 
 import (
-	"fmt"
-	"net/url"
 	"testing"
-	"time"
 
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
+	"github.com/leasehold/leasehold/e2e/faultproxy"
 )
 
-// Proxy is a TCP fault proxy between clients and one etcd endpoint, built
-// on etcd's own pkg/proxy. Point a client at Endpoint; then Blackhole holds
-// every byte in both directions while keeping the connections open — a
-// network partition: nothing arrives, and after Heal the held bytes are
-// delivered intact, as TCP would after retransmitting. BlackholeReplies
-// instead drops etcd's replies for good, the torn connection of a reply
-// lost after the request was applied. Delay adds latency.
-type Proxy struct {
-	srv     proxy.Server
-	target  string
-	from    string
-	drained chan struct{} // closed when the error-draining goroutine exits
-}
+// Proxy is a TCP fault proxy between clients and one etcd member: a
+// partition (Blackhole), lost replies (BlackholeReplies) and latency
+// (Delay). It is faultproxy.Proxy; see package faultproxy, which does not
+// link etcd's server, for programs and tests that need only the proxy.
+type Proxy = faultproxy.Proxy
 
 // NewProxy starts a proxy to target (a client URL such as a Member's
-// Endpoint) and closes it at test cleanup.
+// Endpoint) and closes it at test cleanup. It is faultproxy.New; see
+// package faultproxy, which does not link etcd's server.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p, err := StartProxy(target)
-	if err != nil {
-		t.Fatalf("e2e: %v", err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return faultproxy.New(t, target)
 }
 
 // StartProxy starts a proxy to target for programs without a testing.TB.
-// The caller must Close it.
-func StartProxy(target string) (*Proxy, error) {
-	to, err := url.Parse(target)
-	if err != nil {
-		return nil, fmt.Errorf("proxy target %q: %w", target, err)
-	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		from := url.URL{Scheme: "tcp", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-		srv := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: *to})
-		select {
-		case <-srv.Ready():
-			// The proxy forwards bytes, so a TLS target's clients still
-			// speak TLS to it, end to end with the member.
-			scheme := "http"
-			if to.Scheme == "https" {
-				scheme = "https"
-			}
-			p := &Proxy{srv: srv, target: target, from: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]), drained: make(chan struct{})}
-			// etcd's proxy reports errors (such as failed dials while the
-			// member is stopped) on a channel of 16 and blocks when it is
-			// full, so it would stop forwarding for good: drain it.
-			go func() {
-				defer close(p.drained)
-				for {
-					select {
-					case <-srv.Error():
-					case <-srv.Done():
-						return
-					}
-				}
-			}()
-			return p, nil
-		case err := <-srv.Error():
-			_ = srv.Close()
-			lastErr = err
-		case <-time.After(5 * time.Second):
-			_ = srv.Close()
-			lastErr = fmt.Errorf("not ready after 5s")
-		}
-	}
-	return nil, fmt.Errorf("proxy to %s: %w", target, lastErr)
-}
-
-// Endpoint is the URL clients dial to go through the proxy.
-func (p *Proxy) Endpoint() string { return p.from }
-
-// Target is the endpoint the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
-
-// Blackhole stops all traffic in both directions. Connections stay open,
-// so neither side sees an error until its own timeouts fire.
-func (p *Proxy) Blackhole() {
-	p.srv.PauseTx()
-	p.srv.PauseRx()
-}
-
-// BlackholeReplies drops the traffic from etcd back to the client:
-// requests still arrive and are applied, but their replies are lost — the
-// "unknown outcome" a client sees when a connection dies after sending.
-// The dropped bytes tear the HTTP/2 stream, so after Heal the client's
-// requests fail until gRPC reconnects.
-func (p *Proxy) BlackholeReplies() { p.srv.BlackholeRx() }
-
-// Heal removes Blackhole, BlackholeReplies and Delay.
-func (p *Proxy) Heal() {
-	p.srv.UnpauseTx()
-	p.srv.UnpauseRx()
-	p.srv.UnblackholeRx()
-	p.srv.UndelayTx()
-	p.srv.UndelayRx()
-}
-
-// Delay adds d (± jitter) of latency in each direction.
-func (p *Proxy) Delay(d, jitter time.Duration) {
-	p.srv.DelayTx(d, jitter)
-	p.srv.DelayRx(d, jitter)
-}
-
-// Close stops the proxy and its connections.
-func (p *Proxy) Close() error {
-	err := p.srv.Close()
-	<-p.drained
-	return err
-}
+// The caller must Close it. It is faultproxy.Start; see package
+// faultproxy, which does not link etcd's server.
+func StartProxy(target string) (*Proxy, error) { return faultproxy.Start(target) }

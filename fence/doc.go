@@ -45,8 +45,10 @@
 // admission until the handler returns, which makes check and effect atomic
 // for one downstream process only. With several replicas, use the SQL or
 // etcd guard inside the effect's own transaction and answer its errors with
-// [ProblemFor] or [StatusFor]. Fencing orders holders; it does not make one
-// holder's retries safe: deduplicate those with [IdempotencyKey].
+// [ProblemFor] or [StatusFor]. On the client, [Problem.Refusal] and
+// [RefusalFromStatus] turn a refusal back into the guard's own error, the
+// same value over HTTP and gRPC. Fencing orders holders; it does not make
+// one holder's retries safe: deduplicate those with [IdempotencyKey].
 //
 // # Text form
 //

@@ -14,11 +14,13 @@ import (
 )
 
 // The google.rpc.ErrorInfo attached to the statuses the interceptors
-// return. Clients in any language tell a fenced call from a missing token
-// (both FailedPrecondition) by Reason.
+// return. Clients in any language tell a fenced call from a token that is
+// not the live lease's and from a missing token (all FailedPrecondition) by
+// Reason.
 const (
 	errorDomain          = "leasehold"
 	reasonFenced         = "FENCED"
+	reasonNotCurrent     = "NOT_CURRENT"
 	reasonTokenRequired  = "FENCING_TOKEN_REQUIRED"
 	reasonMalformedToken = "MALFORMED_FENCING_TOKEN"
 )
@@ -31,8 +33,9 @@ const (
 //   - no token: codes.FailedPrecondition (the handler runs unfenced instead
 //     with TokenOptional);
 //   - a stale token: codes.FailedPrecondition with a google.rpc.ErrorInfo
-//     detail {Reason "FENCED", Domain "leasehold", Metadata resource,
-//     presented_epoch, current_epoch}, which FencedFromStatus decodes. Never
+//     detail {Reason "FENCED" or "NOT_CURRENT", Domain "leasehold",
+//     Metadata resource, presented_epoch, current_epoch}, which
+//     RefusalFromStatus and FencedFromStatus decode (see StatusFor). Never
 //     Unknown or Unavailable, which clients and retry policies retry: a
 //     superseded holder must stop, not try again;
 //   - other guard errors: see StatusFor.
@@ -156,18 +159,36 @@ func incomingToken(ctx context.Context, optional bool) (t Token, ok bool, err er
 // return for it, so a handler that fences its own writes (for example with a
 // SQL guard inside its transaction) answers as the interceptors would:
 //
-//   - a *FencedError: codes.FailedPrecondition with the ErrorInfo detail
-//     FencedFromStatus decodes;
+//   - a *NotCurrentError (a token that is not its resource's live lease,
+//     from LeaseGuard or Verifier): codes.FailedPrecondition, the error's
+//     own message, and a google.rpc.ErrorInfo {Reason "NOT_CURRENT",
+//     Domain "leasehold", Metadata resource, presented_epoch,
+//     current_epoch}, current_epoch being the live epoch, "0" if none;
+//   - any other *FencedError: codes.FailedPrecondition, its message, and
+//     the same ErrorInfo with Reason "FENCED", current_epoch being the
+//     epoch that superseded the token;
 //   - an error wrapping ErrMalformedToken: codes.InvalidArgument;
 //   - context errors: codes.Canceled or codes.DeadlineExceeded;
 //   - an error that already carries a gRPC status: that status;
 //   - anything else: codes.Internal, without the error's text, which may
 //     describe internal systems; log it where it happened.
+//
+// RefusalFromStatus turns either refusal back into the guard's error, and
+// Problem.Refusal does the same over HTTP, so a client decodes one refusal
+// to the same value from both. "NOT_CURRENT" is a reason of its own so that
+// a client that predates it, and knows only "FENCED", does not read a
+// token whose lease merely ended as superseded by a newer epoch: it sees a
+// FailedPrecondition it does not recognise, which no retry policy retries.
 func StatusFor(err error) *status.Status {
 	var fe *FencedError
+	var nc *NotCurrentError
 	switch {
 	case errors.As(err, &fe):
-		return withErrorInfo(status.New(codes.FailedPrecondition, fe.Error()), reasonFenced, map[string]string{
+		reason := reasonFenced
+		if errors.As(err, &nc) {
+			reason = reasonNotCurrent
+		}
+		return withErrorInfo(status.New(codes.FailedPrecondition, fencedDetail(err, fe)), reason, map[string]string{
 			"resource":        fe.Token.Resource,
 			"presented_epoch": strconv.FormatInt(fe.Token.Epoch, 10),
 			"current_epoch":   strconv.FormatInt(fe.Current, 10),
@@ -193,39 +214,65 @@ func withErrorInfo(s *status.Status, reason string, md map[string]string) *statu
 	return withInfo
 }
 
-// FencedFromStatus returns the *FencedError behind a call the server refused
-// as stale: a codes.FailedPrecondition status carrying the interceptors'
-// "FENCED" ErrorInfo. A client can then handle a fenced RPC like a local
-// fenced write (errors.Is(fe, ErrFenced)). An err that already wraps a
-// *FencedError is returned as is. It reports false for every other error,
-// including FailedPrecondition for a missing token.
-func FencedFromStatus(err error) (*FencedError, bool) {
+// RefusalFromStatus returns the refusal behind a call the server refused as
+// stale, as the server's guard returned it: a *NotCurrentError for a
+// codes.FailedPrecondition status carrying the "NOT_CURRENT" ErrorInfo, a
+// *FencedError for one carrying "FENCED" (see StatusFor), with the
+// presented token and current_epoch. errors.Is with ErrFenced and
+// ErrNotCurrent, and errors.As, then answer as they did on the server, and
+// as they do for Problem.Refusal of the same refusal sent over HTTP. An err
+// that already wraps a *NotCurrentError or a *FencedError yields that
+// error. It returns nil for every other error, including
+// FailedPrecondition for a missing token.
+func RefusalFromStatus(err error) error {
 	if err == nil {
-		return nil, false
+		return nil
+	}
+	var nc *NotCurrentError
+	if errors.As(err, &nc) {
+		return nc
 	}
 	var fe *FencedError
 	if errors.As(err, &fe) {
-		return fe, true
+		return fe
 	}
 	s, ok := status.FromError(err)
 	if !ok || s.Code() != codes.FailedPrecondition {
-		return nil, false
+		return nil
 	}
 	for _, d := range s.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetDomain() != errorDomain || info.GetReason() != reasonFenced {
+		if !ok || info.GetDomain() != errorDomain {
+			continue
+		}
+		reason := info.GetReason()
+		if reason != reasonFenced && reason != reasonNotCurrent {
 			continue
 		}
 		md := info.GetMetadata()
 		presented, err1 := strconv.ParseInt(md["presented_epoch"], 10, 64)
 		current, err2 := strconv.ParseInt(md["current_epoch"], 10, 64)
-		t := Token{Resource: md["resource"], Epoch: presented}
-		if err1 != nil || err2 != nil || current <= 0 || t.Validate() != nil {
-			return nil, false
+		if err1 != nil || err2 != nil {
+			return nil
 		}
-		return &FencedError{Token: t, Current: current}, true
+		return decodeRefusal(Token{Resource: md["resource"], Epoch: presented}, current, reason == reasonNotCurrent)
 	}
-	return nil, false
+	return nil
+}
+
+// FencedFromStatus is RefusalFromStatus's *FencedError: the refusal
+// itself, or for "NOT_CURRENT" the *FencedError that errors.As finds in
+// the *NotCurrentError, with the same Token and Current (0 when no lease
+// was live), as Problem.Fenced returns for the same refusal over HTTP. A
+// client can then handle a fenced RPC like a local fenced write
+// (errors.Is(fe, ErrFenced)). It reports false for every other error,
+// including FailedPrecondition for a missing token.
+func FencedFromStatus(err error) (*FencedError, bool) {
+	var fe *FencedError
+	if !errors.As(RefusalFromStatus(err), &fe) {
+		return nil, false
+	}
+	return fe, true
 }
 
 // UnaryClientInterceptor adds the token and idempotency key found in each

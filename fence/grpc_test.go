@@ -596,17 +596,72 @@ func TestFencedFromStatusRejects(t *testing.T) {
 		t.Fatalf("FencedFromStatus refused a well-formed status")
 	}
 	for name, err := range map[string]error{
-		"nil":             nil,
-		"plain error":     errors.New("fenced"),
-		"no details":      status.Error(codes.FailedPrecondition, "fenced"),
-		"other code":      withInfo(codes.Aborted, "FENCED", good),
-		"other reason":    withInfo(codes.FailedPrecondition, "FENCING_TOKEN_REQUIRED", nil),
-		"bad epoch":       withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "r", "presented_epoch": "x", "current_epoch": "2"}),
-		"no current":      withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "r", "presented_epoch": "1"}),
-		"invalid resouce": withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "", "presented_epoch": "1", "current_epoch": "2"}),
+		"nil":                     nil,
+		"plain error":             errors.New("fenced"),
+		"no details":              status.Error(codes.FailedPrecondition, "fenced"),
+		"other code":              withInfo(codes.Aborted, "FENCED", good),
+		"other reason":            withInfo(codes.FailedPrecondition, "FENCING_TOKEN_REQUIRED", nil),
+		"bad epoch":               withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "r", "presented_epoch": "x", "current_epoch": "2"}),
+		"no current":              withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "r", "presented_epoch": "1"}),
+		"invalid resouce":         withInfo(codes.FailedPrecondition, "FENCED", map[string]string{"resource": "", "presented_epoch": "1", "current_epoch": "2"}),
+		"negative current":        withInfo(codes.FailedPrecondition, "NOT_CURRENT", map[string]string{"resource": "r", "presented_epoch": "1", "current_epoch": "-1"}),
+		"not current, no epoch":   withInfo(codes.FailedPrecondition, "NOT_CURRENT", map[string]string{"resource": "r", "current_epoch": "0"}),
+		"not current, other code": withInfo(codes.Aborted, "NOT_CURRENT", good),
 	} {
 		if fe, ok := FencedFromStatus(err); ok {
 			t.Errorf("%s: FencedFromStatus = %v, true", name, fe)
 		}
+		if r := RefusalFromStatus(err); r != nil {
+			t.Errorf("%s: RefusalFromStatus = %v", name, r)
+		}
+	}
+}
+
+// TestStatusForNotCurrent: a token that is not the live lease's is sent
+// with a reason of its own, which a client that knows only "FENCED" does
+// not take for a superseded one, and decodes back to a *NotCurrentError,
+// Current 0 included.
+func TestStatusForNotCurrent(t *testing.T) {
+	for _, current := range []int64{0, 9} {
+		nc := &NotCurrentError{Token: Token{Resource: "r", Epoch: 12}, Current: current}
+		err := StatusFor(fmt.Errorf("fence: admitting: %w", nc)).Err()
+		info := errorInfo(err)
+		wantMD := map[string]string{"resource": "r", "presented_epoch": "12", "current_epoch": fmt.Sprint(current)}
+		if status.Code(err) != codes.FailedPrecondition || info == nil || info.GetReason() != "NOT_CURRENT" || fmt.Sprint(info.GetMetadata()) != fmt.Sprint(wantMD) {
+			t.Errorf("current %d: %v with ErrorInfo %v; want FailedPrecondition, reason NOT_CURRENT, metadata %v", current, err, info, wantMD)
+		}
+		if msg := status.Convert(err).Message(); msg != nc.Error() {
+			t.Errorf("current %d: message %q, want %q", current, msg, nc.Error())
+		}
+		got := RefusalFromStatus(err)
+		if gnc, ok := got.(*NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, ErrNotCurrent) || !errors.Is(got, ErrFenced) {
+			t.Errorf("current %d: RefusalFromStatus = %#v, want %#v", current, got, nc)
+		}
+		if fe, ok := FencedFromStatus(err); !ok || fe.Token != nc.Token || fe.Current != current {
+			t.Errorf("current %d: FencedFromStatus = %v, %v", current, fe, ok)
+		}
+		// An error already holding the refusal yields it.
+		if got := RefusalFromStatus(fmt.Errorf("calling: %w", nc)); got != error(nc) {
+			t.Errorf("RefusalFromStatus(wrapped NotCurrentError) = %#v", got)
+		}
+	}
+	// A superseded token keeps reason FENCED and decodes to a FencedError.
+	fe := &FencedError{Token: Token{Resource: "r", Epoch: 5}, Current: 9}
+	err := StatusFor(fe).Err()
+	if info := errorInfo(err); info == nil || info.GetReason() != "FENCED" {
+		t.Errorf("FencedError: ErrorInfo %v, want reason FENCED", info)
+	}
+	if got, ok := RefusalFromStatus(err).(*FencedError); !ok || *got != *fe || errors.Is(got, ErrNotCurrent) {
+		t.Errorf("RefusalFromStatus(FENCED) = %#v, want %#v", got, fe)
+	}
+	// "FENCED" with current_epoch 0, as servers before "NOT_CURRENT" sent
+	// for a lease that ended, decodes as over HTTP: a FencedError.
+	old := withErrorInfo(status.New(codes.FailedPrecondition, "x"), "FENCED",
+		map[string]string{"resource": "r", "presented_epoch": "5", "current_epoch": "0"}).Err()
+	if got, ok := FencedFromStatus(old); !ok || *got != (FencedError{Token: Token{Resource: "r", Epoch: 5}}) {
+		t.Errorf("FencedFromStatus(FENCED, current 0) = %v, %v", got, ok)
+	}
+	if p, ok := (Problem{Type: ProblemTypeFenced, Status: 412, Resource: "r", PresentedEpoch: 5}).Fenced(); !ok || *p != (FencedError{Token: Token{Resource: "r", Epoch: 5}}) {
+		t.Errorf("Problem.Fenced(current 0) = %v, %v", p, ok)
 	}
 }

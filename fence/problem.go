@@ -36,9 +36,10 @@ const (
 
 // Problem is an RFC 9457 problem details object, the body of every error
 // response the middleware writes (Content-Type application/problem+json).
-// Resource, PresentedEpoch and CurrentEpoch are extension members; they
-// name the holder that was refused and the epoch that superseded it, which
-// is what a client needs to log or report a fenced write.
+// Resource, PresentedEpoch, CurrentEpoch and NotCurrent are extension
+// members; they name the holder that was refused and the epoch that
+// superseded it, which is what a client needs to log or report a fenced
+// write.
 type Problem struct {
 	Type   string `json:"type,omitempty"`
 	Title  string `json:"title"`
@@ -48,9 +49,16 @@ type Problem struct {
 	Resource string `json:"resource,omitempty"`
 	// PresentedEpoch is the presented token's epoch, when the token parsed.
 	PresentedEpoch int64 `json:"presented_epoch,omitempty"`
-	// CurrentEpoch is the highest epoch admitted for Resource; set only on
-	// a 412 (ProblemTypeFenced).
+	// CurrentEpoch is the highest epoch admitted for Resource, or with
+	// NotCurrent the resource's live lease epoch, 0 (omitted) if none; set
+	// only on a 412 (ProblemTypeFenced).
 	CurrentEpoch int64 `json:"current_epoch,omitempty"`
+	// NotCurrent is set on a 412 whose token was refused as a
+	// *NotCurrentError: not its resource's live lease (the lease ended with
+	// no successor yet, or the epoch was never one of its leases), rather
+	// than below a newer epoch. The type stays ProblemTypeFenced, so a
+	// client that does not know this member still stops writing.
+	NotCurrent bool `json:"not_current,omitempty"`
 }
 
 // ProblemFor maps an error from a Guard (or from the middleware's wait for
@@ -59,7 +67,9 @@ type Problem struct {
 // transaction, answers exactly as the middleware would:
 //
 //   - a *FencedError: 412 Precondition Failed, ProblemTypeFenced, with the
-//     resource and both epochs;
+//     resource and both epochs; a *NotCurrentError (which holds a
+//     *FencedError) also sets NotCurrent, and its detail is its own
+//     message;
 //   - an error wrapping ErrMalformedToken: 400 Bad Request;
 //   - context.Canceled or context.DeadlineExceeded: 503 Service Unavailable,
 //     since the request gave up, not the server;
@@ -70,6 +80,7 @@ type Problem struct {
 // err must not be nil.
 func ProblemFor(err error) Problem {
 	var fe *FencedError
+	var nc *NotCurrentError
 	switch {
 	case errors.As(err, &fe):
 		return Problem{
@@ -80,6 +91,7 @@ func ProblemFor(err error) Problem {
 			Resource:       fe.Token.Resource,
 			PresentedEpoch: fe.Token.Epoch,
 			CurrentEpoch:   fe.Current,
+			NotCurrent:     errors.As(err, &nc),
 		}
 	case errors.Is(err, ErrMalformedToken):
 		return Problem{
@@ -138,17 +150,42 @@ func fencedDetail(err error, fe *FencedError) string {
 	return fe.Error()
 }
 
-// Fenced turns a decoded 412 problem back into the *FencedError the server's
-// guard returned, so an HTTP client can handle a fenced write exactly like a
-// local one (errors.Is(err, ErrFenced)). It reports false for every other
-// problem.
-func (p Problem) Fenced() (*FencedError, bool) {
+// Refusal turns a decoded 412 problem back into the refusal the server's
+// guard returned, so an HTTP client can handle a fenced write exactly like
+// a local one: a *NotCurrentError if NotCurrent is set, a *FencedError
+// otherwise, with the presented token and CurrentEpoch, so errors.Is with
+// ErrFenced and ErrNotCurrent, and errors.As, answer as they did on the
+// server. RefusalFromStatus decodes the same refusal from a gRPC status to
+// the same value. It returns nil for every other problem.
+func (p Problem) Refusal() error {
 	if p.Type != ProblemTypeFenced || p.Status != http.StatusPreconditionFailed {
+		return nil
+	}
+	return decodeRefusal(Token{Resource: p.Resource, Epoch: p.PresentedEpoch}, p.CurrentEpoch, p.NotCurrent)
+}
+
+// Fenced is Refusal's *FencedError: the refusal itself, or for a
+// NotCurrent problem the *FencedError that errors.As finds in the
+// *NotCurrentError, with the same Token and Current (0 when no lease was
+// live). FencedFromStatus returns the same for the same refusal over gRPC.
+// It reports false for every other problem.
+func (p Problem) Fenced() (*FencedError, bool) {
+	var fe *FencedError
+	if !errors.As(p.Refusal(), &fe) {
 		return nil, false
 	}
-	t := Token{Resource: p.Resource, Epoch: p.PresentedEpoch}
-	if t.Validate() != nil || p.CurrentEpoch < 0 {
-		return nil, false
+	return fe, true
+}
+
+// decodeRefusal rebuilds a refusal received from a server, or returns nil
+// if it could not have been sent: an invalid token or a negative epoch.
+func decodeRefusal(t Token, current int64, notCurrent bool) error {
+	switch {
+	case t.Validate() != nil || current < 0:
+		return nil
+	case notCurrent:
+		return &NotCurrentError{Token: t, Current: current}
+	default:
+		return &FencedError{Token: t, Current: current}
 	}
-	return &FencedError{Token: t, Current: p.CurrentEpoch}, true
 }

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -36,5 +37,41 @@ func TestProblemFor(t *testing.T) {
 	rec := httptest.NewRecorder()
 	if err := (Problem{Title: "no status"}).Write(rec); err != nil || rec.Code != 500 {
 		t.Errorf("Write of a problem without a status: %v, code %d; want 500", err, rec.Code)
+	}
+}
+
+// TestProblemNotCurrent: a token that is not the live lease's is a 412 of
+// ProblemTypeFenced, as before, with a not_current member that lets
+// Refusal rebuild the *NotCurrentError, Current 0 included.
+func TestProblemNotCurrent(t *testing.T) {
+	for _, current := range []int64{0, 9} {
+		nc := &NotCurrentError{Token: Token{Resource: "r", Epoch: 12}, Current: current}
+		rec := httptest.NewRecorder()
+		if err := ProblemFor(fmt.Errorf("fence: admitting: %w", nc)).Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		var members map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &members); err != nil || members["not_current"] != true || members["type"] != ProblemTypeFenced || rec.Code != 412 {
+			t.Errorf("current %d: %d %s, want 412 %s with not_current true", current, rec.Code, rec.Body, ProblemTypeFenced)
+		}
+		var p Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Detail != nc.Error() {
+			t.Errorf("current %d: detail %q, want %q", current, p.Detail, nc.Error())
+		}
+		got := p.Refusal()
+		if gnc, ok := got.(*NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, ErrNotCurrent) || !errors.Is(got, ErrFenced) {
+			t.Errorf("current %d: Refusal() = %#v, want %#v", current, got, nc)
+		}
+	}
+	fe := &FencedError{Token: Token{Resource: "r", Epoch: 5}, Current: 9}
+	p := ProblemFor(fe)
+	if got, ok := p.Refusal().(*FencedError); p.NotCurrent || !ok || *got != *fe {
+		t.Errorf("FencedError: NotCurrent %v, Refusal() = %#v", p.NotCurrent, p.Refusal())
+	}
+	if r := ProblemFor(fmt.Errorf("%w: bad", ErrMalformedToken)).Refusal(); r != nil {
+		t.Errorf("Refusal() = %v for a malformed-token problem", r)
 	}
 }

@@ -37,18 +37,16 @@ type resourceLocks struct {
 
 type resourceLock struct {
 	resource string
-	// ch is held by sending into it and released by receiving from it; a
-	// channel rather than a sync.Mutex lets a waiter give up when its
-	// context is done instead of queueing behind a long handler forever.
-	ch chan struct{}
+	// ch is the lock; a waiter gives up when its context is done instead
+	// of queueing behind a long handler forever.
+	ch ctxLock
 	// refs counts goroutines holding or waiting for ch; guarded by
 	// resourceLocks.mu. The entry is deleted when it drops to zero.
 	refs int
 }
 
-// lock takes resource's lock, or gives up with ctx's error. ctx is checked
-// again after the lock is taken, because select picks at random among
-// ready cases and a caller whose context is done must not get in.
+// lock takes resource's lock, or gives up with ctx's error (see
+// ctxLock.lock).
 func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -59,20 +57,14 @@ func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLoc
 	}
 	rl := l.m[resource]
 	if rl == nil {
-		rl = &resourceLock{resource: resource, ch: make(chan struct{}, 1)}
+		rl = &resourceLock{resource: resource, ch: newCtxLock()}
 		l.m[resource] = rl
 	}
 	rl.refs++
 	l.mu.Unlock()
 
-	select {
-	case rl.ch <- struct{}{}:
-	case <-ctx.Done():
+	if err := rl.ch.lock(ctx); err != nil {
 		l.drop(rl)
-		return nil, ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
-		l.unlock(rl)
 		return nil, err
 	}
 	return rl, nil
@@ -80,7 +72,7 @@ func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLoc
 
 // unlock releases a lock returned by lock.
 func (l *resourceLocks) unlock(rl *resourceLock) {
-	<-rl.ch
+	rl.ch.unlock()
 	l.drop(rl)
 }
 
@@ -99,3 +91,32 @@ func (l *resourceLocks) size() int {
 	defer l.mu.Unlock()
 	return len(l.m)
 }
+
+// ctxLock is a mutex whose waiters can give up when their context is done,
+// which a sync.Mutex does not allow. It is held by sending into the channel
+// and released by receiving from it. resourceLocks and MemoryGuard use it.
+type ctxLock chan struct{}
+
+func newCtxLock() ctxLock { return make(ctxLock, 1) }
+
+// lock takes l, or gives up with ctx's error. The context is checked before
+// and after, because select picks at random among ready cases, and a caller
+// whose context is done must not get in.
+func (l ctxLock) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		l.unlock()
+		return err
+	}
+	return nil
+}
+
+// unlock releases l, which the caller holds.
+func (l ctxLock) unlock() { <-l }

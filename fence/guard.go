@@ -69,10 +69,12 @@ type MemoryGuard struct {
 
 // resourceState is one resource's admission state.
 type resourceState struct {
-	// lock is held by sending into it and released by receiving from it.
-	// A channel rather than a sync.Mutex lets waiters give up when their
-	// context is done instead of blocking behind a long effect forever.
-	lock chan struct{}
+	// lock lets waiters give up when their context is done instead of
+	// blocking behind a long effect forever. Unlike the admission locks
+	// of the middleware (resourceLocks), which are dropped when unused,
+	// the state is kept for every resource ever seen, because highest
+	// must outlive the lock.
+	lock ctxLock
 	// highest is the highest admitted epoch. It is written only while lock
 	// is held, and is atomic so Current can read it without waiting for an
 	// effect in progress.
@@ -88,30 +90,14 @@ func (g *MemoryGuard) state(resource string) *resourceState {
 	if st, ok := g.resources.Load(resource); ok {
 		return st.(*resourceState)
 	}
-	st, _ := g.resources.LoadOrStore(resource, &resourceState{lock: make(chan struct{}, 1)})
+	st, _ := g.resources.LoadOrStore(resource, &resourceState{lock: newCtxLock()})
 	return st.(*resourceState)
 }
 
-// acquire takes the resource's lock, or gives up with ctx's error. The
-// context is checked before and after because select picks randomly among
-// ready cases, and a caller whose context is done must not get in.
-func (st *resourceState) acquire(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case st.lock <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
-		st.release()
-		return err
-	}
-	return nil
-}
+// acquire takes the resource's lock, or gives up with ctx's error.
+func (st *resourceState) acquire(ctx context.Context) error { return st.lock.lock(ctx) }
 
-func (st *resourceState) release() { <-st.lock }
+func (st *resourceState) release() { st.lock.unlock() }
 
 // admitLocked applies the fencing rule; the caller holds st.lock.
 func (st *resourceState) admitLocked(t Token) error {

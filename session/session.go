@@ -13,12 +13,34 @@
 // local deadline earlier than the server's, never later. A leader change
 // only extends leases on the server, so it keeps the deadline conservative.
 // The margin absorbs clock-rate drift between this process and the etcd
-// leader and the time work takes to notice cancellation.
+// leader and the time work takes to notice cancellation. The grant counts
+// as the first renewal: its send time starts the first deadline, and New
+// fails (with an error matching ErrLost) if the grant's reply arrives
+// after that deadline.
+//
+// A renewal is due one renew interval after the send time of the last
+// successful one (the grant's, at first), and is sent at once when that
+// moment has already passed, as after a slow grant or a slow reply. New
+// requires the interval to be at most half of TTL − margin, so a due time
+// lies at least (TTL − margin)/2 before the deadline: a renewal sent when
+// due has that long for its round trip and retries, and whenever the
+// deadline is nearer than that, the renewal is already overdue and goes
+// out at once. A failed renewal is retried after a quarter of the
+// interval (at least 10ms, at most the interval); each attempt is
+// bounded by the deadline.
+//
+// The deadline is enforced by a timer that does nothing but cancel the
+// context: nothing that can block — the network, the logger, the
+// Observer — stands between the deadline and the cancellation, and
+// logging and observing the end happen only after it. A renewal extends
+// the deadline only if its reply arrived before the deadline passed;
+// once the context is cancelled, a late reply revives nothing.
 //
 // Context() is cancelled with a cause, read with context.Cause:
 //
 //   - ErrLost: the safe deadline passed without a successful renewal
-//     (partition, a slow or unavailable cluster, this process paused);
+//     (partition, a slow or unavailable cluster, this process paused), or
+//     the session's etcd client was closed, so no renewal can succeed;
 //   - ErrExpired: etcd reported the lease gone (it expired or was revoked);
 //   - ErrClosed: Close was called.
 //
@@ -57,6 +79,15 @@ var (
 	ErrClosed = errors.New("session closed")
 )
 
+// ErrClientClosed means the session's etcd client was closed. Close
+// returns an error matching it (and context.Canceled) when the client was
+// closed before or during Close: it then gives up at once instead of
+// letting the client retry on its closed connection, so the BeforeClose
+// functions get a context already cancelled with this cause, the etcd
+// lease is not revoked, and etcd deletes its keys when it expires, after
+// its TTL. New returns an error matching it for a closed client.
+var ErrClientClosed = errors.New("session's etcd client is closed")
+
 // Defaults, in one place.
 const (
 	// DefaultTTL is the lease TTL requested when WithTTL is not given.
@@ -82,12 +113,16 @@ type config struct {
 }
 
 // Observer receives a session's events, for metrics. Its methods are
-// called from the renewal goroutine and must not block.
+// called one at a time from the renewal goroutine and should return
+// quickly: a slow Observer delays renewals (and so may let the safe
+// deadline pass) and Close, which waits for that goroutine, but never the
+// cancellation at the safe deadline.
 type Observer interface {
 	// SessionRenewed reports a successful renewal: its round trip, and how
 	// far the new safe deadline lies ahead.
 	SessionRenewed(worker string, rtt, headroom time.Duration)
-	// SessionEnded reports the cause a session ended with.
+	// SessionEnded reports the cause a session ended with, after its
+	// context was cancelled.
 	SessionEnded(worker string, cause error)
 }
 
@@ -137,7 +172,9 @@ func WithWorker(id string) Option {
 	}
 }
 
-// WithLogger sets the logger. The default discards everything.
+// WithLogger sets the logger. The default discards everything. Like the
+// Observer, a logger that blocks delays renewals and Close, never the
+// cancellation at the safe deadline.
 func WithLogger(l hclog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -189,11 +226,12 @@ type Session struct {
 	observer Observer
 
 	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the renewal loop has exited
+	cancel context.CancelCauseFunc // called only with mu held
+	done   chan struct{}           // closed when the renewal loop has exited
 
 	mu        sync.Mutex
-	deadline  time.Time // safe deadline; monotonic
+	deadline  time.Time   // safe deadline; monotonic
+	lost      *time.Timer // runs expire at the deadline
 	closers   map[uint64]func(context.Context) error
 	nextClose uint64
 	closed    bool
@@ -204,6 +242,11 @@ type Session struct {
 
 // New grants an etcd lease and starts renewing it. ctx bounds the grant
 // only; the session lives until Close, loss or expiry.
+//
+// The grant's send time starts the first safe deadline (send time + TTL −
+// margin). If the grant's reply arrives after it, New revokes the granted
+// lease (best effort) and returns an error matching ErrLost that says the
+// grant took longer than TTL − margin.
 func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, error) {
 	if cli == nil {
 		return nil, errors.New("session: New: nil client")
@@ -223,11 +266,17 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	ttlSeconds := int64((cfg.ttl + time.Second - 1) / time.Second)
 
 	// The deadline counts from before the grant was sent.
+	gctx, stop := withClient(ctx, cli)
 	sent := time.Now()
-	resp, err := cli.Grant(ctx, ttlSeconds)
+	resp, err := cli.Grant(gctx, ttlSeconds)
+	stop()
 	if err != nil {
+		if context.Cause(gctx) == ErrClientClosed {
+			return nil, fmt.Errorf("session: grant lease: %w (%w)", ErrClientClosed, err)
+		}
 		return nil, fmt.Errorf("session: grant lease: %w", err)
 	}
+	replied := time.Now()
 	ttl := time.Duration(resp.TTL) * time.Second
 	margin := cfg.margin
 	if margin < 0 {
@@ -238,10 +287,14 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 		interval = ttl / 3
 	}
 	if margin >= ttl || interval > (ttl-margin)/2 {
-		revokeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = cli.Revoke(revokeCtx, resp.ID)
-		cancel()
+		revokeQuietly(cli, resp.ID)
 		return nil, fmt.Errorf("session: granted TTL %v leaves no room for margin %v and renew interval %v (need interval ≤ (TTL − margin)/2)", ttl, margin, interval)
+	}
+	deadline := sent.Add(ttl - margin)
+	if !replied.Before(deadline) {
+		revokeQuietly(cli, resp.ID)
+		return nil, fmt.Errorf("session: grant lease: the reply took %v, longer than TTL %v − margin %v, so its safe deadline had passed: %w",
+			replied.Sub(sent), ttl, margin, ErrLost)
 	}
 
 	sctx, cancel := context.WithCancelCause(context.Background())
@@ -257,12 +310,44 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 		ctx:      sctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),
-		deadline: sent.Add(ttl - margin),
+		deadline: deadline,
 		closers:  make(map[uint64]func(context.Context) error),
 	}
-	s.log.Debug("session started", "ttl", ttl, "margin", margin, "interval", interval)
-	go s.run()
+	// Armed before anything can block.
+	s.mu.Lock()
+	s.lost = time.AfterFunc(time.Until(deadline), s.expire)
+	s.mu.Unlock()
+	go s.run(sent.Add(interval))
+	s.log.Debug("session started", "ttl", ttl, "margin", margin, "interval", interval, "grant_rtt", replied.Sub(sent))
 	return s, nil
+}
+
+// revokeQuietly revokes a lease New will not use, best effort: etcd
+// expires it after its TTL otherwise.
+func revokeQuietly(cli *clientv3.Client, id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rctx, stop := withClient(ctx, cli)
+	defer stop()
+	_, _ = cli.Revoke(rctx, id)
+}
+
+// withClient returns a context derived from ctx that is also cancelled,
+// with cause ErrClientClosed, when cli is closed (at once if it already
+// is). The client retries a request on its closed connection until the
+// request's context ends; this makes such a request fail at once. Call
+// stop when done.
+func withClient(ctx context.Context, cli *clientv3.Client) (_ context.Context, stop func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	if cli.Ctx().Err() != nil {
+		cancel(ErrClientClosed)
+		return cctx, func() {}
+	}
+	unwatch := context.AfterFunc(cli.Ctx(), func() { cancel(ErrClientClosed) })
+	return cctx, func() {
+		unwatch()
+		cancel(nil)
+	}
 }
 
 func defaultWorker() string {
@@ -313,51 +398,59 @@ func (s *Session) Deadline() time.Time {
 	return s.deadline
 }
 
-// run renews the lease until the session ends. Each renewal is bounded by
-// the safe deadline: a reply after it is useless because work has already
-// been told to stop.
-func (s *Session) run() {
+// run renews the lease until the session ends; the first renewal is due at
+// due. Each renewal is bounded by the safe deadline: a reply after it is
+// useless because work has already been told to stop. run does not
+// enforce the deadline (expire does), so nothing it waits for — the
+// network, the logger, the Observer — can keep the context live past it.
+// It reports the session's end once the context is cancelled.
+func (s *Session) run(due time.Time) {
 	defer close(s.done)
-	next := time.NewTimer(s.interval)
+	defer s.reportEnd()
+	next := time.NewTimer(time.Until(due))
 	defer next.Stop()
 	for {
-		s.mu.Lock()
-		deadline := s.deadline
-		s.mu.Unlock()
-		lost := time.NewTimer(time.Until(deadline))
 		select {
 		case <-s.ctx.Done():
-			lost.Stop()
 			return
-		case <-lost.C:
+		case <-s.cli.Ctx().Done():
+			// No renewal can succeed any more: the deadline can only pass.
 			s.end(ErrLost)
 			return
 		case <-next.C:
 		}
-		lost.Stop()
 
+		s.mu.Lock()
+		deadline := s.deadline
+		s.mu.Unlock()
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(s.ctx, deadline)
+		stop := context.AfterFunc(s.cli.Ctx(), cancel)
 		resp, err := s.cli.KeepAliveOnce(rctx, s.id)
+		stop()
 		cancel()
 		switch {
 		case err == nil && resp.TTL > 0:
 			ttl := time.Duration(resp.TTL) * time.Second
 			rtt := time.Since(sent)
-			s.mu.Lock()
-			if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
-				s.deadline = d
+			headroom, ok := s.extend(sent, ttl)
+			if !ok {
+				return // the deadline passed before the reply arrived
 			}
-			headroom := time.Until(s.deadline)
-			s.mu.Unlock()
 			s.observer.SessionRenewed(s.worker, rtt, headroom)
-			s.log.Trace("renewed", "ttl", ttl, "rtt", rtt)
-			next.Reset(s.interval)
+			s.log.Trace("renewed", "ttl", ttl, "rtt", rtt, "headroom", headroom)
+			// Due an interval after this renewal was sent — at once if
+			// its reply took longer than that.
+			next.Reset(time.Until(sent.Add(s.interval)))
 		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.end(ErrExpired)
 			return
 		default:
 			if s.ctx.Err() != nil {
+				return
+			}
+			if s.cli.Ctx().Err() != nil {
+				s.end(ErrLost)
 				return
 			}
 			// Retry sooner than the interval: the deadline is what counts.
@@ -367,18 +460,74 @@ func (s *Session) run() {
 	}
 }
 
-// end cancels the session with cause, once.
-func (s *Session) end(cause error) {
+// extend records a successful renewal sent at sent, which etcd answered
+// with ttl: the safe deadline moves to sent + ttl − margin, never earlier
+// than it was, and its timer with it. A reply that arrives once the
+// deadline has passed extends nothing — the session is lost even if the
+// timer has not run yet — and ok is false. headroom is how far ahead the
+// new deadline lies.
+func (s *Session) extend(sent time.Time, ttl time.Duration) (headroom time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return 0, false
+	}
+	now := time.Now()
+	if !now.Before(s.deadline) {
+		s.cancelLocked(ErrLost)
+		return 0, false
+	}
+	if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
+		s.deadline = d
+		s.lost.Reset(d.Sub(now))
+	}
+	return s.deadline.Sub(now), true
+}
+
+// expire runs on the deadline timer: it cancels the session with ErrLost
+// if the deadline has passed. It takes nothing but the session's mutex,
+// which is only ever held briefly. If a renewal extended the deadline
+// meanwhile (or the timer ran early), it waits for the new deadline.
+func (s *Session) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
 		return
 	}
+	if left := time.Until(s.deadline); left > 0 {
+		s.lost.Reset(left)
+		return
+	}
+	s.cancelLocked(ErrLost)
+}
+
+// end cancels the session with cause, unless it already ended.
+func (s *Session) end(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelLocked(cause)
+}
+
+// cancelLocked cancels the session with cause, unless it already ended.
+// The first cause wins. s.mu must be held.
+func (s *Session) cancelLocked(cause error) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.cancel(cause)
+	s.lost.Stop()
+}
+
+// reportEnd logs and observes the cause the session ended with. run calls
+// it on its way out, after the context was cancelled.
+func (s *Session) reportEnd() {
+	cause := context.Cause(s.ctx)
 	switch cause {
 	case ErrClosed:
 		s.log.Debug("session closed")
 	default:
 		s.log.Warn("session ended", "cause", cause)
 	}
-	s.cancel(cause)
 	s.observer.SessionEnded(s.worker, cause)
 }
 
@@ -408,8 +557,17 @@ func (s *Session) BeforeClose(f func(ctx context.Context) error) (stop func() bo
 // stops before anything is handed over), runs the BeforeClose functions —
 // releasing held leases with audit entries — and revokes the etcd lease,
 // which deletes any lease key still attached to it. ctx bounds the
-// releases and the revoke. Close is idempotent; later calls return the
-// first call's result.
+// releases and the revoke.
+//
+// If the session's etcd client is closed, before or during Close, Close
+// gives up at once: the BeforeClose functions get a context cancelled
+// with cause ErrClientClosed (so their etcd calls fail instead of
+// retrying), the lease is not revoked (etcd expires it after its TTL),
+// and the error matches ErrClientClosed and context.Canceled.
+//
+// Close waits for the renewal goroutine to exit, so it waits for an
+// Observer or logger call in progress. Close is idempotent; later calls
+// return the first call's result.
 func (s *Session) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.end(ErrClosed)
@@ -419,14 +577,25 @@ func (s *Session) Close(ctx context.Context) error {
 		closers := s.closers
 		s.closers = nil
 		s.mu.Unlock()
+
+		cctx, stop := withClient(ctx, s.cli)
+		defer stop()
 		var errs []error
 		for _, f := range closers {
-			if err := f(ctx); err != nil {
+			if err := f(cctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if _, err := s.cli.Revoke(ctx, s.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			errs = append(errs, fmt.Errorf("session: revoke lease: %w", err))
+		if context.Cause(cctx) != ErrClientClosed {
+			_, err := s.cli.Revoke(cctx, s.id)
+			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && context.Cause(cctx) != ErrClientClosed {
+				errs = append(errs, fmt.Errorf("session: revoke lease: %w", err))
+			}
+		}
+		if context.Cause(cctx) == ErrClientClosed {
+			s.log.Warn("etcd client closed: lease not revoked, etcd expires it after its TTL")
+			errs = append(errs, fmt.Errorf("session: lease %x not revoked, etcd expires it after its TTL: %w (%w)",
+				int64(s.id), ErrClientClosed, context.Canceled))
 		}
 		s.closeErr = errors.Join(errs...)
 	})

@@ -773,8 +773,8 @@ func TestBeforeCloseRunsBetweenCancelAndRevoke(t *testing.T) {
 }
 
 // Regression for a bug this suite found (session/session.go, New and run):
-// New accepted any renew interval below TTL − margin, but run() arms the
-// interval timer only after the grant's reply (and re-arms it only after
+// New accepted any renew interval below TTL − margin, but run() armed the
+// interval timer only after the grant's reply (and re-armed it only after
 // each renewal's reply), while the safe deadline counts from the send time.
 // With an interval that "fit" — TTL − margin − 1ns — the first renewal was
 // sent after the deadline had passed, so a session New accepted was lost on

@@ -35,6 +35,9 @@ type demoConfig struct {
 	noFencing bool
 	// metricsAddr, if set, serves Prometheus metrics at /metrics.
 	metricsAddr string
+	// keep leaves the scratch namespace in etcd after a run that passed;
+	// a failed run always leaves it.
+	keep bool
 }
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -43,9 +46,15 @@ func newDemoCmd(g *globals) *cobra.Command {
 		Use:   "demo",
 		Short: "Run workers on a batch of tasks with a fenced downstream and a forced expiry; report the invariants",
 		Long: "Starts an embedded etcd (or uses --endpoints under a scratch namespace), runs workers over a\n" +
-			"batch of tasks that write to a fenced downstream, pauses one worker past its lease while its\n" +
-			"connection is cut, and checks: every task completed exactly once, every stale completion\n" +
-			"rejected and audited, every stale downstream write refused. Exits 1 if any invariant fails.",
+			"batch of tasks that write to a fenced downstream (one record per task), and has one worker\n" +
+			"write a task's effect and then pause past its lease while its connection is cut; another\n" +
+			"worker takes the task over, and the paused one wakes and retries. It checks: every task\n" +
+			"completed exactly once, every stale completion rejected and audited, every stale downstream\n" +
+			"write refused, each task's record holding the effect of the epoch that completed it, and no\n" +
+			"write landing after a higher epoch's. An effect written under a live lease and then\n" +
+			"superseded is allowed: leasehold does not promise otherwise. Exits 1 if any invariant fails.\n\n" +
+			"With --endpoints the scratch namespace is deleted after a run that passed; a failed run, or\n" +
+			"any run with --keep, leaves it and prints the commands that inspect it.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -57,6 +66,8 @@ func newDemoCmd(g *globals) *cobra.Command {
 				return usagef("--ttl must be at least 1s (etcd's minimum)")
 			case cfg.work < 0:
 				return usagef("--work must not be negative")
+			case cfg.keep && !cmd.Flags().Changed("endpoints"):
+				return usagef("--keep needs --endpoints: the embedded etcd and its data end with the demo")
 			}
 			return g.demo(cmd.Context(), cfg, cmd.Flags().Changed("endpoints"))
 		},
@@ -69,26 +80,42 @@ func newDemoCmd(g *globals) *cobra.Command {
 	f.BoolVar(&cfg.noFencing, "control-no-fencing", false, "control run: the downstream ignores tokens (the report must fail)")
 	_ = f.MarkHidden("control-no-fencing")
 	f.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while the demo runs")
+	f.BoolVar(&cfg.keep, "keep", false, "with --endpoints: keep the scratch namespace in etcd and print how to inspect it (a failed run always keeps it)")
 	cfg.victim = 2
 	return cmd
 }
 
-// demoStore is the fenced downstream: rows written through a guard whose
-// check is atomic with the write.
+// demoStore is the fenced downstream: one record per task, which a write
+// overwrites, written through a guard whose check is atomic with the
+// write. It models what leasehold promises: a worker may write under a live
+// lease and lose it before completing, and a higher epoch's write then
+// overwrites that effect; a lower epoch never overwrites a higher one.
 type demoStore struct {
 	guard     *fence.MemoryGuard
 	noFencing bool
 	mu        sync.Mutex
-	rows      map[string][]int64 // task → epochs that wrote
+	record    map[string]int64  // task → the epoch whose effect the record holds
+	history   []downstreamWrite // every write that landed, in order
 
 	completedTasks map[string]bool // tasks whose Complete returned nil
+}
+
+// downstreamWrite is one write that landed in the downstream.
+type downstreamWrite struct {
+	task  string
+	epoch int64
+}
+
+func newDemoStore(noFencing bool) *demoStore {
+	return &demoStore{guard: fence.NewMemoryGuard(), noFencing: noFencing, record: map[string]int64{}, completedTasks: map[string]bool{}}
 }
 
 func (s *demoStore) write(ctx context.Context, t fence.Token) error {
 	effect := func(context.Context) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.rows[t.Resource] = append(s.rows[t.Resource], t.Epoch)
+		s.record[t.Resource] = t.Epoch
+		s.history = append(s.history, downstreamWrite{task: t.Resource, epoch: t.Epoch})
 		return nil
 	}
 	if s.noFencing {
@@ -110,9 +137,10 @@ type demoRun struct {
 	store     *demoStore
 	stats     demoStats
 	takenOver atomic.Value // string: the task the victim lost
+	badTasks  []string     // tasks whose downstream checks failed, set by report
 }
 
-func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error {
+func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err error) {
 	start := time.Now()
 	var endpoints []string
 	ns := g.namespace
@@ -136,8 +164,13 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error
 		return err
 	}
 	defer cli.Close()
+	var d *demoRun
 	if external {
 		defer func() {
+			if d != nil && (err != nil || cfg.keep) { // the run started: its keys are worth a look
+				g.printKept(ns, d.inspectTask())
+				return
+			}
 			dctx, cancel := context.WithTimeout(context.Background(), g.cmdTimeout)
 			defer cancel()
 			_, _ = cli.Delete(dctx, ns+"/", clientv3.WithPrefix())
@@ -167,11 +200,11 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error
 		defer srv.Close()
 		fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
 	}
-	d := &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: &demoStore{guard: fence.NewMemoryGuard(), noFencing: cfg.noFencing, rows: map[string][]int64{}, completedTasks: map[string]bool{}}}
+	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing)}
 	for i := 0; i < cfg.tasks; i++ {
 		d.tasks = append(d.tasks, fmt.Sprintf("task-%04d", i))
 	}
-	fmt.Fprintf(g.out, "%d workers, %d tasks, session TTL %v; worker-1 will be paused past its lease with its connection cut\n", cfg.workers, cfg.tasks, cfg.ttl)
+	fmt.Fprintf(g.out, "%d workers, %d tasks, session TTL %v; worker-1 will write one task's effect, then be paused past its lease with its connection cut\n", cfg.workers, cfg.tasks, cfg.ttl)
 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -200,6 +233,18 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) error
 		return err
 	}
 	return d.report(ctx, cli, time.Since(start))
+}
+
+// inspectTask is the task most worth a timeline: the first whose
+// downstream checks failed, else the one taken over from worker-1.
+func (d *demoRun) inspectTask() string {
+	if len(d.badTasks) > 0 {
+		return d.badTasks[0]
+	}
+	if task, ok := d.takenOver.Load().(string); ok {
+		return task
+	}
+	return ""
 }
 
 func (d *demoRun) progress(done <-chan struct{}) {
@@ -235,8 +280,10 @@ func (d *demoRun) progress(done <-chan struct{}) {
 }
 
 // worker takes tasks until all are completed. Worker 1 reaches etcd
-// through a fault proxy and, at its victim-th task, pauses past its lease
-// with its connection cut, then carries on as if it still held the task.
+// through a fault proxy and, at its victim-th task, writes the effect under
+// its live lease, then pauses past its lease with its connection cut before
+// it can complete, then carries on as if it still held the task: it writes
+// again (refused) and completes (rejected).
 func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	name := fmt.Sprintf("worker-%d", id)
 	var proxy *e2e.Proxy
@@ -300,6 +347,11 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 			d.stats.acquisitions.Add(1)
 			taken++
 			if proxy != nil && taken == d.cfg.victim && d.takenOver.Load() == nil {
+				// The effect lands under the live lease; then the worker
+				// loses its connection before it can complete.
+				if err := d.write(ctx, l); err != nil {
+					return err
+				}
 				if err := d.pause(ctx, proxy, reg, l); err != nil {
 					return err
 				}
@@ -341,6 +393,17 @@ func (d *demoRun) isCompleted(task string) bool {
 	return d.store.completedTasks[task]
 }
 
+// write writes the task's effect downstream with the lease's token. A
+// refused write is counted, not an error: that is the fence working.
+func (d *demoRun) write(ctx context.Context, l *lease.Lease) error {
+	err := d.store.write(ctx, l.Token())
+	if errors.Is(err, fence.ErrFenced) {
+		d.stats.refusedWrites.Add(1)
+		return nil
+	}
+	return err
+}
+
 // doTask writes the task's effect downstream with the lease's token, then
 // completes. A refused write or a stale completion is counted, not fatal:
 // that is the system working.
@@ -348,15 +411,12 @@ func (d *demoRun) doTask(ctx context.Context, l *lease.Lease) error {
 	if d.cfg.work > 0 {
 		time.Sleep(d.cfg.work)
 	}
-	err := d.store.write(ctx, l.Token())
-	if errors.Is(err, fence.ErrFenced) {
-		d.stats.refusedWrites.Add(1)
-	} else if err != nil {
+	if err := d.write(ctx, l); err != nil {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = l.Complete(cctx, "done")
+		err := l.Complete(cctx, "done")
 		cancel()
 		var stale *lease.StaleError
 		switch {

@@ -28,7 +28,8 @@ func newDrillCmd(g *globals) *cobra.Command {
 			"revoke forces its epoch to end, worker 2 acquires it, writes to a fenced downstream kept in\n" +
 			"etcd and completes; then worker 1 tries its write and its completion. PASS requires the\n" +
 			"audit to show worker 1's completion rejected and the downstream to hold no effect from\n" +
-			"epoch 1. The scratch namespace is deleted afterwards unless --keep is given.",
+			"worker 1's epoch. The scratch namespace is deleted afterwards unless --keep is given; then\n" +
+			"the drill prints the commands that inspect it on the same cluster.",
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := args[0]
@@ -46,7 +47,7 @@ func newDrillCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&keep, "keep", false, "keep the scratch namespace (inspect it with --namespace)")
+	f.BoolVar(&keep, "keep", false, "keep the scratch namespace and print the commands that inspect it")
 	f.DurationVar(&ttl, "ttl", 5*time.Second, "session TTL of the drill's workers")
 	f.BoolVar(&noFencing, "control-no-fencing", false, "control run: worker 1 writes without the guard (the drill must FAIL)")
 	_ = f.MarkHidden("control-no-fencing")
@@ -137,29 +138,32 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		return err
 	}
 	var effects []string
-	fromEpoch1 := false
+	fromWorker1 := false
 	for _, kv := range resp.Kvs {
 		effects = append(effects, fmt.Sprintf("%s=%s", kv.Key[len(downstream):], kv.Value))
 		if string(kv.Value) == fmt.Sprint(l1.Epoch()) {
-			fromEpoch1 = true
+			fromWorker1 = true
 		}
 	}
 	var stale *lease.StaleError
 	checks := []check{
 		{"worker 1's downstream write refused", errors.Is(writeErr, fence.ErrFenced), fmt.Sprint(orOK(writeErr))},
 		{"worker 1's completion is a StaleError", errors.As(completeErr, &stale), fmt.Sprint(orOK(completeErr))},
-		{"the audit shows epoch 1's completion rejected", rejected, fmt.Sprintf("%d entries", len(entries))},
-		{"the downstream holds no effect from epoch 1", !fromEpoch1, fmt.Sprint(effects)},
+		{fmt.Sprintf("the audit shows epoch %d's completion rejected", l1.Epoch()), rejected, fmt.Sprintf("%d entries", len(entries))},
+		{fmt.Sprintf("the downstream holds no effect from epoch %d", l1.Epoch()), !fromWorker1, fmt.Sprint(effects)},
 	}
-	failed := printChecks(g.out, 48, checks)
+	failed := printChecks(g.out, 52, checks)
+	verdict := "PASS"
+	if failed > 0 {
+		verdict = "FAIL"
+	}
+	fmt.Fprintln(g.out, verdict)
 	if keep {
-		fmt.Fprintf(g.out, "kept: leasehold timeline %q --namespace %s\n", res, ns)
+		g.printKept(ns, res)
 	}
 	if failed > 0 {
-		fmt.Fprintln(g.out, "FAIL")
 		return fmt.Errorf("drill failed %d check(s)", failed)
 	}
-	fmt.Fprintln(g.out, "PASS")
 	return nil
 }
 

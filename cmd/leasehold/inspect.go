@@ -113,8 +113,14 @@ func newAuditCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Print the audit trail, optionally filtered; --follow streams new entries",
-		Args:  noArgs,
+		Long: "Print the audit trail, optionally filtered. --follow (-f) prints the entries so far and then\n" +
+			"streams new ones: a table under one header whose columns keep their widths, or with -o json\n" +
+			"one JSON object per line (without --follow, -o json prints one array).\n\n" + currentHelp,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.MinRevision < 0 {
+				return usagef("--since must be an etcd revision (0 or more), not %d", f.MinRevision)
+			}
 			f.Kind = audit.Kind(kind)
 			if kind != "" && !f.Kind.Valid() {
 				return usagef("--kind %q is not one of acquired, released, completed, rejected, expired, revoked", kind)
@@ -135,11 +141,18 @@ func newAuditCmd(g *globals) *cobra.Command {
 				if err != nil {
 					fmt.Fprintln(g.errOut, "warning:", err)
 				}
-				if err := g.printEntries(entries, !follow); err != nil {
-					return err
-				}
 				if !follow {
-					return nil
+					return g.printEntries(entries, true)
+				}
+				emit := func(es []audit.Entry) error { return g.printEntries(es, false) }
+				if g.output != "json" {
+					stream, err := newEntryStream(g.out, entries)
+					if err != nil {
+						return err
+					}
+					emit = stream.print
+				} else if err := emit(entries); err != nil {
+					return err
 				}
 				from := f
 				if n := len(entries); n > 0 {
@@ -161,7 +174,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 						}
 						return ev.Err
 					}
-					if err := g.printEntries([]audit.Entry{ev.Entry}, false); err != nil {
+					if err := emit([]audit.Entry{ev.Entry}); err != nil {
 						return err
 					}
 				}
@@ -178,8 +191,9 @@ func newAuditCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// printEntries prints entries; with header, as one table (or JSON array),
-// otherwise as lines (or one JSON object per line) for streaming.
+// printEntries prints entries: whole, as one table (or JSON array);
+// otherwise as one JSON object per line, for streaming (a streamed table is
+// an entryStream).
 func (g *globals) printEntries(entries []audit.Entry, whole bool) error {
 	if g.output == "json" {
 		if whole {
@@ -196,11 +210,7 @@ func (g *globals) printEntries(entries []audit.Entry, whole bool) error {
 		}
 		return nil
 	}
-	var rows [][]string
-	for _, e := range entries {
-		rows = append(rows, entryRow(e))
-	}
-	return table(g.out, entryHeader, rows)
+	return table(g.out, entryHeader, entryRows(entries))
 }
 
 type epochJSON struct {
@@ -254,7 +264,9 @@ func newTimelineCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "timeline <resource>",
 		Short: "Show each epoch of a resource: who, acquired, how it ended, rejections against it",
-		Args:  exactArgs(1),
+		Long: "Show each epoch of a resource: who acquired it and when, how and when it ended, and the\n" +
+			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" + currentHelp,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := args[0]
 			if err := keys.ValidateResource(res); err != nil {
@@ -289,7 +301,7 @@ func newTimelineCmd(g *globals) *cobra.Command {
 					}
 					rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, ep.AcquiredAt.UTC().Format("15:04:05.000"), ended, extra, fmt.Sprint(len(ep.Rejections))})
 					for _, r := range ep.Rejections {
-						rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, fmt.Sprintf("current=%d", r.CurrentEpoch)})
+						rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, current(*r.CurrentEpoch)})
 					}
 				}
 				fmt.Fprintf(g.out, "timeline of %q\n", res)

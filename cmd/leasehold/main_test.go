@@ -227,7 +227,10 @@ func TestDemoInvariants(t *testing.T) {
 		"ok    every task completed exactly once                          12/12",
 		"ok    stale completions rejected and audited",
 		"ok    stale downstream writes refused",
-		"ok    downstream holds only effects of the completing epoch",
+		// worker-1's effect landed under its live lease and was superseded
+		// by the epoch that took the task over: allowed, and counted.
+		"ok    downstream record of each task is its completing epoch's   12/12, 1 superseded",
+		"ok    no downstream write landed after a higher epoch's          0 late writes",
 		"ok    every epoch has one start and one end entry",
 		"all invariants hold",
 		"timeline of the task taken over from worker-1",
@@ -247,7 +250,8 @@ func TestDemoControlIsCaught(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
 	}
-	if !strings.Contains(out, "FAIL  downstream holds only effects of the completing epoch") ||
+	if !strings.Contains(out, "FAIL  downstream record of each task is its completing epoch's") ||
+		!strings.Contains(out, "FAIL  no downstream write landed after a higher epoch's          1 late writes") ||
 		!strings.Contains(out, "FAIL  stale downstream writes refused") {
 		t.Fatalf("control run not caught:\n%s", out)
 	}
@@ -270,11 +274,7 @@ func TestDrill(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("drill --keep exit %d\n%s", code, out)
 	}
-	i := strings.Index(out, "--namespace ")
-	if i < 0 {
-		t.Fatalf("no namespace printed:\n%s", out)
-	}
-	ns, _, _ := strings.Cut(out[i+len("--namespace "):], "\n")
+	ns := scratchNamespace(t, out)
 	code, out, errOut = cli(t, "timeline", "orders/7", "--endpoints", ep, "--namespace", ns)
 	if code != 0 || !strings.Contains(out, "revoked") || !strings.Contains(out, "drill-worker-2") {
 		t.Fatalf("timeline of the kept drill: exit %d\n%s\n%s", code, out, errOut)
@@ -286,7 +286,7 @@ func TestDrill(t *testing.T) {
 func TestDrillControlIsCaught(t *testing.T) {
 	c := e2e.NewCluster(t)
 	code, out, _ := cli(t, "drill", "orders/7", "--endpoints", c.Endpoints()[0], "--ttl", "2s", "--log-level", "off", "--control-no-fencing")
-	if code != 1 || !strings.Contains(out, "FAIL  the downstream holds no effect from epoch 1") {
+	if code != 1 || !strings.Contains(out, "FAIL  the downstream holds no effect from epoch ") {
 		t.Fatalf("control drill not caught: exit %d\n%s", code, out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,23 +31,43 @@ func writeJSON(w io.Writer, v any) error {
 
 // entryJSON is an audit entry's JSON form.
 type entryJSON struct {
-	Revision     int64     `json:"revision"`
-	Kind         string    `json:"kind"`
-	Resource     string    `json:"resource"`
-	Worker       string    `json:"worker"`
-	Epoch        int64     `json:"epoch"`
-	Status       string    `json:"status,omitempty"`
-	CurrentEpoch int64     `json:"current_epoch,omitempty"`
+	Revision int64  `json:"revision"`
+	Kind     string `json:"kind"`
+	Resource string `json:"resource"`
+	Worker   string `json:"worker"`
+	Epoch    int64  `json:"epoch"`
+	Status   string `json:"status,omitempty"`
+	// CurrentEpoch is set on rejections only, and there always: the epoch
+	// that held the resource when the attempt was made, 0 if none did.
+	CurrentEpoch *int64    `json:"current_epoch,omitempty"`
 	Attempted    string    `json:"attempted,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
 	Time         time.Time `json:"time"`
 }
 
 func toJSON(e audit.Entry) entryJSON {
-	return entryJSON{
+	j := entryJSON{
 		Revision: e.Revision, Kind: string(e.Kind), Resource: e.Resource, Worker: e.Worker, Epoch: e.Epoch,
-		Status: e.Status, CurrentEpoch: e.CurrentEpoch, Attempted: string(e.Attempted), Reason: e.Reason, Time: e.Time,
+		Status: e.Status, Attempted: string(e.Attempted), Reason: e.Reason, Time: e.Time,
 	}
+	if e.Kind == audit.Rejected {
+		j.CurrentEpoch = &e.CurrentEpoch
+	}
+	return j
+}
+
+// currentHelp explains, for a command's help, how a rejection's current
+// epoch reads.
+const currentHelp = "A rejection shows the epoch that held the resource when the stale attempt was made:\n" +
+	"current=N, or current=none when no one held it; in JSON, \"current_epoch\": N, or\n" +
+	"\"current_epoch\": 0 when no one held it (present on every rejection, absent on other kinds)."
+
+// current is how the human outputs show a rejection's current epoch.
+func current(epoch int64) string {
+	if epoch == 0 {
+		return "current=none"
+	}
+	return fmt.Sprintf("current=%d", epoch)
 }
 
 var entryHeader = []string{"REV", "TIME", "KIND", "RESOURCE", "WORKER", "EPOCH", "DETAIL"}
@@ -58,6 +79,60 @@ func entryRow(e audit.Entry) []string {
 	}
 }
 
+// entryStream prints audit entries as they arrive: one header, and
+// columns whose widths are fixed when it starts, wide enough for the
+// entries it starts with (and at least a typical width), so that streamed
+// rows line up under the header. A value wider than its column widens only
+// its own row.
+type entryStream struct {
+	w      io.Writer
+	widths []int // of every column but the last
+}
+
+// entryMinWidths are the least widths of entryHeader's columns but the last:
+// a revision, a time, the longest kind, a resource, a worker, an epoch.
+var entryMinWidths = []int{6, 12, 9, 16, 12, 6}
+
+func newEntryStream(w io.Writer, first []audit.Entry) (*entryStream, error) {
+	s := &entryStream{w: w, widths: slices.Clone(entryMinWidths)}
+	for _, r := range append([][]string{entryHeader}, entryRows(first)...) {
+		for i := range s.widths {
+			s.widths[i] = max(s.widths[i], len(r[i]))
+		}
+	}
+	if err := s.row(entryHeader); err != nil {
+		return nil, err
+	}
+	return s, s.print(first)
+}
+
+func (s *entryStream) print(entries []audit.Entry) error {
+	for _, r := range entryRows(entries) {
+		if err := s.row(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *entryStream) row(cells []string) error {
+	var b strings.Builder
+	for i, c := range cells[:len(cells)-1] {
+		fmt.Fprintf(&b, "%-*s  ", s.widths[i], c)
+	}
+	b.WriteString(cells[len(cells)-1])
+	_, err := fmt.Fprintln(s.w, strings.TrimRight(b.String(), " "))
+	return err
+}
+
+func entryRows(entries []audit.Entry) [][]string {
+	rows := make([][]string, 0, len(entries))
+	for _, e := range entries {
+		rows = append(rows, entryRow(e))
+	}
+	return rows
+}
+
 // detail is the human summary of what an entry adds to kind and epoch.
 func detail(e audit.Entry) string {
 	var parts []string
@@ -65,12 +140,7 @@ func detail(e audit.Entry) string {
 		parts = append(parts, "status="+e.Status)
 	}
 	if e.Kind == audit.Rejected {
-		parts = append(parts, "attempted="+string(e.Attempted))
-		if e.CurrentEpoch == 0 {
-			parts = append(parts, "current=none")
-		} else {
-			parts = append(parts, fmt.Sprintf("current=%d", e.CurrentEpoch))
-		}
+		parts = append(parts, "attempted="+string(e.Attempted), current(e.CurrentEpoch))
 	}
 	if e.Reason != "" {
 		parts = append(parts, fmt.Sprintf("reason=%q", e.Reason))

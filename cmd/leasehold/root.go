@@ -85,7 +85,7 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := root.PersistentFlags()
-	f.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated host:port or URLs")
+	f.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated: host:port, http(s)://host:port or unix(s)://path")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "dial timeout for the etcd client")
 	f.DurationVar(&g.cmdTimeout, "command-timeout", 10*time.Second, "timeout of each request")
 	f.StringVar(&g.namespace, "namespace", keys.DefaultNamespace, "key namespace")
@@ -119,6 +119,9 @@ func (g *globals) validate() error {
 	for _, ep := range g.endpoints {
 		if strings.TrimSpace(ep) == "" {
 			return usagef("--endpoints has an empty entry")
+		}
+		if err := validateEndpoint(ep); err != nil {
+			return err
 		}
 	}
 	if g.dialTimeout <= 0 || g.cmdTimeout <= 0 {
@@ -165,6 +168,9 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 	cfg.Username, cfg.Password = user, password
 	cli, err := clientv3.New(cfg)
 	if err != nil {
+		if why := unresolvedHost(ctx, g.endpoints, g.dialTimeout); why != nil {
+			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
+		}
 		if why := explainDialFailure(ctx, g.endpoints, cfg.TLS, g.dialTimeout); why != nil {
 			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
 		}
@@ -178,6 +184,9 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 	defer cancel()
 	if _, err := cli.Get(pctx, g.space().LeasePrefix(), clientv3.WithCountOnly()); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		_ = cli.Close()
+		if why := unresolvedHost(ctx, g.endpoints, g.dialTimeout); why != nil {
+			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
+		}
 		if why := explainDialFailure(ctx, g.endpoints, cfg.TLS, g.dialTimeout); why != nil {
 			return nil, fmt.Errorf("connect to %s: %w", strings.Join(g.endpoints, ","), why)
 		}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/e2e"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestDownstreamCheck runs the demo's downstream check on histories: what
+// leasehold allows passes, and a stale write after a higher epoch, or a
+// record that is not the completing epoch's, fails.
+func TestDownstreamCheck(t *testing.T) {
+	tasks := []string{"a", "b"}
+	for _, tc := range []struct {
+		name           string
+		history        []downstreamWrite
+		completed      map[string]int64
+		recordOK, orOK bool
+		bad            []string
+	}{{
+		// A worker wrote under its live lease (epoch 5), lost its
+		// connection before completing, and epoch 9 completed the task.
+		name:      "effect under a live lease superseded",
+		history:   []downstreamWrite{{"a", 5}, {"b", 6}, {"a", 9}},
+		completed: map[string]int64{"a": 9, "b": 6},
+		recordOK:  true, orOK: true,
+	}, {
+		name:      "stale write after a higher epoch",
+		history:   []downstreamWrite{{"a", 5}, {"b", 6}, {"a", 9}, {"a", 5}},
+		completed: map[string]int64{"a": 9, "b": 6},
+		bad:       []string{"a"},
+	}, {
+		name:      "completing epoch's effect missing",
+		history:   []downstreamWrite{{"a", 5}, {"b", 6}},
+		completed: map[string]int64{"a": 9, "b": 6},
+		orOK:      true, bad: []string{"a"},
+	}, {
+		name:      "task never completed",
+		history:   []downstreamWrite{{"a", 5}, {"b", 6}},
+		completed: map[string]int64{"a": 5},
+		orOK:      true, bad: []string{"b"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			record := map[string]int64{}
+			for _, w := range tc.history { // the downstream overwrites, as an unfenced store does
+				record[w.task] = w.epoch
+			}
+			checks, bad := checkDownstream(tasks, record, tc.history, tc.completed)
+			if checks[0].ok != tc.recordOK || checks[1].ok != tc.orOK || !slices.Equal(bad, tc.bad) {
+				t.Fatalf("checks %+v, bad tasks %v; want record ok %v, order ok %v, bad %v", checks, bad, tc.recordOK, tc.orOK, tc.bad)
+			}
+		})
+	}
+}
+
+// keptCommands returns the leasehold commands a demo or drill printed for
+// its kept namespace, as argument lists, and its etcdctl lines.
+func keptCommands(t *testing.T, out string) (leasehold [][]string, etcdctl []string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "leasehold "):
+			leasehold = append(leasehold, strings.Fields(line)[1:])
+		case strings.HasPrefix(line, "etcdctl "):
+			etcdctl = append(etcdctl, line)
+		}
+	}
+	if len(leasehold) == 0 {
+		t.Fatalf("no leasehold commands printed:\n%s", out)
+	}
+	return leasehold, etcdctl
+}
+
+func scratchNamespace(t *testing.T, out string) string {
+	t.Helper()
+	i := strings.Index(out, "scratch namespace ")
+	if i < 0 {
+		t.Fatalf("no scratch namespace printed:\n%s", out)
+	}
+	return strings.Fields(out[i+len("scratch namespace "):])[0]
+}
+
+// TestDemoKeep: --keep leaves the scratch namespace, and the printed
+// commands, pasted, look at it in the same cluster.
+func TestDemoKeep(t *testing.T) {
+	c := e2e.NewCluster(t)
+	ep := c.Endpoints()[0]
+	code, out, errOut := cli(t, "demo", "--endpoints", ep, "--workers", "2", "--tasks", "6", "--log-level", "off", "--keep")
+	if code != 0 || !strings.Contains(out, "all invariants hold") {
+		t.Fatalf("demo --keep exit %d\n%s\n%s", code, out, errOut)
+	}
+	ns := scratchNamespace(t, out)
+	resp, err := c.Client(t).Get(context.Background(), ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count == 0 {
+		t.Fatalf("namespace %s not kept: %d keys (%v)", ns, resp.Count, err)
+	}
+	checkKeptCommands(t, out, ep, ns, true)
+	code, _, errOut = cli(t, "demo", "--keep", "--workers", "2")
+	if code != 2 || !strings.Contains(errOut, "--keep needs --endpoints") {
+		t.Fatalf("--keep without --endpoints: exit %d %s", code, errOut)
+	}
+}
+
+// checkKeptCommands runs every leasehold command out printed and checks
+// the etcdctl one names the endpoint and the namespace.
+func checkKeptCommands(t *testing.T, out, ep, ns string, withEtcdctl bool) {
+	t.Helper()
+	cmds, ctl := keptCommands(t, out)
+	sawTimeline := false
+	for _, args := range cmds {
+		if !slices.Contains(args, ep) || !slices.Contains(args, ns) {
+			t.Errorf("%v does not name endpoint %s and namespace %s", args, ep, ns)
+		}
+		code, got, errOut := cli(t, args...)
+		if code != 0 {
+			t.Errorf("leasehold %v: exit %d\n%s\n%s", args, code, got, errOut)
+		}
+		if args[0] == "timeline" {
+			sawTimeline = true
+			if !strings.Contains(got, "rejected") {
+				t.Errorf("timeline of the taken-over task shows no rejection:\n%s", got)
+			}
+		}
+	}
+	if !sawTimeline {
+		t.Errorf("no timeline command printed:\n%s", out)
+	}
+	if want := "etcdctl --endpoints=" + ep + " get --prefix " + ns + "/"; withEtcdctl && !slices.Contains(ctl, want) {
+		t.Errorf("no %q in:\n%s", want, out)
+	}
+}
+
+// TestDemoFailedRunKeepsNamespace: a failed run leaves its keys for
+// inspection without being asked to.
+func TestDemoFailedRunKeepsNamespace(t *testing.T) {
+	c := e2e.NewCluster(t)
+	ep := c.Endpoints()[0]
+	code, out, _ := cli(t, "demo", "--endpoints", ep, "--workers", "2", "--tasks", "6", "--log-level", "off", "--control-no-fencing")
+	if code != 1 {
+		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
+	}
+	ns := scratchNamespace(t, out)
+	resp, err := c.Client(t).Get(context.Background(), ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count == 0 {
+		t.Fatalf("failed run's namespace %s not kept: %d keys (%v)", ns, resp.Count, err)
+	}
+	checkKeptCommands(t, out, ep, ns, true)
+}

@@ -124,8 +124,40 @@ func (s *demoStore) write(ctx context.Context, t fence.Token) error {
 	return s.guard.Do(ctx, t, effect)
 }
 
+// startDemoSession starts a worker's session; tests replace it to inject
+// failures.
+var startDemoSession = session.New
+
 type demoStats struct {
 	completed, staleCompletes, refusedWrites, acquisitions atomic.Int64
+	// sessions counts the sessions started, sessionsLost those that ended
+	// while a worker still needed them, sessionStartsFailed the attempts
+	// to start one that failed and were retried.
+	sessions, sessionsLost, sessionStartsFailed atomic.Int64
+}
+
+// startSession starts a session for worker, retrying until ctx ends: on a
+// real cluster a start fails while there is no leader (an election after
+// the leader died or stalled), and a worker then waits and tries again.
+func (d *demoRun) startSession(ctx context.Context, worker string, cli *clientv3.Client, opts []session.Option) (*session.Session, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		s, err := startDemoSession(ctx, cli, opts...)
+		if err == nil {
+			d.stats.sessions.Add(1)
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start a session: %w (last attempt: %v)", context.Cause(ctx), err)
+		}
+		d.stats.sessionStartsFailed.Add(1)
+		d.g.log.Warn("starting a session failed; retrying", "worker", worker, "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 type demoRun struct {
@@ -136,8 +168,9 @@ type demoRun struct {
 	tasks     []string
 	store     *demoStore
 	stats     demoStats
-	takenOver atomic.Value // string: the task the victim lost
-	badTasks  []string     // tasks whose downstream checks failed, set by report
+	takenOver atomic.Value   // string: the task the victim lost
+	badTasks  []string       // tasks whose downstream checks failed, set by report
+	ready     sync.WaitGroup // done when every worker has its first session
 }
 
 func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err error) {
@@ -209,6 +242,7 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
+	d.ready.Add(cfg.workers)
 	errs := make(chan error, cfg.workers)
 	for w := 1; w <= cfg.workers; w++ {
 		wg.Add(1)
@@ -286,6 +320,8 @@ func (d *demoRun) progress(done <-chan struct{}) {
 // again (refused) and completes (rejected).
 func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	name := fmt.Sprintf("worker-%d", id)
+	ready := sync.OnceFunc(d.ready.Done)
+	defer ready() // a worker that fails to start does not hold the others back
 	var proxy *e2e.Proxy
 	wg := *g
 	if id == 1 {
@@ -310,12 +346,17 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	}
 	reg := lease.NewRegistry(cli, regOpts...)
 	defer reg.Close()
-	newSession := func() (*session.Session, error) { return session.New(ctx, cli, sessOpts...) }
+	newSession := func() (*session.Session, error) { return d.startSession(ctx, name, cli, sessOpts) }
 	s, err := newSession()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = s.Close(context.Background()) }()
+	defer func() { _ = s.Close(context.Background()) }() // s is the session in use at the end
+	// Start together: a worker whose first session was slow to start would
+	// otherwise find the tasks taken, and worker-1 might never reach its
+	// victim task.
+	ready()
+	d.ready.Wait()
 
 	order := rand.Perm(len(d.tasks))
 	taken := 0
@@ -326,10 +367,13 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 				return context.Cause(ctx)
 			}
 			if s.Err() != nil { // a lost session never recovers: start a new one
+				d.stats.sessionsLost.Add(1)
 				_ = s.Close(ctx)
-				if s, err = newSession(); err != nil {
+				next, err := newSession()
+				if err != nil {
 					return err
 				}
+				s = next
 			}
 			task := d.tasks[i]
 			l, err := reg.TryAcquire(ctx, s, task)

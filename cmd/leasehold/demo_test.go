@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -150,4 +154,49 @@ func TestDemoFailedRunKeepsNamespace(t *testing.T) {
 		t.Fatalf("failed run's namespace %s not kept: %d keys (%v)", ns, resp.Count, err)
 	}
 	checkKeptCommands(t, out, ep, ns, true)
+}
+
+// TestDemoRetriesFailedSessionStart: against a real cluster, starting a
+// session fails while the cluster has no leader. A worker whose first
+// session, or the one replacing a lost session (worker-1's, after its
+// pause), fails to start keeps trying instead of failing the run.
+func TestDemoRetriesFailedSessionStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(call int) bool // 1 and 2 are the workers' first sessions
+	}{
+		{"first session", func(call int) bool { return call == 2 || call == 3 }},
+		{"replacement session", func(call int) bool { return call >= 3 && call <= 5 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls, failed := 0, 0
+			startDemoSession = func(ctx context.Context, c *clientv3.Client, opts ...session.Option) (*session.Session, error) {
+				mu.Lock()
+				calls++
+				fail := tc.fail(calls)
+				if fail {
+					failed++
+				}
+				mu.Unlock()
+				if fail {
+					return nil, errors.New("etcdserver: no leader")
+				}
+				return session.New(ctx, c, opts...)
+			}
+			t.Cleanup(func() { startDemoSession = session.New })
+			code, out, errOut := cli(t, "demo", "--workers", "2", "--tasks", "6", "--log-level", "off")
+			if code != 0 || !strings.Contains(out, "all invariants hold") {
+				t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := 2; failed < want {
+				t.Fatalf("%d session starts failed, want at least %d", failed, want)
+			}
+			if !strings.Contains(out, fmt.Sprintf("%d failed to start", failed)) {
+				t.Fatalf("report does not count the %d failed session starts:\n%s", failed, out)
+			}
+		})
+	}
 }

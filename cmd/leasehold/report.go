@@ -68,6 +68,8 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", d.stats.acquisitions.Load(), len(open))},
 	}
 	fmt.Fprintf(d.g.out, "\nreport (wall time %v)\n", wall.Round(time.Millisecond))
+	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried)\n",
+		d.stats.sessions.Load(), d.stats.sessionsLost.Load(), d.stats.sessionStartsFailed.Load())
 	failed := printChecks(d.g.out, 58, checks)
 	if task, ok := d.takenOver.Load().(string); ok {
 		var rows [][]string

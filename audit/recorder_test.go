@@ -221,9 +221,9 @@ func waitForKind(t *testing.T, log *audit.Log, f audit.Filter, n int) []audit.En
 	return got
 }
 
-// checkOneStartOneEnd checks DESIGN §1.5: every epoch has exactly one start
-// entry and exactly one end entry, and every rejection names an epoch that
-// started.
+// checkOneStartOneEnd checks docs/protocol.md §1 and §3.6: every epoch has
+// exactly one start entry and exactly one end entry, and every rejection
+// names an epoch that started.
 func checkOneStartOneEnd(ents []audit.Entry) error {
 	type counts struct{ starts, ends int }
 	per := map[resEpoch]*counts{}
@@ -671,7 +671,7 @@ func TestRecorderReturnsContextError(t *testing.T) {
 }
 
 // Every epoch in a run with every kind of ending has exactly one start and
-// one end entry (DESIGN §1.5), and every stale attempt left its rejection.
+// one end entry (docs/protocol.md §1, §3.6), and every stale attempt left its rejection.
 func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)

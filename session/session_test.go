@@ -321,7 +321,7 @@ func TestDeadlineAdvancesAfterRenewals(t *testing.T) {
 }
 
 // The safe deadline counts from when a renewal was sent, never from when its
-// reply arrived (DESIGN §5). A proxy delays each direction by at least
+// reply arrived (docs/protocol.md §4). A proxy delays each direction by at least
 // delay, so every request was sent at least 2×delay before its reply
 // arrived: a deadline computed from the arrival would lie more than delay
 // beyond "observed − delay + TTL − margin".
@@ -428,7 +428,7 @@ func checkCancelBeforeDelete(evs []event) (time.Duration, error) {
 }
 
 // The ordering checker must catch a wrong order, or the lost-session test
-// proves nothing (DESIGN §8: a checker that cannot fail proves nothing).
+// proves nothing.
 // A session cannot be made to cancel late on purpose (the margin cannot be
 // negative), so the control run feeds the checker synthetic sequences.
 func TestCheckCancelBeforeDeleteCatchesWrongOrder(t *testing.T) {

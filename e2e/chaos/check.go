@@ -59,8 +59,8 @@ type Result struct {
 	BatchCompleted int
 	// StaleSeen counts the stale outcomes workers saw (*lease.StaleError);
 	// Rejections the rejection entries in the audit; RejectionsUnknown the
-	// entries matched to attempts whose outcome was unknown, of the
-	// MaybeRejections such attempts.
+	// entries of attempts no worker saw stale, only with an unknown
+	// outcome, of the MaybeRejections such calls.
 	StaleSeen         int
 	Rejections        int
 	RejectionsUnknown int
@@ -356,11 +356,13 @@ type rejKey struct {
 	attempted    audit.Kind
 }
 
-// checkRejections: every stale completion or release a worker saw has
-// exactly one rejection entry with the same facts, and every rejection
-// entry is one attempt's — a stale one seen, or one whose outcome the
-// worker never learned. Each entry also names the epoch that held the
-// task at its revision.
+// checkRejections: an attempt — (task, worker, epoch, operation, status)
+// — has at most one rejection entry, however often it was retried (its key
+// is a function of the attempt, docs/protocol.md §3.3); every stale outcome
+// a worker saw names that entry's current epoch; and every entry belongs to
+// an attempt that was seen stale or whose outcome the worker never
+// learned. Each entry also names the epoch that held the task at its
+// revision.
 func (c *checker) checkRejections() {
 	seen := map[rejKey][]int64{}
 	maybe := map[rejKey]int{}
@@ -402,18 +404,21 @@ func (c *checker) checkRejections() {
 		keys[k] = true
 	}
 	for k := range keys {
-		left := slices.Clone(entries[k])
+		ents := entries[k]
+		if len(ents) > 1 {
+			c.fail(CheckRejections, k.task, "%d rejection entries of %s's %s at epoch %d, one attempt (entries name %v)", len(ents), k.worker, k.attempted, k.epoch, ents)
+		}
 		for _, cur := range seen[k] {
-			if i := slices.Index(left, cur); i >= 0 {
-				left = slices.Delete(left, i, i+1)
-				continue
+			if !slices.Contains(ents, cur) {
+				c.fail(CheckRejections, k.task, "%s's stale %s at epoch %d (current %d) has no rejection entry with those facts (entries name %v)", k.worker, k.attempted, k.epoch, cur, ents)
 			}
-			c.fail(CheckRejections, k.task, "%s's stale %s at epoch %d (current %d) has no rejection entry with those facts (entries name %v)", k.worker, k.attempted, k.epoch, cur, entries[k])
 		}
-		if len(left) > maybe[k] {
-			c.fail(CheckRejections, k.task, "%d rejection entries of %s's %s at epoch %d match no attempt (%d attempts had an unknown outcome)", len(left)-maybe[k], k.worker, k.attempted, k.epoch, maybe[k])
+		switch {
+		case len(ents) > 0 && len(seen[k]) == 0 && maybe[k] == 0:
+			c.fail(CheckRejections, k.task, "rejection entry of %s's %s at epoch %d matches no attempt", k.worker, k.attempted, k.epoch)
+		case len(ents) > 0 && len(seen[k]) == 0:
+			c.res.RejectionsUnknown++
 		}
-		c.res.RejectionsUnknown += min(len(left), maybe[k])
 	}
 }
 

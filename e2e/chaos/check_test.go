@@ -174,8 +174,17 @@ func TestCheckerCatches(t *testing.T) {
 		{"stale completion without its rejection entry", []string{CheckRejections}, func(s *scenario) {
 			s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(e audit.Entry) bool { return e.Kind == audit.Rejected })
 		}},
-		{"rejection entry without an attempt", []string{CheckRejections}, func(s *scenario) {
+		{"two rejection entries of one attempt", []string{CheckRejections}, func(s *scenario) {
 			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[4])
+		}},
+		{"two rejection entries of one attempt retried after an unknown outcome", []string{CheckRejections}, func(s *scenario) {
+			retry := *s.op("c1")
+			retry.ID, retry.Outcome = "c1-retry", OutUnknown
+			s.ops = append(s.ops, retry)
+			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[4])
+		}},
+		{"rejection entry without an attempt", []string{CheckRejections}, func(s *scenario) {
+			s.fs.Audit[4].Status = "another status"
 		}},
 		{"rejection naming the wrong current epoch", []string{CheckRejectionsCurrent, CheckRejections}, func(s *scenario) {
 			s.fs.Audit[4].CurrentEpoch = 14

@@ -16,7 +16,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -675,22 +675,21 @@ func (w *worker) settleCompleted(l *lease.Lease) {
 }
 
 // rawCompleteMany is ControlNoCAS's completion: what Complete (or
-// CompleteMany) writes for each lease, in one transaction, without the
-// compare that makes it a CAS on the epoch.
+// CompleteMany) writes for each lease — the SDK's own Then ops
+// (protocol.End) — in one transaction, without the compare that makes it a
+// CAS on the epoch.
 func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 	var ops []clientv3.Op
 	for _, l := range ls {
-		res := l.Resource()
-		done := record.Done{Status: status, Epoch: l.Epoch(), Worker: l.Worker()}.Encode()
-		completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: l.Worker(), Epoch: l.Epoch(), Status: status, Time: time.Now()})
+		e := protocol.End{
+			Space: w.space, Resource: l.Resource(), Worker: l.Worker(), Epoch: l.Epoch(),
+			Attempted: audit.Completed, Status: status, Time: time.Now(),
+		}
+		then, err := e.Then()
 		if err != nil {
 			return err
 		}
-		ops = append(ops,
-			clientv3.OpPut(w.space.Done(res), done),
-			clientv3.OpDelete(w.space.Lease(res)),
-			audit.CreateOnly(w.space.AuditEnd(res, l.Epoch()), completed),
-		)
+		ops = append(ops, then...)
 	}
 	_, err := w.cli.Txn(ctx).Then(ops...).Commit()
 	return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -43,7 +44,7 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 						errc <- err
 						return
 					}
-					starts = append(starts, clientv3.OpPut(space.AuditStart(fmt.Sprintf("task-%06d", r), newID()), started))
+					starts = append(starts, clientv3.OpPut(space.AuditStart(fmt.Sprintf("task-%06d", r), protocol.NewID()), started))
 				}
 				resp, err := b.cli.Txn(ctx).Then(starts...).Commit()
 				if err != nil {
@@ -131,7 +132,7 @@ func (b *bench) recorderRestarts(ctx context.Context, space keys.Space, rounds i
 	if err != nil {
 		return nil, err
 	}
-	put, err := b.cli.Put(ctx, space.AuditStart("orphan", newID()), started)
+	put, err := b.cli.Put(ctx, space.AuditStart("orphan", protocol.NewID()), started)
 	if err != nil {
 		return nil, err
 	}

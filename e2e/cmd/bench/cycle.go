@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,66 +55,34 @@ func (c *cycler) leasehold(ctx context.Context, w int) (int, error) {
 	return 1, l.Complete(ctx, "ok")
 }
 
-// bareClaim is TryAcquire's compares and Then ops for res, as the SDK
-// writes them:
-//
-//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
-//	Then(Put lease WithLease(session), Put start acquired)
-func bareClaim(sp keys.Space, s *session.Session, res, holder, started string) ([]clientv3.Cmp, []clientv3.Op) {
-	leaseKey, doneKey, startKey := sp.Lease(res), sp.Done(res), sp.AuditStart(res, newID())
-	return []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
-		}, []clientv3.Op{
-			clientv3.OpPut(leaseKey, holder, clientv3.WithLease(s.LeaseID())),
-			clientv3.OpPut(startKey, started),
-		}
-}
-
-// bareComplete is Complete's transaction for res at epoch, as the SDK
-// writes it when its guess is that nobody holds the resource:
+// bareComplete is Complete's transaction for res at epoch, built by the
+// SDK's own builder (protocol.End) with the guess the SDK makes when its
+// watch saw nothing newer — that nobody holds the resource:
 //
 //	If(ModRev(lease) = epoch) Then(Put done, Delete lease, CreateOnly(end))
-//	Else(Txn(If(Value(done) = done) Else(Txn(If(ModRev(lease) = 0) Then(CreateOnly(rejected))))), Get lease)
+//	Else(Txn(If(Value(done) = done) Else(Txn(If(ModRev(lease) = 0) Then(CreateOnly(rejected))))), Get lease, Get rejected)
 func bareComplete(sp keys.Space, s *session.Session, res string, epoch int64, now time.Time) (held clientv3.Cmp, then, els []clientv3.Op, err error) {
-	leaseKey, doneKey := sp.Lease(res), sp.Done(res)
-	done := record.Done{Status: "ok", Epoch: epoch, Worker: s.Worker()}.Encode()
-	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: s.Worker(), Epoch: epoch, Status: "ok", Time: now})
-	if err != nil {
+	e := protocol.End{Space: sp, Resource: res, Worker: s.Worker(), Epoch: epoch, Attempted: audit.Completed, Status: "ok", Time: now}
+	if then, err = e.Then(); err != nil {
 		return held, nil, nil, err
 	}
-	rejected, err := audit.Encode(audit.Entry{Kind: audit.Rejected, Worker: s.Worker(), Epoch: epoch, Status: "ok", Attempted: audit.Completed, Time: now})
-	if err != nil {
+	if els, err = e.Stale(0, true); err != nil {
 		return held, nil, nil, err
 	}
-	sameRecord := clientv3.Compare(clientv3.Value(doneKey), "=", done)
-	heldByGuess := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", 0)
-	reject := clientv3.OpTxn([]clientv3.Cmp{sameRecord}, nil, []clientv3.Op{
-		clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{audit.CreateOnly(sp.AuditRejected(res, epoch, newID()), rejected)}, nil),
-	})
-	held = clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
-	then = []clientv3.Op{
-		clientv3.OpPut(doneKey, done),
-		clientv3.OpDelete(leaseKey),
-		audit.CreateOnly(sp.AuditEnd(res, epoch), completed),
-	}
-	return held, then, []clientv3.Op{reject, clientv3.OpGet(leaseKey)}, nil
+	return e.Held(), then, els, nil
 }
 
-// bareCycle sends the SDK's two transactions — the same compares, ops and
-// bytes — straight through clientv3: the limit of what leasehold can do.
+// bareCycle sends the SDK's two transactions — the same builders, so the
+// same compares, ops and bytes — straight through clientv3: the limit of
+// what leasehold can do.
 func (c *cycler) bareCycle(ctx context.Context, w int) (int, error) {
 	s, res, sp := c.lh[w], c.task(), c.bare
-	now := time.Now()
-	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
 	if err != nil {
 		return 0, err
 	}
-	// TryAcquire's Else reads the holder and the done record.
-	cmps, then := bareClaim(sp, s, res, holder, started)
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(sp.Lease(res)), clientv3.OpGet(sp.Done(res))).Commit()
+	claim := claimant.NewClaim(sp, res)
+	resp, err := c.cli.Txn(ctx).If(claim.If...).Then(claim.Then...).Else(claim.Else...).Commit()
 	if err != nil {
 		return 0, err
 	}
@@ -186,23 +154,20 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 	for i := range res {
 		res[i] = c.task()
 	}
-	now := time.Now()
-	holder := record.Holder{Worker: s.Worker(), LeaseID: int64(s.LeaseID()), AcquiredAt: now.UTC()}.Encode()
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: s.Worker(), Time: now})
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
 	if err != nil {
 		return 0, err
 	}
 	claims := make([]clientv3.Op, len(res))
 	for i, r := range res {
-		cmps, then := bareClaim(sp, s, r, holder, started)
-		claims[i] = clientv3.OpTxn(cmps, then, nil)
+		claims[i] = claimant.NewClaim(sp, r).Nested()
 	}
 	resp, err := c.cli.Txn(ctx).Then(claims...).Commit()
 	if err != nil {
 		return 0, err
 	}
 	epoch := resp.Header.Revision
-	now = time.Now()
+	now := time.Now()
 	cas := make([]clientv3.Op, len(res))
 	for i, r := range res {
 		if !resp.Responses[i].GetResponseTxn().Succeeded {

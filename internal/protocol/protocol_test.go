@@ -1,0 +1,86 @@
+package protocol_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
+)
+
+func end(attempted audit.Kind, status string, epoch int64) protocol.End {
+	return protocol.End{
+		Space: keys.MustNew(keys.DefaultNamespace), Resource: "orders/42", Worker: "w1", Epoch: epoch,
+		Attempted: attempted, Status: status, Time: time.Unix(0, 0),
+	}
+}
+
+// TestRejectionKeyIsPerAttempt: the key is a function of (epoch,
+// attempted, status) — the same for every try of one attempt, different
+// for any other attempt — and a well-formed audit key.
+func TestRejectionKeyIsPerAttempt(t *testing.T) {
+	a := end(audit.Completed, "ok", 7)
+	if a.RejectionKey() != end(audit.Completed, "ok", 7).RejectionKey() {
+		t.Fatal("two tries of one attempt have different rejection keys")
+	}
+	others := []protocol.End{end(audit.Completed, "failed", 7), end(audit.Released, "", 7), end(audit.Completed, "ok", 8), end(audit.Released, "ok", 7)}
+	seen := map[string]bool{a.RejectionKey(): true}
+	for _, o := range others {
+		if seen[o.RejectionKey()] {
+			t.Errorf("%+v shares a rejection key with another attempt", o)
+		}
+		seen[o.RejectionKey()] = true
+	}
+	for k := range seen {
+		ak, err := keys.MustNew(keys.DefaultNamespace).ParseAudit(k)
+		if err != nil || ak.Kind != keys.AuditKindRejected || len(ak.ID) != 24 {
+			t.Errorf("rejection key %q parses as %+v, %v", k, ak, err)
+		}
+	}
+}
+
+// TestOpsShape pins the op counts docs/protocol.md §3 and the batch limit
+// (lease.MaxBatch) rest on.
+func TestOpsShape(t *testing.T) {
+	c, err := protocol.NewClaimant("w1", 1, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := c.NewClaim(keys.MustNew(keys.DefaultNamespace), "orders/42")
+	if len(claim.If) != 3 || len(claim.Then) != 2 || len(claim.Else) != 2 {
+		t.Errorf("claim: %d compares, %d then, %d else", len(claim.If), len(claim.Then), len(claim.Else))
+	}
+	for _, tc := range []struct {
+		e    protocol.End
+		then int
+		same bool
+	}{{end(audit.Completed, "ok", 7), 3, true}, {end(audit.Released, "", 7), 2, false}} {
+		then, err := tc.e.Then()
+		if err != nil || len(then) != tc.then {
+			t.Errorf("%s: %d then ops, %v; want %d", tc.e.Attempted, len(then), err, tc.then)
+		}
+		if (tc.e.Same() != nil) != tc.same {
+			t.Errorf("%s: idempotency compare %v, want %v", tc.e.Attempted, tc.e.Same() != nil, tc.same)
+		}
+		stale, err := tc.e.Stale(0, true)
+		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {
+			t.Errorf("%s: stale ops %v, %v", tc.e.Attempted, stale, err)
+		}
+	}
+}
+
+func ExampleEnd_RejectionKey() {
+	e := protocol.End{
+		Space: keys.MustNew(keys.DefaultNamespace), Resource: "orders/42", Worker: "w1", Epoch: 7,
+		Attempted: audit.Completed, Status: "shipped",
+	}
+	retry := e
+	retry.Time = time.Now()
+	fmt.Println(e.RejectionKey() == retry.RejectionKey())
+	fmt.Println(e.RejectionKey()[:len("/leasehold/audit/orders%2F42/rejected/00000000000000000007/")])
+	// Output:
+	// true
+	// /leasehold/audit/orders%2F42/rejected/00000000000000000007/
+}

@@ -158,7 +158,8 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 // and returns one result per lease, in order: nil if it completed (or the
 // call is a retry that finds its own committed record, as with Complete),
 // or a *StaleError whose rejection entry is already in the audit log,
-// exactly once. Stale members are rejected and audited individually while
+// exactly once per attempt (a retried batch finds its members' entries
+// instead of writing more). Stale members are rejected and audited individually while
 // the others complete. An empty list sends nothing and returns nil, nil.
 //
 // For each lease i the outer transaction carries Complete's transaction,
@@ -169,10 +170,10 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 //	        Then(Put done_i {status, epoch_i, worker_i}, Delete lease_i, CreateOnly(end_i, completed))
 //	        Else(Txn(If(Value(done_i) = same record) Then()
 //	                 Else(Txn(If(ModRev(lease_i) = guess_i) Then(CreateOnly(rejected_i, rejected))))),
-//	             Get lease_i)),
+//	             Get lease_i, Get rejected_i)),
 //	    …)
 //
-// The outer transaction has no compare, so every nested CAS is decided on
+// built by protocol.End, the builder Complete uses. The outer transaction has no compare, so every nested CAS is decided on
 // its own, against the state before the transaction. When a stale lease's
 // guess of the current epoch was wrong, the leases still undecided go
 // together into a follow-up transaction with the epochs read, each in its
@@ -189,8 +190,10 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 //     (ErrBatchTooLarge), a nil lease, leases of different registries, or
 //     two leases of one resource (ErrDuplicateResource);
 //   - or etcd refused the first transaction as a whole (permissions, a
-//     limit): nothing was applied;
-//   - or the first transaction failed otherwise, an unknown outcome: it
+//     limit): nothing was applied, and the error matches
+//     outcome.ErrRefused;
+//   - or the first transaction failed otherwise, an unknown outcome
+//     (outcome.ErrUnknown): it
 //     committed for all the leases or for none (a transaction is atomic).
 //     Call CompleteMany again with the same status to resolve it.
 //

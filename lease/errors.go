@@ -71,11 +71,13 @@ func (e *CompletedError) Error() string {
 func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
 
 // StaleError is a rejected Complete or Release. When it is returned, the
-// rejection is already in the audit log, exactly once: the CAS transaction
-// wrote it, or — when its guess of the current epoch was wrong — a
-// follow-up transaction did. An error that matches ErrStale but is not a
-// *StaleError means the CAS failed and writing the rejection had an
-// unknown outcome.
+// rejection is already in the audit log, exactly once for the attempt
+// (the epoch, the operation and the status): the CAS transaction wrote it,
+// or — when its guess of the current epoch was wrong — a follow-up
+// transaction did, or an earlier try of the same attempt did and this one
+// read it (CurrentEpoch is then that entry's). An error that matches
+// ErrStale but is not a *StaleError means the CAS failed and writing the
+// rejection had an unknown outcome; a retry records it at most once.
 type StaleError struct {
 	Resource string
 	Worker   string

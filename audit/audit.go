@@ -255,6 +255,10 @@ type Log struct {
 	log      hclog.Logger
 	pageSize int64
 	err      error // a configuration error, returned by every method
+
+	archive   Archive       // WithArchive; nil: none
+	discard   bool          // WithoutArchive
+	retention time.Duration // WithRetention; 0: keep everything
 }
 
 // New returns a Log over cli. A bad option is reported by every method
@@ -272,6 +276,7 @@ func New(cli *clientv3.Client, opts ...Option) *Log {
 		}
 		errs = append(errs, o(l))
 	}
+	errs = append(errs, l.checkRetention())
 	l.err = errors.Join(errs...)
 	l.log = l.log.Named("audit")
 	return l

@@ -57,27 +57,39 @@ func (l *Log) prefix(f Filter) string {
 	return l.space.AuditPrefix()
 }
 
-// List returns the entries that match f, ordered by Revision.
+// List returns the entries that match f, ordered by Revision (then key).
 //
 // It reads in pages of keys (WithPageSize) from one snapshot: every page is
 // read at the revision of the first, so the result is consistent however
 // long the log is, and no single response carries the whole log.
 //
+// With an archive (WithArchive), List reads the archive after etcd and
+// returns both as one log: the archived entries up to the snapshot's
+// revision R, and etcd's at R, each entry once. Nothing falls between the
+// two: retention archives an entry before it deletes it, so an entry gone
+// from etcd at R was archived before List asked the archive.
+//
 // Values under the prefix that are not valid entries do not stop the
 // listing: List returns every valid entry together with an error matching
 // ErrCorrupt that names the bad keys.
 func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
+	out, _, err := l.list(ctx, f)
+	return out, err
+}
+
+// list is List, also returning the revision of its etcd snapshot.
+func (l *Log) list(ctx context.Context, f Filter) ([]Entry, int64, error) {
 	if l.err != nil {
-		return nil, l.err
+		return nil, 0, l.err
 	}
 	if err := f.validate(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var (
 		out     []Entry
 		corrupt []error
 	)
-	_, err := l.scan(ctx, l.prefix(f), 0, func(kv *mvccpb.KeyValue) {
+	rev, err := l.scan(ctx, l.prefix(f), 0, func(kv *mvccpb.KeyValue) {
 		if f.MinRevision > 0 && kv.ModRevision < f.MinRevision {
 			return
 		}
@@ -91,15 +103,35 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	if l.archive != nil {
+		archived, err := l.archive.List(ctx, l.space.Namespace(), f)
+		if err != nil {
+			return nil, 0, fmt.Errorf("audit: list the archive: %w", err)
+		}
+		type id struct {
+			rev int64
+			key string
+		}
+		inEtcd := make(map[id]bool, len(out))
+		for _, e := range out {
+			inEtcd[id{e.Revision, e.Key}] = true
+		}
+		for _, e := range archived {
+			// Entries written after the snapshot are not part of it.
+			if e.Revision <= rev && !inEtcd[id{e.Revision, e.Key}] {
+				out = append(out, e)
+			}
+		}
 	}
 	slices.SortFunc(out, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Revision, b.Revision), strings.Compare(a.Key, b.Key))
 	})
 	if len(corrupt) > 0 {
-		return out, fmt.Errorf("audit: list: %d corrupt entries: %w", len(corrupt), errors.Join(corrupt...))
+		return out, rev, fmt.Errorf("audit: list: %d corrupt entries: %w", len(corrupt), errors.Join(corrupt...))
 	}
-	return out, nil
+	return out, rev, nil
 }
 
 // scan calls fn for every key under prefix, reading pages at one pinned
@@ -145,6 +177,12 @@ type Event struct {
 // the watch fails; a failure (for example the start revision was
 // compacted) is sent as a final Event with Err set. Corrupt values are sent
 // as events with an Err matching ErrCorrupt and do not end the watch.
+//
+// With an archive (WithArchive) and a MinRevision, Watch first sends what
+// List returns for f — the archive and etcd as one log, from MinRevision
+// up to List's snapshot revision R — and then watches etcd from R + 1, so
+// entries that retention has moved out of etcd, or whose revisions etcd
+// has compacted, are delivered too, in order, each once.
 func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 	out := make(chan Event, 16)
 	if err := errors.Join(l.err, f.validate()); err != nil {
@@ -163,8 +201,25 @@ func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 			}
 		}
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
-		if f.MinRevision > 0 {
-			opts = append(opts, clientv3.WithRev(f.MinRevision))
+		from := f.MinRevision
+		if l.archive != nil && from > 0 {
+			past, rev, err := l.list(ctx, f)
+			if err != nil && !errors.Is(err, ErrCorrupt) {
+				send(Event{Err: fmt.Errorf("audit: watch: catch up: %w", err)})
+				return
+			}
+			if err != nil && !send(Event{Err: err}) {
+				return
+			}
+			for _, e := range past {
+				if !send(Event{Entry: e}) {
+					return
+				}
+			}
+			from = rev + 1
+		}
+		if from > 0 {
+			opts = append(opts, clientv3.WithRev(from))
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		defer cancel()

@@ -29,16 +29,35 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 // again and resumes.
 //
 // Recording is idempotent, so any number of recorders may run: the
-// Expired entry is written at the epoch's end key, create-only, and only
-// while the lease key does not hold that epoch —
+// Expired entry is written at the epoch's end key, create-only, only while
+// the lease key does not hold that epoch and only while the epoch's start
+// entry is still there —
 //
-//	If(ModRev(lease) != epoch, CreateRev(end) = 0) Then(Put end expired)
+//	If(ModRev(lease) != epoch, CreateRev(end) = 0, ModRev(start) = epoch) Then(Put end expired)
 //
 // — which an SDK transaction that ended the epoch (and wrote its own end
-// entry in the same transaction) makes a no-op.
+// entry in the same transaction) makes a no-op, and so does retention,
+// which deletes an epoch's start and end entries together.
+//
+// With WithRetention the recorder also moves the entries of epochs that
+// ended more than the retention ago, and their done records, into the
+// archive and out of etcd, every half retention (at most every minute):
+// see WithRetention and docs/protocol.md §3.9.
 func (l *Log) RunRecorder(ctx context.Context) error {
 	if l.err != nil {
 		return l.err
+	}
+	if l.retention > 0 {
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.runPruner(pctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
 	}
 	backoff := 50 * time.Millisecond
 	for {
@@ -123,7 +142,7 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 			l.log.Warn("skipping corrupt start entry", "key", startKey, "error", err)
 			continue
 		}
-		if err := l.recordExpired(ctx, k.res, k.epoch, e.Worker); err != nil {
+		if err := l.recordExpired(ctx, k.res, k.epoch, e.Worker, startKey); err != nil {
 			return 0, err
 		}
 	}
@@ -154,7 +173,7 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 			if h, err := record.DecodeHolder(ev.PrevKv.Value); err == nil {
 				worker = h.Worker
 			}
-			if err := l.recordExpired(ctx, res, ev.PrevKv.ModRevision, worker); err != nil {
+			if err := l.deleted(ctx, res, ev.PrevKv.ModRevision, worker); err != nil {
 				return err
 			}
 		}
@@ -165,9 +184,41 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 	return errors.New("audit: recorder watch closed")
 }
 
+// deleted handles the deletion of (res, epoch)'s lease key seen by the
+// watch. One read-only transaction — no proposal — finds the epoch's end
+// entry and its start entry (the start key's mod revision is the epoch):
+//
+//	Txn() Then(Get N/audit/<res>/start/ WithPrefix WithKeysOnly WithMinModRev(epoch) WithMaxModRev(epoch),
+//	           Get N/audit/<res>/end/<epoch> WithKeysOnly)
+//
+// An end entry means an SDK transaction ended the epoch: nothing to do,
+// which is every task cycle's case. No start entry means retention already
+// moved the epoch out of etcd (the watch is behind by more than the
+// retention) or the key was never the SDK's: recording it now would give
+// a pruned epoch a second end. Otherwise the epoch ended unexplained.
+func (l *Log) deleted(ctx context.Context, res string, epoch int64, worker string) error {
+	endKey := l.space.AuditEnd(res, epoch)
+	starts := clientv3.OpGet(l.space.AuditStart(res, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithMinModRev(epoch), clientv3.WithMaxModRev(epoch))
+	resp, err := l.cli.Txn(ctx).Then(starts, clientv3.OpGet(endKey, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return fmt.Errorf("audit: read the entries of %q epoch %d: %w", res, epoch, err)
+	}
+	if len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+		return nil
+	}
+	startKvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(startKvs) == 0 {
+		l.log.Debug("lease key deletion of an epoch with no start entry; not recording it", "resource", res, "epoch", epoch)
+		return nil
+	}
+	return l.recordExpired(ctx, res, epoch, worker, string(startKvs[0].Key))
+}
+
 // recordExpired writes the Expired end entry of (res, epoch) unless the
-// lease key still holds that epoch or the epoch already has an end entry.
-func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker string) error {
+// lease key still holds that epoch, the epoch already has an end entry, or
+// its start entry (startKey) is gone.
+func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker, startKey string) error {
 	if worker == "" {
 		worker = "unknown"
 	}
@@ -178,7 +229,10 @@ func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker
 	}
 	notHeldAtEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "!=", epoch)
 	noEndYet := clientv3.Compare(clientv3.CreateRevision(endKey), "=", 0)
-	resp, err := l.cli.Txn(ctx).If(notHeldAtEpoch, noEndYet).Then(clientv3.OpPut(endKey, val)).Commit()
+	// Retention deletes an epoch's start and end entries together: with
+	// the start entry gone, the epoch already has its end in the archive.
+	started := clientv3.Compare(clientv3.ModRevision(startKey), "=", epoch)
+	resp, err := l.cli.Txn(ctx).If(notHeldAtEpoch, noEndYet, started).Then(clientv3.OpPut(endKey, val)).Commit()
 	if err != nil {
 		return fmt.Errorf("audit: record expiry of %q epoch %d: %w", res, epoch, err)
 	}

@@ -124,22 +124,30 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 		return nil
 	}
 	// The end keys the transaction is about: compared, or put on success.
-	ends := map[string]bool{}
-	for _, c := range tr.Compare {
-		if k := string(c.Key); strings.Contains(k, "/end/") {
-			ends[k] = true
+	ends := map[string]bool{} // true: the transaction writes it on success
+	mark := func(key []byte, writes bool) {
+		if k := string(key); strings.Contains(k, "/end/") {
+			ends[k] = ends[k] || writes
 		}
 	}
+	for _, c := range tr.Compare {
+		mark(c.Key, false)
+	}
 	for _, op := range tr.Success {
-		if put := op.GetRequestPut(); put != nil && strings.Contains(string(put.Key), "/end/") {
-			ends[string(put.Key)] = true
+		if put := op.GetRequestPut(); put != nil {
+			mark(put.Key, true)
+		}
+		// The recorder's read of an epoch's entries decides it too: an
+		// end entry found there needs no transaction that writes.
+		if get := op.GetRequestRange(); get != nil {
+			mark(get.Key, false)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range ends {
+	for k, writes := range ends {
 		s.attempts[k]++
-		if resp.Succeeded {
+		if writes && resp.Succeeded {
 			s.wins[k]++
 		}
 	}

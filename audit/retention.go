@@ -1,0 +1,255 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Retention (docs/protocol.md §3.9): the recorder moves out of etcd what
+// coordination no longer needs — the entries of epochs that ended more
+// than the retention ago, and the done records of those completed —
+// archive first, delete second.
+
+// maxPruneOps bounds the guarded deletes of one prune transaction: each is
+// a nested transaction of one compare and one delete, so the deepest path
+// costs maxPruneOps + 1 of etcd's default 128 operations per level.
+const maxPruneOps = 120
+
+// archiveChunk bounds the entries of one Archive.Append call.
+const archiveChunk = 1000
+
+// pruneInterval is how often a recorder with retention d prunes.
+func pruneInterval(d time.Duration) time.Duration {
+	return min(max(d/2, 250*time.Millisecond), time.Minute)
+}
+
+// epochID names one epoch of one resource.
+type epochID struct {
+	res   string
+	epoch int64
+}
+
+// pruneGroup is what one epoch leaves in etcd: its entries, and its
+// resource's done record if the epoch completed it. A group is deleted in
+// one transaction, so no reader at any revision sees a start entry whose
+// end entry is gone (the recorder's reconcile would take that epoch for
+// one that ended unexplained).
+type pruneGroup struct {
+	id      epochID
+	entries []Entry
+	start   bool  // an Acquired entry is among entries
+	end     *Entry
+	done    *mvccpb.KeyValue // the done record this epoch wrote, if still there
+	newest  time.Time        // the latest Time of the group's entries
+}
+
+// keys returns the group's keys with the mod revision each must still
+// have to be deleted.
+func (g *pruneGroup) keys() []guardedKey {
+	out := make([]guardedKey, 0, len(g.entries)+1)
+	for _, e := range g.entries {
+		out = append(out, guardedKey{e.Key, e.Revision})
+	}
+	if g.done != nil {
+		out = append(out, guardedKey{string(g.done.Key), g.done.ModRevision})
+	}
+	return out
+}
+
+type guardedKey struct {
+	key string
+	rev int64
+}
+
+// prune runs one retention pass and returns how many keys it deleted. It
+// reads the audit and done prefixes at one revision R; an epoch is due
+// when it has an end entry older than the retention (by the entry's Time)
+// — or, for rejections written after their epoch was pruned, when every
+// one of them is older. Due entries go to the archive first; then each
+// group is deleted with one guarded delete per key,
+//
+//	Txn() Then( Txn(If(ModRev(k_1) = rev_1) Then(Delete k_1)), …, Txn(If(ModRev(k_n) = rev_n) Then(Delete k_n)) )
+//
+// the whole group in one transaction. The guard deletes exactly what was
+// archived: an entry is create-only, so its mod revision changes only if
+// it was deleted and written again (a retried stale attempt re-creating its
+// rejection after it was pruned), and that new entry is left for a later
+// pass. A crash between archiving and deleting archives again next time,
+// idempotently. Any number of recorders may prune at once: the second
+// delete of a key finds its mod revision 0 and does nothing.
+func (l *Log) prune(ctx context.Context) (int, error) {
+	now := time.Now()
+	cutoff := now.Add(-l.retention)
+	groups := map[epochID]*pruneGroup{}
+	group := func(id epochID) *pruneGroup {
+		g := groups[id]
+		if g == nil {
+			g = &pruneGroup{id: id}
+			groups[id] = g
+		}
+		return g
+	}
+	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
+		e, err := decode(l.space, kv)
+		if err != nil {
+			return // List reports corrupt values; retention leaves them to an operator
+		}
+		g := group(epochID{e.Resource, e.Epoch})
+		g.entries = append(g.entries, e)
+		if e.Time.After(g.newest) {
+			g.newest = e.Time
+		}
+		switch {
+		case e.Kind == Acquired:
+			g.start = true
+		case e.Kind.IsEnd():
+			end := e
+			g.end = &end
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, func(kv *mvccpb.KeyValue) {
+		res, err := l.space.ResourceFromDone(string(kv.Key))
+		if err != nil {
+			return
+		}
+		d, err := record.DecodeDone(kv.Value)
+		if err != nil {
+			return
+		}
+		if g := groups[epochID{res, d.Epoch}]; g != nil {
+			g.done = kv
+		}
+	}); err != nil {
+		return 0, err
+	}
+
+	var due []*pruneGroup
+	for _, g := range groups {
+		switch {
+		case g.end != nil && g.end.Time.Before(cutoff):
+		case g.end == nil && !g.start && g.newest.Before(cutoff):
+			// Only rejections: their epoch was pruned before they were
+			// written (a stale call after the retention), or its start
+			// entry is corrupt.
+		default:
+			continue
+		}
+		if g.done != nil && (g.end == nil || g.end.Kind != Completed) {
+			g.done = nil // a done record is pruned only with its completed entry
+		}
+		due = append(due, g)
+	}
+	if len(due) == 0 {
+		return 0, nil
+	}
+	slices.SortFunc(due, func(a, b *pruneGroup) int {
+		return cmp.Or(cmp.Compare(a.id.epoch, b.id.epoch), cmp.Compare(a.id.res, b.id.res))
+	})
+
+	if l.archive != nil {
+		var batch []Entry
+		for _, g := range due {
+			batch = append(batch, g.entries...)
+			if len(batch) >= archiveChunk {
+				if err := l.archive.Append(ctx, l.space.Namespace(), batch); err != nil {
+					return 0, fmt.Errorf("audit: archive: %w", err)
+				}
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			if err := l.archive.Append(ctx, l.space.Namespace(), batch); err != nil {
+				return 0, fmt.Errorf("audit: archive: %w", err)
+			}
+		}
+	}
+
+	deleted := 0
+	var ops []clientv3.Op
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		resp, err := l.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("audit: prune: %w", err)
+		}
+		for _, r := range resp.Responses {
+			if r.GetResponseTxn().GetSucceeded() {
+				deleted++
+			}
+		}
+		ops = ops[:0]
+		return nil
+	}
+	for _, g := range due {
+		gk := g.keys()
+		if len(ops)+len(gk) > maxPruneOps {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+		}
+		// A group larger than one transaction (an epoch with more than a
+		// hundred distinct rejected attempts) sends its rejections first:
+		// what must go together is the start entry, the end entry and the
+		// done record.
+		for len(gk) > maxPruneOps {
+			var rest []guardedKey
+			for _, k := range gk {
+				if ak, err := l.space.ParseAudit(k.key); err == nil && ak.Kind == keys.AuditKindRejected && len(ops) < maxPruneOps {
+					ops = append(ops, guardedDelete(k))
+					continue
+				}
+				rest = append(rest, k)
+			}
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+			gk = rest
+		}
+		for _, k := range gk {
+			ops = append(ops, guardedDelete(k))
+		}
+	}
+	if err := flush(); err != nil {
+		return deleted, err
+	}
+	if deleted > 0 {
+		l.log.Debug("pruned", "keys", deleted, "epochs", len(due), "archived", l.archive != nil)
+	}
+	return deleted, nil
+}
+
+// guardedDelete deletes k only while it has the mod revision read.
+func guardedDelete(k guardedKey) clientv3.Op {
+	same := clientv3.Compare(clientv3.ModRevision(k.key), "=", k.rev)
+	return clientv3.OpTxn([]clientv3.Cmp{same}, []clientv3.Op{clientv3.OpDelete(k.key)}, nil)
+}
+
+// runPruner prunes every pruneInterval until ctx ends; errors are logged
+// and retried at the next tick.
+func (l *Log) runPruner(ctx context.Context) {
+	t := time.NewTicker(pruneInterval(l.retention))
+	defer t.Stop()
+	for {
+		if _, err := l.prune(ctx); err != nil && ctx.Err() == nil {
+			l.log.Warn("retention pass failed; retrying", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

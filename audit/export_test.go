@@ -1,0 +1,13 @@
+package audit
+
+import "context"
+
+// PruneOnce runs one retention pass, as the recorder does every half
+// retention, so tests need not wait for its ticker.
+func (l *Log) PruneOnce(ctx context.Context) (int, error) { return l.prune(ctx) }
+
+// SeeDeletion is what the recorder does when its watch delivers the
+// deletion of (res, epoch)'s lease key, however late.
+func (l *Log) SeeDeletion(ctx context.Context, res string, epoch int64, worker string) error {
+	return l.deleted(ctx, res, epoch, worker)
+}

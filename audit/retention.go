@@ -45,7 +45,7 @@ type epochID struct {
 type pruneGroup struct {
 	id      epochID
 	entries []Entry
-	start   bool  // an Acquired entry is among entries
+	start   bool // an Acquired entry is among entries
 	end     *Entry
 	done    *mvccpb.KeyValue // the done record this epoch wrote, if still there
 	newest  time.Time        // the latest Time of the group's entries

@@ -24,9 +24,9 @@ test:
 	$(GO) vet ./...
 	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) ./...
 
-## test-postgres: start PostgreSQL if needed, then the SQL guard's tests on it and on SQLite
+## test-postgres: start PostgreSQL if needed, then the SQL guard's and the audit archive's tests on it and on SQLite
 test-postgres: postgres
-	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) -count=1 -run 'SQL' -v ./fence
+	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) -count=1 -run 'SQL' -v ./fence ./audit
 
 ## postgres: install (apt, as root) and start a throwaway PostgreSQL for the tests; prints its DSN
 postgres:

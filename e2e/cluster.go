@@ -15,6 +15,14 @@
 // fsync off unless WithFsync(true) is given. Every listener binds a free
 // loopback port, so tests in parallel never collide.
 //
+// Members also run with the storage limits production should have:
+// periodic auto-compaction with a one-hour retention
+// (DefaultAutoCompactionMode, DefaultAutoCompactionRetention) and an
+// explicit backend quota of 2 GiB (DefaultQuotaBackendBytes). A test that
+// lasts less than the retention never sees a revision it read compacted;
+// WithAutoCompaction("periodic", "1s") makes compaction happen within a
+// test, and WithQuotaBackendBytes makes etcd's NOSPACE alarm reachable.
+//
 // To test as production runs, WithTLS serves https with certificates from a
 // CA generated in the test (CAFile, ClientCertFile and ClientKeyFile name
 // them for CLIs), WithMutualTLS also requires client certificates, and
@@ -32,6 +40,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,7 +65,27 @@ type config struct {
 
 	tls          tlsMode // tls.go
 	rootPassword string  // auth.go; "": auth off
+
+	compactionMode      string // embed.CompactorModePeriodic or embed.CompactorModeRevision
+	compactionRetention string // "0": off
+	quotaBackendBytes   int64
 }
+
+// The storage defaults of every member. They are the settings the README's
+// production section recommends, so tests run the way production should.
+const (
+	// DefaultAutoCompactionMode is periodic: compaction keeps a window of
+	// time, whatever the write rate.
+	DefaultAutoCompactionMode = "periodic"
+	// DefaultAutoCompactionRetention keeps every revision of the last hour.
+	// A test shorter than that never finds a revision it read compacted:
+	// the first periodic compaction comes one retention after the member
+	// starts, and it compacts only what is older than the retention.
+	DefaultAutoCompactionRetention = "1h"
+	// DefaultQuotaBackendBytes is etcd's own default quota, 2 GiB, set
+	// explicitly.
+	DefaultQuotaBackendBytes = int64(2 << 30)
+)
 
 // WithMembers sets the number of members: 1 (the default), 3 or 5.
 func WithMembers(n int) Option {
@@ -100,6 +129,72 @@ func WithServerLogger(l *zap.Logger) Option {
 			return errors.New("e2e: WithServerLogger(nil)")
 		}
 		c.logger = l
+		return nil
+	}
+}
+
+// WithAutoCompaction sets etcd's auto-compaction, as etcd's
+// --auto-compaction-mode and --auto-compaction-retention do. Mode
+// "periodic" takes a duration ("1h", "5m", "500ms"; a bare integer is
+// hours, as in etcd): every retention, etcd compacts away the revisions
+// older than the retention. Mode "revision" takes a count ("1000"): every
+// five minutes (etcd's fixed interval), it keeps the last count revisions,
+// so it rarely acts within a test. Retention "0" turns auto-compaction off,
+// for tests that read or watch from revisions older than their cluster's
+// retention (replaying a history from revision 1, for example). The
+// default is DefaultAutoCompactionMode with DefaultAutoCompactionRetention.
+//
+// A compacted revision cannot be read (Get WithRev fails with
+// rpctypes.ErrCompacted) and a watch from it ends with that error; the
+// current value of every key is kept.
+func WithAutoCompaction(mode, retention string) Option {
+	return func(c *config) error {
+		if err := validateAutoCompaction(mode, retention); err != nil {
+			return fmt.Errorf("e2e: WithAutoCompaction(%q, %q): %w", mode, retention, err)
+		}
+		c.compactionMode, c.compactionRetention = mode, retention
+		return nil
+	}
+}
+
+func validateAutoCompaction(mode, retention string) error {
+	switch mode {
+	case embed.CompactorModePeriodic:
+		if n, err := strconv.ParseInt(retention, 10, 64); err == nil {
+			if n < 0 {
+				return errors.New("retention must not be negative")
+			}
+			return nil
+		}
+		d, err := time.ParseDuration(retention)
+		if err != nil {
+			return errors.New(`periodic retention must be a duration such as "1h" or "5m"`)
+		}
+		if d < 0 {
+			return errors.New("retention must not be negative")
+		}
+		return nil
+	case embed.CompactorModeRevision:
+		if n, err := strconv.ParseInt(retention, 10, 64); err != nil || n < 0 {
+			return errors.New(`revision retention must be a count of revisions such as "1000"`)
+		}
+		return nil
+	default:
+		return errors.New(`mode must be "periodic" or "revision"`)
+	}
+}
+
+// WithQuotaBackendBytes sets each member's backend quota, as etcd's
+// --quota-backend-bytes does; the default is DefaultQuotaBackendBytes.
+// When a member's database reaches it, etcd raises the NOSPACE alarm and
+// refuses every write (rpctypes.ErrNoSpace) until the alarm is disarmed:
+// a small quota lets a test see that.
+func WithQuotaBackendBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("e2e: WithQuotaBackendBytes(%d): the quota must be positive", n)
+		}
+		c.quotaBackendBytes = n
 		return nil
 	}
 }
@@ -151,7 +246,11 @@ func Start(dir string, opts ...Option) (*Cluster, error) {
 		c.tmpDir = tmp
 		return c, nil
 	}
-	cfg := config{members: 1, tick: 10 * time.Millisecond, election: 100 * time.Millisecond, logger: zap.NewNop()}
+	cfg := config{
+		members: 1, tick: 10 * time.Millisecond, election: 100 * time.Millisecond, logger: zap.NewNop(),
+		compactionMode: DefaultAutoCompactionMode, compactionRetention: DefaultAutoCompactionRetention,
+		quotaBackendBytes: DefaultQuotaBackendBytes,
+	}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -193,6 +292,8 @@ func start(dir string, attempt int, cfg config) (*Cluster, error) {
 		ec.ElectionMs = uint(cfg.election / time.Millisecond)
 		ec.UnsafeNoFsync = !cfg.fsync
 		ec.InitialElectionTickAdvance = true
+		ec.AutoCompactionMode, ec.AutoCompactionRetention = cfg.compactionMode, cfg.compactionRetention
+		ec.QuotaBackendBytes = cfg.quotaBackendBytes
 		ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.logger.Named(name))
 		cu := url.URL{Scheme: c.scheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])}
 		pu := url.URL{Scheme: c.scheme(), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}

@@ -101,7 +101,7 @@ func newRoot(g *globals) *cobra.Command {
 	f.StringVar(&g.passwordEnv, "password-env", "LEASEHOLD_PASSWORD", "environment variable holding the etcd password")
 	root.AddCommand(
 		newEtcdCmd(g), newHoldersCmd(g), newAuditCmd(g), newTimelineCmd(g),
-		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g),
+		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g), newStatusCmd(g),
 	)
 	return root
 }

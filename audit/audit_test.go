@@ -835,7 +835,7 @@ func TestWatchStreamsEntriesInOrder(t *testing.T) {
 	}
 }
 
-func TestWatchReportsCorruptAndCompaction(t *testing.T) {
+func TestWatchReportsCorruptAndCatchesUpAfterCompaction(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	r := newRegistry(t, cli)
@@ -871,7 +871,9 @@ func TestWatchReportsCorruptAndCompaction(t *testing.T) {
 		t.Fatal("the watch stopped at a corrupt entry")
 	}
 
-	// A start revision that was compacted away ends the watch with an error.
+	// A start revision that was compacted away is caught up from List:
+	// the entries since then arrive — the corrupt one as an error — and
+	// the watch goes on.
 	cur, err := cli.Get(ctx, "/anything")
 	if err != nil {
 		t.Fatal(err)
@@ -882,19 +884,34 @@ func TestWatchReportsCorruptAndCompaction(t *testing.T) {
 	var evs []audit.Event
 	timeout := time.After(waitLimit)
 	compacted := log.Watch(wctx, audit.Filter{MinRevision: 1})
+	l2 := acquire(t, r, s, "after-compaction")
 collect:
 	for {
 		select {
 		case ev, ok := <-compacted:
 			if !ok {
-				break collect
+				t.Fatalf("watch from a compacted revision ended: %+v", evs)
 			}
 			evs = append(evs, ev)
+			if ev.Err == nil && ev.Entry.Epoch == l2.Epoch() {
+				break collect
+			}
 		case <-timeout:
-			t.Fatal("watch from a compacted revision did not end")
+			t.Fatalf("watch from a compacted revision: %+v, never the entry written after it", evs)
 		}
 	}
-	if len(evs) != 1 || evs[0].Err == nil {
-		t.Errorf("watch from a compacted revision: %+v, want one final error", evs)
+	var corrupt, acquired int
+	for _, ev := range evs {
+		switch {
+		case errors.Is(ev.Err, audit.ErrCorrupt):
+			corrupt++
+		case ev.Err != nil:
+			t.Fatalf("watch from a compacted revision: %v", ev.Err)
+		case ev.Entry.Kind == audit.Acquired:
+			acquired++
+		}
+	}
+	if corrupt != 1 || acquired != 2 {
+		t.Errorf("watch from a compacted revision: %d corrupt, %d acquired; want 1 and 2 (%+v)", corrupt, acquired, evs)
 	}
 }

@@ -173,16 +173,18 @@ type Event struct {
 // f.MinRevision. With MinRevision 0 the watch starts at whatever revision
 // is current when it reaches etcd, which is after Watch returns; for a
 // gapless stream, List first and watch from the revision after its last
-// entry (or pass any revision already read). The channel is closed when ctx is done or
-// the watch fails; a failure (for example the start revision was
-// compacted) is sent as a final Event with Err set. Corrupt values are sent
-// as events with an Err matching ErrCorrupt and do not end the watch.
+// entry (or pass any revision already read).
 //
-// With an archive (WithArchive) and a MinRevision, Watch first sends what
-// List returns for f — the archive and etcd as one log, from MinRevision
-// up to List's snapshot revision R — and then watches etcd from R + 1, so
-// entries that retention has moved out of etcd, or whose revisions etcd
-// has compacted, are delivered too, in order, each once.
+// With a MinRevision, Watch first sends what List returns for f from
+// MinRevision on — etcd's entries at List's snapshot revision R, and with
+// an archive (WithArchive) the archived ones too, as one log — and then
+// watches etcd from R + 1. It needs no etcd history before R, so a
+// MinRevision that etcd has compacted away, or whose entries retention
+// moved to the archive, still yields every entry, in order, each once.
+//
+// The channel is closed when ctx is done or the watch fails; a failure is
+// sent as a final Event with Err set. Corrupt values are sent as events
+// with an Err matching ErrCorrupt and do not end the watch.
 func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 	out := make(chan Event, 16)
 	if err := errors.Join(l.err, f.validate()); err != nil {
@@ -202,7 +204,7 @@ func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 		}
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
 		from := f.MinRevision
-		if l.archive != nil && from > 0 {
+		if from > 0 {
 			past, rev, err := l.list(ctx, f)
 			if err != nil && !errors.Is(err, ErrCorrupt) {
 				send(Event{Err: fmt.Errorf("audit: watch: catch up: %w", err)})

@@ -115,7 +115,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Short: "Print the audit trail, optionally filtered; --follow streams new entries",
 		Long: "Print the audit trail, optionally filtered. --follow (-f) prints the entries so far and then\n" +
 			"streams new ones: a table under one header whose columns keep their widths, or with -o json\n" +
-			"one JSON object per line (without --follow, -o json prints one array).\n\n" + currentHelp,
+			"one JSON object per line (without --follow, -o json prints one array).\n\n" + currentHelp + "\n\n" + archiveHelp,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.MinRevision < 0 {
@@ -131,7 +131,11 @@ func newAuditCmd(g *globals) *cobra.Command {
 				}
 			}
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
-				log := audit.New(cli, audit.WithNamespace(g.namespace), audit.WithLogger(g.log))
+				log, closeArchive, err := g.auditLog(cli)
+				if err != nil {
+					return err
+				}
+				defer closeArchive()
 				lctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
 				entries, err := log.List(lctx, f)
 				cancel()
@@ -265,7 +269,7 @@ func newTimelineCmd(g *globals) *cobra.Command {
 		Use:   "timeline <resource>",
 		Short: "Show each epoch of a resource: who, acquired, how it ended, rejections against it",
 		Long: "Show each epoch of a resource: who acquired it and when, how and when it ended, and the\n" +
-			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" + currentHelp,
+			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" + currentHelp + "\n\n" + archiveHelp,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := args[0]
@@ -273,9 +277,14 @@ func newTimelineCmd(g *globals) *cobra.Command {
 				return usageError{err}
 			}
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				log, closeArchive, err := g.auditLog(cli)
+				if err != nil {
+					return err
+				}
+				defer closeArchive()
 				lctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
 				defer cancel()
-				entries, err := audit.New(cli, audit.WithNamespace(g.namespace)).List(lctx, audit.Filter{Resource: res})
+				entries, err := log.List(lctx, audit.Filter{Resource: res})
 				if err != nil && !errors.Is(err, audit.ErrCorrupt) {
 					return err
 				}

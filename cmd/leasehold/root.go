@@ -49,6 +49,7 @@ type globals struct {
 	passwordEnv string
 
 	passwordFile string // see credentials
+	archive      string // see archive.go
 
 	out, errOut io.Writer
 	log         hclog.Logger
@@ -99,9 +100,10 @@ func newRoot(g *globals) *cobra.Command {
 	f.StringVar(&g.password, "password", "", "etcd password (visible to other local users: prefer --password-file or LEASEHOLD_PASSWORD)")
 	f.StringVar(&g.passwordFile, "password-file", "", "file holding the etcd password (one trailing newline is ignored)")
 	f.StringVar(&g.passwordEnv, "password-env", "LEASEHOLD_PASSWORD", "environment variable holding the etcd password")
+	f.StringVar(&g.archive, "archive", "", "SQL archive of audit entries moved out of etcd: sqlite:PATH or a postgres:// URL")
 	root.AddCommand(
 		newEtcdCmd(g), newHoldersCmd(g), newAuditCmd(g), newTimelineCmd(g),
-		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g), newStatusCmd(g),
+		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g), newStatusCmd(g), newRecorderCmd(g),
 	)
 	return root
 }
@@ -126,6 +128,9 @@ func (g *globals) validate() error {
 	}
 	if g.dialTimeout <= 0 || g.cmdTimeout <= 0 {
 		return usagef("--dial-timeout and --command-timeout must be positive")
+	}
+	if err := validateArchive(g.archive); err != nil {
+		return err
 	}
 	if (g.cert == "") != (g.key == "") {
 		return usagef("--cert and --key go together")

@@ -50,6 +50,18 @@
 // same value over HTTP and gRPC. Fencing orders holders; it does not make
 // one holder's retries safe: deduplicate those with [IdempotencyKey].
 //
+// # Pruning
+//
+// Guards that keep a record per resource ([MemoryGuard], [EtcdGuard],
+// [SQLGuard]) keep it for every resource ever fenced, until Prune deletes
+// the records at or below a floor. The floor is recorded first, and from
+// then on every token at or below it is refused, for every resource, so a
+// pruned record never lets a superseded holder back in: epochs are etcd
+// revisions, one increasing order over all resources, and every token a
+// pruned record refused is at or below the floor. The price is that a
+// holder still working at an epoch at or below the floor is refused too:
+// choose the floor below every epoch still in use.
+//
 // # Text form
 //
 // A token's canonical text form, produced by [Token.String] and accepted by

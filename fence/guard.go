@@ -20,12 +20,26 @@ type FencedError struct {
 	Token Token
 	// Current is the highest epoch admitted for Token.Resource when the
 	// token was refused; it lets the caller log or report who won.
+	//
+	// A guard whose state was pruned (MemoryGuard.Prune, EtcdGuard.Prune,
+	// SQLGuard.Prune) also refuses every token at or below its floor, the
+	// highest epoch whose records it pruned. When that is why the token
+	// was refused (no epoch above the token's is recorded for the
+	// resource), Current is the floor: at least every epoch ever admitted
+	// for the resource before its record was pruned, not necessarily an
+	// epoch of this resource, and possibly equal to Token.Epoch.
 	Current int64
 }
 
 // Error names the resource and both epochs, since those are what an
 // operator needs to see which holder was superseded by which.
 func (e *FencedError) Error() string {
+	if e.Current == e.Token.Epoch {
+		// Only a floor refusal reports the token's own epoch as
+		// current; "below" would be false.
+		return fmt.Sprintf("fenced: resource %q: epoch %d is not above the pruned floor %d",
+			e.Token.Resource, e.Token.Epoch, e.Current)
+	}
 	return fmt.Sprintf("fenced: resource %q: epoch %d is below the current epoch %d",
 		e.Token.Resource, e.Token.Epoch, e.Current)
 }
@@ -55,7 +69,8 @@ var _ Guard = (*MemoryGuard)(nil)
 // MemoryGuard is a Guard whose state lives in process memory. It suits
 // effects that happen in the same process (an in-memory store, a local file,
 // a single-instance service) and tests; state is lost on restart and is not
-// shared between processes, and it is kept for every resource ever seen.
+// shared between processes, and it is kept for every resource ever seen
+// until Prune drops it.
 //
 // The zero value is ready to use; NewMemoryGuard exists for symmetry with
 // guards that need configuration. A MemoryGuard must not be copied after
@@ -65,6 +80,11 @@ type MemoryGuard struct {
 	// keeps a slow effect on one resource from delaying every other
 	// resource, which a single guard-wide lock would do.
 	resources sync.Map
+	// floor is the highest epoch Prune was given: every token at or below
+	// it is refused. It only rises, and Prune raises it before it drops any
+	// state, so a token a dropped state would have refused is refused by
+	// the floor.
+	floor atomic.Int64
 }
 
 // resourceState is one resource's admission state.
@@ -79,6 +99,11 @@ type resourceState struct {
 	// is held, and is atomic so Current can read it without waiting for an
 	// effect in progress.
 	highest atomic.Int64
+	// pruned is set, with lock held, when Prune has removed this state from
+	// the map. Whoever then takes lock must look the resource up again:
+	// admitting on a removed state would run beside an admission on its
+	// replacement.
+	pruned bool
 }
 
 // NewMemoryGuard returns an empty MemoryGuard, which has admitted nothing.
@@ -94,16 +119,34 @@ func (g *MemoryGuard) state(resource string) *resourceState {
 	return st.(*resourceState)
 }
 
-// acquire takes the resource's lock, or gives up with ctx's error.
-func (st *resourceState) acquire(ctx context.Context) error { return st.lock.lock(ctx) }
+// acquire takes the lock of resource's current state and returns that
+// state, or gives up with ctx's error. A state Prune removed while we waited
+// for it is skipped for its replacement.
+func (g *MemoryGuard) acquire(ctx context.Context, resource string) (*resourceState, error) {
+	for {
+		st := g.state(resource)
+		if err := st.lock.lock(ctx); err != nil {
+			return nil, err
+		}
+		if !st.pruned {
+			return st, nil
+		}
+		st.lock.unlock()
+	}
+}
 
 func (st *resourceState) release() { st.lock.unlock() }
 
-// admitLocked applies the fencing rule; the caller holds st.lock.
-func (st *resourceState) admitLocked(t Token) error {
+// admitLocked applies the fencing rule; the caller holds st.lock. A token
+// below the resource's highest epoch is refused with it as current; any
+// other token at or below the floor is refused with the floor as current.
+func (g *MemoryGuard) admitLocked(st *resourceState, t Token) error {
 	cur := st.highest.Load()
 	if t.Epoch < cur {
 		return &FencedError{Token: t, Current: cur}
+	}
+	if floor := g.floor.Load(); t.Epoch <= floor {
+		return &FencedError{Token: t, Current: floor}
 	}
 	st.highest.Store(t.Epoch)
 	return nil
@@ -120,12 +163,12 @@ func (g *MemoryGuard) Admit(ctx context.Context, t Token) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	st := g.state(t.Resource)
-	if err := st.acquire(ctx); err != nil {
+	st, err := g.acquire(ctx, t.Resource)
+	if err != nil {
 		return err
 	}
 	defer st.release()
-	return st.admitLocked(t)
+	return g.admitLocked(st, t)
 }
 
 // Do admits t and, if admitted, runs effect while still holding t.Resource's
@@ -149,22 +192,84 @@ func (g *MemoryGuard) Do(ctx context.Context, t Token, effect func(ctx context.C
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	st := g.state(t.Resource)
-	if err := st.acquire(ctx); err != nil {
+	st, err := g.acquire(ctx, t.Resource)
+	if err != nil {
 		return err
 	}
 	// Deferred so that a panicking effect does not leave the resource
 	// locked forever.
 	defer st.release()
-	if err := st.admitLocked(t); err != nil {
+	if err := g.admitLocked(st, t); err != nil {
 		return err
 	}
 	return effect(ctx)
 }
 
+// Prune drops the state of every resource whose highest admitted epoch is
+// at or below floor, so that a long-lived guard does not keep one entry per
+// resource it ever saw, and raises the guard's floor to floor (it is never
+// lowered). From then on every token with an epoch at or below the floor is
+// refused, for every resource, pruned or not, with the floor as the
+// *FencedError's Current when no higher epoch is recorded for the resource.
+// It returns the number of resources dropped that had an admitted epoch.
+// A floor of 0 or less changes nothing.
+//
+// Choose floor below the epoch of every lease that may still write: a
+// holder whose epoch is at or below the floor is refused from then on, as
+// if it had been superseded. Epochs are etcd revisions, one increasing
+// order over all resources, so the lowest epoch among the leases still
+// live, minus one, is safe, and so is a revision older than the longest a
+// lease can live (its TTL plus the safety margin the workers use). Pruning
+// never re-admits a superseded holder: every dropped record was at or below
+// the floor, so every token it would have refused is refused by the floor.
+//
+// The floor is raised before any state is dropped. A resource whose
+// admission is held (an Admit in progress, or a Do running its effect) is
+// skipped rather than waited for, and is pruned by a later call. Prune is
+// safe for concurrent use with every other method.
+func (g *MemoryGuard) Prune(floor int64) int {
+	if floor <= 0 {
+		return 0
+	}
+	for {
+		old := g.floor.Load()
+		if old >= floor || g.floor.CompareAndSwap(old, floor) {
+			break
+		}
+	}
+	pruned := 0
+	g.resources.Range(func(key, value any) bool {
+		st := value.(*resourceState)
+		if st.highest.Load() > floor {
+			return true
+		}
+		select {
+		case st.lock <- struct{}{}:
+		default:
+			return true // busy: a later Prune will find it
+		}
+		defer st.release()
+		// Re-read under the lock: an admission may have raised it.
+		if h := st.highest.Load(); h <= floor && !st.pruned {
+			st.pruned = true
+			g.resources.CompareAndDelete(key, st)
+			if h > 0 {
+				pruned++
+			}
+		}
+		return true
+	})
+	return pruned
+}
+
+// Floor returns the guard's floor: the highest epoch Prune was given, 0 if
+// it never was. Every token at or below it is refused.
+func (g *MemoryGuard) Floor() int64 { return g.floor.Load() }
+
 // Current returns the highest epoch admitted for resource, or 0 if none has
-// been. It does not wait for an effect in progress, so the value is a
-// snapshot for monitoring and tests, not a basis for admitting writes.
+// been or Prune dropped it (see Floor). It does not wait for an effect in
+// progress, so the value is a snapshot for monitoring and tests, not a basis
+// for admitting writes.
 func (g *MemoryGuard) Current(resource string) int64 {
 	st, ok := g.resources.Load(resource)
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -25,6 +26,13 @@ const DefaultSQLTable = "leasehold_fence"
 // resource, a text primary key (or unique, not null), and epoch, a 64-bit
 // integer. Identifiers are quoted, so the name is case-sensitive on
 // PostgreSQL: a table created unquoted as MyFence is stored as "myfence".
+//
+// Besides one row per resource, the table holds the guard's floor row, the
+// one whose resource is the empty string (which no resource name is): its
+// epoch is the lowest epoch the guard admits for any resource, the floor
+// (see SQLGuard.Prune) plus one, so 1 until something is pruned.
+// NewSQLGuard inserts it if it is missing; while it is missing, every
+// admission is refused with an error.
 const SQLSchema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
 	resource TEXT PRIMARY KEY,
 	epoch    BIGINT NOT NULL CHECK (epoch > 0)
@@ -147,19 +155,23 @@ func quoteIdent(name string) string { return `"` + name + `"` }
 // # Admission
 //
 // AdmitTx runs one statement in the caller's transaction (placeholders are
-// ?1 and ?2 on SQLite):
+// ?1 and ?2 on SQLite, which has no FOR SHARE):
 //
-//	INSERT INTO "leasehold_fence" (resource, epoch) VALUES ($1, $2)
+//	INSERT INTO "leasehold_fence" (resource, epoch)
+//	SELECT $1, $2 FROM "leasehold_fence" AS f
+//	WHERE f.resource = '' AND f.epoch <= $2 FOR SHARE OF f
 //	ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch
 //	WHERE "leasehold_fence".epoch <= excluded.epoch
 //
-// One row affected means admitted (first token for the resource, an equal
-// epoch, or a higher one); zero rows means a higher epoch is recorded, and
-// AdmitTx reads it, in the same transaction, into a *FencedError. The check
-// and the record are one statement, so no other writer can slip between them;
-// what makes the record and the caller's effect atomic is the transaction,
-// and what keeps an older holder from committing after a newer one is the
-// lock the statement takes:
+// The SELECT yields the row to insert only if the token is above the floor
+// (the floor row holds the floor plus one). One row affected means admitted
+// (first token for the resource, an equal epoch, or a higher one, above the
+// floor); zero rows means a higher epoch is recorded or the token is at or
+// below the floor, and AdmitTx reads both, in the same transaction, into a
+// *FencedError. The check and the record are one statement, so no other
+// writer can slip between them; what makes the record and the caller's
+// effect atomic is the transaction, and what keeps an older holder from
+// committing after a newer one is the lock the statement takes:
 //
 //   - PostgreSQL: ON CONFLICT DO UPDATE locks the conflicting row, then
 //     evaluates the WHERE against the latest committed version of it (not the
@@ -194,6 +206,11 @@ func quoteIdent(name string) string { return `"` + name + `"` }
 // be rolled back (on PostgreSQL a failed statement would abort it). It still
 // holds the lock, so roll it back promptly.
 //
+// On PostgreSQL every admission also holds a share lock on the floor row
+// until its transaction ends (share locks do not wait for one another); it
+// makes an admission read the newest floor even when a Prune committed
+// after its snapshot (see Prune).
+//
 // Holding the lock until commit is also the cost: a newer holder's admission
 // waits for an older holder's open transaction on the same resource. Keep
 // fenced transactions short, and bound them with a context deadline (or
@@ -207,10 +224,18 @@ type SQLGuard struct {
 	table   string
 	// admitSQL is the whole check-and-record; see the type's doc.
 	admitSQL string
-	// currentSQL reads the recorded epoch; after a refusal it runs in the
-	// same transaction, which already holds the row's lock, so the value is
-	// the one that refused the token.
+	// currentSQL reads the recorded epoch, for Current.
 	currentSQL string
+	// refusedSQL reads the resource's epoch and the floor row after a
+	// refusal, in the refused transaction, to say which refused the token.
+	refusedSQL string
+	// floorRowSQL inserts the floor row if it is missing.
+	floorRowSQL string
+	// lockSQL, raiseFloorSQL and pruneSQL are Prune's statements; lockSQL
+	// is empty on SQLite.
+	lockSQL, raiseFloorSQL, pruneSQL string
+	// floorSQL reads the floor row.
+	floorSQL string
 }
 
 var _ Guard = (*SQLGuard)(nil)
@@ -224,8 +249,10 @@ var _ Guard = (*SQLGuard)(nil)
 // PostgreSQL; modernc.org/sqlite: SQLite); any other driver needs
 // WithDialect. NewSQLGuard then checks that the server is recent enough for
 // INSERT ... ON CONFLICT, so an unsuitable database is reported now rather
-// than at the first admission. These statements run with a background
-// context; bound them with the driver's connect timeout if needed.
+// than at the first admission, and inserts the table's floor row if it is
+// missing (see SQLSchema; the INSERT privilege admissions need suffices).
+// These statements run with a background context; bound them with the
+// driver's connect timeout if needed.
 func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	if db == nil {
 		return nil, errors.New("fence: NewSQLGuard: nil *sql.DB")
@@ -253,10 +280,31 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 		// parameter that some drivers bind by name.
 		p1, p2 = "?1", "?2"
 	}
-	g.admitSQL = "INSERT INTO " + qt + " (resource, epoch) VALUES (" + p1 + ", " + p2 + ")" +
+	// FOR SHARE makes the admission read the floor row's newest version,
+	// or fail with a serialization failure above READ COMMITTED, even if
+	// its snapshot predates a Prune (see Prune). SQLite has one writer at
+	// a time, which serialises admissions and Prune anyway.
+	lockFloor := " FOR SHARE OF f"
+	if cfg.dialect == DialectSQLite {
+		lockFloor = ""
+	}
+	g.admitSQL = "INSERT INTO " + qt + " (resource, epoch)" +
+		" SELECT " + p1 + ", " + p2 + " FROM " + qt + " AS f" +
+		" WHERE f.resource = '' AND f.epoch <= " + p2 + lockFloor +
 		" ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch" +
 		" WHERE " + qt + ".epoch <= excluded.epoch"
 	g.currentSQL = "SELECT epoch FROM " + qt + " WHERE resource = " + p1
+	g.refusedSQL = "SELECT (SELECT epoch FROM " + qt + " WHERE resource = " + p1 + ")," +
+		" (SELECT epoch FROM " + qt + " WHERE resource = '')"
+	g.floorRowSQL = "INSERT INTO " + qt + " (resource, epoch) VALUES ('', 1) ON CONFLICT (resource) DO NOTHING"
+	g.raiseFloorSQL = "INSERT INTO " + qt + " (resource, epoch) VALUES ('', " + p1 + ")" +
+		" ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch" +
+		" WHERE " + qt + ".epoch < excluded.epoch"
+	g.pruneSQL = "DELETE FROM " + qt + " WHERE resource <> '' AND epoch < " + p1
+	if cfg.dialect == DialectPostgres {
+		g.lockSQL = "LOCK TABLE " + qt + " IN SHARE ROW EXCLUSIVE MODE"
+	}
+	g.floorSQL = "SELECT epoch FROM " + qt + " WHERE resource = ''"
 
 	ctx := context.Background()
 	if err := g.checkVersion(ctx); err != nil {
@@ -276,6 +324,13 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	}
 	if err := g.probeTable(ctx); err != nil {
 		return nil, fmt.Errorf("fence: NewSQLGuard: table %s is not usable (want columns resource and epoch; see SQLSchema): %w", cfg.table, err)
+	}
+	// Every admission needs the floor row (see SQLSchema): without it the
+	// statement's SELECT yields no row and nothing is admitted. Inserting
+	// it here, not at the first Prune, keeps a guard that never prunes
+	// working, and gives FOR SHARE a row to lock from the start.
+	if _, err := db.ExecContext(ctx, g.floorRowSQL); err != nil {
+		return nil, fmt.Errorf("fence: NewSQLGuard: inserting the floor row (resource '') into table %s: %w", cfg.table, err)
 	}
 	return g, nil
 }
@@ -352,8 +407,9 @@ func (g *SQLGuard) Table() string { return g.table }
 // argument per database and the isolation levels).
 //
 // A token whose epoch is below the recorded one is refused with a
-// *FencedError carrying the recorded epoch; tx remains usable and should be
-// rolled back. An invalid token is refused with an error wrapping
+// *FencedError carrying the recorded epoch, and one at or below the floor
+// (see Prune) with a *FencedError carrying the floor; tx remains usable and
+// should be rolled back. An invalid token is refused with an error wrapping
 // ErrMalformedToken before any SQL runs, and a done ctx returns ctx's error
 // without touching tx. Other errors come from the database, wrapped; after
 // one of those, tx may be aborted and must be rolled back.
@@ -384,18 +440,25 @@ func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) error {
 	default:
 		return fmt.Errorf("fence: admitting %s: the upsert affected %d rows, want 0 or 1: is resource the table's primary key?", t, n)
 	}
-	// Refused. The row exists and this transaction holds its lock, so the
-	// epoch read here is the one the upsert compared against.
-	var cur int64
-	if err := tx.QueryRowContext(ctx, g.currentSQL, t.Resource).Scan(&cur); err != nil {
+	// Refused: by the resource's row, which then exists and is locked by
+	// this transaction, so the epoch read here is the one the upsert
+	// compared against; or by the floor, which only rises. Either way the
+	// values read here still refuse the token.
+	var cur, lowest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, g.refusedSQL, t.Resource).Scan(&cur, &lowest); err != nil {
 		return fmt.Errorf("fence: %s was refused, but reading the current epoch failed: %w", t, err)
 	}
-	if cur <= t.Epoch {
-		// Only something outside the guard (a trigger, a rule, a driver
-		// that miscounts) can get here; admitting would be a guess.
-		return fmt.Errorf("fence: %s was refused, yet the recorded epoch is %d: is a trigger or rule rewriting table %s?", t, cur, g.table)
+	switch {
+	case cur.Valid && cur.Int64 > t.Epoch:
+		return &FencedError{Token: t, Current: cur.Int64}
+	case !lowest.Valid:
+		return fmt.Errorf("fence: %s refused: table %s has no floor row (resource ''), without which nothing is admitted; NewSQLGuard inserts it", t, g.table)
+	case lowest.Int64 > t.Epoch:
+		return &FencedError{Token: t, Current: lowest.Int64 - 1}
 	}
-	return &FencedError{Token: t, Current: cur}
+	// Only something outside the guard (a trigger, a rule, a driver that
+	// miscounts) can get here; admitting would be a guess.
+	return fmt.Errorf("fence: %s was refused, yet the recorded epoch is %d and the floor %d: is a trigger or rule rewriting table %s?", t, cur.Int64, lowest.Int64-1, g.table)
 }
 
 // Admit implements Guard by running AdmitTx in a transaction of its own and
@@ -429,7 +492,7 @@ func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
 }
 
 // Current returns the highest epoch admitted and committed for resource, or
-// 0 if none has been. It reads outside any transaction the caller holds, so
+// 0 if none has been or Prune deleted it (see Floor). It reads outside any transaction the caller holds, so
 // it is a snapshot for monitoring, tests and error messages, not a basis for
 // admitting writes; AdmitTx is.
 func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) {
@@ -445,4 +508,120 @@ func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) 
 		return 0, fmt.Errorf("fence: reading the current epoch of %q: %w", resource, err)
 	}
 	return cur, nil
+}
+
+// Prune deletes the row of every resource whose recorded epoch is at or
+// below floor, so that the table does not grow with every resource ever
+// fenced, and raises the guard's floor to floor (it is never lowered). From
+// then on every token with an epoch at or below the floor is refused, for
+// every resource, pruned or not, with the floor as the *FencedError's
+// Current when no higher epoch is recorded for the resource. It returns the
+// number of rows it deleted. A floor of 0 changes nothing; a negative one,
+// or math.MaxInt64, is an error.
+//
+// CHOOSE floor BELOW THE EPOCH OF EVERY LEASE THAT MAY STILL WRITE. A holder
+// whose epoch is at or below the floor is refused from then on, exactly as
+// if it had been superseded, even though nothing superseded it. Epochs are
+// etcd revisions of the lease keys, one increasing order over all
+// resources, so safe choices are the lowest epoch among the live leases
+// minus one, or a revision older than the longest a lease can live (its TTL
+// plus the safety margin the workers use). The floor is the table's, not one
+// resource's: it applies to every resource fenced in the table.
+//
+// Pruning never re-admits a superseded holder: every row it deletes held an
+// epoch at or below the floor, so every token that row would have refused is
+// at or below the floor too, and refused by it. Prune runs one transaction
+// (READ COMMITTED on PostgreSQL), with floor+1 as $1:
+//
+//	LOCK TABLE "leasehold_fence" IN SHARE ROW EXCLUSIVE MODE   -- PostgreSQL only
+//	INSERT INTO "leasehold_fence" (resource, epoch) VALUES ('', $1)
+//	ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch
+//	WHERE "leasehold_fence".epoch < excluded.epoch
+//	DELETE FROM "leasehold_fence" WHERE resource <> '' AND epoch < $1
+//
+// It raises the floor before it deletes, in the same transaction, and the
+// locks keep admissions out of the gap:
+//
+//   - PostgreSQL: the table lock conflicts with the ROW EXCLUSIVE lock every
+//     admission's INSERT takes and holds until its transaction ends, so
+//     Prune waits for the open admitting transactions, and admissions
+//     arriving meanwhile queue behind Prune until it commits (the queue is
+//     fair: a stream of admissions cannot starve it, and two Prunes take
+//     turns). Plain reads (Current, Floor) do not wait. Then the upsert
+//     raises the floor row, the DELETE, with a statement snapshot taken
+//     after the lock was granted, sees every admission committed before,
+//     and the commit lets the queued admissions in. Each of those locks the
+//     floor row (FOR SHARE) and so reads its newest version, whatever its
+//     snapshot: at READ COMMITTED a locking read re-checks its WHERE against
+//     the row's latest version, and is refused at or below the raised
+//     floor; at REPEATABLE READ and SERIALIZABLE, an admission whose
+//     snapshot is older than the Prune fails to lock the row with a
+//     serialization failure (SQLSTATE 40001) instead, and the caller
+//     retries. So no admission that read the old floor is open while the
+//     DELETE runs, and none reads the old floor afterwards. The cost:
+//     Prune waits for the open fenced transactions, and fenced
+//     transactions starting meanwhile wait for Prune; bound it with ctx (or
+//     lock_timeout).
+//   - SQLite: one writer at a time; Prune's transaction holds the write
+//     lock from its first statement to its commit, so admissions run wholly
+//     before or wholly after it.
+//
+// Every process admitting through the table must run a version of this
+// package that checks the floor before anything is pruned.
+func (g *SQLGuard) Prune(ctx context.Context, floor int64) (int64, error) {
+	if floor < 0 || floor == math.MaxInt64 {
+		return 0, fmt.Errorf("fence: Prune: floor %d is not an epoch in [0, %d)", floor, int64(math.MaxInt64))
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if floor == 0 {
+		return 0, nil
+	}
+	var opts *sql.TxOptions
+	if g.dialect == DialectPostgres {
+		// The argument above is for READ COMMITTED, whatever the
+		// server's default_transaction_isolation says.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := g.db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, fmt.Errorf("fence: Prune: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	if g.lockSQL != "" {
+		if _, err := tx.ExecContext(ctx, g.lockSQL); err != nil {
+			return 0, fmt.Errorf("fence: Prune: locking table %s: %w", g.table, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, g.raiseFloorSQL, floor+1); err != nil {
+		return 0, fmt.Errorf("fence: Prune: raising the floor of table %s to %d: %w", g.table, floor, err)
+	}
+	res, err := tx.ExecContext(ctx, g.pruneSQL, floor+1)
+	if err != nil {
+		return 0, fmt.Errorf("fence: Prune: deleting rows at or below %d from table %s: %w", floor, g.table, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("fence: Prune: rows affected: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("fence: Prune: commit: %w", err)
+	}
+	return n, nil
+}
+
+// Floor returns the guard's floor, 0 if nothing was ever pruned: every
+// token at or below it is refused. It reads outside any transaction the
+// caller holds.
+func (g *SQLGuard) Floor(ctx context.Context) (int64, error) {
+	var lowest int64
+	err := g.db.QueryRowContext(ctx, g.floorSQL).Scan(&lowest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("fence: Floor: table %s has no floor row (resource ''); NewSQLGuard inserts it", g.table)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fence: reading the floor of table %s: %w", g.table, err)
+	}
+	return lowest - 1, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
 )
@@ -15,6 +17,22 @@ func ExampleRun() {
 		fencetest.Run(t, func(t *testing.T) fence.Guard {
 			return fence.NewMemoryGuard()
 		}, fencetest.WithGoroutines(16), fencetest.WithResources(2))
+	}
+}
+
+// A guard that can prune its records runs the pruning checks too, with a
+// function that prunes the guard under test.
+func ExampleWithPrune() {
+	prune := func(ctx context.Context, g fence.Guard, floor int64) error {
+		_, err := g.(*fence.EtcdGuard).Prune(ctx, floor)
+		return err
+	}
+	_ = func(t *testing.T, cli *clientv3.Client) {
+		n := 0
+		fencetest.Run(t, func(t *testing.T) fence.Guard {
+			n++ // a fresh namespace per check
+			return fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(fmt.Sprintf("/conformance-%d", n)))
+		}, fencetest.WithPrune(prune))
 	}
 }
 

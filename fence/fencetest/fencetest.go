@@ -36,6 +36,29 @@
 //     history is checked with CheckHistory, a real-time order check like a
 //     linearizability check for a max-register.
 //
+// # Pruning
+//
+// A guard that can prune its state (fence.MemoryGuard.Prune,
+// fence.EtcdGuard.Prune, fence.SQLGuard.Prune) is run with WithPrune and a
+// function that prunes the guard under test. Pruning at floor F deletes the
+// records at or below F and raises the guard's floor to F, and from then on
+// every token at or below the floor is refused (Current: the resource's epoch
+// if it is above the token's, else the floor). Two checks are added:
+//
+//   - Pruned: after a prune, an old token of a pruned resource and any token
+//     of a resource never seen are refused at or below the floor, with the
+//     floor as current; a resource recorded above the floor keeps its rule;
+//     tokens above the floor are admitted; a lower floor changes nothing.
+//   - PruneConcurrent: the concurrent workload runs while another goroutine
+//     prunes at rising floors (some above epochs in use, on purpose), and the
+//     history is checked with the rules of CheckHistory, refusals at or below
+//     a floor being justified, plus RuleBelowFloor.
+//
+// A prune raises the floor of the whole store: give the pruning checks a
+// store that no concurrent run uses. Epochs come from one counter per
+// process that starts at the wall clock (in microseconds), so later runs on a
+// store an earlier run pruned get epochs above its floor.
+//
 // # Guards that check leases
 //
 // A guard that also requires the token's lease to be live (fence.LeaseGuard,
@@ -86,8 +109,19 @@ type config struct {
 	goroutines, ops, resources int
 	seed                       uint64
 	issue                      Issuer
+	prune                      Pruner
 	errs                       []error
 }
+
+// Pruner prunes g, the guard under test, at floor: it deletes g's records
+// at or below floor and raises g's floor to floor, so that g refuses every
+// token at or below it from then on. For example, for a fence.EtcdGuard:
+//
+//	func(ctx context.Context, g fence.Guard, floor int64) error {
+//		_, err := g.(*fence.EtcdGuard).Prune(ctx, floor)
+//		return err
+//	}
+type Pruner func(ctx context.Context, g fence.Guard, floor int64) error
 
 // Defaults: enough concurrency to catch a lost update in a guard that
 // reads and then writes, small enough for a guard that pays a network round
@@ -151,6 +185,19 @@ func WithLeases(issue Issuer) Option {
 	}
 }
 
+// WithPrune declares that the guard can prune its records below a floor,
+// and supplies the function that does it; the checks Pruned and
+// PruneConcurrent are added. See the package documentation. It cannot be
+// combined with WithLeases.
+func WithPrune(prune Pruner) Option {
+	return func(c *config) {
+		if prune == nil {
+			c.errs = append(c.errs, errors.New("fencetest: WithPrune(nil)"))
+		}
+		c.prune = prune
+	}
+}
+
 func newConfig(opts []Option) (config, error) {
 	c := config{goroutines: DefaultGoroutines, ops: DefaultOps, resources: DefaultResources, seed: mrand.Uint64()}
 	for _, o := range opts {
@@ -160,26 +207,39 @@ func newConfig(opts []Option) (config, error) {
 		}
 		o(&c)
 	}
+	if c.issue != nil && c.prune != nil {
+		c.errs = append(c.errs, errors.New("fencetest: WithPrune and WithLeases together: guards that check leases keep no records to prune"))
+	}
 	return c, errors.Join(c.errs...)
 }
 
-// run is one Run or Check: its configuration, the tag that makes its
-// resource names unique, and the epoch source of the sequential checks.
+// run is one Run or Check: its configuration and the tag that makes its
+// resource names unique.
 type run struct {
 	config
 	tag string
-	// last is the plain epoch source: one counter for every resource, like
-	// etcd revisions, with gaps so that e-1 is never another epoch of the
-	// same resource.
-	last atomic.Int64
 }
 
 func newRun(c config) *run {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	r := &run{config: c, tag: hex.EncodeToString(b[:])}
-	r.last.Store(100)
-	return r
+	return &run{config: c, tag: hex.EncodeToString(b[:])}
+}
+
+// epochs is the plain epoch source of every run in the process: one counter
+// for every resource, like etcd revisions. It starts at the wall clock in
+// microseconds, so that a run on a store pruned by an earlier run, even of
+// another process, hands out epochs above that run's floors.
+var epochs struct {
+	once sync.Once
+	last atomic.Int64
+}
+
+// reserveEpochs returns the first of n consecutive epochs no other caller
+// gets.
+func reserveEpochs(n int64) int64 {
+	epochs.once.Do(func() { epochs.last.Store(time.Now().UnixMicro()) })
+	return epochs.last.Add(n) - n + 1
 }
 
 // resource returns a resource name unique to this run and check.
@@ -197,7 +257,8 @@ func (r *run) next(ctx context.Context, res string) (int64, error) {
 		}
 		return e, nil
 	}
-	return r.last.Add(7), nil
+	// Gaps, so that e-1 is never another epoch of the same resource.
+	return reserveEpochs(7) + 6, nil
 }
 
 // check is one named check of the suite.
@@ -218,7 +279,11 @@ func (r *run) checks() []check {
 	if r.issue != nil {
 		cs = append(cs, check{"Superseded", checkSuperseded}, check{"Forged", checkForged})
 	}
-	return append(cs, check{"Concurrent", checkConcurrent})
+	cs = append(cs, check{"Concurrent", checkConcurrent})
+	if r.prune != nil {
+		cs = append(cs, check{"Pruned", checkPruned}, check{"PruneConcurrent", checkPruneConcurrent})
+	}
+	return cs
 }
 
 // Run runs every check as a subtest of t, each against a fresh guard from
@@ -503,6 +568,10 @@ func checkConcurrent(s *seq) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	// The plain epochs drift from base up by one every
+	// goroutines*resources calls, plus up to 4.
+	drift := int64(r.goroutines * r.resources)
+	base := reserveEpochs(int64(r.goroutines*r.ops)/drift + 8)
 
 	var (
 		clock    atomic.Int64 // the one clock of Invoke and Return
@@ -533,7 +602,7 @@ func checkConcurrent(s *seq) {
 					// not by this one, so that however the scheduler
 					// runs them, tokens near the current epoch (equal,
 					// just below, just above) are common.
-					epoch = progress.Add(1)/int64(r.goroutines*r.resources) + 1 + rng.Int64N(4)
+					epoch = base + progress.Add(1)/drift + rng.Int64N(4)
 				} else {
 					mu.Lock()
 					seen := issued[res]

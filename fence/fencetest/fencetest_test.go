@@ -19,6 +19,27 @@ func TestMemoryGuardConforms(t *testing.T) {
 	fencetest.Run(t, func(*testing.T) fence.Guard { return fence.NewMemoryGuard() })
 }
 
+// pruneMemory is the Pruner of a *fence.MemoryGuard.
+func pruneMemory(_ context.Context, g fence.Guard, floor int64) error {
+	g.(*fence.MemoryGuard).Prune(floor)
+	return nil
+}
+
+func TestMemoryGuardConformsPruned(t *testing.T) {
+	fencetest.Run(t, func(*testing.T) fence.Guard { return fence.NewMemoryGuard() }, fencetest.WithPrune(pruneMemory))
+}
+
+// TestCheckSharedGuardPruned: pruning checks on one guard, twice: epochs of
+// the second run are above the first run's floors.
+func TestCheckSharedGuardPruned(t *testing.T) {
+	g := fence.NewMemoryGuard()
+	for range 2 {
+		if vs := fencetest.Check(t.Context(), g, fencetest.WithPrune(pruneMemory)); len(vs) != 0 {
+			t.Fatalf("MemoryGuard: %d violations, first: %v", len(vs), vs[0])
+		}
+	}
+}
+
 // TestCheckSharedGuard: Check runs every check on one guard; resource
 // names keep them apart, and two runs on the same guard do not interfere.
 func TestCheckSharedGuard(t *testing.T) {
@@ -32,12 +53,17 @@ func TestCheckSharedGuard(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	for _, o := range []fencetest.Option{
-		fencetest.WithGoroutines(0), fencetest.WithOps(-1), fencetest.WithResources(0), fencetest.WithLeases(nil), nil,
+		fencetest.WithGoroutines(0), fencetest.WithOps(-1), fencetest.WithResources(0), fencetest.WithLeases(nil), fencetest.WithPrune(nil), nil,
 	} {
 		vs := fencetest.Check(t.Context(), fence.NewMemoryGuard(), o)
 		if len(vs) != 1 || vs[0].Check != "options" {
 			t.Errorf("bad option: violations %v, want one of check \"options\"", vs)
 		}
+	}
+	leases := &memLeases{}
+	vs := fencetest.Check(t.Context(), fence.NewMemoryGuard(), fencetest.WithPrune(pruneMemory), fencetest.WithLeases(leases.Issue))
+	if len(vs) != 1 || vs[0].Check != "options" {
+		t.Errorf("WithPrune and WithLeases: violations %v, want one of check \"options\"", vs)
 	}
 }
 
@@ -52,10 +78,32 @@ type faultyGuard struct {
 	shared       bool // one state for every resource
 	forgetEvery  int  // every n-th call forgets the resource's state
 	racy         bool // reads, lets go of the lock, then writes: a lost update
+	pruneNoFloor bool // Prune deletes records without raising the floor
 
 	mu      sync.Mutex
 	highest map[string]int64
+	floor   int64
 	calls   int
+}
+
+// Prune deletes the records at or below floor and raises the floor, unless
+// pruneNoFloor.
+func (g *faultyGuard) Prune(_ context.Context, floor int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, e := range g.highest {
+		if e <= floor {
+			delete(g.highest, k)
+		}
+	}
+	if !g.pruneNoFloor {
+		g.floor = max(g.floor, floor)
+	}
+	return nil
+}
+
+func pruneFaulty(ctx context.Context, g fence.Guard, floor int64) error {
+	return g.(*faultyGuard).Prune(ctx, floor)
 }
 
 func (g *faultyGuard) Admit(ctx context.Context, t fence.Token) error {
@@ -94,6 +142,9 @@ func (g *faultyGuard) Admit(ctx context.Context, t fence.Token) error {
 		}
 		return &fence.FencedError{Token: t, Current: cur}
 	}
+	if !g.admitAll && t.Epoch <= g.floor {
+		return &fence.FencedError{Token: t, Current: g.floor}
+	}
 	g.highest[key] = t.Epoch
 	return nil
 }
@@ -119,29 +170,33 @@ func TestBrokenGuardsAreCaught(t *testing.T) {
 		guard    func() *faultyGuard
 		want     []found
 		attempts int
+		opts     []fencetest.Option
 	}{
 		{"admits everything", func() *faultyGuard { return &faultyGuard{admitAll: true} },
-			[]found{{"LowerRefused", ""}, {"ResourcesIndependent", ""}, {"Concurrent", fencetest.RuleLowerAdmitted}}, 1},
+			[]found{{"LowerRefused", ""}, {"ResourcesIndependent", ""}, {"Concurrent", fencetest.RuleLowerAdmitted}}, 1, nil},
 		{"refuses equal epochs", func() *faultyGuard { return &faultyGuard{strict: true} },
-			[]found{{"EqualReadmitted", ""}, {"Concurrent", fencetest.RuleUnjustifiedRefusal}}, 5},
+			[]found{{"EqualReadmitted", ""}, {"Concurrent", fencetest.RuleUnjustifiedRefusal}}, 5, nil},
 		{"accepts malformed tokens", func() *faultyGuard { return &faultyGuard{noValidate: true} },
-			[]found{{"Malformed", ""}}, 1},
+			[]found{{"Malformed", ""}}, 1, nil},
 		{"ignores the context", func() *faultyGuard { return &faultyGuard{ignoreCtx: true} },
-			[]found{{"ContextDone", ""}}, 1},
+			[]found{{"ContextDone", ""}}, 1, nil},
 		{"reports a wrong current epoch", func() *faultyGuard { return &faultyGuard{wrongCurrent: true} },
-			[]found{{"LowerRefused", ""}, {"Concurrent", fencetest.RuleBadCurrent}}, 1},
+			[]found{{"LowerRefused", ""}, {"Concurrent", fencetest.RuleBadCurrent}}, 1, nil},
 		{"shares state between resources", func() *faultyGuard { return &faultyGuard{shared: true} },
-			[]found{{"ResourcesIndependent", ""}}, 1},
+			[]found{{"ResourcesIndependent", ""}}, 1, nil},
 		{"forgets state now and then", func() *faultyGuard { return &faultyGuard{forgetEvery: 50} },
-			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20},
+			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20, nil},
 		{"reads then writes (lost update)", func() *faultyGuard { return &faultyGuard{racy: true} },
-			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20},
+			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20, nil},
+		{"prunes without recording the floor", func() *faultyGuard { return &faultyGuard{pruneNoFloor: true} },
+			[]found{{"Pruned", ""}, {"PruneConcurrent", fencetest.RuleLowerAdmitted}, {"PruneConcurrent", fencetest.RuleBelowFloor}}, 20,
+			[]fencetest.Option{fencetest.WithPrune(pruneFaulty)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			missing := tc.want
 			for attempt := 0; attempt < tc.attempts && len(missing) > 0; attempt++ {
-				vs := fencetest.Check(t.Context(), tc.guard())
+				vs := fencetest.Check(t.Context(), tc.guard(), tc.opts...)
 				missing = slices.DeleteFunc(slices.Clone(missing), func(f found) bool { return has(vs, f) })
 				if attempt == 0 {
 					for i, v := range vs {

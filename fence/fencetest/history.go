@@ -76,6 +76,10 @@ const (
 	// RuleNotLive: a lease-checking guard admitted an epoch that was not
 	// its resource's live lease at any time during the call.
 	RuleNotLive Rule = "not-live"
+	// RuleBelowFloor: a guard admitted an epoch at or below the floor of
+	// a prune that had returned before the call began (the PruneConcurrent
+	// check).
+	RuleBelowFloor Rule = "below-floor"
 	// RuleMalformedOp: the history itself is not well formed (a call that
 	// returned before it was invoked, a non-positive epoch, issues out of
 	// order). The checks are meaningless on it.

@@ -1,6 +1,7 @@
 package keys_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -40,4 +41,47 @@ func TestFenceKeys(t *testing.T) {
 			t.Errorf("fence prefix %q overlaps %q", s.FencePrefix(), p)
 		}
 	}
+}
+
+// TestFenceFloorKey: the floor is one key under the fence prefix (so every
+// role granted the prefix covers it), and it is no resource's fence key:
+// no name escapes to its segment, and Unescape refuses it.
+func TestFenceFloorKey(t *testing.T) {
+	for ns, want := range map[string]string{"/ns": "/ns/fence/%floor", "/": "/fence/%floor", "/a/b": "/a/b/fence/%floor"} {
+		s := keys.MustNew(ns)
+		floor := s.FenceFloor()
+		if floor != want {
+			t.Errorf("namespace %q: FenceFloor = %q, want %q", ns, floor, want)
+		}
+		if !s.IsFenceFloor(floor) || s.IsFenceFloor(s.Fence("floor")) || s.IsFenceFloor(s.FencePrefix()) {
+			t.Errorf("namespace %q: IsFenceFloor is wrong", ns)
+		}
+		if !strings.HasPrefix(floor, s.FencePrefix()) {
+			t.Errorf("namespace %q: floor %q is not under %q", ns, floor, s.FencePrefix())
+		}
+		seg := strings.TrimPrefix(floor, s.FencePrefix())
+		if _, err := keys.Unescape(seg); !errors.Is(err, keys.ErrMalformedKey) {
+			t.Errorf("Unescape(%q) = %v, want ErrMalformedKey: a resource could be named so", seg, err)
+		}
+		for _, res := range []string{"%floor", "%25floor", "floor", "%", "/", "fence", "%2Ffloor", "/floor"} {
+			for _, k := range []string{s.Lease(res), s.Done(res), s.Fence(res), s.ResourceAudit(res), s.AuditEnd(res, 1)} {
+				if k == floor {
+					t.Errorf("namespace %q: key %q for resource %q is the floor", ns, k, res)
+				}
+			}
+		}
+	}
+}
+
+// FuzzFenceFloorNotAResource: no resource name's fence key is the floor.
+func FuzzFenceFloorNotAResource(f *testing.F) {
+	for _, seed := range []string{"%floor", "%25floor", "floor", "%"} {
+		f.Add(seed)
+	}
+	s := keys.MustNew("/ns")
+	f.Fuzz(func(t *testing.T, res string) {
+		if s.IsFenceFloor(s.Fence(res)) {
+			t.Fatalf("Fence(%q) is the floor", res)
+		}
+	})
 }

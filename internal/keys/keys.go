@@ -12,6 +12,9 @@
 //	N/fence/<res>                         the highest epoch fence.EtcdGuard has admitted,
 //	                                      20-digit zero-padded decimal so that etcd's
 //	                                      byte-wise value compare is numeric order
+//	N/fence/%floor                        fence.EtcdGuard's floor: the highest epoch whose
+//	                                      fence keys were pruned, same encoding; no
+//	                                      resource escapes to "%floor"
 //
 // <res> is the resource name with '%' and '/' percent-escaped, so an escaped
 // name never contains '/' and "N/audit/<res>/" is a prefix of exactly one
@@ -196,6 +199,23 @@ func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
 // FencePrefix is the prefix of every fence key (fence.EtcdGuard's record of
 // the highest epoch admitted per resource).
 func (s Space) FencePrefix() string { return s.ns + "/fence/" }
+
+// fenceFloorSegment is the last segment of the fence floor's key. Escape
+// writes '%' only as "%25" or "%2F", so no resource name escapes to it (and
+// Unescape refuses it): the floor is never a resource's fence key.
+const fenceFloorSegment = "%floor"
+
+// FenceFloor is the key of fence.EtcdGuard's floor: the highest epoch whose
+// fence keys were pruned; every token at or below it is refused. It is
+// "N/fence/%floor", under FencePrefix so that whoever may read or write the
+// fence keys (every role granted the prefix) may read or write the floor,
+// which every admission reads; and no resource's fence key, see
+// fenceFloorSegment. A scan of FencePrefix returns it: skip it with
+// IsFenceFloor.
+func (s Space) FenceFloor() string { return s.FencePrefix() + fenceFloorSegment }
+
+// IsFenceFloor reports whether key is this namespace's fence floor.
+func (s Space) IsFenceFloor(key string) bool { return key == s.FenceFloor() }
 
 // Lease is the lease key of a resource.
 func (s Space) Lease(res string) string { return s.LeasePrefix() + Escape(res) }

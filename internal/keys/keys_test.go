@@ -158,8 +158,10 @@ func TestParseAuditErrorNamesKey(t *testing.T) {
 }
 
 // TestNamespacesNeverShareKeys: for any two different valid namespaces,
-// nested or not, no key of one lies under a prefix of the other — so one
-// namespace's watches, scans and recorder never see the other's keys.
+// nested or not, no key of one (its fence floor included) lies under a
+// prefix of the other — so one namespace's watches, scans and recorder never
+// see the other's keys, and no admission or prune in one reads or moves the
+// other's floor.
 // Namespaces are every path of up to three segments over a small alphabet
 // that includes the reserved words; the invalid ones are left out by
 // keys.New, which is what this test relies on.
@@ -189,7 +191,7 @@ func TestNamespacesNeverShareKeys(t *testing.T) {
 			if s1.Namespace() == s2.Namespace() {
 				continue
 			}
-			for _, k := range []string{s2.Lease("r"), s2.Done("r"), s2.AuditStart("r", "id"), s2.AuditEnd("r", 7), s2.Fence("r")} {
+			for _, k := range []string{s2.Lease("r"), s2.Done("r"), s2.AuditStart("r", "id"), s2.AuditEnd("r", 7), s2.Fence("r"), s2.FenceFloor()} {
 				for _, p := range prefixes {
 					if strings.HasPrefix(k, p) {
 						t.Fatalf("namespace %q's key %q is under %q of namespace %q", s2.Namespace(), k, p, s1.Namespace())

@@ -1,0 +1,104 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Pruning drops the records at or below a floor and refuses every token at
+// or below it from then on: the old holder of a pruned resource, and a
+// resource never seen, alike. Choose the floor below every epoch still in
+// use, such as the lowest live lease's epoch minus one.
+func ExampleMemoryGuard_Prune() {
+	ctx := context.Background()
+	g := fence.NewMemoryGuard()
+	_ = g.Admit(ctx, fence.Token{Resource: "reports/q1", Epoch: 7})
+	_ = g.Admit(ctx, fence.Token{Resource: "reports/q2", Epoch: 40})
+
+	fmt.Println("pruned:", g.Prune(30), "floor:", g.Floor())
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "reports/q1", Epoch: 7}))
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "reports/q3", Epoch: 30}))
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "reports/q2", Epoch: 39}))
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "reports/q1", Epoch: 31}))
+	// Output:
+	// pruned: 1 floor: 30
+	// fenced: resource "reports/q1": epoch 7 is below the current epoch 30
+	// fenced: resource "reports/q3": epoch 30 is not above the pruned floor 30
+	// fenced: resource "reports/q2": epoch 39 is below the current epoch 40
+	// <nil>
+}
+
+// EtcdGuard.Prune deletes the fence keys at or below the floor and records
+// the floor in the same namespace.
+func ExampleEtcdGuard_Prune() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	g := fence.NewEtcdGuard(cli)
+	for res, epoch := range map[string]int64{"orders/1": 5, "orders/2": 6, "orders/3": 90} {
+		if err := g.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
+			panic(err)
+		}
+	}
+	pruned, err := g.Prune(ctx, 50)
+	if err != nil {
+		panic(err)
+	}
+	floor, err := g.Floor(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("pruned:", pruned, "floor:", floor)
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "orders/1", Epoch: 5}))
+	fmt.Println(g.Admit(ctx, fence.Token{Resource: "orders/1", Epoch: 51}))
+	// Output:
+	// pruned: 2 floor: 50
+	// fenced: resource "orders/1": epoch 5 is below the current epoch 50
+	// <nil>
+}
+
+// SQLGuard.Prune deletes the rows at or below the floor and records the
+// floor in the same table, in one transaction.
+func ExampleSQLGuard_Prune() {
+	dir, err := os.MkdirTemp("", "leasehold-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	guard, err := fence.NewSQLGuard(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for res, epoch := range map[string]int64{"invoices/1": 5, "invoices/2": 6, "invoices/3": 90} {
+		if err := guard.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	pruned, err := guard.Prune(ctx, 50)
+	if err != nil {
+		log.Fatal(err)
+	}
+	floor, err := guard.Floor(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pruned:", pruned, "floor:", floor)
+	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 12}))
+	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 51}))
+	// Output:
+	// pruned: 2 floor: 50
+	// fenced: resource "invoices/4": epoch 12 is below the current epoch 50
+	// <nil>
+}

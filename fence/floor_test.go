@@ -1,0 +1,83 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+)
+
+// TestSafeFloorKeepsLiveLeasesAdmissible: pruning an EtcdGuard at
+// SafeFloor refuses the tokens of ended epochs and no token of a live
+// lease, however old; the control prunes one above it, at the oldest live
+// epoch, and that live holder is refused.
+func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	ctx := t.Context()
+	floor, err := fence.SafeFloor(ctx, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := cli.Get(ctx, "/any")
+	if err != nil || floor != rev.Header.Revision {
+		t.Fatalf("SafeFloor with nothing held: %d (%v), want the read revision %d", floor, err, rev.Header.Revision)
+	}
+
+	reg := lease.NewRegistry(cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	s, err := session.New(ctx, cli, session.WithWorker("w"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	acquire := func(res string) *lease.Lease {
+		t.Helper()
+		l, err := reg.TryAcquire(ctx, s, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	ended := acquire("ended")
+	oldest := acquire("oldest")
+	if err := ended.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	newest := acquire("newest")
+
+	g := fence.NewEtcdGuard(cli)
+	for _, l := range []*lease.Lease{ended, oldest, newest} {
+		if err := g.Admit(ctx, l.Token()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	floor, err = fence.SafeFloor(ctx, cli)
+	if err != nil || floor != oldest.Epoch()-1 {
+		t.Fatalf("SafeFloor: %d (%v), want the oldest live epoch %d − 1", floor, err, oldest.Epoch())
+	}
+	if _, err := g.Prune(ctx, floor); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*lease.Lease{oldest, newest} {
+		if err := g.Admit(ctx, l.Token()); err != nil {
+			t.Errorf("live lease %v refused after pruning at SafeFloor: %v", l.Token(), err)
+		}
+	}
+	if err := g.Admit(ctx, ended.Token()); !errors.Is(err, fence.ErrFenced) {
+		t.Errorf("the ended epoch's token after pruning: %v, want ErrFenced", err)
+	}
+
+	// Control: one above SafeFloor refuses a live holder.
+	if _, err := g.Prune(ctx, oldest.Epoch()); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Admit(ctx, oldest.Token()); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("control: a floor at the oldest live epoch admitted it: %v", err)
+	}
+}

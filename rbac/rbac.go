@@ -111,13 +111,15 @@ func Roles(namespace string) ([]Role, error) {
 			"Complete, Release and Revoke delete it; the registry and the recorder watch the prefix; " +
 			"etcd lets a session renew or revoke its etcd lease only with write access to every key attached to it"}
 		doneRW = Permission{sp.DonePrefix(), ReadWrite, "" +
-			"TryAcquire compares and reads the done record; Complete puts it, and its Else branch compares its value to recognise a retry"}
+			"TryAcquire compares and reads the done record; Complete puts it, and its Else branch compares its value to recognise a retry; " +
+			"the recorder's retention deletes it with its epoch's entries"}
 		auditRW = Permission{sp.AuditPrefix(), ReadWrite, "" +
 			"every transition puts its entry create-only (a compare, then a put) in the same transaction — " +
 			"Complete's and Release's Else branches put the rejection entry; Revoke puts the revoked entry; " +
-			"the recorder lists the prefix and puts expired entries"}
+			"the recorder lists the prefix and puts expired entries, and its retention deletes entries it archived"}
 		fenceRW = Permission{sp.FencePrefix(), ReadWrite, "" +
-			"fence.EtcdGuard compares, reads and puts the highest epoch admitted per resource"}
+			"fence.EtcdGuard compares, reads and puts the highest epoch admitted per resource, and reads the floor <namespace>/fence/%floor; " +
+			"EtcdGuard.Prune raises the floor and deletes the keys below it"}
 		drillRW = Permission{drillPrefix(ns), ReadWrite, "" +
 			"`leasehold drill` acquires, revokes, fences and completes in a scratch namespace <namespace>/drill-<n> and deletes it afterwards"}
 	)
@@ -126,9 +128,9 @@ func Roles(namespace string) ([]Role, error) {
 		{Base: Worker, Permissions: []Permission{leaseRW, doneRW, auditRW, fenceRW}},
 		{Base: Operator, Permissions: []Permission{
 			{leaseRW.Prefix, ReadWrite, "`leasehold holders` reads the lease keys and their sessions' TTLs; Revoke reads the lease key, compares and deletes it"},
-			read(doneRW, "inspection of finished resources"),
-			{auditRW.Prefix, ReadWrite, "`leasehold audit` and `timeline` list the prefix; Revoke puts the revoked entry create-only; the recorder puts expired entries"},
-			read(fenceRW, "inspection of the epochs admitted downstream"),
+			{doneRW.Prefix, ReadWrite, "inspection of finished resources; `leasehold recorder --retention` deletes done records with their epochs' entries"},
+			{auditRW.Prefix, ReadWrite, "`leasehold audit` and `timeline` list the prefix; Revoke puts the revoked entry create-only; the recorder puts expired entries, and with retention deletes the entries it archived"},
+			{fenceRW.Prefix, ReadWrite, "inspection of the epochs admitted downstream; EtcdGuard.Prune raises the floor and deletes fence keys below it"},
 			drillRW,
 		}},
 		{Base: Auditor, Permissions: []Permission{

@@ -43,7 +43,7 @@ func TestRoles(t *testing.T) {
 			"readwrite /leasehold/lease/", "readwrite /leasehold/done/", "readwrite /leasehold/audit/", "readwrite /leasehold/fence/",
 		},
 		"leasehold-operator": {
-			"readwrite /leasehold/lease/", "read /leasehold/done/", "readwrite /leasehold/audit/", "read /leasehold/fence/", "readwrite /leasehold/drill-",
+			"readwrite /leasehold/lease/", "readwrite /leasehold/done/", "readwrite /leasehold/audit/", "readwrite /leasehold/fence/", "readwrite /leasehold/drill-",
 		},
 		"leasehold-auditor": {
 			"read /leasehold/lease/", "read /leasehold/done/", "read /leasehold/audit/", "read /leasehold/fence/",
@@ -461,5 +461,59 @@ func TestNamespaceIsolation(t *testing.T) {
 	}
 	if err := la.Complete(ctx, "done-a"); err != nil {
 		t.Fatalf("A completes its own: %v", err)
+	}
+}
+
+// TestOperatorRunsRetention: the operator role can run the recorder with
+// retention — which deletes audit entries and done records — and prune an
+// EtcdGuard's fence keys; a worker's fence admission reads the floor key.
+// With the operator's done and fence prefixes read-only, as before
+// retention existed, the pass and the prune are refused.
+func TestOperatorRunsRetention(t *testing.T) {
+	const ns = "/team-r"
+	c := secureCluster(t, ns)
+	ctx := context.Background()
+	name := func(base string) string { return rbac.RoleName(base, ns) }
+	c.AddUser(t, "worker", "pw-w", name(rbac.Worker))
+	c.AddUser(t, "operator", "pw-op", name(rbac.Operator))
+	w, op := c.ClientAs(t, "worker", "pw-w"), c.ClientAs(t, "operator", "pw-op")
+	reg, s := newWorker(t, w, ns, "worker")
+	g := fence.NewEtcdGuard(w, fence.WithEtcdNamespace(ns))
+	for _, res := range []string{"a", "b"} {
+		l, err := reg.TryAcquire(ctx, s, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Admit(ctx, l.Token()); err != nil {
+			t.Fatalf("Admit as worker: %v", err)
+		}
+		if err := l.Complete(ctx, "ok"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	floor, err := fence.SafeFloor(ctx, op, fence.WithEtcdNamespace(ns))
+	if err != nil {
+		t.Fatalf("SafeFloor as operator: %v", err)
+	}
+	if n, err := fence.NewEtcdGuard(op, fence.WithEtcdNamespace(ns)).Prune(ctx, floor); err != nil || n != 2 {
+		t.Fatalf("Prune as operator: %d, %v", n, err)
+	}
+	if err := g.Admit(ctx, fence.Token{Resource: "a", Epoch: 1}); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("an old token after the prune, as worker: %v", err)
+	}
+
+	time.Sleep(1100 * time.Millisecond)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- audit.New(op, audit.WithNamespace(ns), audit.WithRetention(time.Second), audit.WithoutArchive()).RunRecorder(rctx)
+	}()
+	root := c.Client(t)
+	waitFor(t, func() bool {
+		return len(keysUnder(t, root, ns+"/audit/")) == 0 && len(keysUnder(t, root, ns+"/done/")) == 0
+	})
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("recorder as operator: %v", err)
 	}
 }

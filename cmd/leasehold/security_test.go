@@ -23,7 +23,7 @@ func TestRolesCommand(t *testing.T) {
 	for _, want := range []string{
 		"etcdctl role add leasehold-worker\n",
 		"etcdctl role grant-permission leasehold-worker --prefix=true readwrite /leasehold/audit/\n",
-		"etcdctl role grant-permission leasehold-operator --prefix=true read /leasehold/done/\n",
+		"etcdctl role grant-permission leasehold-operator --prefix=true readwrite /leasehold/done/\n",
 		"etcdctl role grant-permission leasehold-auditor --prefix=true read /leasehold/lease/\n",
 	} {
 		if !strings.Contains(out, want) {

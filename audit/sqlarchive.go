@@ -91,25 +91,29 @@ const archiveColumnCount = 13
 const maxInsertRows = 500
 
 // Dialect is the SQL database an SQLArchive talks to.
-type Dialect int
+//
+// Dialect is the same type as the fence package's Dialect (both are aliases
+// of one internal type), so one value configures an SQLArchive and a
+// fence.SQLGuard alike. Godoc lists its methods with that internal type, not
+// here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
+// reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
+// the n-th bind placeholder ($n or ?n), and MaxParams the most bind
+// parameters one statement may carry.
+type Dialect = sqldialect.Dialect
 
-// The dialects; their values are fence.Dialect's.
 const (
-	// DialectPostgres is PostgreSQL 9.5 or later.
-	DialectPostgres Dialect = 1
-	// DialectSQLite is SQLite 3.24 or later.
-	DialectSQLite Dialect = 2
+	// DialectPostgres is PostgreSQL 9.5 or later (INSERT ... ON CONFLICT).
+	DialectPostgres Dialect = sqldialect.Postgres
+	// DialectSQLite is SQLite 3.24 or later (UPSERT).
+	DialectSQLite Dialect = sqldialect.SQLite
 )
-
-// String returns the database's name, for errors and logs.
-func (d Dialect) String() string { return sqldialect.Dialect(d).String() }
 
 // SQLArchiveOption configures NewSQLArchive.
 type SQLArchiveOption func(*sqlArchiveConfig) error
 
 type sqlArchiveConfig struct {
 	table       string
-	dialect     sqldialect.Dialect // 0: detect from the driver
+	dialect     Dialect // 0: detect from the driver
 	createTable bool
 }
 
@@ -139,11 +143,10 @@ func WithTable(name string) SQLArchiveOption {
 // nothing behind.
 func WithDialect(d Dialect) SQLArchiveOption {
 	return func(c *sqlArchiveConfig) error {
-		sd := sqldialect.Dialect(d)
-		if !sd.Valid() {
+		if !d.Valid() {
 			return fmt.Errorf("audit: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
 		}
-		c.dialect = sd
+		c.dialect = d
 		return nil
 	}
 }
@@ -199,7 +202,7 @@ func WithoutCreateTable() SQLArchiveOption {
 // context's; an Append stopped that way stores nothing.
 type SQLArchive struct {
 	db      *sql.DB
-	dialect sqldialect.Dialect
+	dialect Dialect
 	table   string
 
 	insertPrefix string // INSERT INTO t (columns) VALUES
@@ -239,10 +242,9 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 		}
 	}
 	if cfg.dialect == 0 {
-		d, ok := sqldialect.FromDriver(db)
-		if !ok {
-			return nil, fmt.Errorf("audit: NewSQLArchive: cannot tell the SQL dialect of driver %T (package %q); pass WithDialect(DialectPostgres) or WithDialect(DialectSQLite)",
-				db.Driver(), sqldialect.DriverPackage(db))
+		d, err := sqldialect.Detect(db)
+		if err != nil {
+			return nil, fmt.Errorf("audit: NewSQLArchive: %w", err)
 		}
 		cfg.dialect = d
 	}
@@ -253,7 +255,7 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 	a.insertSuffix = " ON CONFLICT (namespace, revision, etcd_key) DO NOTHING"
 	a.rowsPerStmt = min(cfg.dialect.MaxParams()/archiveColumnCount, maxInsertRows)
 	a.orderKey = "etcd_key"
-	if cfg.dialect == sqldialect.Postgres {
+	if cfg.dialect == DialectPostgres {
 		// Byte order, as strings.Compare, even in a table whose key column
 		// was created with the database's default collation.
 		a.orderKey = `etcd_key COLLATE "C"`
@@ -292,9 +294,9 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 }
 
 // archiveSchema returns the statements of the dialect's schema for table.
-func archiveSchema(d sqldialect.Dialect, table string) []string {
+func archiveSchema(d Dialect, table string) []string {
 	ddl := SQLArchiveSchemaSQLite
-	if d == sqldialect.Postgres {
+	if d == DialectPostgres {
 		ddl = SQLArchiveSchemaPostgres
 	}
 	// `"leasehold_audit` starts both the table's quoted name and the
@@ -315,7 +317,7 @@ func (a *SQLArchive) probe(ctx context.Context) error {
 
 // Dialect returns the database dialect the archive was configured with or
 // detected.
-func (a *SQLArchive) Dialect() Dialect { return Dialect(a.dialect) }
+func (a *SQLArchive) Dialect() Dialect { return a.dialect }
 
 // Table returns the name of the table holding the archive's entries.
 func (a *SQLArchive) Table() string { return a.table }

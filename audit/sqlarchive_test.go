@@ -21,8 +21,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
 // archivePostgresEnv names the variable holding the DSN of the PostgreSQL
@@ -348,8 +348,11 @@ func TestSQLArchiveOptionErrors(t *testing.T) {
 			t.Errorf("WithTable(%q): %v, want an error", name, err)
 		}
 	}
-	if int(audit.DialectPostgres) != int(sqldialect.Postgres) || int(audit.DialectSQLite) != int(sqldialect.SQLite) {
-		t.Errorf("audit's dialects are %d and %d, the SDK's %d and %d", audit.DialectPostgres, audit.DialectSQLite, sqldialect.Postgres, sqldialect.SQLite)
+	// One type for both stores: a fence.Dialect is an audit.Dialect (this
+	// compiles only if they are the same type), with the same values.
+	var shared audit.Dialect = fence.DialectPostgres
+	if shared != audit.DialectPostgres || fence.DialectSQLite != audit.DialectSQLite {
+		t.Errorf("audit's dialects are %d and %d, fence's %d and %d", audit.DialectPostgres, audit.DialectSQLite, fence.DialectPostgres, fence.DialectSQLite)
 	}
 	if audit.DialectPostgres.String() != "PostgreSQL" || audit.DialectSQLite.String() != "SQLite" {
 		t.Errorf("dialect names %v, %v", audit.DialectPostgres, audit.DialectSQLite)

@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
 // DefaultSQLTable is the table an SQLGuard keeps its epochs in unless
@@ -43,35 +42,26 @@ const SQLSchema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
 // placeholder syntax and the version check, and naming it explicitly is what
 // lets NewSQLGuard refuse a database whose locking it has not been verified
 // against instead of failing at the first admission.
-type Dialect int
+//
+// Dialect is the same type as the audit package's Dialect (both are aliases
+// of one internal type), so one value configures an SQLGuard and an
+// SQLArchive alike. Godoc lists its methods with that internal type, not
+// here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
+// reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
+// the n-th bind placeholder ($n or ?n), and MaxParams the most bind
+// parameters one statement may carry.
+type Dialect = sqldialect.Dialect
 
 const (
 	// DialectPostgres is PostgreSQL 9.5 or later (INSERT ... ON CONFLICT).
-	DialectPostgres Dialect = iota + 1
+	DialectPostgres Dialect = sqldialect.Postgres
 	// DialectSQLite is SQLite 3.24 or later (UPSERT).
-	DialectSQLite
+	DialectSQLite Dialect = sqldialect.SQLite
 )
 
-// String returns the database's name, for errors and logs.
-func (d Dialect) String() string {
-	switch d {
-	case DialectPostgres:
-		return "PostgreSQL"
-	case DialectSQLite:
-		return "SQLite"
-	}
-	return "Dialect(" + strconv.Itoa(int(d)) + ")"
-}
-
-// driverDialects maps the Go package of a database/sql driver to the dialect
-// it speaks. Only drivers the guard's tests run against are listed: a driver
-// that merely speaks the same SQL could still differ in what RowsAffected
-// reports or in how it begins transactions, so any other driver needs an
-// explicit WithDialect, which is the user saying they checked.
-var driverDialects = map[string]Dialect{
-	"github.com/jackc/pgx/v5/stdlib": DialectPostgres,
-	"modernc.org/sqlite":             DialectSQLite,
-}
+// maxSQLTable is the longest table name WithTable accepts: PostgreSQL's
+// identifier limit, beyond which it would silently truncate the name.
+const maxSQLTable = 63
 
 // SQLOption configures NewSQLGuard.
 type SQLOption func(*sqlConfig) error
@@ -84,15 +74,16 @@ type sqlConfig struct {
 
 // WithTable makes the guard keep its epochs in table instead of
 // DefaultSQLTable, for example to give each service its own. The name must
-// match [A-Za-z_][A-Za-z0-9_]{0,62}: it is spliced into SQL text (a table name
-// cannot be a bind parameter), so only names that need no escaping are
-// accepted, and 63 bytes is PostgreSQL's identifier limit, beyond which it
-// would silently truncate the name. Schema-qualified names are not accepted;
-// use the connection's search_path to pick a PostgreSQL schema.
+// be 1 to 63 bytes matching [A-Za-z_][A-Za-z0-9_]*: it is spliced into SQL
+// text (a table name cannot be a bind parameter), so only names that need no
+// escaping are accepted, and 63 bytes is PostgreSQL's identifier limit,
+// beyond which it would silently truncate the name. Schema-qualified names
+// are not accepted; use the connection's search_path to pick a PostgreSQL
+// schema.
 func WithTable(name string) SQLOption {
 	return func(c *sqlConfig) error {
-		if err := validateTable(name); err != nil {
-			return err
+		if err := sqldialect.ValidateTable(name, maxSQLTable); err != nil {
+			return fmt.Errorf("fence: WithTable: %w", err)
 		}
 		c.table = name
 		return nil
@@ -106,7 +97,7 @@ func WithTable(name string) SQLOption {
 // DO UPDATE is false).
 func WithDialect(d Dialect) SQLOption {
 	return func(c *sqlConfig) error {
-		if d != DialectPostgres && d != DialectSQLite {
+		if !d.Valid() {
 			return fmt.Errorf("fence: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
 		}
 		c.dialect = d
@@ -125,26 +116,6 @@ func WithoutCreateTable() SQLOption {
 		return nil
 	}
 }
-
-func validateTable(name string) error {
-	const rule = "[A-Za-z_][A-Za-z0-9_]{0,62}"
-	if name == "" || len(name) > 63 {
-		return fmt.Errorf("fence: WithTable: table name %q must be 1 to 63 bytes matching %s", truncate(name), rule)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		letter := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-		if letter || i > 0 && '0' <= c && c <= '9' {
-			continue
-		}
-		return fmt.Errorf("fence: WithTable: table name %q must match %s (byte %d is %q)", truncate(name), rule, i, c)
-	}
-	return nil
-}
-
-// quoteIdent quotes a name validateTable accepted. Quoting keeps reserved
-// words such as "order" usable as table names on both databases.
-func quoteIdent(name string) string { return `"` + name + `"` }
 
 // SQLGuard is a Guard whose epochs live in a table of the same SQL database
 // as the data it protects, so that admitting a token and writing the effect
@@ -264,22 +235,16 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 		}
 	}
 	if cfg.dialect == 0 {
-		pkg := driverPackage(db)
-		d, ok := driverDialects[pkg]
-		if !ok {
-			return nil, fmt.Errorf("fence: NewSQLGuard: cannot tell the SQL dialect of driver %T (package %q); pass WithDialect(DialectPostgres) or WithDialect(DialectSQLite)", db.Driver(), pkg)
+		d, err := sqldialect.Detect(db)
+		if err != nil {
+			return nil, fmt.Errorf("fence: NewSQLGuard: %w", err)
 		}
 		cfg.dialect = d
 	}
 
 	g := &SQLGuard{db: db, dialect: cfg.dialect, table: cfg.table}
-	qt := quoteIdent(cfg.table)
-	p1, p2 := "$1", "$2"
-	if cfg.dialect == DialectSQLite {
-		// ?NNN is SQLite's own numbered parameter; "$1" would be a named
-		// parameter that some drivers bind by name.
-		p1, p2 = "?1", "?2"
-	}
+	qt := sqldialect.QuoteIdent(cfg.table)
+	p1, p2 := cfg.dialect.Param(1), cfg.dialect.Param(2)
 	// FOR SHARE makes the admission read the floor row's newest version,
 	// or fail with a serialization failure above READ COMMITTED, even if
 	// its snapshot predates a Prune (see Prune). SQLite has one writer at
@@ -307,11 +272,12 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	g.floorSQL = "SELECT epoch FROM " + qt + " WHERE resource = ''"
 
 	ctx := context.Background()
-	if err := g.checkVersion(ctx); err != nil {
-		return nil, err
+	// The upsert AdmitTx relies on needs PostgreSQL 9.5 or SQLite 3.24.
+	if err := sqldialect.CheckVersion(ctx, db, cfg.dialect); err != nil {
+		return nil, fmt.Errorf("fence: NewSQLGuard: %w", err)
 	}
 	if cfg.createTable {
-		ddl := strings.Replace(SQLSchema, quoteIdent(DefaultSQLTable), qt, 1)
+		ddl := strings.Replace(SQLSchema, sqldialect.QuoteIdent(DefaultSQLTable), qt, 1)
 		if _, err := db.ExecContext(ctx, ddl); err != nil {
 			// Concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL
 			// with a unique violation in its catalog when another process
@@ -335,56 +301,10 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	return g, nil
 }
 
-// driverPackage returns the import path of the package defining db's driver
-// type. The package path, unlike the name under which the driver was
-// registered, cannot be changed by the caller and does not depend on whether
-// the db came from sql.Open or sql.OpenDB.
-func driverPackage(db *sql.DB) string {
-	t := reflect.TypeOf(db.Driver())
-	if t == nil {
-		return ""
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t.PkgPath()
-}
-
-// checkVersion refuses servers without the upsert AdmitTx relies on.
-func (g *SQLGuard) checkVersion(ctx context.Context) error {
-	switch g.dialect {
-	case DialectPostgres:
-		var s string
-		if err := g.db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')").Scan(&s); err != nil {
-			return fmt.Errorf("fence: NewSQLGuard: reading the PostgreSQL version: %w", err)
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("fence: NewSQLGuard: PostgreSQL server_version_num %q is not a number", s)
-		}
-		if n < 90500 {
-			return fmt.Errorf("fence: NewSQLGuard: PostgreSQL server_version_num %d is too old: INSERT ... ON CONFLICT needs 9.5 or later", n)
-		}
-	case DialectSQLite:
-		var s string
-		if err := g.db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&s); err != nil {
-			return fmt.Errorf("fence: NewSQLGuard: reading the SQLite version: %w", err)
-		}
-		var major, minor int
-		if _, err := fmt.Sscanf(s, "%d.%d", &major, &minor); err != nil {
-			return fmt.Errorf("fence: NewSQLGuard: SQLite version %q: %w", s, err)
-		}
-		if major < 3 || major == 3 && minor < 24 {
-			return fmt.Errorf("fence: NewSQLGuard: SQLite %s is too old: UPSERT needs 3.24 or later", s)
-		}
-	}
-	return nil
-}
-
 // probeTable checks that the table exists with the columns the statements
 // use, without reading any row.
 func (g *SQLGuard) probeTable(ctx context.Context) error {
-	rows, err := g.db.QueryContext(ctx, "SELECT resource, epoch FROM "+quoteIdent(g.table)+" WHERE 1 = 0")
+	rows, err := g.db.QueryContext(ctx, "SELECT resource, epoch FROM "+sqldialect.QuoteIdent(g.table)+" WHERE 1 = 0")
 	if err != nil {
 		return err
 	}

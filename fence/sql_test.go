@@ -482,9 +482,12 @@ func init() { sql.Register("leasehold-fake", fakeDriver{}) }
 
 func TestSQLGuardOptions(t *testing.T) {
 	for _, name := range []string{"", "1fence", "fence-1", "fence.x", "public.fence", `fe"nce`, "fence ", "fénce", strings.Repeat("a", 64)} {
-		if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithTable(name)); err == nil || !strings.Contains(err.Error(), "WithTable") {
+		if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithTable(name)); err == nil || !strings.HasPrefix(err.Error(), "fence: WithTable: ") {
 			t.Errorf("WithTable(%q) = %v, want an error naming WithTable", name, err)
 		}
+	}
+	if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithTable(strings.Repeat("a", 64))); err == nil || !strings.Contains(err.Error(), "1 to 63 bytes") {
+		t.Errorf("WithTable(64 bytes) = %v, want an error giving the limit", err)
 	}
 	if _, err := fence.NewSQLGuard(nil); err == nil {
 		t.Error("NewSQLGuard(nil) succeeded")
@@ -502,7 +505,7 @@ func TestSQLGuardOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fake.Close()
-	if _, err := fence.NewSQLGuard(fake); err == nil || !strings.Contains(err.Error(), "WithDialect") || strings.Contains(err.Error(), "no connections") {
+	if _, err := fence.NewSQLGuard(fake); err == nil || !strings.HasPrefix(err.Error(), "fence: NewSQLGuard: ") || !strings.Contains(err.Error(), "WithDialect") || strings.Contains(err.Error(), "no connections") {
 		t.Errorf("NewSQLGuard on an unknown driver = %v, want an error suggesting WithDialect", err)
 	}
 

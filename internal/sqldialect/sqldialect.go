@@ -15,9 +15,11 @@ import (
 	"strconv"
 )
 
-// Dialect is an SQL database the SDK supports. Its values are those of
-// fence.Dialect (PostgreSQL 1, SQLite 2), so the public types convert to it
-// with a plain conversion.
+// Dialect is an SQL database the SDK supports. The fence and audit packages
+// export it under their own names (fence.Dialect, audit.Dialect are aliases
+// of it, with constants DialectPostgres and DialectSQLite), so its methods
+// are part of their API: change them as such. The values (PostgreSQL 1,
+// SQLite 2) are those fence.Dialect had before it became an alias.
 type Dialect int
 
 const (
@@ -79,6 +81,18 @@ var drivers = map[string]Dialect{
 func FromDriver(db *sql.DB) (Dialect, bool) {
 	d, ok := drivers[DriverPackage(db)]
 	return d, ok
+}
+
+// Detect is FromDriver with the error the SQL stores report when the driver
+// is unknown: it names the driver and its package, and advises the
+// WithDialect option both stores have.
+func Detect(db *sql.DB) (Dialect, error) {
+	d, ok := FromDriver(db)
+	if !ok {
+		return 0, fmt.Errorf("cannot tell the SQL dialect of driver %T (package %q); pass WithDialect(DialectPostgres) or WithDialect(DialectSQLite)",
+			db.Driver(), DriverPackage(db))
+	}
+	return d, nil
 }
 
 // DriverPackage returns the import path of the package defining db's

@@ -37,7 +37,8 @@ func TestParam(t *testing.T) {
 }
 
 func TestDialectNames(t *testing.T) {
-	// The values are fence.Dialect's, so the public types convert.
+	// The values fence.Dialect had before it became an alias of this type;
+	// code that stored them as numbers still reads the same databases.
 	if sqldialect.Postgres != 1 || sqldialect.SQLite != 2 {
 		t.Fatalf("Postgres = %d, SQLite = %d, want 1 and 2", sqldialect.Postgres, sqldialect.SQLite)
 	}
@@ -107,6 +108,13 @@ func TestFromDriver(t *testing.T) {
 	}
 	if pkg := sqldialect.DriverPackage(other); pkg != "github.com/leasehold/leasehold/internal/sqldialect_test" {
 		t.Errorf("DriverPackage = %q", pkg)
+	}
+	if d, err := sqldialect.Detect(lite); err != nil || d != sqldialect.SQLite {
+		t.Errorf("Detect(modernc.org/sqlite) = %v, %v", d, err)
+	}
+	if _, err := sqldialect.Detect(other); err == nil || !strings.Contains(err.Error(), "sqldialect_test.otherDriver") ||
+		!strings.Contains(err.Error(), `"github.com/leasehold/leasehold/internal/sqldialect_test"`) || !strings.Contains(err.Error(), "WithDialect") {
+		t.Errorf("Detect(an unknown driver) = %v, want the driver, its package and WithDialect", err)
 	}
 }
 

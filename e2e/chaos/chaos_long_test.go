@@ -58,8 +58,8 @@ func TestChaosLong(t *testing.T) {
 	}
 }
 
-// TestChaosControlLong is `make chaos-control`: control runs, fencing off
-// and CAS off in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
+// TestChaosControlLong is `make chaos-control`: control runs, fencing off,
+// CAS off and retention deleting before it archives in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m) has passed. Each run has
 // LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
 // run's violations, the total and the detection rate per control, and
@@ -75,7 +75,7 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS}
+	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst}
 	runs, caught := map[Control]int{}, map[Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)

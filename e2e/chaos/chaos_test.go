@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,9 +54,18 @@ func shortConfig(t *testing.T, seed uint64, d time.Duration, control Control) Co
 	}
 }
 
-// TestChaos is the short pass: a fixed seed, zero violations.
+// TestChaos is the short pass: a fixed seed (LEASEHOLD_CHAOS_SEED, if
+// set), zero violations.
 func TestChaos(t *testing.T) {
-	res := Run(t, shortConfig(t, 1, 12*time.Second, ControlNone))
+	seed := uint64(1)
+	if v := os.Getenv("LEASEHOLD_CHAOS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("LEASEHOLD_CHAOS_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
+	res := Run(t, shortConfig(t, seed, 12*time.Second, ControlNone))
 	t.Log("\n" + res.Summary())
 	if len(res.Violations) > 0 {
 		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
@@ -64,15 +74,21 @@ func TestChaos(t *testing.T) {
 	if res.BatchEpochs == 0 || res.BatchCompleted == 0 {
 		t.Errorf("no batches in the history: %d batched epochs, %d batched completions", res.BatchEpochs, res.BatchCompleted)
 	}
+	// So did retention: entries and done records moved to the archive,
+	// and tasks whose done record was pruned were taken again.
+	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 {
+		t.Errorf("retention did not run its course: %+v", rf)
+	}
 }
 
-// TestChaosControl proves the checker can fail: with fencing off, and with
-// the CAS off, it must report violations.
+// TestChaosControl proves the checker can fail: with fencing off, with
+// the CAS off, and with a retention pass that deletes before it archives,
+// it must report violations.
 func TestChaosControl(t *testing.T) {
 	for _, c := range []struct {
 		control Control
 		seed    uint64
-	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}} {
+	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}} {
 		t.Run(string(c.control), func(t *testing.T) {
 			res := Run(t, shortConfig(t, c.seed, 8*time.Second, c.control))
 			summary := res.Summary()
@@ -83,8 +99,15 @@ func TestChaosControl(t *testing.T) {
 			if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 				t.Errorf("the summary does not end with the violations line")
 			}
-			// The artifacts of a failed run: seed, faults, porcupine's view.
-			for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", "porcupine-*.html"} {
+			// The artifacts of a failed run: seed, faults, porcupine's view
+			// (which the retention control need not break).
+			files := []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt"}
+			if c.control != ControlDeleteFirst {
+				files = append(files, "porcupine-*.html")
+			} else if res.ViolationsByCheck()[CheckRetention] == 0 {
+				t.Errorf("control %s: no %s violation", c.control, CheckRetention)
+			}
+			for _, f := range files {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {
 					t.Errorf("no %s in %q", f, res.OutDir)
 				}

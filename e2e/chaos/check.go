@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -37,6 +38,7 @@ const (
 	CheckLiveness          = "liveness"           // leases left after the run
 	CheckHistory           = "history"            // malformed worker history
 	CheckRejectionsCurrent = "rejections-current" // a rejection names the epoch that held then
+	CheckRetention         = "retention"          // archive first, delete second; nothing lost, nothing early
 )
 
 // Result is a checked run.
@@ -48,7 +50,7 @@ type Result struct {
 	Checked  int // operations in the linearizability histories
 	Faults   []Fault
 	Tasks    int // tasks an acquisition was invoked on
-	Done     int // tasks with a done record
+	Done     int // tasks with a completed entry in the log (etcd and the archive)
 	Swept    int // tasks the sweeper completed
 	Epochs   int // epochs granted (lease key puts)
 	EndKinds map[audit.Kind]int
@@ -66,6 +68,7 @@ type Result struct {
 	RejectionsUnknown int
 	MaybeRejections   int
 	Effects           map[OpType]int
+	Retention         RetentionFacts
 	Porcupine         PorcupineResult
 	Violations        []Violation
 	Warnings          []string
@@ -103,6 +106,12 @@ type checker struct {
 	acqOf   map[string]int64         // acquisition op id → the epoch it was granted (resolved unknowns too)
 	revOf   map[string]int64         // revocation op id → the epoch it revoked
 	effects map[string]*Effect       // op id → its effect
+
+	// From etcd's history of the audit keys and done records.
+	written   map[entryID]bool         // every entry etcd ever held
+	deletedAt map[entryID]int64        // an entry → the revision retention deleted it at
+	donePut   map[taskEpoch]int64      // an epoch → the revision its done record was written at
+	completed map[string][]audit.Entry // task → its completed entries in the log
 }
 
 // taskEpoch names an epoch: a revision is unique per task, not overall —
@@ -127,6 +136,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
 		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
 		epochs: map[taskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
+		written: map[entryID]bool{}, deletedAt: map[entryID]int64{}, donePut: map[taskEpoch]int64{}, completed: map[string][]audit.Entry{},
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -142,7 +152,12 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	}
 	c.res.Recorded = len(c.ops)
 	c.res.Tasks = len(touched)
-	c.res.Done = len(fs.Done)
+	for _, e := range fs.Audit {
+		if e.Kind == audit.Completed {
+			c.completed[e.Resource] = append(c.completed[e.Resource], e)
+		}
+	}
+	c.res.Done = len(c.completed)
 	for i := range fs.Effects {
 		e := &fs.Effects[i]
 		c.effects[e.Op] = e
@@ -150,6 +165,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	}
 
 	c.checkLeaseHistory()
+	c.indexHistories()
 	c.resolveAcquisitions()
 	c.checkAcquisitions()
 	c.checkHolders()
@@ -157,6 +173,8 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	c.checkRejections()
 	c.checkRevocations()
 	c.checkForensics()
+	c.checkRetention()
+	c.checkDoneRecords()
 	c.checkDownstream()
 	c.checkLinearizable()
 	return c.res
@@ -320,6 +338,18 @@ func (c *checker) checkHolders() {
 
 // checkCompletion: at most one epoch completes each task, and every task
 // touched completes.
+//
+// The rule with retention: a task completes once, over the whole run,
+// even after retention pruned its done record and the task was acquired
+// again. The SDK allows a second completion then ("completed stays
+// completed" only within the retention); the suite's workers do not do
+// one, because a worker asks the log — audit.Log.Completion, etcd and the
+// archive as one — after every acquisition, and works only on a task it
+// finds never completed. So a second completion is a violation: of the
+// log's union (an entry that was in neither store when read), or of the
+// SDK's guarantees that keep the first completion in force until it is
+// archived and older than the retention, which checkDoneRecords and
+// checkRetention check on their own, strictly.
 func (c *checker) checkCompletion() {
 	okEpochs := map[string][]int64{}
 	for i := range c.ops {
@@ -328,23 +358,51 @@ func (c *checker) checkCompletion() {
 			okEpochs[op.Task] = append(okEpochs[op.Task], op.Epoch)
 		}
 	}
+	doneEpochs := map[string][]int64{}
+	for _, ev := range c.fs.DoneEvents {
+		if ev.Put {
+			doneEpochs[ev.Task] = append(doneEpochs[ev.Task], ev.Epoch)
+			ei := c.epoch(ev.Task, ev.Epoch)
+			if ei == nil || ei.Worker != ev.Worker {
+				c.fail(CheckCompletion, ev.Task, "done record written at revision %d names epoch %d of %s, which etcd never granted to it", ev.Rev, ev.Epoch, ev.Worker)
+			}
+		}
+	}
 	for task, eps := range okEpochs {
 		if len(eps) > 1 {
 			c.fail(CheckCompletion, task, "completed successfully by %d epochs %v", len(eps), eps)
 		}
-		if d, ok := c.fs.Done[task]; ok && !slices.Contains(eps, d.Epoch) {
-			c.fail(CheckCompletion, task, "done record names epoch %d, but the successful completion was by epoch %v", d.Epoch, eps)
+		for _, d := range doneEpochs[task] {
+			if !slices.Contains(eps, d) {
+				c.fail(CheckCompletion, task, "a done record names epoch %d, but the successful completion was by epoch %v", d, eps)
+			}
 		}
 	}
+	for task, es := range c.completed {
+		if len(es) < 2 {
+			continue
+		}
+		var why []string
+		for i := 1; i < len(es); i++ {
+			prev, next := es[i-1], es[i]
+			pruned := "its done record was never deleted"
+			for _, ev := range c.fs.DoneEvents {
+				if ev.Task == task && !ev.Put && ev.Epoch == prev.Epoch {
+					pruned = fmt.Sprintf("its done record was deleted at revision %d", ev.Rev)
+				}
+			}
+			why = append(why, fmt.Sprintf("epoch %d completed at revision %d (%s), then epoch %d at revision %d", prev.Epoch, prev.Revision, pruned, next.Epoch, next.Revision))
+		}
+		c.fail(CheckCompletion, task, "%d completed entries in the log, but a worker works only on a task the log says was never completed: %s", len(es), strings.Join(why, "; "))
+	}
 	for _, task := range c.touched {
-		if _, ok := c.fs.Done[task]; !ok {
-			c.fail(CheckIncomplete, task, "never completed, even after healing")
+		if len(c.completed[task]) == 0 {
+			c.fail(CheckIncomplete, task, "never completed, even after healing (no completed entry in etcd or the archive)")
 		}
 	}
 	for task, d := range c.fs.Done {
-		ei := c.epoch(task, d.Epoch)
-		if ei == nil || ei.Worker != d.Worker {
-			c.fail(CheckCompletion, task, "done record names epoch %d of %s, which etcd never granted to it", d.Epoch, d.Worker)
+		if !slices.Contains(doneEpochs[task], d.Epoch) {
+			c.fail(CheckCompletion, task, "done record of epoch %d left in etcd, but etcd's history never wrote it", d.Epoch)
 		}
 	}
 }
@@ -363,6 +421,12 @@ type rejKey struct {
 // an attempt that was seen stale or whose outcome the worker never
 // learned. Each entry also names the epoch that held the task at its
 // revision.
+//
+// With retention, "at most one" holds while the entry is in etcd: a
+// stale attempt retried after retention pruned its rejection writes it
+// again, at the same key (its create-only put finds the key free), and
+// the log then holds both. A second entry of one attempt is accepted only
+// so: at the same key, written after etcd's history deleted the first.
 func (c *checker) checkRejections() {
 	seen := map[rejKey][]int64{}
 	maybe := map[rejKey]int{}
@@ -385,6 +449,7 @@ func (c *checker) checkRejections() {
 		}
 	}
 	entries := map[rejKey][]int64{}
+	byAttempt := map[rejKey][]audit.Entry{}
 	for _, e := range c.fs.Audit {
 		if e.Kind != audit.Rejected {
 			continue
@@ -392,6 +457,7 @@ func (c *checker) checkRejections() {
 		c.res.Rejections++
 		k := rejKey{task: e.Resource, worker: e.Worker, epoch: e.Epoch, status: e.Status, attempted: e.Attempted}
 		entries[k] = append(entries[k], e.CurrentEpoch)
+		byAttempt[k] = append(byAttempt[k], e)
 		if live := c.liveAt(e.Resource, e.Revision); live != e.CurrentEpoch {
 			c.fail(CheckRejectionsCurrent, e.Resource, "rejection of %s epoch %d at revision %d names current epoch %d; epoch %d held then (0: none)", e.Worker, e.Epoch, e.Revision, e.CurrentEpoch, live)
 		}
@@ -405,8 +471,18 @@ func (c *checker) checkRejections() {
 	}
 	for k := range keys {
 		ents := entries[k]
-		if len(ents) > 1 {
-			c.fail(CheckRejections, k.task, "%d rejection entries of %s's %s at epoch %d, one attempt (entries name %v)", len(ents), k.worker, k.attempted, k.epoch, ents)
+		if es := byAttempt[k]; len(es) > 1 {
+			rewritten := true
+			for i := 1; i < len(es); i++ {
+				prev, next := es[i-1], es[i]
+				d := c.deletedAt[idOf(prev)]
+				rewritten = rewritten && prev.Key == next.Key && d != 0 && d < next.Revision
+			}
+			if rewritten {
+				c.res.Retention.RejectionsRewritten += len(es) - 1
+			} else {
+				c.fail(CheckRejections, k.task, "%d rejection entries of %s's %s at epoch %d, one attempt (entries name %v), not each written after retention deleted the one before", len(ents), k.worker, k.attempted, k.epoch, ents)
+			}
 		}
 		for _, cur := range seen[k] {
 			if !slices.Contains(ents, cur) {
@@ -501,9 +577,10 @@ func (c *checker) checkForensics() {
 		case end.Kind != audit.Expired && end.Revision != ei.End:
 			c.fail(CheckForensics, ei.Task, "epoch %d: %s entry at revision %d, but its key was deleted at %d by another transaction", e, end.Kind, end.Revision, ei.End)
 		}
-		d, done := c.fs.Done[ei.Task]
-		if isDone := done && d.Epoch == e; isDone != (end.Kind == audit.Completed) {
-			c.fail(CheckForensics, ei.Task, "epoch %d ended %s, but the done record names epoch %d", e, end.Kind, d.Epoch)
+		// The done record is written with the completed entry, in one
+		// transaction, and only then.
+		if rev, done := c.donePut[te]; done != (end.Kind == audit.Completed) || (done && rev != end.Revision) {
+			c.fail(CheckForensics, ei.Task, "epoch %d ended %s at revision %d, but its done record was written at revision %d (0: never)", e, end.Kind, end.Revision, rev)
 		}
 		if end.Worker != ei.Worker {
 			c.fail(CheckForensics, ei.Task, "epoch %d's %s entry names %s, its holder was %s", e, end.Kind, end.Worker, ei.Worker)

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 )
 
@@ -30,11 +33,12 @@ func newScenario() *scenario {
 		return Op{ID: id, Type: typ, Task: task0, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
 	}
 	ent := func(kind audit.Kind, w string, epoch, rev int64) audit.Entry {
-		return audit.Entry{Kind: kind, Resource: task0, Worker: w, Epoch: epoch, Revision: rev}
+		return withKey(audit.Entry{Kind: kind, Resource: task0, Worker: w, Epoch: epoch, Revision: rev, Time: timeAt(rev)})
 	}
 	rej := ent(audit.Rejected, "w1", 10, 18)
 	rej.Status, rej.Attempted = status, audit.Completed
-	return &scenario{
+	rej = withKey(rej)
+	s := &scenario{
 		ops: []Op{
 			op("a1", OpAcquire, "w1", 10, 100, 110, OutOK, 0),
 			op("s1", OpSQL, "w1", 10, 120, 130, OutOK, 0),
@@ -68,9 +72,58 @@ func newScenario() *scenario {
 				{Guard: OpSQL, Order: 2, Task: task0, Epoch: 14, Worker: "w2", Op: "s2"},
 				{Guard: OpEtcd, Order: 16, Task: task0, Epoch: 14, Worker: "w2", Op: "x2"},
 			},
-			Fenced: map[OpType]map[string]int64{OpSQL: {task0: 14}, OpEtcd: {task0: 14}},
+			Fenced:     map[OpType]map[string]int64{OpSQL: {task0: 14}, OpEtcd: {task0: 14}},
+			DoneEvents: []doneEvent{{Task: task0, Rev: 17, Put: true, Epoch: 14, Worker: "w2"}},
+			AuditRev:   1000,
 		},
 	}
+	for _, e := range s.fs.Audit {
+		s.wrote(e)
+	}
+	return s
+}
+
+var testSpace = keys.MustNew(keys.DefaultNamespace)
+
+// withKey gives e the key the SDK would: a start key with an id of its
+// own, the epoch's end key, or the rejection key of its attempt.
+func withKey(e audit.Entry) audit.Entry {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", e.Worker, e.Attempted, e.Status, e.Revision)
+	switch {
+	case e.Kind == audit.Acquired:
+		e.Key = testSpace.AuditStart(e.Resource, fmt.Sprintf("%024x", h.Sum64()))
+	case e.Kind == audit.Rejected:
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s\x00%s\x00%s", e.Worker, e.Attempted, e.Status)
+		e.Key = testSpace.AuditRejected(e.Resource, e.Epoch, fmt.Sprintf("%024x", h.Sum64()))
+	default:
+		e.Key = testSpace.AuditEnd(e.Resource, e.Epoch)
+	}
+	return e
+}
+
+// timeAt is the scenario's wall time at revision rev: a second a revision.
+func timeAt(rev int64) time.Time { return time.Unix(1_700_000_000+rev, 0).UTC() }
+
+// wrote adds e's put to etcd's history.
+func (s *scenario) wrote(e audit.Entry) {
+	s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: e.Key, Rev: e.Revision, Put: true, CreateRev: e.Revision})
+}
+
+// prune moves entries out of etcd as retention does: archived (the append
+// returned after revision rev-1, began at wall time began), then deleted
+// at revision rev.
+func (s *scenario) prune(rev int64, began time.Time, entries ...audit.Entry) {
+	if s.fs.Archived == nil {
+		s.fs.Archived = map[entryID]archiveRecord{}
+	}
+	for _, e := range entries {
+		s.fs.Archive = append(s.fs.Archive, e)
+		s.fs.Archived[idOf(e)] = archiveRecord{Rev: rev - 1, Began: began}
+		s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: e.Key, Rev: rev})
+	}
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
 }
 
 func (s *scenario) op(id string) *Op {
@@ -84,7 +137,7 @@ func (s *scenario) op(id string) *Op {
 
 func (s *scenario) check(t *testing.T) *Result {
 	t.Helper()
-	cfg := Config{CheckTimeout: 10 * time.Second}.withDefaults()
+	cfg := Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second}.withDefaults()
 	return check(cfg, s.ops, s.touched, s.fs, 1000)
 }
 
@@ -112,11 +165,16 @@ func (s *scenario) batched() {
 		leaseEvent{Task: task1, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
 		leaseEvent{Task: task1, Rev: 17},
 	)
-	s.fs.Audit = append(s.fs.Audit,
-		audit.Entry{Kind: audit.Acquired, Resource: task1, Worker: "w2", Epoch: 14, Revision: 14},
-		audit.Entry{Kind: audit.Completed, Resource: task1, Worker: "w2", Epoch: 14, Revision: 17},
-	)
+	for _, e := range []audit.Entry{
+		withKey(audit.Entry{Kind: audit.Acquired, Resource: task1, Worker: "w2", Epoch: 14, Revision: 14, Time: timeAt(14)}),
+		withKey(audit.Entry{Kind: audit.Completed, Resource: task1, Worker: "w2", Epoch: 14, Revision: 17, Time: timeAt(17)}),
+	} {
+		s.fs.Audit = append(s.fs.Audit, e)
+		s.wrote(e)
+	}
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
 	s.fs.Done[task1] = record.Done{Status: status, Epoch: 14, Worker: "w2"}
+	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task1, Rev: 17, Put: true, Epoch: 14, Worker: "w2"})
 }
 
 // TestCheckerPassesABatch: epochs are per task, so two tasks sharing a
@@ -270,5 +328,143 @@ func TestArtifacts(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(res.OutDir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// pruned is the scenario with retention (2 s) at work: epoch 10's entries
+// are archived and deleted at revision 15; epoch 14's, with the done
+// record, at revision 20; then w3 takes the task again at epoch 21 (the
+// done record is gone), reads the log, finds it completed by epoch 14 and
+// releases it.
+func (s *scenario) pruned() {
+	find := func(kind audit.Kind, epoch int64) audit.Entry {
+		for _, e := range s.fs.Audit {
+			if e.Kind == kind && e.Epoch == epoch {
+				return e
+			}
+		}
+		panic(fmt.Sprintf("no %s entry of epoch %d", kind, epoch))
+	}
+	s.prune(15, timeAt(15).Add(500*time.Millisecond), find(audit.Acquired, 10), find(audit.Expired, 10))
+	s.prune(20, timeAt(19).Add(500*time.Millisecond), find(audit.Acquired, 14), find(audit.Completed, 14))
+	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task0, Rev: 20, Epoch: 14, Worker: "w2"})
+	delete(s.fs.Done, task0)
+
+	s.ops = append(s.ops,
+		Op{ID: "a6", Type: OpAcquire, Task: task0, Worker: "w3", Epoch: 21, Invoke: 500, Return: 510, Outcome: OutOK},
+		Op{ID: "r6", Type: OpDoneRead, Task: task0, Worker: "w3", Epoch: 21, Invoke: 520, Return: 530, Outcome: OutOK, Current: 14},
+		Op{ID: "l6", Type: OpRelease, Task: task0, Worker: "w3", Epoch: 21, Invoke: 540, Return: 550, Outcome: OutOK},
+	)
+	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
+		leaseEvent{Task: task0, Rev: 21, Put: true, CreateRev: 21, Worker: "w3"},
+		leaseEvent{Task: task0, Rev: 22},
+	)
+	for _, e := range []audit.Entry{
+		withKey(audit.Entry{Kind: audit.Acquired, Resource: task0, Worker: "w3", Epoch: 21, Revision: 21, Time: timeAt(21)}),
+		withKey(audit.Entry{Kind: audit.Released, Resource: task0, Worker: "w3", Epoch: 21, Revision: 22, Time: timeAt(22)}),
+	} {
+		s.fs.Audit = append(s.fs.Audit, e)
+		s.wrote(e)
+	}
+	s.fs.AuditKeysLeft = 3
+}
+
+// TestCheckerPassesPrunedHistory: entries archived before they were
+// deleted, after the retention, an epoch at a time, and a task acquired
+// again once its done record was pruned, then left alone.
+func TestCheckerPassesPrunedHistory(t *testing.T) {
+	s := newScenario()
+	s.pruned()
+	res := s.check(t)
+	if len(res.Violations) > 0 {
+		t.Fatalf("violations on a good pruned history: %v", res.Violations)
+	}
+	rf := res.Retention
+	if res.Porcupine.Result != porcupine.Ok || rf.Archived != 4 || rf.PrunedAudit != 4 || rf.PrunedDone != 1 || rf.Reacquired != 1 || rf.FoundCompleted != 1 || rf.AuditLeft != 3 {
+		t.Fatalf("porcupine %v, retention facts %+v", res.Porcupine.Result, rf)
+	}
+	// A stale attempt retried after retention pruned its rejection writes
+	// it again: accepted, once the first was deleted.
+	rej := s.fs.Audit[4]
+	s.prune(19, timeAt(19).Add(500*time.Millisecond), rej)
+	again := rej
+	again.Revision, again.Time = 23, timeAt(23)
+	s.fs.Audit = append(s.fs.Audit, again)
+	s.wrote(again)
+	s.ops = append(s.ops, Op{ID: "c1r", Type: OpComplete, Task: task0, Worker: "w1", Epoch: 10, Invoke: 600, Return: 610, Outcome: OutStale})
+	res = s.check(t)
+	if len(res.Violations) > 0 || res.Retention.RejectionsRewritten != 1 {
+		t.Fatalf("rejection written again after pruning: %d rewritten, violations %v", res.Retention.RejectionsRewritten, res.Violations)
+	}
+}
+
+// TestCheckerCatchesRetention breaks retention's guarantees, and the
+// suite's rule for tasks acquired again, one at a time.
+func TestCheckerCatchesRetention(t *testing.T) {
+	epoch10 := func(s *scenario) []audit.Entry {
+		return slices.DeleteFunc(slices.Clone(s.fs.Audit), func(e audit.Entry) bool { return e.Epoch != 10 || e.Kind == audit.Rejected })
+	}
+	for _, c := range []struct {
+		name   string
+		want   []string
+		mutate func(s *scenario)
+	}{
+		{"deleted before it was archived", []string{CheckRetention}, func(s *scenario) {
+			for _, e := range epoch10(s) {
+				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 15, Began: timeAt(16)}
+			}
+		}},
+		{"deleted and never archived", []string{CheckRetention, CheckForensics}, func(s *scenario) {
+			for _, e := range epoch10(s) {
+				delete(s.fs.Archived, idOf(e))
+				s.fs.Archive = slices.DeleteFunc(s.fs.Archive, func(a audit.Entry) bool { return idOf(a) == idOf(e) })
+				s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(a audit.Entry) bool { return idOf(a) == idOf(e) })
+			}
+		}},
+		{"archived within the retention", []string{CheckRetention}, func(s *scenario) {
+			for _, e := range epoch10(s) {
+				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: timeAt(14)}
+			}
+		}},
+		{"an epoch left etcd in pieces", []string{CheckRetention}, func(s *scenario) {
+			s.fs.AuditEvents = slices.DeleteFunc(s.fs.AuditEvents, func(ev auditEvent) bool {
+				return !ev.Put && ev.Key == testSpace.AuditEnd(task0, 10)
+			})
+		}},
+		{"a done record deleted without its completed entry", []string{CheckRetention}, func(s *scenario) {
+			s.fs.DoneEvents[len(s.fs.DoneEvents)-1].Rev = 19
+		}},
+		{"acquired while the done record stood", []string{CheckCompletion, CheckLinearizable}, func(s *scenario) {
+			s.fs.DoneEvents = s.fs.DoneEvents[:len(s.fs.DoneEvents)-1]
+		}},
+		{"completed again after pruning", []string{CheckCompletion, CheckLinearizable}, func(s *scenario) {
+			s.op("r6").Current = 0
+			l6 := s.op("l6")
+			l6.Type = OpComplete
+			end := &s.fs.Audit[len(s.fs.Audit)-1]
+			end.Kind = audit.Completed
+			s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task0, Rev: 22, Put: true, Epoch: 21, Worker: "w3"})
+		}},
+		{"a read of the log missed the completion", []string{CheckLinearizable}, func(s *scenario) {
+			s.op("r6").Current = 0
+		}},
+		{"an entry listed twice", []string{CheckRetention}, func(s *scenario) {
+			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[0])
+		}},
+		{"an entry rewritten in place", []string{CheckForensics}, func(s *scenario) {
+			s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: testSpace.AuditEnd(task0, 21), Rev: 30, Put: true, CreateRev: 22})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScenario()
+			s.pruned()
+			c.mutate(s)
+			got := s.check(t).ViolationsByCheck()
+			for _, w := range c.want {
+				if got[w] == 0 {
+					t.Errorf("check %s did not fire; violations by check: %v", w, got)
+				}
+			}
+		})
 	}
 }

@@ -2,7 +2,8 @@
 // write to fenced downstreams and complete them while a nemesis pauses,
 // kills and partitions them and stops etcd members, including the leader;
 // afterwards a checker decides, from the recorded history and a final read
-// of etcd and SQLite, whether any of leasehold's guarantees was broken.
+// of etcd, the audit archive and SQLite, whether any of leasehold's
+// guarantees was broken.
 //
 // # Workload
 //
@@ -35,6 +36,21 @@
 // every process on one machine shares; a multi-machine run would need
 // another common clock.
 //
+// # Retention
+//
+// Two recorders run with audit.WithRetention of a few seconds
+// (Config.Retention, 2 s by default) and an audit.SQLArchive in a SQLite
+// file of the run, so pruning races with itself, with the workers and with
+// the faults, and most of the log and most done records leave etcd during
+// the run. A task whose done record was pruned can be acquired again, so
+// every worker, having acquired a task, asks the log whether it was ever
+// completed (audit.Log.Completion over etcd and the archive; an operation
+// of the history) and works only on a task that never was; otherwise, or
+// if the log cannot be read, it releases the task. One pick in 16 is a
+// redelivery of a task the worker knows is done, which exercises that
+// path. Helpers learn of completed tasks from the log, not only from the
+// done records.
+//
 // # Nemesis
 //
 // Faults are drawn from a seeded random source: SIGSTOP a helper past its
@@ -50,31 +66,44 @@
 //
 // After the fault phase every fault is healed, the workers run a little
 // longer, stop, a sweeper completes every task still open, and the suite
-// reads back the lease keys' whole history (a watch from revision 1), the
-// audit, the done records and both downstreams. It then checks that epochs
+// reads back the lease keys', audit keys' and done records' whole history
+// (a watch from revision 1), the audit log (etcd and the archive), the
+// archive and both downstreams. It then checks that epochs
 // strictly increase and at most one epoch of a task is live at a time
 // (epochs are per task: a batch grants one revision to several tasks);
 // that each task completed at most once and every task completed; that
 // every stale completion a worker saw has exactly one rejection entry and
-// every rejection entry one attempt; that every epoch has one start and one
+// every rejection entry one attempt (a second only if written after
+// retention pruned the first); that every epoch has one start and one
 // end entry; that no downstream admitted a lower epoch after a higher one
 // or holds an effect of an epoch written after that epoch was fenced; and,
 // with porcupine, that the downstream histories (a max-register per task
-// and guard) and the lease histories (a compare-and-swap register per task)
-// are linearizable. On a violation the seed, fault log, history, violations
+// and guard) and the lease histories (a compare-and-swap register per task,
+// with retention's deletions of done records and the workers' reads of the
+// log) are linearizable. The audit checks read the log as one (etcd and the
+// archive), and etcd's history of the audit keys and done records, with
+// the time each entry was archived, adds the retention checks: no entry
+// lost, listed twice or rewritten in place; every pruned entry archived
+// before its deletion and only once its epoch's end was older than the
+// retention; an epoch's start and end entries, and its done record, deleted
+// in one transaction; no epoch begun while a done record stood; and no task
+// completed twice, even after its done record was pruned. On a violation the seed, fault log, history, violations
 // and porcupine's HTML visualisation are written to a folder.
 //
 // # Controls
 //
 // A checker that cannot fail proves nothing. Config.Control turns fencing
-// off (downstream writes bypass the guards) or the CAS off (completion is a
+// off (downstream writes bypass the guards), the CAS off (completion is a
 // raw put of the done record and a delete of the lease key, without the
-// compare — a batch's completions in one such transaction); the checker
-// must then report violations.
+// compare — a batch's completions in one such transaction), or replaces
+// retention with a pass that deletes before it archives and now and then
+// never archives, as one that crashed between the two steps would; the
+// checker must then report violations.
 //
 // # Running
 //
-//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, one safe run, both controls
+//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, one safe run, every control
+//	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaos$' ./e2e/chaos   # its safe run on another seed
 //	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random
 //	make chaos-control DURATION=2m SEED=42    # control runs on seeds 42, 43, … (TestChaosControlLong)
 //

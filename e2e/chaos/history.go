@@ -19,12 +19,16 @@ const (
 	OpComplete OpType = "complete" // lease.Lease.Complete (under ControlNoCAS: a raw put and delete)
 	OpRelease  OpType = "release"  // lease.Lease.Release, or Session.Close's release of a lease in doubt
 	OpRevoke   OpType = "revoke"   // lease.Registry.Revoke by the nemesis, as an operator would
+	// OpDoneRead is audit.Log.Completion (etcd and the archive), asked by
+	// a worker that has just acquired the task: ok with Current the epoch
+	// that completed the task (0: none), or fail (not read).
+	OpDoneRead OpType = "done-read"
 )
 
 // operator is the worker named by revocations.
 const operator = "operator"
 
-var opTypes = []OpType{OpAcquire, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
+var opTypes = []OpType{OpAcquire, OpDoneRead, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
 
 // Outcome is how an operation ended.
 type Outcome string

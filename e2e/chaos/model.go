@@ -34,6 +34,14 @@ import (
 // completion or release whose outcome is unknown may or may not have
 // taken effect. An operator's revoke(e) — e is read back from its revoked
 // entry — succeeds iff e holds.
+//
+// Retention: the state also keeps the epoch that ever completed the task,
+// which pruning does not forget. prune(e) — retention deleting the done
+// record epoch e wrote, at a revision read back from etcd's history; a
+// synthetic operation that may take effect at any time after the first
+// completion of e was invoked — clears the done record, after which the
+// task can be acquired again. A worker's read of the log (OpDoneRead)
+// returns the epoch that ever completed the task, pruned or not.
 
 type dInput struct {
 	Task  string
@@ -65,7 +73,11 @@ var downstreamModel = porcupine.Model{
 	DescribeState: func(state any) string { return fmt.Sprintf("highest %d", state.(int64)) },
 }
 
-type cState struct{ Holder, Done, Last int64 }
+type cState struct{ Holder, Done, Last, Ever int64 }
+
+// opPrune is the synthetic operation of the completion model: retention
+// deleted a done record. It is never in a worker's history.
+const opPrune OpType = "prune"
 
 type cInput struct {
 	Task  string
@@ -81,10 +93,22 @@ type cOutput struct {
 
 func completionStep(state, input, output any) []any {
 	s, in, out := state.(cState), input.(cInput), output.(cOutput)
+	switch in.Kind {
+	case opPrune:
+		if s.Done == in.Epoch && in.Epoch != 0 {
+			return []any{cState{Holder: s.Holder, Last: s.Last, Ever: s.Ever}}
+		}
+		return nil
+	case OpDoneRead:
+		if out.Current == s.Ever {
+			return []any{s}
+		}
+		return nil
+	}
 	if in.Kind == OpAcquire {
 		switch {
 		case out.Out == OutOK && s.Done == 0 && out.Epoch > s.Last:
-			return []any{cState{Holder: out.Epoch, Last: out.Epoch}}
+			return []any{cState{Holder: out.Epoch, Last: out.Epoch, Ever: s.Ever}}
 		case out.Out == OutHeld && s.Done == 0 && s.Holder == out.Current:
 			return []any{s}
 		case out.Out == OutCompleted && s.Done == out.Current:
@@ -98,9 +122,9 @@ func completionStep(state, input, output any) []any {
 	case in.Kind == OpComplete && s.Done == e && e != 0:
 		applied = []any{s} // a retry finds its own record
 	case s.Done == 0 && s.Holder == e && e != 0:
-		next := cState{Last: s.Last}
+		next := cState{Last: s.Last, Ever: s.Ever}
 		if in.Kind == OpComplete {
-			next.Done = e
+			next.Done, next.Ever = e, e
 		}
 		applied = []any{next}
 	}
@@ -112,7 +136,7 @@ func completionStep(state, input, output any) []any {
 		if ownDone || out.Current == e || (out.Current != 0 && out.Current != s.Holder) {
 			return nil
 		}
-		return []any{cState{Holder: out.Current, Done: s.Done, Last: s.Last}}
+		return []any{cState{Holder: out.Current, Done: s.Done, Last: s.Last, Ever: s.Ever}}
 	case OutStaleUnknown:
 		if ownDone {
 			return nil
@@ -149,7 +173,7 @@ var completionModel = (&porcupine.NondeterministicModel{
 	},
 	DescribeState: func(state any) string {
 		s := state.(cState)
-		return fmt.Sprintf("holder %d, done %d, last %d", s.Holder, s.Done, s.Last)
+		return fmt.Sprintf("holder %d, done %d, last %d, ever completed by %d", s.Holder, s.Done, s.Last, s.Ever)
 	},
 }).ToModel()
 
@@ -225,6 +249,14 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 			downBy[key] = append(downBy[key], porcupine.Operation{
 				ClientId: client(op.Worker), Input: dInput{Task: key, Epoch: op.Epoch}, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
 			})
+		case OpDoneRead:
+			if op.Outcome != OutOK {
+				continue // not read
+			}
+			compBy[op.Task] = append(compBy[op.Task], porcupine.Operation{
+				ClientId: client(op.Worker), Input: cInput{Task: op.Task, Kind: OpDoneRead, Epoch: op.Epoch},
+				Call: op.Invoke, Output: cOutput{Out: OutOK, Current: op.Current}, Return: ret, Metadata: op.ID,
+			})
 		case OpAcquire, OpComplete, OpRelease, OpRevoke:
 			in := cInput{Task: op.Task, Kind: op.Type, Epoch: op.Epoch}
 			out := cOutput{Out: op.Outcome, Current: op.Current}
@@ -257,6 +289,26 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 				ClientId: client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
 			})
 		}
+	}
+	// Retention's deletions of done records, each from the first
+	// invocation of a completion by the epoch that wrote it to the end.
+	firstComplete := map[taskEpoch]int64{}
+	for i := range c.ops {
+		op := &c.ops[i]
+		te := taskEpoch{op.Task, op.Epoch}
+		if t, ok := firstComplete[te]; op.Type == OpComplete && (!ok || op.Invoke < t) {
+			firstComplete[te] = op.Invoke
+		}
+	}
+	for _, ev := range c.fs.DoneEvents {
+		if ev.Put {
+			continue
+		}
+		compBy[ev.Task] = append(compBy[ev.Task], porcupine.Operation{
+			ClientId: client("retention"), Input: cInput{Task: ev.Task, Kind: opPrune, Epoch: ev.Epoch},
+			Call: firstComplete[taskEpoch{ev.Task, ev.Epoch}], Output: cOutput{Out: OutOK}, Return: c.end,
+			Metadata: fmt.Sprintf("done record of epoch %d deleted at revision %d", ev.Epoch, ev.Rev),
+		})
 	}
 	for _, k := range sortedKeys(downBy) {
 		down = append(down, downBy[k])

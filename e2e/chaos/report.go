@@ -60,6 +60,15 @@ func (r *Result) Summary() string {
 	p("tasks: %d taken, %d completed (%d by the sweeper after healing)", r.Tasks, r.Done, r.Swept)
 	p("rejections: %d stale attempts seen by workers, %d rejection entries in the audit (%d matched to the %d attempts whose outcome was unknown)",
 		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)
+	rf := r.Retention
+	pruner := "2 recorders pruning at once"
+	if cfg.Control == ControlDeleteFirst {
+		pruner = "a pruner that deletes before it archives"
+	}
+	p("retention: %v into an SQLite archive (%s): %d entries archived (%d appends); pruned from etcd: %d audit keys, %d done records; left in etcd at the end: %d audit keys, %d done records",
+		rf.Retention, pruner, rf.Archived, rf.Appends, rf.PrunedAudit, rf.PrunedDone, rf.AuditLeft, rf.DoneLeft)
+	p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning",
+		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten)
 	p("downstream effects: sql %d, etcd %d", r.Effects[OpSQL], r.Effects[OpEtcd])
 	pr := r.Porcupine
 	p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",

@@ -43,6 +43,10 @@ type Config struct {
 	// CheckTimeout bounds porcupine's search over all partitions; each
 	// partition gets at most a tenth of it.
 	CheckTimeout time.Duration
+	// Retention is the recorders' audit.WithRetention: the entries of
+	// epochs that ended longer ago, and the done records of completed ones,
+	// move into the run's archive and out of etcd while the run goes on.
+	Retention time.Duration
 	// OutDir receives the artifacts of a run with violations; empty:
 	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
 	OutDir string
@@ -55,6 +59,7 @@ func DefaultConfig() Config {
 	return Config{
 		Duration: time.Minute, Helpers: 4, InProcess: 2, Threads: 4, TTL: time.Second, Window: 48,
 		FaultGap: 450 * time.Millisecond, MaxFaults: 4, Quiet: 3 * time.Second, CheckTimeout: 2 * time.Minute,
+		Retention: 2 * time.Second,
 	}
 }
 
@@ -79,6 +84,7 @@ func (c Config) withDefaults() Config {
 	setD(&c.FaultGap, d.FaultGap)
 	setD(&c.Quiet, d.Quiet)
 	setD(&c.CheckTimeout, d.CheckTimeout)
+	setD(&c.Retention, d.Retention)
 	if c.InProcess < 0 {
 		c.InProcess = 0
 	}
@@ -133,12 +139,17 @@ type runner struct {
 	cfg     Config
 	dir     string
 	dsn     string
+	archive string // the archive's DSN
 	cluster *e2e.Cluster
 	direct  *clientv3.Client
 	reg     *lease.Registry // the operator's, for revocations
 	hist    *History
 	slots   []*slot
 	revokes int
+	// archived records when the recorders archived each entry; log reads
+	// etcd and the archive as one log.
+	archived *archiveLog
+	log      *audit.Log
 
 	mu       sync.Mutex
 	warnings []string
@@ -157,6 +168,7 @@ func (r *runner) workerConfig(s *slot) workerConfig {
 		Name:      fmt.Sprintf("%s.%d", s.name, s.gen),
 		Endpoints: s.endpoints(),
 		SQLite:    r.dsn,
+		Archive:   r.archive,
 		Seed:      r.cfg.Seed*1000 + uint64(s.idx*100+s.gen),
 		Threads:   r.cfg.Threads,
 		TTL:       r.cfg.TTL,
@@ -187,8 +199,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
 	begin := time.Now()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory()}
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), archived: newArchiveLog()}
 	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
+	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
 	logf := cfg.Logf
 
 	r.cluster = e2e.NewCluster(t, e2e.WithMembers(3), e2e.WithClientDialOptions(dialOptions...))
@@ -196,24 +209,24 @@ func Run(t testing.TB, cfg Config) *Result {
 	r.reg = lease.NewRegistry(r.direct)
 	defer r.reg.Close()
 
-	// The expiry recorder turns etcd's silent deletions into audit entries.
-	rctx, stopRecorder := context.WithCancel(context.Background())
-	recorderDone := make(chan error, 1)
-	go func() { recorderDone <- audit.New(r.direct).RunRecorder(rctx) }()
-	defer func() {
-		stopRecorder()
-		if err := <-recorderDone; !errors.Is(err, context.Canceled) {
-			t.Errorf("chaos: recorder: %v", err)
-		}
-	}()
-
-	// The coordinator's own handle on the downstream creates the tables
-	// before any worker opens the database.
+	// The coordinator's own handles on the downstream and the archive
+	// create the tables before any worker or recorder opens the databases.
 	db, _, err := openSQL(r.dsn, 1)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
 	defer db.Close()
+	adb, archive, err := openArchive(r.archive, 2)
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	defer adb.Close()
+	r.log = audit.New(r.direct, audit.WithArchive(archive))
+
+	// The recorders turn etcd's silent deletions into audit entries and
+	// prune.
+	stopRecorders := r.startRecorders()
+	defer stopRecorders()
 
 	for i := range cfg.Helpers + cfg.InProcess {
 		s := &slot{idx: i, helper: i < cfg.Helpers}
@@ -316,12 +329,12 @@ func Run(t testing.TB, cfg Config) *Result {
 	// take effect after this.
 	settled := now()
 
-	fs, err := r.readFinal(db)
+	fs, err := r.readFinal(db, archive, stopRecorders)
 	if err != nil {
 		t.Fatalf("chaos: final read: %v", err)
 	}
-	logf("chaos: final read: %d lease events, %d audit entries, %d done records, %d effects",
-		len(fs.LeaseEvents), len(fs.Audit), len(fs.Done), len(fs.Effects))
+	logf("chaos: final read: %d lease events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
+		len(fs.LeaseEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
 
 	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
 	res.Faults = faults
@@ -337,6 +350,52 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}
 	return res
+}
+
+// startRecorders starts the run's two recorders, each on its own client
+// and its own handle on the archive, and returns the function that stops
+// them (idempotent). They prune with the run's retention, concurrently;
+// under ControlDeleteFirst they do not, and a rawPruner prunes instead.
+func (r *runner) startRecorders() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var closers []func()
+	for i := range 2 {
+		cli, err := r.cluster.NewClient()
+		if err != nil {
+			r.t.Fatalf("chaos: recorder client: %v", err)
+		}
+		db, archive, err := openArchive(r.archive, 2)
+		if err != nil {
+			_ = cli.Close()
+			r.t.Fatalf("chaos: %v", err)
+		}
+		rec := &recordingArchive{inner: archive, cli: cli, log: r.archived}
+		opts := []audit.Option{audit.WithArchive(rec)}
+		if r.cfg.Control != ControlDeleteFirst {
+			opts = append(opts, audit.WithRetention(r.cfg.Retention))
+		} else if i == 0 {
+			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention}
+			wg.Go(func() { p.run(ctx) })
+		}
+		log := audit.New(cli, opts...)
+		wg.Go(func() {
+			if err := log.RunRecorder(ctx); !errors.Is(err, context.Canceled) {
+				r.t.Errorf("chaos: recorder %d: %v", i, err)
+			}
+		})
+		closers = append(closers, func() { _ = db.Close(); _ = cli.Close() })
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait() // the recorders and the pruner are done with their clients
+			for _, c := range closers {
+				c()
+			}
+		})
+	}
 }
 
 // progress logs the operations recorded and the faults injected every 30 s.
@@ -405,13 +464,15 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // in-process worker on a direct client: after healing, every task must be
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
-	cfgW := workerConfig{Name: "sweeper", SQLite: r.dsn, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	cfgW := workerConfig{Name: "sweeper", SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
 	w, err := newWorker(cfgW, r.direct, r.hist.record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
 	}
 	defer w.close()
-	done, err := r.doneTasks()
+	// Done records are pruned: the log (etcd and the archive) says what
+	// was completed.
+	done, err := r.completedTasks()
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
 	}
@@ -442,6 +503,7 @@ func (r *runner) sweep() int {
 }
 
 // sweepTask acquires task — waiting for a lost holder's lease to expire —
+// and, unless the log says it was completed (its done record pruned),
 // writes an effect to each downstream and completes it. It reports
 // whether this call completed it.
 func (w *worker) sweepTask(task string) bool {
@@ -459,6 +521,12 @@ func (w *worker) sweepTask(task string) bool {
 		if l == nil {
 			continue
 		}
+		switch w.checkCompletion(l) {
+		case checkDone:
+			return false
+		case checkFailed:
+			continue
+		}
 		if w.writeSQL(l) == OutOK && w.writeEtcd(l) == OutOK && w.complete(l) == OutOK {
 			return true
 		}
@@ -467,6 +535,22 @@ func (w *worker) sweepTask(task string) bool {
 	return false
 }
 
+// completedTasks returns the tasks with a completed entry in the log.
+func (r *runner) completedTasks() (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	entries, err := r.log.List(ctx, audit.Filter{Kind: audit.Completed})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		out[e.Resource] = true
+	}
+	return out, nil
+}
+
+// doneTasks returns the done records etcd holds.
 func (r *runner) doneTasks() (map[string]record.Done, error) {
 	space := keys.MustNew(keys.DefaultNamespace)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -495,7 +579,7 @@ func (r *runner) doneTasks() (map[string]record.Done, error) {
 func (r *runner) quiesce() {
 	space := keys.MustNew(keys.DefaultNamespace)
 	deadline := time.Now().Add(30 * time.Second)
-	log := audit.New(r.direct)
+	log := r.log
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		live, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -541,28 +625,90 @@ type leaseEvent struct {
 	Worker    string // the holder a put recorded
 }
 
-// finalState is what the run left in etcd and SQLite.
-type finalState struct {
-	LeaseEvents []leaseEvent
-	Audit       []audit.Entry
-	Done        map[string]record.Done
-	Effects     []Effect
-	Fenced      map[OpType]map[string]int64
-	LiveLeases  int64
+// auditEvent is one change of an audit key, from etcd's history: a put
+// writes an entry (create-only, so CreateRev = Rev), a delete is
+// retention's.
+type auditEvent struct {
+	Key       string
+	Rev       int64
+	Put       bool
+	CreateRev int64
 }
 
-func (r *runner) readFinal(db *sql.DB) (finalState, error) {
+// doneEvent is one change of a done record, from etcd's history. Epoch
+// and Worker are a put's record; a delete carries the record it deleted.
+type doneEvent struct {
+	Task   string
+	Rev    int64
+	Put    bool
+	Epoch  int64
+	Worker string
+}
+
+// finalState is what the run left in etcd, the archive and SQLite.
+type finalState struct {
+	LeaseEvents []leaseEvent
+	// Audit is the log — etcd and the archive as one (audit.Log.List with
+	// the archive), read while the recorders still pruned; AuditRev is a
+	// revision read before it, so every entry written up to AuditRev is in
+	// it.
+	Audit    []audit.Entry
+	AuditRev int64
+	// AuditEvents and DoneEvents are every change of the audit keys and
+	// of the done records since revision 1, read after the recorders
+	// stopped; Archive is the archive's content then, and Archived when
+	// the recorders archived each entry (recordingArchive), in Appends
+	// calls.
+	AuditEvents []auditEvent
+	DoneEvents  []doneEvent
+	Archive     []audit.Entry
+	Archived    map[entryID]archiveRecord
+	Appends     int
+	// AuditKeysLeft counts the audit keys etcd held at the end; Done is
+	// the done records it held.
+	AuditKeysLeft int64
+	Done          map[string]record.Done
+	Effects       []Effect
+	Fenced        map[OpType]map[string]int64
+	LiveLeases    int64
+}
+
+// readFinal reads the final state. The log is listed while the recorders
+// still prune, so the listing races with retention; stopRecorders then
+// stops them, and the rest is read from a still etcd and archive.
+func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (finalState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	space := keys.MustNew(keys.DefaultNamespace)
 	var fs finalState
-	var err error
+	head, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fs, err
+	}
+	fs.AuditRev = head.Header.Revision
+	if fs.Audit, err = r.log.List(ctx, audit.Filter{}); err != nil {
+		return fs, err
+	}
+	stopRecorders()
+
 	if fs.LeaseEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	if fs.Audit, err = audit.New(r.direct).List(ctx, audit.Filter{}); err != nil {
+	if fs.AuditEvents, err = readAuditHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
+	if fs.DoneEvents, err = readDoneHistory(ctx, r.direct, space); err != nil {
+		return fs, err
+	}
+	if fs.Archive, err = archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {
+		return fs, err
+	}
+	fs.Archived, fs.Appends = r.archived.snapshot()
+	left, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fs, err
+	}
+	fs.AuditKeysLeft = left.Count
 	if fs.Done, err = r.doneTasks(); err != nil {
 		return fs, err
 	}
@@ -584,51 +730,100 @@ func (r *runner) readFinal(db *sql.DB) (finalState, error) {
 	return fs, nil
 }
 
-// readLeaseHistory reads every change of every lease key since revision 1
-// (the embedded cluster never compacts): a watch from revision 1, read
-// until a progress notification says it has caught up with a revision
-// taken before it started.
+// readLeaseHistory reads every change of every lease key since revision 1.
 func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, error) {
-	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	var out []leaseEvent
+	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
+		task, err := space.ResourceFromLease(string(ev.Kv.Key))
+		if err != nil {
+			return err
+		}
+		le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
+		if le.Put {
+			if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
+				le.Worker = h.Worker
+			}
+		}
+		out = append(out, le)
+		return nil
+	})
+	return out, err
+}
+
+// readAuditHistory reads every change of every audit key since revision 1.
+func readAuditHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]auditEvent, error) {
+	var out []auditEvent
+	err := readHistory(ctx, cli, space.AuditPrefix(), func(ev *clientv3.Event) error {
+		out = append(out, auditEvent{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision})
+		return nil
+	})
+	return out, err
+}
+
+// readDoneHistory reads every change of every done record since revision
+// 1; a deletion carries the record it deleted.
+func readDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]doneEvent, error) {
+	var out []doneEvent
+	err := readHistory(ctx, cli, space.DonePrefix(), func(ev *clientv3.Event) error {
+		task, err := space.ResourceFromDone(string(ev.Kv.Key))
+		if err != nil {
+			return err
+		}
+		de := doneEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
+		kv := ev.Kv
+		if !de.Put {
+			kv = ev.PrevKv
+		}
+		if kv == nil {
+			return fmt.Errorf("chaos: deletion of %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
+		}
+		d, err := record.DecodeDone(kv.Value)
+		if err != nil {
+			return fmt.Errorf("chaos: done record %q: %w", kv.Key, err)
+		}
+		de.Epoch, de.Worker = d.Epoch, d.Worker
+		out = append(out, de)
+		return nil
+	})
+	return out, err
+}
+
+// readHistory calls fn for every change under prefix since revision 1
+// (the embedded cluster never compacts), in revision order: a watch from
+// revision 1, read until a progress notification says it has caught up
+// with a revision taken before it started.
+func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn func(*clientv3.Event) error) error {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	upTo := resp.Header.Revision
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := cli.Watch(wctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
+	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	var out []leaseEvent
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("chaos: reading the lease history: %w", ctx.Err())
+			return fmt.Errorf("chaos: reading the history of %q: %w", prefix, ctx.Err())
 		case <-tick.C:
 			// Answered only once the watch has caught up.
 			_ = cli.RequestProgress(wctx)
 		case wr, ok := <-wch:
 			if !ok {
-				return nil, errors.New("chaos: lease history watch closed")
+				return fmt.Errorf("chaos: history watch of %q closed", prefix)
 			}
 			if err := wr.Err(); err != nil {
-				return nil, fmt.Errorf("chaos: lease history watch: %w", err)
+				return fmt.Errorf("chaos: history watch of %q: %w", prefix, err)
 			}
 			if wr.IsProgressNotify() && wr.Header.Revision >= upTo {
-				return out, nil
+				return nil
 			}
 			for _, ev := range wr.Events {
-				task, err := space.ResourceFromLease(string(ev.Kv.Key))
-				if err != nil {
-					return nil, err
+				if err := fn(ev); err != nil {
+					return err
 				}
-				le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
-				if le.Put {
-					if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
-						le.Worker = h.Worker
-					}
-				}
-				out = append(out, le)
 			}
 		}
 	}

@@ -35,6 +35,10 @@ const (
 	// delete the lease key, write the completed entry — without the
 	// compare on the epoch.
 	ControlNoCAS Control = "no-cas"
+	// ControlDeleteFirst: retention deletes an epoch's keys before it
+	// archives them, and now and then never archives them, as a pruner
+	// that crashed between the two steps would (rawPruner).
+	ControlDeleteFirst Control = "delete-first"
 )
 
 // status is the terminal status every completion writes: a retry of the
@@ -56,6 +60,7 @@ type workerConfig struct {
 	Name      string        `json:"name"`      // unique per process instance; prefixes sessions and op ids
 	Endpoints []string      `json:"endpoints"` // the worker's proxies
 	SQLite    string        `json:"sqlite"`    // DSN of the shared database
+	Archive   string        `json:"archive"`   // DSN of the audit archive
 	Seed      uint64        `json:"seed"`
 	Threads   int           `json:"threads"`
 	TTL       time.Duration `json:"ttl"`
@@ -72,6 +77,8 @@ type worker struct {
 	db        *sql.DB
 	sqlGuard  *fence.SQLGuard
 	etcdGuard *fence.EtcdGuard
+	adb       *sql.DB
+	log       *audit.Log // etcd and the archive as one log
 	emit      func(event)
 	gate      *gate // in-process freeze; nil for helper processes
 	seq       atomic.Int64
@@ -93,9 +100,15 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 	if err != nil {
 		return nil, err
 	}
+	adb, archive, err := openArchive(cfg.Archive, cfg.Threads+1)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return &worker{
 		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli), space: keys.MustNew(keys.DefaultNamespace),
 		db: db, sqlGuard: g, etcdGuard: fence.NewEtcdGuard(cli), emit: emit,
+		adb: adb, log: audit.New(cli, audit.WithArchive(archive)),
 		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
 	}, nil
 }
@@ -151,6 +164,7 @@ func (w *worker) close() {
 	}
 	_ = w.reg.Close()
 	_ = w.db.Close()
+	_ = w.adb.Close()
 }
 
 // pendingOp is an invoked operation awaiting its return.
@@ -220,13 +234,23 @@ func taskIndex(name string) (int, bool) {
 }
 
 // pick chooses a task among the first Window tasks not known to be done,
-// skipping the ones this worker is on and those recently found held.
+// skipping the ones this worker is on and those recently found held. One
+// pick in 16 is a redelivery instead: a task below the window, which the
+// worker knows to be done, is taken again, as a queue that delivers a task
+// twice would — refused while its done record lasts, acquirable once
+// retention pruned it, and then found completed in the log.
 func (w *worker) pick(rng *rand.Rand) (int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.done[w.lo] {
 		delete(w.done, w.lo)
 		w.lo++
+	}
+	if w.lo > 0 && rng.IntN(16) == 0 {
+		if i := w.lo - 1 - rng.IntN(min(w.lo, 64)); !w.busy[i] {
+			w.busy[i] = true
+			return i, true
+		}
 	}
 	var cands []int
 	t := time.Now()
@@ -275,19 +299,31 @@ func (w *worker) cool(task string, d time.Duration) {
 }
 
 // watchDone follows the done records, so that a worker learns of tasks
-// others completed without trying to acquire each of them.
+// others completed without trying to acquire each of them. Retention
+// prunes done records, so on every (re)start it also lists the completed
+// entries of the log — etcd and the archive — written since the last: a
+// replacement helper learns of every task completed before it started.
 func (w *worker) watchDone(ctx context.Context) {
 	prefix := w.space.DonePrefix()
+	var since int64
 	for ctx.Err() == nil {
 		gctx, cancel := context.WithTimeout(ctx, opTimeout)
 		resp, err := w.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		var completed []audit.Entry
+		if err == nil {
+			completed, err = w.log.List(gctx, audit.Filter{Kind: audit.Completed, MinRevision: since})
+		}
 		cancel()
 		if err != nil {
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
+		since = resp.Header.Revision
 		for _, kv := range resp.Kvs {
 			w.markDone(strings.TrimPrefix(string(kv.Key), prefix))
+		}
+		for _, e := range completed {
+			w.markDone(e.Resource)
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range w.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
@@ -337,7 +373,7 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 	if out == OutHeld && rng.IntN(8) == 0 {
 		l, _ = w.acquire(s, taskName(i), waitTimeout) // wait for the holder to go
 	}
-	if l == nil {
+	if l == nil || w.checkCompletion(l) != checkOpen {
 		return
 	}
 	w.work(rng, l)
@@ -362,7 +398,7 @@ func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Sess
 	}
 	var finish []*lease.Lease
 	for _, l := range w.acquireMany(s, tasks) {
-		if w.steps(rng, l) {
+		if w.checkCompletion(l) == checkOpen && w.steps(rng, l) {
 			finish = append(finish, l)
 		}
 	}
@@ -514,6 +550,42 @@ func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*
 		time.Sleep(20 * time.Millisecond)
 		return nil, OutUnknown
 	}
+}
+
+// checkResult is what a worker's look at the log found.
+type checkResult int
+
+const (
+	checkOpen   checkResult = iota // never completed: go on
+	checkDone                      // completed before: released
+	checkFailed                    // the log could not be read: released
+)
+
+// checkCompletion asks the log (audit.Log.Completion: etcd and the
+// archive) whether l's task was ever completed, as a worker must once
+// retention prunes done records: a task whose done record is gone can be
+// acquired again. A completed task is marked done and l released; so is l
+// when the log cannot be read, since only a task known never to have been
+// completed may be worked on. The read is an operation of the history
+// (OpDoneRead): the checker holds it to the completions it can see.
+func (w *worker) checkCompletion(l *lease.Lease) checkResult {
+	p := w.begin(OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	e, done, err := w.log.Completion(ctx, l.Resource())
+	cancel()
+	switch {
+	case err != nil:
+		p.end(OutFail, 0, 0, err)
+		w.release(l)
+		return checkFailed
+	case done:
+		p.end(OutOK, 0, e.Epoch, nil)
+		w.markDone(l.Resource())
+		w.release(l)
+		return checkDone
+	}
+	p.end(OutOK, 0, 0, nil)
+	return checkOpen
 }
 
 // sessionEnded reports that TryAcquire or TryAcquireMany applied nothing

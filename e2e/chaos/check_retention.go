@@ -1,0 +1,249 @@
+package chaos
+
+import (
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+)
+
+// RetentionFacts are what retention did in a run.
+type RetentionFacts struct {
+	Retention time.Duration
+	// Archived counts the entries in the archive at the end, Appends the
+	// recorders' Append calls.
+	Archived int
+	Appends  int
+	// PrunedAudit and PrunedDone count the audit keys and done records
+	// etcd's history deleted; AuditLeft and DoneLeft what it held at the
+	// end.
+	PrunedAudit int
+	PrunedDone  int
+	AuditLeft   int64
+	DoneLeft    int
+	// Reacquired counts the epochs that began on a task after its done
+	// record was pruned; FoundCompleted the workers' reads of the log that
+	// found their task completed by another epoch — a re-acquisition's, or
+	// a late one's whose lease was already lost — after which they
+	// released it.
+	Reacquired     int
+	FoundCompleted int
+	// RejectionsRewritten counts the rejection entries written again by a
+	// stale attempt retried after retention pruned its first.
+	RejectionsRewritten int
+}
+
+// indexHistories reads etcd's history of the audit keys and done records:
+// which entries etcd ever held, when each was deleted, and at which
+// revision each epoch's done record was written. Entries are create-only:
+// a key is written only while absent, so its puts and deletions
+// alternate.
+func (c *checker) indexHistories() {
+	space := keys.MustNew(keys.DefaultNamespace)
+	taskOfKey := func(key string) string {
+		if ak, err := space.ParseAudit(key); err == nil {
+			return ak.Resource
+		}
+		return ""
+	}
+	holds := map[string]int64{} // key → revision of the entry it holds (0: none)
+	for _, ev := range c.fs.AuditEvents {
+		if ev.Put {
+			if cur := holds[ev.Key]; cur != 0 || ev.CreateRev != ev.Rev {
+				c.fail(CheckForensics, taskOfKey(ev.Key), "audit key %q written at revision %d while it held the entry of revision %d (created at %d): entries are create-only", ev.Key, ev.Rev, cur, ev.CreateRev)
+			}
+			holds[ev.Key] = ev.Rev
+			c.written[entryID{ev.Rev, ev.Key}] = true
+			continue
+		}
+		c.res.Retention.PrunedAudit++
+		cur := holds[ev.Key]
+		if cur == 0 {
+			c.fail(CheckRetention, taskOfKey(ev.Key), "audit key %q deleted at revision %d while it held no entry", ev.Key, ev.Rev)
+			continue
+		}
+		c.deletedAt[entryID{cur, ev.Key}] = ev.Rev
+		holds[ev.Key] = 0
+	}
+	for _, ev := range c.fs.DoneEvents {
+		if ev.Put {
+			c.donePut[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
+		} else {
+			c.res.Retention.PrunedDone++
+		}
+	}
+	f := &c.res.Retention
+	f.Retention = c.cfg.Retention
+	f.Archived, f.Appends = len(c.fs.Archive), c.fs.Appends
+	f.AuditLeft, f.DoneLeft = c.fs.AuditKeysLeft, len(c.fs.Done)
+	for i := range c.ops {
+		if op := &c.ops[i]; op.Type == OpDoneRead && op.Outcome == OutOK && op.Current != 0 {
+			f.FoundCompleted++
+		}
+	}
+}
+
+// checkRetention: retention moves entries out of etcd without losing,
+// duplicating or advancing any (docs/protocol.md §3.9).
+//
+//   - The log (List over etcd and the archive) holds every entry etcd's
+//     history wrote up to the revision read before listing, each once,
+//     and nothing etcd never held; so does the archive.
+//   - Every entry deleted from etcd is in the archive, and was archived
+//     before it was deleted: a recorder's Append of it returned before the
+//     revision of the deletion (recordingArchive).
+//   - Nothing is archived early: an entry is archived only after its
+//     epoch's end entry is older than the retention (for the rejections of
+//     an epoch whose end is not in the log, after the entry itself is).
+//   - An epoch leaves etcd whole: its start and end entries are deleted at
+//     one revision, and a done record only at the revision that deletes
+//     the completed entry of the epoch it names.
+func (c *checker) checkRetention() {
+	inLog := make(map[entryID]audit.Entry, len(c.fs.Audit))
+	starts := map[taskEpoch]audit.Entry{}
+	ends := map[taskEpoch]audit.Entry{}
+	for _, e := range c.fs.Audit {
+		id := idOf(e)
+		if _, dup := inLog[id]; dup {
+			c.fail(CheckRetention, e.Resource, "the log lists the %s entry of revision %d (%s) twice", e.Kind, e.Revision, e.Key)
+		}
+		inLog[id] = e
+		if !c.written[id] {
+			c.fail(CheckRetention, e.Resource, "the log holds a %s entry at revision %d (%s) that etcd never held", e.Kind, e.Revision, e.Key)
+		}
+		// The first start and end entry of an epoch (checkForensics
+		// reports a second).
+		te := taskEpoch{e.Resource, e.Epoch}
+		_, started := starts[te]
+		_, ended := ends[te]
+		switch {
+		case e.Kind == audit.Acquired && !started:
+			starts[te] = e
+		case e.Kind.IsEnd() && !ended:
+			ends[te] = e
+		}
+	}
+	archived := make(map[entryID]bool, len(c.fs.Archive))
+	for _, e := range c.fs.Archive {
+		archived[idOf(e)] = true
+		if !c.written[idOf(e)] {
+			c.fail(CheckRetention, e.Resource, "the archive holds a %s entry at revision %d (%s) that etcd never held", e.Kind, e.Revision, e.Key)
+		}
+	}
+	space := keys.MustNew(keys.DefaultNamespace)
+	taskOfKey := func(key string) string {
+		if ak, err := space.ParseAudit(key); err == nil {
+			return ak.Resource
+		}
+		return ""
+	}
+	ids := make([]entryID, 0, len(c.written))
+	for id := range c.written {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b entryID) int { return compareInt(a.Rev, b.Rev) })
+	for _, id := range ids {
+		d := c.deletedAt[id]
+		if _, ok := inLog[id]; !ok && id.Rev <= c.fs.AuditRev {
+			c.fail(CheckRetention, taskOfKey(id.Key), "entry written at revision %d (%s) is lost: in neither etcd nor the archive when the log was read (deleted from etcd at revision %d; 0: never)", id.Rev, id.Key, d)
+		}
+		if d == 0 {
+			continue
+		}
+		rec, ok := c.fs.Archived[id]
+		switch {
+		case !archived[id]:
+			c.fail(CheckRetention, taskOfKey(id.Key), "entry written at revision %d (%s) was deleted from etcd at revision %d and is not in the archive", id.Rev, id.Key, d)
+		case !ok:
+			c.fail(CheckRetention, taskOfKey(id.Key), "entry written at revision %d (%s) was deleted from etcd at revision %d, but no recorder archived it", id.Rev, id.Key, d)
+		case rec.Rev >= d:
+			c.fail(CheckRetention, taskOfKey(id.Key), "entry written at revision %d (%s) was deleted from etcd at revision %d before it was archived (its first append returned when etcd was at revision %d)", id.Rev, id.Key, d, rec.Rev)
+		}
+	}
+	ret := c.cfg.Retention
+	for id, rec := range c.fs.Archived {
+		e, ok := inLog[id]
+		if !ok {
+			continue // reported above, if it was written before the log was read
+		}
+		te := taskEpoch{e.Resource, e.Epoch}
+		end, ended := ends[te]
+		_, started := starts[te]
+		switch {
+		case ended && !end.Time.Add(ret).Before(rec.Began):
+			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, when its epoch's end (%s) was only %v old, within the retention of %v",
+				e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano), end.Time.Format(time.RFC3339Nano), rec.Began.Sub(end.Time), ret)
+		case !ended && started:
+			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, while the epoch had no end entry", e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano))
+		case !ended && !e.Time.Add(ret).Before(rec.Began):
+			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, only %v after it was written, within the retention of %v",
+				e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano), rec.Began.Sub(e.Time), ret)
+		}
+	}
+	for te, s := range starts {
+		e, ok := ends[te]
+		if !ok {
+			continue
+		}
+		if ds, de := c.deletedAt[idOf(s)], c.deletedAt[idOf(e)]; ds != de {
+			c.fail(CheckRetention, te.task, "epoch %d left etcd in pieces: its acquired entry deleted at revision %d, its %s entry at %d (0: never)", te.epoch, ds, e.Kind, de)
+		}
+	}
+	for _, ev := range c.fs.DoneEvents {
+		if ev.Put {
+			continue
+		}
+		e, ok := ends[taskEpoch{ev.Task, ev.Epoch}]
+		if !ok || e.Kind != audit.Completed || c.deletedAt[idOf(e)] != ev.Rev {
+			c.fail(CheckRetention, ev.Task, "the done record of epoch %d was deleted at revision %d, not together with the epoch's completed entry", ev.Epoch, ev.Rev)
+		}
+	}
+}
+
+// checkDoneRecords: a done record stands until retention deletes it, and
+// while it stands the task is not acquired and the record not rewritten —
+// "completed stays completed" within the retention window. An epoch that
+// begins after the record's deletion is a re-acquisition, which the SDK
+// allows; checkRetention checks that the deletion came after the
+// completion was archived and older than the retention, and
+// checkCompletion that no re-acquisition completes the task again.
+func (c *checker) checkDoneRecords() {
+	type change struct {
+		rev   int64
+		lease bool // an epoch began
+		done  doneEvent
+	}
+	byTask := map[string][]change{}
+	for _, ev := range c.fs.LeaseEvents {
+		if ev.Put {
+			byTask[ev.Task] = append(byTask[ev.Task], change{rev: ev.Rev, lease: true})
+		}
+	}
+	for _, ev := range c.fs.DoneEvents {
+		byTask[ev.Task] = append(byTask[ev.Task], change{rev: ev.Rev, done: ev})
+	}
+	for task, chs := range byTask {
+		slices.SortStableFunc(chs, func(a, b change) int { return compareInt(a.rev, b.rev) })
+		var standing int64 // the epoch of the done record in etcd (0: none)
+		pruned := false    // a done record of the task was deleted
+		for _, ch := range chs {
+			switch {
+			case ch.lease && standing != 0:
+				c.fail(CheckCompletion, task, "epoch %d began while the done record of epoch %d stood", ch.rev, standing)
+			case ch.lease && pruned:
+				c.res.Retention.Reacquired++
+			case ch.done.Put && standing != 0:
+				c.fail(CheckCompletion, task, "the done record of epoch %d was overwritten at revision %d by epoch %d's", standing, ch.rev, ch.done.Epoch)
+				standing = ch.done.Epoch
+			case ch.done.Put:
+				standing = ch.done.Epoch
+			case !ch.lease:
+				if ch.done.Epoch != standing {
+					c.fail(CheckCompletion, task, "deletion at revision %d of a done record of epoch %d; etcd held epoch %d's", ch.rev, ch.done.Epoch, standing)
+				}
+				standing, pruned = 0, true
+			}
+		}
+	}
+}

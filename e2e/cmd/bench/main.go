@@ -16,7 +16,12 @@
 //     against a session holding one) and 1 000 concurrent sessions;
 //  6. listing 100 000 audit entries;
 //  7. batches: TryAcquireMany + CompleteMany of 16 tasks at 16 workers
-//     against Mutex Lock+Unlock cycles.
+//     against Mutex Lock+Unlock cycles;
+//  8. retention: audit.WithRetention with an SQLite archive under the task
+//     cycle at 16 workers — the keys left in etcd, the log read back from
+//     etcd and the archive, the cycle's throughput with the recorder
+//     archiving against without it, and a long run's curve of keys, live
+//     bytes and the member's database size.
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -28,7 +33,7 @@
 //
 // Usage:
 //
-//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-cpuprofile cpu.out]
+//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-cpuprofile cpu.out]
 //
 // -smoke runs every section with tiny sizes (the test suite does, so this
 // program cannot rot).
@@ -87,6 +92,15 @@ type config struct {
 
 	auditEntries int // section 6
 	auditRounds  int
+
+	retentionWorkers int // section 8
+	retentionCycles  int // the short run, retention 1 s
+	retentionRounds  int // throughput with and without archiving
+	retentionRunFor  time.Duration
+	longCycles       int // the long run; 0 skips it
+	longEvery        int // cycles between points of its curve
+	longRetention    time.Duration
+	rejectEvery      int // one cycle in this many also sends a stale Complete
 }
 
 func fullConfig() config {
@@ -99,6 +113,8 @@ func fullConfig() config {
 		scaleLeases: 10000, scaleTTL: 3 * time.Second, scaleRounds: 5, scaleRunFor: time.Second, scaleWindow: 2,
 		sessions: 1000, sessionsPerClient: 10, sessionTTL: 3 * time.Second,
 		auditEntries: 100000, auditRounds: 3,
+		retentionWorkers: 16, retentionCycles: 8000, retentionRounds: 6, retentionRunFor: 2 * time.Second,
+		longCycles: 100000, longEvery: 10000, longRetention: 10 * time.Second, rejectEvery: 1000,
 	}
 }
 
@@ -112,11 +128,13 @@ func smokeConfig() config {
 		scaleLeases: 200, scaleTTL: time.Second, scaleRounds: 1, scaleRunFor: 100 * time.Millisecond, scaleWindow: 1,
 		sessions: 20, sessionsPerClient: 5, sessionTTL: time.Second,
 		auditEntries: 1000, auditRounds: 1,
+		retentionWorkers: 16, retentionCycles: 300, retentionRounds: 1, retentionRunFor: 400 * time.Millisecond,
+		longCycles: 400, longEvery: 100, longRetention: time.Second, rejectEvery: 50,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true}
 }
 
 func main() {
@@ -124,7 +142,7 @@ func main() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -134,6 +152,7 @@ func main() {
 	runFor := flag.Duration("run-for", 0, "throughput run per contender per round, fsync on and off (default 600ms and 500ms)")
 	batch := flag.Int("batch", 0, "tasks per batch in section 7 (default 16)")
 	batchWorkers := flag.Int("batch-workers", 0, "workers in section 7 (default 16)")
+	longCycles := flag.Int("retention-long", -1, "task cycles of section 8's long run (default 100000; 0 skips it)")
 	flag.Parse()
 
 	cfg := fullConfig()
@@ -164,11 +183,14 @@ func main() {
 	if *batchWorkers > 0 {
 		cfg.batchWorkers = *batchWorkers
 	}
+	if *longCycles >= 0 {
+		cfg.longCycles = *longCycles
+	}
 	cfg.sections = map[int]bool{}
 	for _, f := range strings.Split(*sections, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 7 {
-			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-7\n", f)
+		if err != nil || n < 1 || n > 8 {
+			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-8\n", f)
 			os.Exit(2)
 		}
 		cfg.sections[n] = true
@@ -338,6 +360,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{4, b.lossDetection},
 		{5, b.scale},
 		{6, b.auditList},
+		{8, b.retention},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

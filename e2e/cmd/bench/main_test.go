@@ -33,7 +33,7 @@ func TestSmoke(t *testing.T) {
 	if rep.table != out.String() {
 		t.Fatal("the report's table differs from what was printed")
 	}
-	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "== fsync on ==", "== fsync off =="} {
+	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "== fsync on ==", "== fsync off =="} {
 		if !strings.Contains(rep.table, title) {
 			t.Errorf("table lacks %q", title)
 		}
@@ -52,7 +52,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s (%s) = %v", m.name, m.kind, m.value)
 		}
 	}
-	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile"} {
+	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}

@@ -259,6 +259,8 @@ type Log struct {
 	archive   Archive       // WithArchive; nil: none
 	discard   bool          // WithoutArchive
 	retention time.Duration // WithRetention; 0: keep everything
+
+	pruneCache pruneCache // what the retention passes remember
 }
 
 // New returns a Log over cli. A bad option is reported by every method

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
@@ -97,11 +98,11 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 		}
 		return g
 	}
-	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
-		e, err := decode(l.space, kv)
-		if err != nil {
-			return // List reports corrupt values; retention leaves them to an operator
-		}
+	entries, dones, err := l.pruneRead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
 		g := group(epochID{e.Resource, e.Epoch})
 		g.entries = append(g.entries, e)
 		if e.Time.After(g.newest) {
@@ -114,24 +115,11 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 			end := e
 			g.end = &end
 		}
-	})
-	if err != nil {
-		return 0, err
 	}
-	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, func(kv *mvccpb.KeyValue) {
-		res, err := l.space.ResourceFromDone(string(kv.Key))
-		if err != nil {
-			return
+	for _, d := range dones {
+		if g := groups[d.id]; g != nil {
+			g.done = d.kv
 		}
-		d, err := record.DecodeDone(kv.Value)
-		if err != nil {
-			return
-		}
-		if g := groups[epochID{res, d.Epoch}]; g != nil {
-			g.done = kv
-		}
-	}); err != nil {
-		return 0, err
 	}
 
 	var due []*pruneGroup
@@ -235,6 +223,100 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 func guardedDelete(k guardedKey) clientv3.Op {
 	same := clientv3.Compare(clientv3.ModRevision(k.key), "=", k.rev)
 	return clientv3.OpTxn([]clientv3.Cmp{same}, []clientv3.Op{clientv3.OpDelete(k.key)}, nil)
+}
+
+// pruneCache is what a recorder's passes remember of etcd between them:
+// the audit entries and done records at the revision of the last pass, so
+// a pass decodes only what was written since. Every pass still reads every
+// key (keys only) at its own revision, so a key deleted or written again
+// in between is dropped or read afresh; the cache never decides anything
+// on its own.
+type pruneCache struct {
+	mu      sync.Mutex
+	rev     int64 // the revision entries and dones are complete at; 0: empty
+	entries map[string]Entry
+	dones   map[string]doneRecord
+}
+
+// doneRecord is a done key and the epoch its record names.
+type doneRecord struct {
+	id epochID
+	kv *mvccpb.KeyValue
+}
+
+// pruneRead returns the audit entries and the done records in etcd at one
+// revision R. It reads both prefixes keys only at R; the values of keys
+// written after the previous pass's revision P come from one range read
+// per prefix at R with WithMinModRev(P + 1), and the rest from the cache.
+// The first pass, or one after an error, reads every value.
+func (l *Log) pruneRead(ctx context.Context) (map[string]Entry, map[string]doneRecord, error) {
+	c := &l.pruneCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.rev
+	c.rev = 0 // until this read completes
+	if prev == 0 {
+		c.entries, c.dones = map[string]Entry{}, map[string]doneRecord{}
+	}
+	present := map[string]int64{}
+	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
+		present[string(kv.Key)] = kv.ModRevision
+	}, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, func(kv *mvccpb.KeyValue) {
+		present[string(kv.Key)] = kv.ModRevision
+	}, clientv3.WithKeysOnly()); err != nil {
+		return nil, nil, err
+	}
+	for k, e := range c.entries {
+		if present[k] != e.Revision {
+			delete(c.entries, k)
+		}
+	}
+	for k, d := range c.dones {
+		if present[k] != d.kv.ModRevision {
+			delete(c.dones, k)
+		}
+	}
+	addEntry := func(kv *mvccpb.KeyValue) {
+		if e, err := decode(l.space, kv); err == nil {
+			c.entries[e.Key] = e
+		} // List reports corrupt values; retention leaves them to an operator
+	}
+	addDone := func(kv *mvccpb.KeyValue) {
+		res, err := l.space.ResourceFromDone(string(kv.Key))
+		if err != nil {
+			return
+		}
+		if d, err := record.DecodeDone(kv.Value); err == nil {
+			c.dones[string(kv.Key)] = doneRecord{epochID{res, d.Epoch}, kv}
+		}
+	}
+	for _, p := range []struct {
+		prefix string
+		add    func(*mvccpb.KeyValue)
+	}{{l.space.AuditPrefix(), addEntry}, {l.space.DonePrefix(), addDone}} {
+		if prev == 0 {
+			if _, err := l.scan(ctx, p.prefix, rev, p.add); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		// One read: etcd applies no limit together with a min mod
+		// revision, and what is new since the last pass is bounded by
+		// the pass interval.
+		resp, err := l.cli.Get(ctx, p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(prev+1))
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit: read %q since revision %d: %w", p.prefix, prev+1, err)
+		}
+		for _, kv := range resp.Kvs {
+			p.add(kv)
+		}
+	}
+	c.rev = rev
+	return c.entries, c.dones, nil
 }
 
 // runPruner prunes every pruneInterval until ctx ends; errors are logged

@@ -21,7 +21,11 @@
 //     cycle at 16 workers — the keys left in etcd, the log read back from
 //     etcd and the archive, the cycle's throughput with the recorder
 //     archiving against without it, and a long run's curve of keys, live
-//     bytes and the member's database size.
+//     bytes and the member's database size;
+//  9. fan-out: the task cycle at 16 workers alone and beside 32 idle worker
+//     processes (child processes, one lease each) on its namespace — the
+//     throughput ratio and the watch events each idle process receives per
+//     task cycle of the workers.
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -33,7 +37,7 @@
 //
 // Usage:
 //
-//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-cpuprofile cpu.out]
+//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-fanout-idle 32] [-cpuprofile cpu.out]
 //
 // -smoke runs every section with tiny sizes (the test suite does, so this
 // program cannot rot).
@@ -101,6 +105,11 @@ type config struct {
 	longEvery        int // cycles between points of its curve
 	longRetention    time.Duration
 	rejectEvery      int // one cycle in this many also sends a stale Complete
+
+	fanoutWorkers int // section 9
+	fanoutIdle    int // idle worker processes beside them
+	fanoutRounds  int
+	fanoutRunFor  time.Duration // per contender per round
 }
 
 func fullConfig() config {
@@ -115,6 +124,7 @@ func fullConfig() config {
 		auditEntries: 100000, auditRounds: 3,
 		retentionWorkers: 16, retentionCycles: 8000, retentionRounds: 6, retentionRunFor: 2 * time.Second,
 		longCycles: 100000, longEvery: 10000, longRetention: 10 * time.Second, rejectEvery: 1000,
+		fanoutWorkers: 16, fanoutIdle: 32, fanoutRounds: 10, fanoutRunFor: 3 * time.Second,
 	}
 }
 
@@ -130,19 +140,20 @@ func smokeConfig() config {
 		auditEntries: 1000, auditRounds: 1,
 		retentionWorkers: 16, retentionCycles: 300, retentionRounds: 1, retentionRunFor: 400 * time.Millisecond,
 		longCycles: 400, longEvery: 100, longRetention: time.Second, rejectEvery: 50,
+		fanoutWorkers: 16, fanoutIdle: 3, fanoutRounds: 1, fanoutRunFor: 200 * time.Millisecond,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true}
 }
 
 func main() {
-	if runChild() {
+	if runChild() || runFanoutChild() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -153,6 +164,7 @@ func main() {
 	batch := flag.Int("batch", 0, "tasks per batch in section 7 (default 16)")
 	batchWorkers := flag.Int("batch-workers", 0, "workers in section 7 (default 16)")
 	longCycles := flag.Int("retention-long", -1, "task cycles of section 8's long run (default 100000; 0 skips it)")
+	fanoutIdle := flag.Int("fanout-idle", 0, "idle worker processes in section 9 (default 32)")
 	flag.Parse()
 
 	cfg := fullConfig()
@@ -186,11 +198,14 @@ func main() {
 	if *longCycles >= 0 {
 		cfg.longCycles = *longCycles
 	}
+	if *fanoutIdle > 0 {
+		cfg.fanoutIdle = *fanoutIdle
+	}
 	cfg.sections = map[int]bool{}
 	for _, f := range strings.Split(*sections, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 8 {
-			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-8\n", f)
+		if err != nil || n < 1 || n > 9 {
+			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-9\n", f)
 			os.Exit(2)
 		}
 		cfg.sections[n] = true
@@ -361,6 +376,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{5, b.scale},
 		{6, b.auditList},
 		{8, b.retention},
+		{9, b.fanout},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

@@ -9,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) {
-	if runChild() { // the scale section re-executes this binary
+	if runChild() || runFanoutChild() { // sections 5 and 9 re-execute this binary
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
@@ -33,7 +37,7 @@ func TestSmoke(t *testing.T) {
 	if rep.table != out.String() {
 		t.Fatal("the report's table differs from what was printed")
 	}
-	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "== fsync on ==", "== fsync off =="} {
+	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "== fsync on ==", "== fsync off =="} {
 		if !strings.Contains(rep.table, title) {
 			t.Errorf("table lacks %q", title)
 		}
@@ -52,13 +56,68 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s (%s) = %v", m.name, m.kind, m.value)
 		}
 	}
-	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size"} {
+	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}
 	}
 	if len(rep.goals()) == 0 {
 		t.Error("no goals evaluated")
+	}
+	// Section 9: the idle processes watch their own namespace only, so the
+	// workers' halves in another namespace reach none of them, and every
+	// idle process holds its lease to the end.
+	for _, m := range rep.metrics() {
+		switch {
+		case m.name == "fanout events alone" && m.value != 0:
+			t.Errorf("idle processes received %v watch events while the workers cycled in another namespace", m.value)
+		case m.name == "fanout events/proc/cycle" && m.value < 0:
+			t.Errorf("%s = %v", m.name, m.value)
+		case m.name == "fanout idle live" && m.value != 1:
+			t.Errorf("%s = %v, want every idle lease live", m.name, m.value)
+		}
+	}
+}
+
+// TestWatchCounter: section 9's interceptor counts every event a Watch
+// stream delivers, so its 0 events per foreign cycle means none arrived,
+// not that none were counted.
+func TestWatchCounter(t *testing.T) {
+	c, err := e2e.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := &watchCounter{}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(counter.intercept)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, "/w/", clientv3.WithPrefix())
+	got := 0
+	for _, op := range []clientv3.Op{clientv3.OpPut("/w/a", "1"), clientv3.OpPut("/w/b", "2"), clientv3.OpDelete("/w/a"), clientv3.OpPut("/other", "3")} {
+		if _, err := cli.Do(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got < 3 {
+		resp, ok := <-wch
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		got += len(resp.Events)
+	}
+	if n := counter.events.Load(); n != 3 {
+		t.Errorf("counted %d events, the watch received %d", n, got)
+	}
+	if n := counter.streams.Load(); n != 1 {
+		t.Errorf("counted %d Watch streams, want 1", n)
 	}
 }
 

@@ -164,6 +164,9 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 			if ev.PrevKv == nil {
 				return errors.New("audit: recorder: delete event without previous value")
 			}
+			if l.space.IsRevocation(string(ev.Kv.Key)) {
+				continue // a revocation signal, gone with its session
+			}
 			res, err := l.space.ResourceFromLease(string(ev.Kv.Key))
 			if err != nil {
 				l.log.Warn("skipping foreign key under the lease prefix", "key", string(ev.Kv.Key), "error", err)

@@ -133,14 +133,22 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 	for _, c := range tr.Compare {
 		mark(c.Key, false)
 	}
+	// The recorder's read of an epoch's entries — a range of its start
+	// entries, then a get of its end key — decides the epoch when it finds
+	// an end entry or no start entry: no transaction that writes follows.
+	// Otherwise the write that follows is the decision.
+	if len(tr.Compare) == 0 && len(tr.Success) == 2 && tr.Success[1].GetRequestRange() != nil && len(resp.Responses) == 2 {
+		if endKey := tr.Success[1].GetRequestRange().Key; strings.Contains(string(endKey), "/end/") {
+			foundEnd := len(resp.Responses[1].GetResponseRange().GetKvs()) > 0
+			noStart := len(resp.Responses[0].GetResponseRange().GetKvs()) == 0
+			if foundEnd || noStart {
+				mark(endKey, false)
+			}
+		}
+	}
 	for _, op := range tr.Success {
 		if put := op.GetRequestPut(); put != nil {
 			mark(put.Key, true)
-		}
-		// The recorder's read of an epoch's entries decides it too: an
-		// end entry found there needs no transaction that writes.
-		if get := op.GetRequestRange(); get != nil {
-			mark(get.Key, false)
 		}
 	}
 	s.mu.Lock()

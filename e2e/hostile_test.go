@@ -143,17 +143,21 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 		t.Fatalf("Acquire after the revoke: %v", err)
 	}
 
-	// A held lease key overwritten by someone else: the lease's context
-	// ends, and its Complete is stale — rejected, audited, nothing else.
+	// A held lease key overwritten by someone else, behind the SDK's back:
+	// no watch tells the holder (docs/protocol.md §5), but its next
+	// Complete is stale — rejected, audited, nothing else — and ends its
+	// context.
 	l, err := reg.TryAcquire(ctx, s, "overwritten")
 	if err != nil {
 		t.Fatal(err)
 	}
 	overwrittenAt := put(ns+"/lease/overwritten", "garbage")
-	<-l.Context().Done()
 	var stale *lease.StaleError
 	if err := l.Complete(ctx, "shipped"); !errors.As(err, &stale) || stale.CurrentEpoch != overwrittenAt {
 		t.Fatalf("Complete after the lease key was overwritten: %v", err)
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, lease.ErrRevoked) {
+		t.Fatalf("after the stale Complete, the lease's cause is %v", cause)
 	}
 	if resp, err := cli.Get(ctx, ns+"/done/overwritten"); err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("done record written by a stale Complete: %v %v", resp, err)

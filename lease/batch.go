@@ -80,7 +80,7 @@ var (
 // earlier transaction), and the lease key, written once, keeps it while
 // held. Each lease otherwise stands alone: its own context, its own
 // release when the session closes, its own Acquired entry, tracked by the
-// registry's watch like any other.
+// registry like any other.
 //
 // Checked first, sending nothing: at most MaxBatch resources, every name
 // valid (ErrInvalidResource) and named once (ErrDuplicateResource), the

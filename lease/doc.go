@@ -14,7 +14,7 @@
 //   - Token() carries the epoch to downstream systems, which refuse a lower
 //     epoch once a higher one was admitted (package fence).
 //   - Context() is cancelled when the session can no longer prove it holds
-//     the lease, or when the key is deleted or replaced.
+//     the lease, or when an operator revokes it.
 //
 // Every state change is one etcd transaction. Each transaction's compares
 // and ops are built in one place, internal/protocol, which the single path,

@@ -37,7 +37,7 @@ const maxGuesses = 8
 // unknown outcome or after the *StaleError, never writes a second entry:
 // the retry returns the entry already there. That epoch cannot be copied
 // from the lease key inside a transaction, so <reject> is guarded by a
-// guess (the epoch this registry's watch last saw); a wrong guess costs one
+// guess (0, nobody, unless the lease learned otherwise); a wrong guess costs one
 // more round trip with the value read.
 //
 // An error from the transaction matches outcome.ErrUnknown — the

@@ -29,11 +29,11 @@ var (
 	ErrInvalidStatus = errors.New("invalid status")
 	// ErrReleased is a lease context's cause after its own Release.
 	ErrReleased = errors.New("lease released")
-	// ErrRevoked is a lease context's cause when its key was deleted or
-	// replaced by anyone else: an operator's Revoke, etcd expiring the
-	// session's lease, or a manual delete. After a Complete or Release of
-	// the lease whose outcome was unknown, the deletion may have been that
-	// call's own; the cause then wraps ErrRevoked and says so.
+	// ErrRevoked is a lease context's cause when an operator's Revoke ended
+	// its epoch, or when its Complete or Release found the key deleted or
+	// replaced by anyone else (a stale call). After a Complete or Release
+	// of the lease whose outcome was unknown, the deletion may have been
+	// that call's own; the cause then wraps ErrRevoked and says so.
 	ErrRevoked = errors.New("lease revoked")
 	// ErrRegistryClosed: the registry was closed; also the cause of the
 	// contexts of leases still tracked by it.

@@ -26,8 +26,9 @@ type Lease struct {
 	stopClose func() bool // unregisters the session's release-on-Close
 
 	mu sync.Mutex
-	// current is the epoch the registry's watch last saw holding the
-	// resource (0: none): the first guess of a stale path.
+	// current is the epoch the lease last learned holds the resource (0:
+	// none) — from a revocation signal, or a read of its key: the first
+	// guess of a stale path.
 	current int64
 	// ending counts Complete/Release calls in flight; a deletion seen
 	// meanwhile is attributed when the call returns, so a lease's own
@@ -79,8 +80,11 @@ func (l *Lease) Token() fence.Token { return fence.Token{Resource: l.resource, E
 // Context returns a context for work done under the lease. It is cancelled
 // with the session's cause when the session ends (session.ErrLost before
 // etcd can expire the lease), with ErrCompleted or ErrReleased after this
-// lease's own Complete or Release, and with ErrRevoked when anyone else
-// deletes or replaces the lease key.
+// lease's own Complete or Release, and with ErrRevoked when an operator
+// revokes it (Registry.Revoke tells the holder's session directly). A lease
+// key deleted or overwritten by hand, outside the SDK, is not watched for:
+// the lease's next Complete or Release finds it stale and ends the context
+// with ErrRevoked; until then, fencing tokens keep a stale writer out.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // finish cancels the context with cause and stops tracking the lease.
@@ -90,8 +94,9 @@ func (l *Lease) finish(cause error) {
 	l.r.tracker.remove(l)
 }
 
-// observed is called by the registry's watch when the lease key changes
-// at rev: current is the epoch holding it now (0: deleted).
+// observed is called by the registry's tracker when a revocation signal,
+// or a read of the lease key, says the key no longer has this epoch:
+// current is the epoch holding it now (0: deleted).
 func (l *Lease) observed(current int64) {
 	l.mu.Lock()
 	l.current = current
@@ -119,12 +124,12 @@ func revoked(unsure string) error {
 }
 
 // guess returns the epoch most likely holding the resource if this lease's
-// CAS fails: the newest the registry's watch saw, which it still knows
-// after this lease stopped being tracked.
+// CAS fails: the current epoch the lease last observed, or 0 — the typical
+// case, since a failed CAS means the key no longer has this epoch, most
+// often because it was deleted (a revocation, an expiry). With no watch on
+// other processes' leases, a takeover by another epoch costs the stale
+// path one more round trip (docs/protocol.md §3.3).
 func (l *Lease) guess() int64 {
-	if ev, ok := l.r.tracker.last(l.leaseKey); ok && ev.rev > l.epoch {
-		return ev.current
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.current == l.epoch {

@@ -16,10 +16,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Registry acquires and tracks leases in one namespace. One watch on the
-// namespace's lease keys, started with the first lease, serves every lease
-// the registry hands out; Close stops it. Its methods are safe for
-// concurrent use.
+// Registry acquires and tracks leases in one namespace. For each session
+// holding leases through it, one watch of the revocation signals addressed
+// to that session tells its leases when an operator revokes them; no
+// process watches another's leases, so a task cycle costs the same however
+// many processes share the namespace (docs/protocol.md §5). Close stops
+// the watches. Its methods are safe for concurrent use.
 type Registry struct {
 	cli      *clientv3.Client
 	space    keys.Space
@@ -202,11 +204,13 @@ func (r *Registry) waitDelete(ctx context.Context, resource string, rev int64) e
 // (protocol.Revoke, docs/protocol.md §3.5):
 //
 //	Get lease
-//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked))
+//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked), Put revocation WithLease(holder))
 //
-// The holder's lease context is cancelled with ErrRevoked, its later
-// Complete or Release is stale, and its fencing token is outranked by the
-// next holder's. A resource nobody holds gives ErrNotHeld. A failed
+// The same transaction puts a revocation signal addressed to the holder's
+// session (attached to its etcd lease), which the holder's registry
+// watches: the holder's lease context is cancelled with ErrRevoked, its
+// later Complete or Release is stale, and its fencing token is outranked by
+// the next holder's. A resource nobody holds gives ErrNotHeld. A failed
 // transaction matches outcome.ErrRefused or outcome.ErrUnknown.
 func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	if r.err != nil {
@@ -224,17 +228,19 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 		return fmt.Errorf("lease: revoke %q: %w", resource, ErrNotHeld)
 	}
 	epoch := get.Kvs[0].ModRevision
-	worker := "unknown"
+	worker, holderLease := "unknown", int64(0)
 	if h, err := record.DecodeHolder(get.Kvs[0].Value); err == nil {
-		worker = h.Worker
+		worker, holderLease = h.Worker, h.LeaseID
 	}
 	// Only the epoch just read is revoked: an epoch that begins in between
 	// belongs to a holder the operator has not seen.
-	sameEpoch, then, err := protocol.Revoke(r.space, resource, epoch, worker, reason, time.Now())
-	if err != nil {
-		return fmt.Errorf("lease: %w", err)
+	resp, err := r.revokeTxn(ctx, resource, epoch, worker, reason, holderLease)
+	if err != nil && holderLease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The holder's session lease is gone, and with it the lease key
+		// (etcd deletes what is attached): nobody is left to tell, and the
+		// compare decides. etcd refused the first transaction whole.
+		resp, err = r.revokeTxn(ctx, resource, epoch, worker, reason, 0)
 	}
-	resp, err := r.cli.Txn(ctx).If(sameEpoch).Then(then...).Commit()
 	if err != nil {
 		return fmt.Errorf("lease: revoke %q epoch %d: %w", resource, epoch, outcome.Classify(err))
 	}
@@ -245,7 +251,16 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	return nil
 }
 
-// Close stops the registry's watch and cancels the contexts of the leases
+// revokeTxn sends Revoke's transaction (protocol.Revoke).
+func (r *Registry) revokeTxn(ctx context.Context, resource string, epoch int64, worker, reason string, holderLease int64) (*clientv3.TxnResponse, error) {
+	sameEpoch, then, err := protocol.Revoke(r.space, resource, epoch, worker, reason, time.Now(), holderLease)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return r.cli.Txn(ctx).If(sameEpoch).Then(then...).Commit()
+}
+
+// Close stops the registry's watches and cancels the contexts of the leases
 // it still tracks with ErrRegistryClosed (they could no longer learn of a
 // revocation). It does not release them: their sessions' Close still does,
 // with audit entries, and Complete and Release keep working. Close is

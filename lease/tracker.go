@@ -2,51 +2,53 @@ package lease
 
 import (
 	"context"
-	"slices"
+	"strconv"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// maxRemembered bounds the per-key memory of recent events; past it the
-// older half is dropped and later registrations of epochs older than what
-// is kept re-read their key.
-const maxRemembered = 4096
-
-// lastEvent is the newest event the watch processed for one key.
-type lastEvent struct {
-	rev     int64
-	current int64 // epoch holding the key after the event; 0: deleted
-}
-
-// tracker is a registry's one watch over its lease keys. It cancels a
-// lease's context when its key is deleted or replaced.
+// tracker ends a lease's context when an operator revokes it. It watches,
+// for each session holding leases through the registry, only the
+// revocation signals addressed to that session (docs/protocol.md §5):
 //
-// The watch processes events in revision order from a start revision no
-// later than any tracked epoch + 1. A lease registers after its acquire
-// transaction returned, and the watch may have passed its epoch by then,
-// so the tracker remembers the newest event per key above a floor: a lease
-// registering with an epoch at or above the floor learns from that memory
-// whether its key already changed; one below the floor reads the key.
+//	Watch N/lease/%revoked/<session lease id>/ WithPrefix WithFilterDelete from <first epoch> + 1
+//
+// so a process receives no event for anyone else's task cycle: a
+// revocation is rare, and so are its events. The other ways a lease ends
+// need no watch: its own Complete or Release ends its context when they
+// return, and the session's end (loss, expiry, Close) ends every context
+// derived from the session's. A lease key deleted or overwritten by hand,
+// behind the SDK's back, is noticed by the lease's next Complete or
+// Release, which is stale.
 type tracker struct {
 	r *Registry
 
-	mu      sync.Mutex
-	byKey   map[string]map[*Lease]struct{}
-	recent  map[string]lastEvent // complete for revisions > floor
-	floor   int64
-	running bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu       sync.Mutex
+	sessions map[clientv3.LeaseID]*sessionWatch
+	closed   bool
+}
+
+// sessionWatch is the watch of one session's revocation signals, and the
+// leases of that session it serves. It runs until the session ends or the
+// registry closes.
+type sessionWatch struct {
+	id     clientv3.LeaseID
+	leases map[string]map[*Lease]struct{} // by resource
+	// start is the revision the watch began at: every signal at or after
+	// it is in seen once processed. A lease whose epoch + 1 is below start
+	// may have been revoked before it, and reads its key once.
+	start int64
+	// seen is the epoch of the latest signal processed per resource.
+	seen   map[string]int64
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func (t *tracker) init(r *Registry) {
 	t.r = r
-	t.byKey = make(map[string]map[*Lease]struct{})
-	t.recent = make(map[string]lastEvent)
+	t.sessions = make(map[clientv3.LeaseID]*sessionWatch)
 }
 
 func (t *tracker) closedErr() error {
@@ -65,36 +67,41 @@ func (t *tracker) add(l *Lease) {
 		l.cancel(ErrRegistryClosed)
 		return
 	}
-	if !t.running {
-		t.running = true
-		t.floor = l.epoch
-		ctx, cancel := context.WithCancel(context.Background())
-		t.cancel, t.done = cancel, make(chan struct{})
-		go t.run(ctx, l.epoch+1)
+	sid := l.s.LeaseID()
+	sw := t.sessions[sid]
+	if sw == nil {
+		ctx, cancel := context.WithCancel(l.s.Context())
+		sw = &sessionWatch{
+			id: sid, leases: map[string]map[*Lease]struct{}{}, seen: map[string]int64{},
+			start: l.epoch + 1, cancel: cancel, done: make(chan struct{}),
+		}
+		t.sessions[sid] = sw
+		go t.run(ctx, sw)
 	}
-	set := t.byKey[l.leaseKey]
+	set := sw.leases[l.resource]
 	if set == nil {
 		set = make(map[*Lease]struct{})
-		t.byKey[l.leaseKey] = set
+		sw.leases[l.resource] = set
 	}
 	set[l] = struct{}{}
-	ev, seen := t.recent[l.leaseKey]
-	reread := l.epoch < t.floor
+	revoked := sw.seen[l.resource] == l.epoch
+	reread := l.epoch+1 < sw.start
 	t.mu.Unlock()
 
 	switch {
-	case seen && ev.rev > l.epoch:
-		l.observed(ev.current)
+	case revoked:
+		l.observed(0)
 	case reread:
 		t.verify(l)
 	}
 }
 
-// verify reads l's key and ends l if the key no longer has its epoch.
+// verify reads l's key and ends l if the key no longer has its epoch: for
+// a lease that registered after its session's watch had passed its epoch.
 func (t *tracker) verify(l *Lease) {
 	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
 	defer cancel()
-	resp, err := t.r.cli.Get(ctx, l.leaseKey)
+	resp, err := t.r.cli.Get(ctx, l.leaseKey, clientv3.WithKeysOnly())
 	if err != nil {
 		// Unverifiable means possibly lost: stop the work, which is safe.
 		l.log.Warn("cannot verify lease key; cancelling its context", "error", err)
@@ -110,22 +117,20 @@ func (t *tracker) verify(l *Lease) {
 	}
 }
 
-// last returns the newest event the watch processed for key, if it still
-// remembers one.
-func (t *tracker) last(key string) (lastEvent, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ev, ok := t.recent[key]
-	return ev, ok
-}
-
 func (t *tracker) remove(l *Lease) {
+	if l.s == nil {
+		return // never tracked
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if set := t.byKey[l.leaseKey]; set != nil {
+	sw := t.sessions[l.s.LeaseID()]
+	if sw == nil {
+		return
+	}
+	if set := sw.leases[l.resource]; set != nil {
 		delete(set, l)
 		if len(set) == 0 {
-			delete(t.byKey, l.leaseKey)
+			delete(sw.leases, l.resource)
 		}
 	}
 }
@@ -138,16 +143,19 @@ func (t *tracker) close() {
 	}
 	t.closed = true
 	var all []*Lease
-	for _, set := range t.byKey {
-		for l := range set {
-			all = append(all, l)
+	var watches []*sessionWatch
+	for _, sw := range t.sessions {
+		watches = append(watches, sw)
+		for _, set := range sw.leases {
+			for l := range set {
+				all = append(all, l)
+			}
 		}
 	}
-	cancel, done := t.cancel, t.done
 	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	for _, sw := range watches {
+		sw.cancel()
+		<-sw.done
 	}
 	// The leases stay registered with their sessions, so Session.Close
 	// still releases them with an audit entry.
@@ -156,33 +164,43 @@ func (t *tracker) close() {
 	}
 }
 
-type change struct {
-	l       *Lease
-	current int64
-}
-
-// run watches the lease prefix from rev until ctx is done, re-reading all
-// tracked keys whenever the watch breaks.
-func (t *tracker) run(ctx context.Context, rev int64) {
-	defer close(t.done)
+// run watches sw's revocation signals until ctx ends (the session ended,
+// or the registry closed), reading them afresh whenever the watch breaks.
+func (t *tracker) run(ctx context.Context, sw *sessionWatch) {
+	defer func() {
+		t.mu.Lock()
+		if t.sessions[sw.id] == sw {
+			delete(t.sessions, sw.id)
+		}
+		t.mu.Unlock()
+		close(sw.done)
+	}()
+	prefix := t.r.space.RevocationsPrefix(int64(sw.id))
+	rev := sw.start
 	backoff := 10 * time.Millisecond
 	for {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := t.r.cli.Watch(wctx, t.r.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+		wch := t.r.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterDelete())
 		for resp := range wch {
 			if resp.Err() != nil {
 				break
 			}
-			t.apply(resp.Events)
+			for _, ev := range resp.Events {
+				t.signal(sw, string(ev.Kv.Key), ev.Kv.Value)
+			}
 			backoff = 10 * time.Millisecond
 		}
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		next, err := t.resync(ctx)
+		// Compacted or leader lost: the signals are keys, so reading them
+		// at R loses none; then watch on from R + 1.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := t.r.cli.Get(rctx, prefix, clientv3.WithPrefix())
+		rcancel()
 		if err != nil {
-			t.r.log.Warn("lease watch resync failed", "error", err)
+			t.r.log.Warn("revocation watch resync failed", "session", strconv.FormatInt(int64(sw.id), 16), "error", err)
 			select {
 			case <-ctx.Done():
 				return
@@ -191,84 +209,37 @@ func (t *tracker) run(ctx context.Context, rev int64) {
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		rev = next
+		for _, kv := range resp.Kvs {
+			t.signal(sw, string(kv.Key), kv.Value)
+		}
+		rev = resp.Header.Revision + 1
 	}
 }
 
-func (t *tracker) apply(events []*clientv3.Event) {
-	var changed []change
-	t.mu.Lock()
-	for _, ev := range events {
-		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
-		current := rev
-		if ev.Type == mvccpb.DELETE {
-			current = 0
-		}
-		t.recent[key] = lastEvent{rev: rev, current: current}
-		for l := range t.byKey[key] {
-			if l.epoch < rev {
-				changed = append(changed, change{l, current})
-			}
-		}
-		if len(t.recent) > maxRemembered {
-			t.floor = max(t.floor, t.forgetOlder())
-		}
-	}
-	t.mu.Unlock()
-	for _, c := range changed {
-		c.l.observed(c.current)
-	}
-}
-
-// forgetOlder drops the older half of recent and returns the revision at
-// or below which events were dropped: the new floor. Keeping the newer
-// half keeps the floor below the epochs of leases whose acquire has just
-// returned, so they register without re-reading their keys — clearing
-// everything made every lease in flight at that moment pay a Get. Called
-// with t.mu held.
-func (t *tracker) forgetOlder() int64 {
-	revs := make([]int64, 0, len(t.recent))
-	for _, ev := range t.recent {
-		revs = append(revs, ev.rev)
-	}
-	slices.Sort(revs)
-	cutoff := revs[len(revs)/2]
-	for key, ev := range t.recent {
-		if ev.rev <= cutoff {
-			delete(t.recent, key)
-		}
-	}
-	return cutoff
-}
-
-// resync reads every lease key, ends the tracked leases whose key changed,
-// and returns the revision to watch from.
-func (t *tracker) resync(ctx context.Context) (int64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := t.r.cli.Get(rctx, t.r.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+// signal processes one revocation signal: the epoch in value of the
+// resource in key was revoked. The tracked lease of that epoch, if any,
+// ends with ErrRevoked.
+func (t *tracker) signal(sw *sessionWatch, key string, value []byte) {
+	res, err := t.r.space.ResourceFromRevocation(key)
 	if err != nil {
-		return 0, err
+		t.r.log.Warn("skipping a malformed revocation signal", "key", key, "error", err)
+		return
 	}
-	live := make(map[string]int64, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		live[string(kv.Key)] = kv.ModRevision
+	epoch, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		t.r.log.Warn("skipping a malformed revocation signal", "key", key, "error", err)
+		return
 	}
-	var changed []change
+	var revoked []*Lease
 	t.mu.Lock()
-	for key, set := range t.byKey {
-		for l := range set {
-			// A lease acquired after the read is newer than what it saw.
-			if l.epoch <= resp.Header.Revision && live[key] != l.epoch {
-				changed = append(changed, change{l, live[key]})
-			}
+	sw.seen[res] = epoch
+	for l := range sw.leases[res] {
+		if l.epoch == epoch {
+			revoked = append(revoked, l)
 		}
 	}
-	clear(t.recent)
-	t.floor = resp.Header.Revision
 	t.mu.Unlock()
-	for _, c := range changed {
-		c.l.observed(c.current)
+	for _, l := range revoked {
+		l.observed(0)
 	}
-	return resp.Header.Revision + 1, nil
 }

@@ -58,6 +58,9 @@ func newHoldersCmd(g *globals) *cobra.Command {
 				ttl := map[int64]int64{}
 				var out []holderJSON
 				for _, kv := range resp.Kvs {
+					if sp.IsRevocation(string(kv.Key)) {
+						continue // a revocation signal to a holder's session
+					}
 					res, err := sp.ResourceFromLease(string(kv.Key))
 					if err != nil {
 						fmt.Fprintf(g.errOut, "warning: skipping %q: %v\n", kv.Key, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -432,10 +434,11 @@ func (r *runner) revoke(pick int) (task, detail string) {
 	if err != nil {
 		return "", "listing held tasks: " + err.Error()
 	}
-	if len(resp.Kvs) == 0 {
+	held := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return space.IsRevocation(string(kv.Key)) })
+	if len(held) == 0 {
 		return "", "nothing held"
 	}
-	task, err = space.ResourceFromLease(string(resp.Kvs[pick%len(resp.Kvs)].Key))
+	task, err = space.ResourceFromLease(string(held[pick%len(held)].Key))
 	if err != nil {
 		return "", err.Error()
 	}
@@ -582,13 +585,13 @@ func (r *runner) quiesce() {
 	log := r.log
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		live, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		live, err := countLeases(ctx, r.direct, space)
 		var entries []audit.Entry
-		if err == nil && live.Count == 0 {
+		if err == nil && live == 0 {
 			entries, err = log.List(ctx, audit.Filter{})
 		}
 		cancel()
-		if err == nil && live.Count == 0 {
+		if err == nil && live == 0 {
 			open := map[string]bool{}
 			for _, e := range entries {
 				k := fmt.Sprintf("%s/%d", e.Resource, e.Epoch)
@@ -712,11 +715,11 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	if fs.Done, err = r.doneTasks(); err != nil {
 		return fs, err
 	}
-	live, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	live, err := countLeases(ctx, r.direct, space)
 	if err != nil {
 		return fs, err
 	}
-	fs.LiveLeases = live.Count
+	fs.LiveLeases = live
 	sqlEffects, sqlFenced, err := readSQL(ctx, db)
 	if err != nil {
 		return fs, err
@@ -730,10 +733,29 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	return fs, nil
 }
 
+// countLeases counts the lease keys under the namespace, not the
+// revocation signals that share their prefix.
+func countLeases(ctx context.Context, cli *clientv3.Client, space keys.Space) (int64, error) {
+	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, kv := range resp.Kvs {
+		if !space.IsRevocation(string(kv.Key)) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // readLeaseHistory reads every change of every lease key since revision 1.
 func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, error) {
 	var out []leaseEvent
 	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
+		if space.IsRevocation(string(ev.Kv.Key)) {
+			return nil // a revocation signal to the holder's session, not a lease key
+		}
 		task, err := space.ResourceFromLease(string(ev.Kv.Key))
 		if err != nil {
 			return err

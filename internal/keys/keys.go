@@ -220,6 +220,53 @@ func (s Space) IsFenceFloor(key string) bool { return key == s.FenceFloor() }
 // Lease is the lease key of a resource.
 func (s Space) Lease(res string) string { return s.LeasePrefix() + Escape(res) }
 
+// revokedSegment starts the keys of revocation signals under LeasePrefix.
+// No resource's lease key starts with it: Escape writes '%' only as %25 or
+// %2F, and a signal key has more segments than a lease key.
+const revokedSegment = "%revoked/"
+
+// RevocationsPrefix is the prefix of the revocation signals addressed to
+// one session, "N/lease/%revoked/<session lease id, 16 hex digits>/": a
+// Revoke writes one, attached to the holder's session lease, in the
+// transaction that ends the epoch, and the holder's registry watches this
+// prefix for its own sessions only.
+func (s Space) RevocationsPrefix(session int64) string {
+	return fmt.Sprintf("%s%s%016x/", s.LeasePrefix(), revokedSegment, uint64(session))
+}
+
+// Revocation is the key of the revocation signal of res addressed to a
+// session.
+func (s Space) Revocation(session int64, res string) string {
+	return s.RevocationsPrefix(session) + Escape(res)
+}
+
+// IsRevocation reports whether key is a revocation signal of this
+// namespace. A scan or watch of LeasePrefix sees them; skip them with it.
+func (s Space) IsRevocation(key string) bool {
+	return strings.HasPrefix(key, s.LeasePrefix()+revokedSegment)
+}
+
+// ResourceFromRevocation returns the resource a revocation signal key
+// names.
+func (s Space) ResourceFromRevocation(key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, s.LeasePrefix()+revokedSegment)
+	if !ok {
+		return "", fmt.Errorf("%w: %q is not a revocation signal", ErrMalformedKey, key)
+	}
+	_, seg, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", fmt.Errorf("%w: revocation signal %q has no resource", ErrMalformedKey, key)
+	}
+	res, err := Unescape(seg)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateResource(res); err != nil {
+		return "", fmt.Errorf("%w: revocation signal %q: %w", ErrMalformedKey, key, err)
+	}
+	return res, nil
+}
+
 // Done is the done record key of a resource.
 func (s Space) Done(res string) string { return s.DonePrefix() + Escape(res) }
 

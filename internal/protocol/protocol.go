@@ -218,15 +218,29 @@ func (e End) Size() int {
 }
 
 // Revoke is Revoke's transaction for the epoch read (docs/protocol.md
-// §3.5): only that epoch ends, with its end entry:
+// §3.5): only that epoch ends, with its end entry, and its holder's session
+// is told:
 //
-//	If(ModRev(lease) = epoch) Then(Delete lease, CreateOnly(end, revoked))
-func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time) (clientv3.Cmp, []clientv3.Op, error) {
+//	If(ModRev(lease) = epoch)
+//	Then(Delete lease, CreateOnly(end, revoked), Put revocation pad20(epoch) WithLease(holder's session))
+//
+// The revocation signal, "N/lease/%revoked/<holder session>/<res>", is what
+// the holder's registry watches instead of every lease key of the
+// namespace; it is attached to the holder's session lease, so it goes when
+// the session does. holderLease 0 (the holder record was unreadable, or
+// its session lease is gone) leaves the signal out: the holder then learns
+// of the revocation at its next Complete or Release, or when its session
+// ends.
+func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time, holderLease int64) (clientv3.Cmp, []clientv3.Op, error) {
 	entry, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: now})
 	if err != nil {
 		return clientv3.Cmp{}, nil, fmt.Errorf("revoke %q: %w", resource, err)
 	}
 	leaseKey := space.Lease(resource)
 	sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
-	return sameEpoch, []clientv3.Op{clientv3.OpDelete(leaseKey), audit.CreateOnly(space.AuditEnd(resource, epoch), entry)}, nil
+	ops := []clientv3.Op{clientv3.OpDelete(leaseKey), audit.CreateOnly(space.AuditEnd(resource, epoch), entry)}
+	if holderLease != 0 {
+		ops = append(ops, clientv3.OpPut(space.Revocation(holderLease, resource), fmt.Sprintf("%020d", epoch), clientv3.WithLease(clientv3.LeaseID(holderLease))))
+	}
+	return sameEpoch, ops, nil
 }

@@ -728,20 +728,12 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 
 // settleCompleted settles l after a successful completion. A raw
 // completion (ControlNoCAS) bypasses the Lease, which stays registered
-// with its session until the registry's watch sees its key deleted and
-// ends it with ErrRevoked; until then Session.Close would still release
-// it, so it stays in doubt.
+// with its session — no watch tells it its key is gone (docs/protocol.md
+// §5) — so Session.Close would still release it: it stays in doubt, and
+// the worker goes on at once.
 func (w *worker) settleCompleted(l *lease.Lease) {
 	if w.cfg.Control == ControlNoCAS {
-		t := time.NewTimer(500 * time.Millisecond)
-		select {
-		case <-l.Context().Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if !errors.Is(context.Cause(l.Context()), lease.ErrRevoked) {
-			return
-		}
+		return
 	}
 	w.settle(l)
 }

@@ -8,26 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/sqltest"
 )
-
-// archivePostgresEnv names the variable holding the DSN of the PostgreSQL
-// server the tests use; scripts/postgres.sh starts one and prints its DSN.
-const archivePostgresEnv = "LEASEHOLD_TEST_POSTGRES"
 
 // archiveDB is one real database, fresh for the test using it.
 type archiveDB struct {
@@ -50,73 +43,15 @@ func forEachArchiveDB(t *testing.T, f func(t *testing.T, d archiveDB)) {
 	t.Run("postgres", func(t *testing.T) { f(t, openArchivePostgres(t)) })
 }
 
-// archiveSQLiteDSN takes the write lock at BEGIN and waits for it, so
-// concurrent writers queue instead of failing with SQLITE_BUSY.
-func archiveSQLiteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_txlock=immediate"
-}
-
-// openArchiveSQLite opens a file database, not :memory:, because each
-// connection to :memory: is a database of its own and the tests need
-// several connections contending for one.
 func openArchiveSQLite(t *testing.T) archiveDB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "audit.db")
-	open := func(t *testing.T) *sql.DB {
-		t.Helper()
-		db, err := sql.Open("sqlite", archiveSQLiteDSN(path))
-		if err != nil {
-			t.Fatalf("opening SQLite %s: %v", path, err)
-		}
-		t.Cleanup(func() { db.Close() })
-		db.SetMaxOpenConns(8)
-		return db
-	}
+	open := sqltest.SQLite(t, "audit.db")
 	return archiveDB{db: open(t), dialect: audit.DialectSQLite, open: open, serializable: open}
 }
 
-// openArchivePostgres connects to the server named by archivePostgresEnv
-// and gives the test a schema of its own (dropped at cleanup) through
-// search_path. Without the variable it skips, except under CI=true, where
-// skipping would hide that the PostgreSQL half never ran.
 func openArchivePostgres(t *testing.T) archiveDB {
 	t.Helper()
-	dsn := os.Getenv(archivePostgresEnv)
-	if dsn == "" {
-		msg := archivePostgresEnv + " is not set, so the PostgreSQL tests cannot run; run `make postgres` then `make test`"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + ". CI=true: PostgreSQL tests must not be skipped in CI (.ci/run starts the server)")
-		}
-		t.Skip(msg)
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("parsing %s: %v", archivePostgresEnv, err)
-	}
-	ctx := context.Background()
-	admin := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { admin.Close() })
-	schema := fmt.Sprintf("lh_audit_test_%d_%x", os.Getpid(), rand.Uint64())
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("PostgreSQL at %s: creating schema: %v", archivePostgresEnv, err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
-	openWith := func(t *testing.T, params map[string]string) *sql.DB {
-		t.Helper()
-		c := cfg.Copy()
-		c.RuntimeParams["search_path"] = schema
-		for k, v := range params {
-			c.RuntimeParams[k] = v
-		}
-		db := stdlib.OpenDB(*c)
-		t.Cleanup(func() { db.Close() })
-		db.SetMaxOpenConns(16)
-		return db
-	}
+	openWith := sqltest.Postgres(t)
 	return archiveDB{
 		db:      openWith(t, nil),
 		dialect: audit.DialectPostgres,

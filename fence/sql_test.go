@@ -7,25 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/sqltest"
 )
-
-// postgresEnv names the variable holding the DSN of the PostgreSQL server the
-// tests use; scripts/postgres.sh starts one and prints its DSN.
-const postgresEnv = "LEASEHOLD_TEST_POSTGRES"
 
 // testDB is one real database, fresh for the test using it.
 type testDB struct {
@@ -44,69 +37,16 @@ func forEachDB(t *testing.T, f func(t *testing.T, d testDB)) {
 	t.Run("postgres", func(t *testing.T) { f(t, openPostgres(t)) })
 }
 
-// sqliteDSN is the DSN the guard's docs recommend: the write lock at BEGIN
-// and a busy timeout, so concurrent writers queue instead of failing.
-func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_txlock=immediate"
-}
-
-// openSQLite opens a file database, not :memory:, because each connection
-// to :memory: is a database of its own and the tests need several
-// connections contending for one.
 func openSQLite(t *testing.T) testDB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "fence.db")
-	open := func(t *testing.T) *sql.DB {
-		t.Helper()
-		db, err := sql.Open("sqlite", sqliteDSN(path))
-		if err != nil {
-			t.Fatalf("opening SQLite %s: %v", path, err)
-		}
-		t.Cleanup(func() { db.Close() })
-		db.SetMaxOpenConns(8)
-		return db
-	}
+	open := sqltest.SQLite(t, "fence.db")
 	return testDB{db: open(t), dialect: fence.DialectSQLite, open: open}
 }
 
-// openPostgres connects to the server named by postgresEnv and gives the
-// test a schema of its own (dropped at cleanup) through search_path, so
-// tests never see each other's tables.
 func openPostgres(t *testing.T) testDB {
 	t.Helper()
-	dsn := os.Getenv(postgresEnv)
-	if dsn == "" {
-		msg := postgresEnv + " is not set, so the PostgreSQL tests cannot run; run `make test-postgres`, or `make postgres` then `make test`"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + ". CI=true: PostgreSQL tests must not be skipped in CI (.ci/run starts the server)")
-		}
-		t.Skip(msg)
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("parsing %s: %v", postgresEnv, err)
-	}
-	ctx := context.Background()
-	admin := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { admin.Close() })
-	schema := fmt.Sprintf("lh_test_%d_%x", os.Getpid(), rand.Uint64())
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("PostgreSQL at %s: creating schema: %v", postgresEnv, err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
-	open := func(t *testing.T) *sql.DB {
-		t.Helper()
-		c := cfg.Copy()
-		c.RuntimeParams["search_path"] = schema
-		db := stdlib.OpenDB(*c)
-		t.Cleanup(func() { db.Close() })
-		db.SetMaxOpenConns(16)
-		return db
-	}
+	openWith := sqltest.Postgres(t)
+	open := func(t *testing.T) *sql.DB { return openWith(t, nil) }
 	return testDB{db: open(t), dialect: fence.DialectPostgres, open: open}
 }
 

@@ -14,11 +14,13 @@ import (
 // above that revision (epochs are revisions of later transactions), so it
 // stays admissible too.
 //
-// It reads "<ns>/lease/" keys-only, sorted by mod revision, one key:
+// It reads "<ns>/lease/" keys-only, sorted by mod revision:
 //
-//	Get N/lease/ WithPrefix WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(1)
+//	Get N/lease/ WithPrefix WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(16)
 //
-// One round trip; etcd sorts the range on the server. Give it the
+// skipping revocation signals, which share the prefix; one round trip
+// unless the 16 oldest keys are all signals. etcd sorts the range on the
+// server. Give it the
 // namespace of the lease.Registry that issues the tokens
 // (WithEtcdNamespace). A guard pruned with a floor from SafeFloor refuses
 // only tokens of epochs that have ended: their holders must have stopped
@@ -30,13 +32,27 @@ func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (i
 	if err != nil {
 		return 0, err
 	}
-	resp, err := cli.Get(ctx, cfg.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(1))
-	if err != nil {
-		return 0, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", err)
+	// Revocation signals share the lease prefix (docs/protocol.md §5); they
+	// are not leases, and an old one would only lower the floor. Skip them:
+	// a first page usually suffices, and the whole prefix, keys only, is
+	// read only when the oldest keys are all signals.
+	oldest := func(limit int64) (floor int64, found, more bool, err error) {
+		resp, err := cli.Get(ctx, cfg.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(limit))
+		if err != nil {
+			return 0, false, false, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			if !cfg.space.IsRevocation(string(kv.Key)) {
+				return kv.ModRevision - 1, true, false, nil
+			}
+		}
+		return resp.Header.Revision, false, resp.More, nil
 	}
-	if len(resp.Kvs) == 0 {
-		return resp.Header.Revision, nil
+	floor, found, more, err := oldest(16)
+	if err != nil || found || !more {
+		return floor, err
 	}
-	return resp.Kvs[0].ModRevision - 1, nil
+	floor, _, _, err = oldest(0) // no limit: every key, so nothing more
+	return floor, err
 }

@@ -44,6 +44,12 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 		}
 		return l
 	}
+	// A revocation signal older than every live lease (the session lives
+	// on) shares the lease prefix; it must not lower the floor.
+	acquire("revoked")
+	if err := reg.Revoke(ctx, "revoked", "drill"); err != nil {
+		t.Fatal(err)
+	}
 	ended := acquire("ended")
 	oldest := acquire("oldest")
 	if err := ended.Complete(ctx, "ok"); err != nil {

@@ -560,6 +560,43 @@ func checkForged(s *seq) {
 }
 
 // checkConcurrent runs the concurrent workload and checks its history.
+// reporter returns how the concurrent checks' goroutines add a violation
+// to s, under mu.
+func (s *seq) reporter(mu *sync.Mutex) func(res, format string, args ...any) {
+	return func(res, format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		s.vs = append(s.vs, Violation{Check: s.check, Resource: res, Reason: fmt.Sprintf(format, args...) + fmt.Sprintf(" [seed %d]", s.r.seed)})
+	}
+}
+
+// timedAdmit presents t to g and returns the call as an Op timed on clock.
+// over reports that ctx ended: the check is over, and the call, which may
+// still have taken effect (and such a call can justify a refusal), is
+// Unknown.
+func timedAdmit(ctx context.Context, g fence.Guard, t fence.Token, clock *atomic.Int64, report func(res, format string, args ...any)) (op Op, over bool) {
+	op = Op{Resource: t.Resource, Epoch: t.Epoch, Invoke: clock.Add(1)}
+	err := g.Admit(ctx, t)
+	op.Return = clock.Add(1)
+	var fe *fence.FencedError
+	switch {
+	case err == nil:
+		op.Admitted = true
+	case errors.As(err, &fe):
+		op.Current = fe.Current
+		if fe.Token != t {
+			report(t.Resource, "Admit(%d): got a FencedError for token %+v", t.Epoch, fe.Token)
+		}
+	case ctx.Err() != nil:
+		op.Unknown = true
+		return op, true
+	default:
+		op.Unknown = true
+		report(t.Resource, "Admit(%d): unexpected error: %v", t.Epoch, err)
+	}
+	return op, false
+}
+
 func checkConcurrent(s *seq) {
 	r := s.r
 	var names []string
@@ -584,11 +621,7 @@ func checkConcurrent(s *seq) {
 	)
 	histories := make([][]Op, r.goroutines)
 	issues := make([][]Issue, r.goroutines)
-	report := func(res string, format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		s.vs = append(s.vs, Violation{Check: s.check, Resource: res, Reason: fmt.Sprintf(format, args...) + fmt.Sprintf(" [seed %d]", r.seed)})
-	}
+	report := s.reporter(&mu)
 
 	for w := range r.goroutines {
 		wg.Go(func() {
@@ -632,30 +665,11 @@ func checkConcurrent(s *seq) {
 						epoch = seen[len(seen)-1] + 1 + rng.Int64N(1000) // forged
 					}
 				}
-				t := fence.Token{Resource: res, Epoch: epoch}
-				op := Op{Resource: res, Epoch: epoch, Invoke: clock.Add(1)}
-				err := s.g.Admit(ctx, t)
-				op.Return = clock.Add(1)
-				var fe *fence.FencedError
-				switch {
-				case err == nil:
-					op.Admitted = true
-				case errors.As(err, &fe):
-					op.Current = fe.Current
-					if fe.Token != t {
-						report(res, "Admit(%d): got a FencedError for token %+v", epoch, fe.Token)
-					}
-				case ctx.Err() != nil:
-					// The check is over. The call may still have taken
-					// effect, and such a call can justify a refusal.
-					op.Unknown = true
-					histories[w] = append(histories[w], op)
-					return
-				default:
-					op.Unknown = true
-					report(res, "Admit(%d): unexpected error: %v", epoch, err)
-				}
+				op, over := timedAdmit(ctx, s.g, fence.Token{Resource: res, Epoch: epoch}, &clock, report)
 				histories[w] = append(histories[w], op)
+				if over {
+					return
+				}
 			}
 		})
 	}

@@ -3,7 +3,6 @@ package fencetest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
@@ -106,11 +105,7 @@ func checkPruneConcurrent(s *seq) {
 		mu              sync.Mutex // guards s.vs
 		wg              sync.WaitGroup
 	)
-	report := func(res string, format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		s.vs = append(s.vs, Violation{Check: s.check, Resource: res, Reason: fmt.Sprintf(format, args...) + fmt.Sprintf(" [seed %d]", r.seed)})
-	}
+	report := s.reporter(&mu)
 
 	// The pruner: whenever the epochs have drifted, prune at a floor
 	// around the newest epochs in use, above some of them on purpose (a
@@ -158,28 +153,11 @@ func checkPruneConcurrent(s *seq) {
 			for range r.ops {
 				res := names[rng.IntN(len(names))]
 				epoch := base + progress.Add(1)/drift + rng.Int64N(4)
-				t := fence.Token{Resource: res, Epoch: epoch}
-				op := Op{Resource: res, Epoch: epoch, Invoke: clock.Add(1)}
-				err := s.g.Admit(ctx, t)
-				op.Return = clock.Add(1)
-				var fe *fence.FencedError
-				switch {
-				case err == nil:
-					op.Admitted = true
-				case errors.As(err, &fe):
-					op.Current = fe.Current
-					if fe.Token != t {
-						report(res, "Admit(%d): got a FencedError for token %+v", epoch, fe.Token)
-					}
-				case ctx.Err() != nil:
-					op.Unknown = true
-					histories[w] = append(histories[w], op)
-					return
-				default:
-					op.Unknown = true
-					report(res, "Admit(%d): unexpected error: %v", epoch, err)
-				}
+				op, over := timedAdmit(ctx, s.g, fence.Token{Resource: res, Epoch: epoch}, &clock, report)
 				histories[w] = append(histories[w], op)
+				if over {
+					return
+				}
 			}
 		})
 	}

@@ -248,9 +248,16 @@ func TestServesAfterDialErrors(t *testing.T) {
 		_, _ = c.Read(make([]byte, 1))
 		_ = c.Close()
 	}
-	ln, err = net.Listen("tcp", addr) // the target comes back
-	if err != nil {
-		t.Skipf("the target's port was taken meanwhile: %v", err)
+	// The target comes back on its port. Another process may hold the
+	// port for a moment (it was free for all to take): wait for it, and
+	// fail rather than skip if it stays taken, since a skipped test proves
+	// nothing.
+	deadline := time.Now().Add(5 * time.Second)
+	for ln, err = net.Listen("tcp", addr); err != nil; ln, err = net.Listen("tcp", addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the target's port %s stayed taken: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	serveEcho(t, ln)
 	c := dial(t, p)

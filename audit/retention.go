@@ -87,6 +87,10 @@ type guardedKey struct {
 // idempotently. Any number of recorders may prune at once: the second
 // delete of a key finds its mod revision 0 and does nothing.
 func (l *Log) prune(ctx context.Context) (int, error) {
+	// One pass at a time per Log: the pass reads the cache's maps
+	// throughout, and a second pass at once would only repeat its work.
+	l.pruneCache.mu.Lock()
+	defer l.pruneCache.mu.Unlock()
 	now := time.Now()
 	cutoff := now.Add(-l.retention)
 	groups := map[epochID]*pruneGroup{}
@@ -232,8 +236,8 @@ func guardedDelete(k guardedKey) clientv3.Op {
 // in between is dropped or read afresh; the cache never decides anything
 // on its own.
 type pruneCache struct {
-	mu      sync.Mutex
-	rev     int64 // the revision entries and dones are complete at; 0: empty
+	mu      sync.Mutex // held for a whole pass
+	rev     int64      // the revision entries and dones are complete at; 0: empty
 	entries map[string]Entry
 	dones   map[string]doneRecord
 }
@@ -248,11 +252,10 @@ type doneRecord struct {
 // revision R. It reads both prefixes keys only at R; the values of keys
 // written after the previous pass's revision P come from one range read
 // per prefix at R with WithMinModRev(P + 1), and the rest from the cache.
-// The first pass, or one after an error, reads every value.
+// The first pass, or one after an error, reads every value. The caller
+// holds c.mu for as long as it uses the maps returned.
 func (l *Log) pruneRead(ctx context.Context) (map[string]Entry, map[string]doneRecord, error) {
 	c := &l.pruneCache
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	prev := c.rev
 	c.rev = 0 // until this read completes
 	if prev == 0 {

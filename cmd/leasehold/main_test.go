@@ -309,9 +309,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestEtcdCommand runs the embedded etcd, uses it, and stops it the way
-// SIGINT does (its context ends).
-func TestEtcdCommand(t *testing.T) {
+// runEtcdCmd runs `leasehold etcd` with args on free loopback ports until
+// the returned stop is called, once it printed "etcd ready". It returns the
+// client URL, the command's output so far, and stop, which ends its
+// context the way SIGINT does and returns its exit code (-1 if it did not
+// stop within 30 s).
+func runEtcdCmd(t *testing.T, args ...string) (clientURL string, out *syncBuffer, stop func() int) {
+	t.Helper()
 	ports := make([]string, 2)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -321,12 +325,27 @@ func TestEtcdCommand(t *testing.T) {
 		ports[i] = l.Addr().String()
 		l.Close()
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	out = &syncBuffer{}
+	var errOut syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"etcd", "--data-dir", t.TempDir(), "--listen-client-urls", "http://" + ports[0], "--listen-peer-urls", "http://" + ports[1]}, &out, &errOut)
+		done <- run(ctx, append([]string{"etcd", "--data-dir", t.TempDir(), "--listen-client-urls", "http://" + ports[0],
+			"--listen-peer-urls", "http://" + ports[1]}, args...), out, &errOut)
 	}()
+	var once sync.Once
+	code := -1
+	stop = func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(30 * time.Second):
+			}
+		})
+		return code
+	}
+	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "etcd ready") {
 		select {
@@ -339,17 +358,18 @@ func TestEtcdCommand(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if code, out, errOut := cli(t, "holders", "--endpoints", ports[0]); code != 0 || !strings.Contains(out, "RESOURCE") {
+	return "http://" + ports[0], out, stop
+}
+
+// TestEtcdCommand runs the embedded etcd, uses it, and stops it the way
+// SIGINT does (its context ends).
+func TestEtcdCommand(t *testing.T) {
+	endpoint, out, stop := runEtcdCmd(t)
+	if code, out, errOut := cli(t, "holders", "--endpoints", endpoint); code != 0 || !strings.Contains(out, "RESOURCE") {
 		t.Fatalf("holders against the embedded etcd: %d %s %s", code, out, errOut)
 	}
-	stop()
-	select {
-	case code := <-done:
-		if code != 0 || !strings.Contains(out.String(), "stopping etcd") {
-			t.Fatalf("etcd stop: exit %d\n%s", code, out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd did not stop when its context ended")
+	if code := stop(); code != 0 || !strings.Contains(out.String(), "stopping etcd") {
+		t.Fatalf("etcd stop: exit %d (-1: it did not stop when its context ended)\n%s", code, out.String())
 	}
 	if code, _, errOut := cli(t, "etcd", "--listen-client-urls", "ftp://x"); code != 2 {
 		t.Fatalf("bad URL: exit %d %s", code, errOut)

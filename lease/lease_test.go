@@ -620,6 +620,28 @@ func TestRevoke(t *testing.T) {
 	}
 }
 
+// TestRevokeWhenTheHolderSessionIsGone: the holder record names an etcd
+// lease that no longer exists (here a key written by hand; in practice a
+// session that expired between Revoke's read and its transaction). etcd
+// refuses the signal's put, attached to that lease, and with it the whole
+// transaction; Revoke sends it again without the signal and the epoch
+// ends, audited.
+func TestRevokeWhenTheHolderSessionIsGone(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	put, err := f.cli.Put(ctx, "/leasehold/lease/orphan", `{"worker":"ghost","lease_id":1234567,"acquired_at":"2026-12-01T00:00:00Z"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.reg.Revoke(ctx, "orphan", "cleanup"); err != nil {
+		t.Fatalf("Revoke of a holder whose session lease is gone: %v", err)
+	}
+	entries, err := f.log.List(ctx, audit.Filter{Resource: "orphan", Kind: audit.Revoked})
+	if err != nil || len(entries) != 1 || entries[0].Worker != "ghost" || entries[0].Epoch != put.Header.Revision {
+		t.Fatalf("revoked entries %+v %v", entries, err)
+	}
+}
+
 func TestSessionCloseReleasesAudited(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

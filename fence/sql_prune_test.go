@@ -206,40 +206,49 @@ func TestSQLGuardRacePruned(t *testing.T) {
 		}
 		g := newGuard(t, d.db)
 		createTable(t, d.db, effectsDDL(d.dialect, "effects"))
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var prunes, deleted atomic.Int64
-		wg.Go(func() {
-			// runRace's epochs are its transaction count, ±8: prune a
-			// little below the highest written so far.
-			var floor int64
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				var n int64
-				if err := d.db.QueryRowContext(context.Background(), "SELECT coalesce(max(epoch), 0) - 4 FROM effects").Scan(&n); err != nil {
-					t.Error(err)
-					return
-				}
-				if n <= floor {
-					continue
-				}
-				floor = n
-				k, err := g.Prune(context.Background(), floor)
-				if err != nil {
-					t.Errorf("Prune(%d): %v", floor, err)
-					return
-				}
-				prunes.Add(1)
-				deleted.Add(k)
+		// Every pruneEvery-th write, the worker that made it prunes a
+		// little below the highest epoch written so far (runRace's epochs
+		// are its transaction count, ±8) while the other workers' writes
+		// are in flight. A pruning goroutine on a timer was starved by
+		// SQLite's single writer on a busy machine and sometimes never
+		// pruned; prunes driven by the workers happen on every run.
+		const pruneEvery = 16
+		var (
+			mu              sync.Mutex
+			floor           int64
+			calls           atomic.Int64
+			prunes, deleted atomic.Int64
+		)
+		prune := func(ctx context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			var n int64
+			if err := d.db.QueryRowContext(ctx, "SELECT coalesce(max(epoch), 0) - 4 FROM effects").Scan(&n); err != nil {
+				return err
 			}
-		})
-		counts := runRace(t, guardedWrite(d.db, g), resources, workers, txsPerWorker)
-		close(stop)
-		wg.Wait()
+			if n <= floor {
+				return nil
+			}
+			floor = n
+			k, err := g.Prune(ctx, floor)
+			if err != nil {
+				return fmt.Errorf("Prune(%d): %w", floor, err)
+			}
+			prunes.Add(1)
+			deleted.Add(k)
+			return nil
+		}
+		write := guardedWrite(d.db, g)
+		pruning := func(ctx context.Context, token fence.Token, effect func(tx *sql.Tx) error) error {
+			err := write(ctx, token, effect)
+			if calls.Add(1)%pruneEvery == 0 {
+				if perr := prune(ctx); perr != nil {
+					t.Error(perr)
+				}
+			}
+			return err
+		}
+		counts := runRace(t, pruning, resources, workers, txsPerWorker)
 		violations, effects, _ := outOfOrder(t, d.db)
 		t.Logf("%v: %d transactions, %d admitted, %d refused, %d effects, %d out of order; %d prunes deleted %d rows",
 			d.dialect, counts.txs, counts.admitted, counts.refused, effects, len(violations), prunes.Load(), deleted.Load())

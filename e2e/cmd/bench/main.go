@@ -25,7 +25,12 @@
 //  9. fan-out: the task cycle at 16 workers alone and beside 32 idle worker
 //     processes (child processes, one lease each) on its namespace — the
 //     throughput ratio and the watch events each idle process receives per
-//     task cycle of the workers.
+//     task cycle of the workers;
+//  10. contended handoff: 32 workers looping Acquire → Release on one
+//     resource against 32 looping concurrency.Mutex Lock → Unlock on one
+//     lock — handoffs per second, the longest wait, the handoff after a
+//     Release, and the etcd requests and watch events per handoff, counted
+//     by interceptors on the workers' clients.
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -110,6 +115,11 @@ type config struct {
 	fanoutIdle    int // idle worker processes beside them
 	fanoutRounds  int
 	fanoutRunFor  time.Duration // per contender per round
+
+	contendedWorkers int // section 10, all on one resource
+	contendedClients int // shared round-robin by the workers
+	contendedRounds  int
+	contendedRunFor  time.Duration // per contender per round
 }
 
 func fullConfig() config {
@@ -125,6 +135,7 @@ func fullConfig() config {
 		retentionWorkers: 16, retentionCycles: 8000, retentionRounds: 6, retentionRunFor: 2 * time.Second,
 		longCycles: 100000, longEvery: 10000, longRetention: 10 * time.Second, rejectEvery: 1000,
 		fanoutWorkers: 16, fanoutIdle: 32, fanoutRounds: 10, fanoutRunFor: 3 * time.Second,
+		contendedWorkers: 32, contendedClients: 8, contendedRounds: 3, contendedRunFor: 5 * time.Second,
 	}
 }
 
@@ -141,11 +152,12 @@ func smokeConfig() config {
 		retentionWorkers: 16, retentionCycles: 300, retentionRounds: 1, retentionRunFor: 400 * time.Millisecond,
 		longCycles: 400, longEvery: 100, longRetention: time.Second, rejectEvery: 50,
 		fanoutWorkers: 16, fanoutIdle: 3, fanoutRounds: 1, fanoutRunFor: 200 * time.Millisecond,
+		contendedWorkers: 4, contendedClients: 2, contendedRounds: 1, contendedRunFor: 300 * time.Millisecond,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true}
 }
 
 func main() {
@@ -153,7 +165,7 @@ func main() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -204,8 +216,8 @@ func main() {
 	cfg.sections = map[int]bool{}
 	for _, f := range strings.Split(*sections, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 9 {
-			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-9\n", f)
+		if err != nil || n < 1 || n > 10 {
+			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section 1-10\n", f)
 			os.Exit(2)
 		}
 		cfg.sections[n] = true
@@ -377,6 +389,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{6, b.auditList},
 		{8, b.retention},
 		{9, b.fanout},
+		{10, b.contended},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

@@ -37,7 +37,7 @@ func TestSmoke(t *testing.T) {
 	if rep.table != out.String() {
 		t.Fatal("the report's table differs from what was printed")
 	}
-	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "== fsync on ==", "== fsync off =="} {
+	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "10. contended handoff", "== fsync on ==", "== fsync off =="} {
 		if !strings.Contains(rep.table, title) {
 			t.Errorf("table lacks %q", title)
 		}
@@ -56,7 +56,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s (%s) = %v", m.name, m.kind, m.value)
 		}
 	}
-	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle"} {
+	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle", "contended lh/Mutex", "contended longest lh/Mutex", "contended handoff leasehold p99", "contended txns/handoff leasehold", "contended reads/handoff Mutex", "contended events/handoff leasehold"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}
@@ -118,6 +118,66 @@ func TestWatchCounter(t *testing.T) {
 	}
 	if n := counter.streams.Load(); n != 1 {
 		t.Errorf("counted %d Watch streams, want 1", n)
+	}
+}
+
+// TestCallCounter: section 10's interceptors count every unary call by
+// method, every watch created and every event a Watch stream delivers, so
+// its requests per handoff are what the clients sent.
+func TestCallCounter(t *testing.T) {
+	c, err := e2e.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := newCallCounter()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: counter.dialOptions(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := counter.snapshot()
+	for _, prefix := range []string{"/w/", "/v/"} { // two watches sharing one stream
+		wch := cli.Watch(ctx, prefix, clientv3.WithPrefix())
+		if _, err := cli.Put(ctx, prefix+"a", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Txn(ctx).Then(clientv3.OpPut(prefix+"b", "2")).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < 4; { // two puts, two deletes
+			resp, ok := <-wch
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			got += len(resp.Events)
+		}
+	}
+	d := counter.snapshot().sub(before)
+	for method, want := range map[string]int64{"/etcdserverpb.KV/Put": 2, "/etcdserverpb.KV/Txn": 2, "/etcdserverpb.KV/Range": 2, "/etcdserverpb.KV/DeleteRange": 2} {
+		if d.unary[method] != want {
+			t.Errorf("%s: counted %d, want %d (all: %v)", method, d.unary[method], want, d.unary)
+		}
+	}
+	if n := d.of(txnMethods); n != 6 {
+		t.Errorf("counted %d transactions, want 6", n)
+	}
+	if n, other := d.others(); n != 0 {
+		t.Errorf("other calls counted: %s", other)
+	}
+	if d.watches != 2 || d.events != 8 {
+		t.Errorf("counted %d watches and %d events, want 2 and 8", d.watches, d.events)
 	}
 }
 

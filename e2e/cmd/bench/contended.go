@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Namespaces of section 10, wiped after every run: the registries'
+// namespace, and the prefix of the Mutex's locks.
+const (
+	nsContended      = "/bench-contended"
+	nsContendedMutex = "/bench-contended-mutex"
+)
+
+// errRoundOver is the cause a contended run's context is cancelled with
+// when its time is up. Waits it cuts short are expected, not failures.
+var errRoundOver = errors.New("bench: round over")
+
+// Unary methods counted as transactions (writes) and as reads in the etcd
+// requests per handoff of section 10.
+var (
+	txnMethods  = []string{"/etcdserverpb.KV/Txn", "/etcdserverpb.KV/Put", "/etcdserverpb.KV/DeleteRange"}
+	readMethods = []string{"/etcdserverpb.KV/Range"}
+)
+
+// callCounter counts what section 10's clients send and receive: every
+// unary call by method (a unary interceptor), and on Watch streams (a
+// stream interceptor wrapping them) the watches created — WatchRequests
+// carrying a CreateRequest, one per clientv3 Watch call whatever stream it
+// shares — and the events of every WatchResponse received.
+type callCounter struct {
+	mu sync.Mutex
+	c  callCounts
+}
+
+// callCounts is a snapshot of a callCounter, or the difference of two.
+type callCounts struct {
+	unary     map[string]int64
+	watches   int64 // watches created
+	events    int64 // watch events received
+	responses int64 // watch responses that carried events
+}
+
+func newCallCounter() *callCounter {
+	return &callCounter{c: callCounts{unary: map[string]int64{}}}
+}
+
+func (c *callCounter) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			c.mu.Lock()
+			c.c.unary[method]++
+			c.mu.Unlock()
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != watchMethod {
+				return s, err
+			}
+			return &countedWatchStream{ClientStream: s, c: c}, nil
+		}),
+	}
+}
+
+// countedWatchStream is a Watch stream whose requests and responses a
+// callCounter sees.
+type countedWatchStream struct {
+	grpc.ClientStream
+	c *callCounter
+}
+
+func (s *countedWatchStream) SendMsg(m any) error {
+	if r, ok := m.(*pb.WatchRequest); ok && r.GetCreateRequest() != nil {
+		s.c.mu.Lock()
+		s.c.c.watches++
+		s.c.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countedWatchStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*pb.WatchResponse); ok && err == nil && len(r.Events) > 0 {
+		s.c.mu.Lock()
+		s.c.c.events += int64(len(r.Events))
+		s.c.c.responses++
+		s.c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *callCounter) snapshot() callCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return callCounts{unary: maps.Clone(c.c.unary), watches: c.c.watches, events: c.c.events, responses: c.c.responses}
+}
+
+// sub is what was counted between o and n.
+func (n callCounts) sub(o callCounts) callCounts {
+	d := callCounts{unary: map[string]int64{}, watches: n.watches - o.watches, events: n.events - o.events, responses: n.responses - o.responses}
+	for k, v := range n.unary {
+		if v -= o.unary[k]; v != 0 {
+			d.unary[k] = v
+		}
+	}
+	return d
+}
+
+func (n callCounts) add(o callCounts) callCounts {
+	d := callCounts{unary: maps.Clone(n.unary), watches: n.watches + o.watches, events: n.events + o.events, responses: n.responses + o.responses}
+	if d.unary == nil {
+		d.unary = map[string]int64{}
+	}
+	for k, v := range o.unary {
+		d.unary[k] += v
+	}
+	return d
+}
+
+func (n callCounts) of(methods []string) int64 {
+	var total int64
+	for _, m := range methods {
+		total += n.unary[m]
+	}
+	return total
+}
+
+// others names the unary methods counted that are neither transactions
+// nor reads, with their counts.
+func (n callCounts) others() (int64, string) {
+	var total int64
+	var names []string
+	for _, m := range slices.Sorted(maps.Keys(n.unary)) {
+		if !slices.Contains(txnMethods, m) && !slices.Contains(readMethods, m) {
+			total += n.unary[m]
+			names = append(names, fmt.Sprintf("%s %d", m, n.unary[m]))
+		}
+	}
+	return total, strings.Join(names, ", ")
+}
+
+// contendedRun is what one contender did in one timed run of section 10.
+// A handoff is an Acquire (Lock) call that returned with the resource
+// before the run's time was up.
+type contendedRun struct {
+	handoffs int
+	again    int // handoffs back to the worker that had just released
+	runFor   time.Duration
+	waits    []time.Duration // from the call to its return, for every handoff
+	cutShort []time.Duration // waits still pending when the time was up, counted to that moment
+	gaps     []time.Duration // from the previous holder's Release (Unlock) call to a handoff
+	releases []time.Duration // the Release (Unlock) calls themselves
+	calls    callCounts      // from the run's start to its time being up
+}
+
+func (r contendedRun) rate() float64 { return float64(r.handoffs) / r.runFor.Seconds() }
+
+// otherRate is the handoffs per second to a worker other than the one
+// that had just released.
+func (r contendedRun) otherRate() float64 {
+	return float64(r.handoffs-r.again) / r.runFor.Seconds()
+}
+
+// longest is the longest wait, returned or cut short.
+func (r contendedRun) longest() time.Duration {
+	return max(percentile(r.waits, 100), percentile(r.cutShort, 100))
+}
+
+// perHandoff is n per handoff.
+func (r contendedRun) perHandoff(n int64) float64 { return float64(n) / float64(max(r.handoffs, 1)) }
+
+// acquireFunc takes the contended resource for worker w and returns the
+// call that lets it go.
+type acquireFunc func(ctx context.Context, w int) (release func(context.Context) error, err error)
+
+// contend runs workers goroutines, each looping acquire → release on one
+// resource, for d. When d is up the acquires still waiting are cancelled
+// (with errRoundOver) and a worker that holds the resource releases it
+// with ctx; what happened after d is not counted.
+func contend(ctx context.Context, workers int, d time.Duration, counter *callCounter, acquire acquireFunc) (contendedRun, error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu          sync.Mutex
+		run         = contendedRun{runFor: d}
+		lastRelease time.Time // the current holder's Release call, until the next handoff
+		lastHolder  = -1
+	)
+	before := counter.snapshot()
+	start := time.Now()
+	end := start.Add(d)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				called := time.Now()
+				release, err := acquire(rctx, w)
+				returned := time.Now()
+				if err != nil {
+					if rctx.Err() == nil {
+						errs[w] = err
+						cancel(err)
+					} else if called.Before(end) {
+						mu.Lock()
+						run.cutShort = append(run.cutShort, end.Sub(called))
+						mu.Unlock()
+					}
+					return
+				}
+				mu.Lock()
+				if returned.Before(end) {
+					run.handoffs++
+					run.waits = append(run.waits, returned.Sub(called))
+					if !lastRelease.IsZero() {
+						run.gaps = append(run.gaps, returned.Sub(lastRelease))
+					}
+					if lastHolder == w {
+						run.again++
+					}
+				} else if called.Before(end) {
+					run.cutShort = append(run.cutShort, end.Sub(called))
+				}
+				// Exactly one worker holds the resource: the next handoff
+				// is measured from this holder's Release call.
+				lastHolder = w
+				released := time.Now()
+				lastRelease = released
+				mu.Unlock()
+				// A held resource is let go even when the time is up.
+				if err := release(ctx); err != nil {
+					errs[w] = fmt.Errorf("release: %w", err)
+					cancel(err)
+					return
+				}
+				took := time.Since(released)
+				if released.Before(end) {
+					mu.Lock()
+					run.releases = append(run.releases, took)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(time.Until(end)):
+	case <-rctx.Done():
+	}
+	calls := counter.snapshot().sub(before)
+	cancel(errRoundOver)
+	wg.Wait()
+	run.calls = calls
+	if err := errors.Join(errs...); err != nil {
+		return contendedRun{}, err
+	}
+	return run, ctx.Err()
+}
+
+// contended is section 10: cfg.contendedWorkers workers on one resource,
+// each looping Registry.Acquire → Lease.Release, against as many looping
+// concurrency.Mutex Lock → Unlock on one lock, in runs of cfg.contendedRunFor
+// alternating between the two, on the same clients.
+func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
+	w, nc := cfg.contendedWorkers, min(cfg.contendedClients, cfg.contendedWorkers)
+	counter := newCallCounter()
+	clients := make([]*clientv3.Client, nc)
+	regs := make([]*lease.Registry, nc)
+	lh := make([]*session.Session, w)
+	mx := make([]*concurrency.Session, w)
+	defer func() {
+		var wg sync.WaitGroup
+		for i := range w {
+			wg.Go(func() {
+				if lh[i] != nil {
+					_ = lh[i].Close(context.Background())
+				}
+				if mx[i] != nil {
+					_ = mx[i].Close()
+				}
+			})
+		}
+		wg.Wait()
+		for i := range nc {
+			if regs[i] != nil {
+				_ = regs[i].Close()
+			}
+			if clients[i] != nil {
+				_ = clients[i].Close()
+			}
+		}
+	}()
+	for i := range nc {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: b.cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialOptions: counter.dialOptions(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		clients[i] = cli
+		regs[i] = lease.NewRegistry(cli, lease.WithNamespace(nsContended))
+	}
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for i := range w {
+		wg.Go(func() {
+			cli := clients[i%nc]
+			var err error
+			lh[i], err = session.New(ctx, cli, session.WithWorker(fmt.Sprintf("contender-%02d", i)))
+			if err == nil {
+				mx[i], err = concurrency.NewSession(cli)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	leasehold := func(res string) acquireFunc {
+		return func(ctx context.Context, i int) (func(context.Context) error, error) {
+			l, err := regs[i%nc].Acquire(ctx, lh[i], res)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		}
+	}
+	mutex := func(name string) acquireFunc {
+		return func(ctx context.Context, i int) (func(context.Context) error, error) {
+			m := concurrency.NewMutex(mx[i], name)
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return m.Unlock, nil
+		}
+	}
+	const lhName, mxName = "leasehold", "Mutex"
+	runs := map[string][]contendedRun{}
+	warmUp := cfg.contendedRunFor / 5
+	for round := -1; round < cfg.contendedRounds; round++ { // round -1 warms up
+		d, tag := cfg.contendedRunFor, fmt.Sprintf("r%d", round)
+		if round < 0 {
+			d, tag = warmUp, "warm-up"
+		}
+		order := []string{lhName, mxName}
+		if round > 0 && round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, name := range order {
+			acquire := leasehold(tag)
+			if name == mxName {
+				acquire = mutex(nsContendedMutex + "/" + tag)
+			}
+			r, err := contend(ctx, w, d, counter, acquire)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if cfg.verbose {
+				_, other := r.calls.others()
+				fmt.Fprintf(os.Stderr, "contended round %d: %-9s %6.0f handoffs/s, longest wait %s, handoff p99 %s, %.2f txns %.2f reads %.2f watches %.2f events per handoff; other calls: %s\n",
+					round, name, r.rate(), ms(r.longest()), ms(percentile(r.gaps, 99)),
+					r.perHandoff(r.calls.of(txnMethods)), r.perHandoff(r.calls.of(readMethods)), r.perHandoff(r.calls.watches), r.perHandoff(r.calls.events), other)
+			}
+			if round >= 0 {
+				runs[name] = append(runs[name], r)
+			}
+			// Every run starts from the same empty store.
+			if err := b.wipe(ctx, nsContended+"/", nsContendedMutex+"/"); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// per is the median over rounds of f of each run.
+	per := func(name string, f func(contendedRun) float64) float64 {
+		var xs []float64
+		for _, r := range runs[name] {
+			xs = append(xs, f(r))
+		}
+		return median(xs)
+	}
+	dur := func(name string, f func(contendedRun) time.Duration) time.Duration {
+		return time.Duration(per(name, func(r contendedRun) float64 { return float64(f(r)) }))
+	}
+	// ratio is the median over rounds of f(leasehold) / f(Mutex).
+	ratio := func(f func(contendedRun) float64) float64 {
+		var xs []float64
+		for i := range min(len(runs[lhName]), len(runs[mxName])) {
+			xs = append(xs, f(runs[lhName][i])/f(runs[mxName][i]))
+		}
+		return median(xs)
+	}
+	total := func(name string) (handoffs int64, calls callCounts) {
+		for _, r := range runs[name] {
+			handoffs += int64(r.handoffs)
+			calls = calls.add(r.calls)
+		}
+		return handoffs, calls
+	}
+
+	s := &section{title: fmt.Sprintf("10. contended handoff: %d workers on one resource (Acquire → Release) against %d on one concurrency.Mutex (Lock → Unlock)", w, w)}
+	s.addf("each worker its own session.Session (leasehold) and concurrency.Session (Mutex); %d clients shared round-robin by both contenders (worker i on client i mod %d), one registry per client", nc, nc)
+	s.addf("%d rounds × %v per contender after a warm-up of %v each, alternating which goes first; a fresh resource (lock) per run; medians over rounds", cfg.contendedRounds, cfg.contendedRunFor, warmUp)
+	s.addf("%-24s %10s %12s %10s %10s %10s %10s", "", "handoffs/s", "to another/s", "wait p50", "wait p99", "longest", "max")
+	longestMax := map[string]time.Duration{}
+	for _, name := range []string{lhName, mxName} {
+		for _, r := range runs[name] {
+			longestMax[name] = max(longestMax[name], r.longest())
+		}
+		s.addf("%-24s %10.0f %12.0f %10s %10s %10s %10s", name, per(name, contendedRun.rate), per(name, contendedRun.otherRate),
+			ms(dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 50) })),
+			ms(dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 99) })),
+			ms(dur(name, contendedRun.longest)), ms(longestMax[name]))
+	}
+	rateRatio, otherRatio := ratio(contendedRun.rate), ratio(contendedRun.otherRate)
+	longRatio := ratio(func(r contendedRun) float64 { return float64(r.longest()) })
+	s.addf("leasehold/Mutex: %.2f× the handoffs/s, %.2f× the handoffs to another worker, %.2f× the longest wait (medians of per-round ratios)", rateRatio, otherRatio, longRatio)
+	s.addf("a wait runs from the Acquire (Lock) call to its return; longest: the round's longest wait, returned or still pending at the round's end (counted to the end), median over rounds; max: over all rounds")
+	cut := func(name string) (n int, longest time.Duration) {
+		for _, r := range runs[name] {
+			n += len(r.cutShort)
+			longest = max(longest, percentile(r.cutShort, 100))
+		}
+		return n, longest
+	}
+	lhCut, lhCutMax := cut(lhName)
+	mxCut, mxCutMax := cut(mxName)
+	s.addf("waits pending at the rounds' ends: leasehold %d, longest %s; Mutex %d, longest %s", lhCut, ms(lhCutMax), mxCut, ms(mxCutMax))
+	again := func(name string) float64 {
+		var n, a int
+		for _, r := range runs[name] {
+			n, a = n+r.handoffs, a+r.again
+		}
+		return 100 * float64(a) / float64(max(n, 1))
+	}
+	s.addf("to another: handoffs to a worker other than the one that had just released; back to that worker: leasehold %.1f%%, Mutex %.1f%% of handoffs (all rounds)", again(lhName), again(mxName))
+
+	s.addf("%-36s %10s %10s %10s", fmt.Sprintf("handoff after Release, %d contending", w), "p50", "p99", "max")
+	gap := func(name string, p float64) time.Duration {
+		return dur(name, func(r contendedRun) time.Duration { return percentile(r.gaps, p) })
+	}
+	rel := func(name string, p float64) time.Duration {
+		return dur(name, func(r contendedRun) time.Duration { return percentile(r.releases, p) })
+	}
+	s.addf("%-36s %10s %10s %10s", "leasehold Release → next Acquire", ms(gap(lhName, 50)), ms(gap(lhName, 99)), ms(gap(lhName, 100)))
+	s.addf("%-36s %10s %10s %10s", "Mutex Unlock → next Lock", ms(gap(mxName, 50)), ms(gap(mxName, 99)), ms(gap(mxName, 100)))
+	s.addf("%-36s %10s %10s %10s", "  of which the Release call", ms(rel(lhName, 50)), ms(rel(lhName, 99)), ms(rel(lhName, 100)))
+	s.addf("%-36s %10s %10s %10s", "  of which the Unlock call", ms(rel(mxName, 50)), ms(rel(mxName, 99)), ms(rel(mxName, 100)))
+	s.addf("measured from the holder's Release (Unlock) call to the next holder's return, whoever that is (the releaser too, if it wins again); medians over rounds")
+
+	s.addf("etcd requests per handoff, counted by interceptors on the workers' clients over all rounds:")
+	s.addf("%-14s %9s %7s %7s %7s %7s %7s %13s %7s %8s %7s", "", "handoffs", "Txn", "Put", "Delete", "Range", "other", "transactions", "reads", "watches", "events")
+	perHandoff := map[string]map[string]float64{}
+	var otherNames []string
+	for _, name := range []string{lhName, mxName} {
+		n, c := total(name)
+		f := func(v int64) float64 { return float64(v) / float64(max(n, 1)) }
+		otherN, other := c.others()
+		if other != "" {
+			otherNames = append(otherNames, name+": "+other)
+		}
+		perHandoff[name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches), "events": f(c.events)}
+		s.addf("%-14s %9d %7.2f %7.2f %7.2f %7.2f %7.2f %13.2f %7.2f %8.2f %7.2f", name, n,
+			f(c.unary["/etcdserverpb.KV/Txn"]), f(c.unary["/etcdserverpb.KV/Put"]), f(c.unary["/etcdserverpb.KV/DeleteRange"]), f(c.unary["/etcdserverpb.KV/Range"]), f(otherN),
+			f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events))
+	}
+	s.addf("transactions = Txn + Put + DeleteRange calls; reads = Range calls; watches: watches created (clientv3 Watch calls); events: watch events received by the workers' clients")
+	lhH, lhC := total(lhName)
+	mxH, mxC := total(mxName)
+	s.addf("watch responses with events per handoff: leasehold %.2f (%.1f events each), Mutex %.2f (%.1f events each)",
+		float64(lhC.responses)/float64(max(lhH, 1)), float64(lhC.events)/float64(max(lhC.responses, 1)),
+		float64(mxC.responses)/float64(max(mxH, 1)), float64(mxC.events)/float64(max(mxC.responses, 1)))
+	if len(otherNames) > 0 {
+		s.addf("other calls: %s", strings.Join(otherNames, "; "))
+	}
+
+	lhRate, mxRate := per(lhName, contendedRun.rate), per(mxName, contendedRun.rate)
+	lhLong, mxLong := dur(lhName, contendedRun.longest), dur(mxName, contendedRun.longest)
+	gap99 := gap(lhName, 99)
+	s.metric("contended leasehold", "rate", lhRate)
+	s.metric("contended Mutex", "rate", mxRate)
+	s.metric("contended lh/Mutex", "ratio", rateRatio)
+	s.metric("contended to another lh/Mutex", "ratio", otherRatio)
+	s.metric("contended longest lh/Mutex", "ratio", longRatio)
+	s.metric("contended leasehold longest wait", "latency", lhLong.Seconds())
+	s.metric("contended Mutex longest wait", "latency", mxLong.Seconds())
+	s.metric("contended handoff leasehold p99", "latency", gap99.Seconds())
+	s.metric("contended handoff Mutex p99", "latency", gap(mxName, 99).Seconds())
+	for _, name := range []string{lhName, mxName} {
+		for _, k := range []string{"txns", "reads", "watches", "events"} {
+			s.metric(fmt.Sprintf("contended %s/handoff %s", k, name), "count", perHandoff[name][k])
+		}
+	}
+	s.goal(fmt.Sprintf("contended handoffs/s leasehold/Mutex ≥ 1.0 at %d workers", w), rateRatio >= 1,
+		fmt.Sprintf("%.2f×: %.0f vs %.0f/s", rateRatio, lhRate, mxRate))
+	s.goal("contended longest wait leasehold ≤ 2× Mutex", longRatio <= 2,
+		fmt.Sprintf("%.2f×: %s vs %s", longRatio, ms(lhLong), ms(mxLong)))
+	s.goal("contended transactions per handoff ≤ 3", perHandoff[lhName]["txns"] <= 3,
+		fmt.Sprintf("%.2f; Mutex %.2f", perHandoff[lhName]["txns"], perHandoff[mxName]["txns"]))
+	s.goal(fmt.Sprintf("handoff after Release p99 ≤ 10 ms with %d contending", w), gap99 <= 10*time.Millisecond,
+		fmt.Sprintf("%s; Mutex %s", ms(gap99), ms(gap(mxName, 99))))
+	return []*section{s}, nil
+}

@@ -164,8 +164,8 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 			if ev.PrevKv == nil {
 				return errors.New("audit: recorder: delete event without previous value")
 			}
-			if l.space.IsRevocation(string(ev.Kv.Key)) {
-				continue // a revocation signal, gone with its session
+			if l.space.IsControl(string(ev.Kv.Key)) {
+				continue // a revocation signal or a queue entry, not an epoch
 			}
 			res, err := l.space.ResourceFromLease(string(ev.Kv.Key))
 			if err != nil {

@@ -43,7 +43,7 @@ func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (i
 			return 0, false, false, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", err)
 		}
 		for _, kv := range resp.Kvs {
-			if !cfg.space.IsRevocation(string(kv.Key)) {
+			if !cfg.space.IsControl(string(kv.Key)) {
 				return kv.ModRevision - 1, true, false, nil
 			}
 		}

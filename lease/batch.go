@@ -26,7 +26,7 @@ import (
 // of CompleteMany's first transaction costs N (the outer Then) + 3 (a
 // lease's Then) + 1 (the idempotency compare) + 1 (the guess compare) + 1
 // (the create-only compare) = N + 6; its follow-up transactions cost N + 5
-// and TryAcquireMany's costs N + 3. Sibling nested transactions do not add
+// and TryAcquireMany's costs N + 4 (a claim's four compares). Sibling nested transactions do not add
 // up. TestBatchAtMaxSize holds this against a real etcd.
 const maxTxnOps = 128
 
@@ -56,14 +56,15 @@ var (
 
 // TryAcquireMany claims every resource in resources that is free, in one
 // transaction, and returns a Lease for each one claimed, in input order.
-// Resources that are held or completed are skipped; TryAcquire one of them
-// to learn why. An empty list sends nothing and returns nil.
+// Resources that are held, completed, or waited for by Acquire calls are
+// skipped; TryAcquire one of them to learn why. An empty list sends nothing and returns nil.
 //
 // For each resource i the outer transaction carries one nested
 // transaction, TryAcquire's compares and Then ops:
 //
 //	Txn() Then(
-//	    Txn(If(CreateRev(lease_i) = 0, CreateRev(done_i) = 0, CreateRev(start_i) = 0)
+//	    Txn(If(CreateRev(lease_i) = 0, CreateRev(done_i) = 0, CreateRev(start_i) = 0,
+//	           CreateRev(queue_i/…) = 0)
 //	        Then(Put lease_i WithLease(session), Put start_i acquired)),
 //	    …)
 //

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -60,8 +62,17 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 // Release ends the epoch without a terminal status, so the resource can be
 // acquired again, in one transaction (docs/protocol.md §3.4):
 //
-//	If(ModRev(lease) = epoch) Then(Delete lease, CreateOnly(end, released))
+//	If(ModRev(lease) = epoch) Then(<hand over or delete>, CreateOnly(end, released))
 //	Else(<reject>, Get lease, Get rejection)
+//
+// When Acquire calls wait for the resource, the transaction hands it to
+// the first of them: it writes that waiter's holder record into the lease
+// key and removes its queue entry, so the next epoch begins at the
+// revision this one ends, with no second commit and no race among waiters.
+// The first waiter is read just before (a serializable read of the queue,
+// protocol.QueueHead) and guarded by a compare; if it left meanwhile, the
+// lease key is deleted and the new head claims it. With nobody queued, the
+// lease key is deleted, as before queues existed.
 //
 // A stale Release — including a second Release, and a retry whose first
 // attempt committed — returns a *StaleError and is audited as a rejection,
@@ -69,12 +80,59 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 // Complete.
 func (l *Lease) Release(ctx context.Context) error {
 	l.beginEnd()
-	err := l.end(ctx, "release", l.newEnd(audit.Released, "", time.Now()))
+	e := l.newEnd(audit.Released, "", time.Now())
+	e.Next = l.queueHead(ctx)
+	err := l.end(ctx, "release", e)
+	if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The head's session lease is gone, and its entry with it (etcd
+		// deletes what is attached): etcd refused the transaction whole.
+		// Release without handing over; the next waiter claims.
+		e.Next = nil
+		err = l.end(ctx, "release", e)
+	}
 	l.endDone("release", ErrReleased, err)
 	if err == nil {
 		l.log.Debug("released")
 	}
 	return err
+}
+
+// queueHead reads the first Acquire call waiting for the resource, the
+// one a Release hands it to; nil when nobody waits, or when the read fails
+// (the Release then deletes the key and the waiter claims it itself).
+func (l *Lease) queueHead(ctx context.Context) *protocol.Waiter {
+	ctx, cancel := context.WithTimeout(ctx, hintBudget(ctx))
+	defer cancel()
+	resp, err := l.r.cli.Do(ctx, protocol.QueueHead(l.r.space, l.resource))
+	if err != nil {
+		l.log.Debug("could not read the queue; releasing without a handoff", "error", err)
+		return nil
+	}
+	kvs := resp.Get().Kvs
+	if len(kvs) == 0 {
+		return nil
+	}
+	w, err := protocol.DecodeWaiter(kvs[0])
+	if err != nil {
+		l.log.Warn("skipping a corrupt queue entry; releasing without a handoff", "error", err)
+		return nil
+	}
+	return &w
+}
+
+// maxHintWait bounds the queue read before a Release. The read is a hint,
+// answered by the client's member alone; one that does not answer at once
+// is a member in trouble, and the Release should spend the caller's time
+// on its transaction instead.
+const maxHintWait = 250 * time.Millisecond
+
+// hintBudget is how long the queue read before a Release may take: at most
+// maxHintWait, and at most a quarter of the time ctx leaves.
+func hintBudget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return min(maxHintWait, time.Until(d)/4)
+	}
+	return maxHintWait
 }
 
 func (l *Lease) newEnd(attempted audit.Kind, status string, now time.Time) protocol.End {

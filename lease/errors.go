@@ -43,12 +43,18 @@ var (
 // HeldError says who holds a resource.
 type HeldError struct {
 	Resource string
-	Holder   string // worker id of the holder
-	Epoch    int64
-	rev      int64 // revision the holder was read at
+	Holder   string // worker id of the holder; with Queued, of the first waiter
+	Epoch    int64  // the holder's epoch; 0 with Queued
+	// Queued reports that nobody holds the resource at the moment but
+	// Acquire calls wait for it, and the first of them is taking it:
+	// TryAcquire does not go ahead of them.
+	Queued bool
 }
 
 func (e *HeldError) Error() string {
+	if e.Queued {
+		return fmt.Sprintf("lease: %q is being taken by %q, the first of the Acquire calls waiting for it", e.Resource, e.Holder)
+	}
 	return fmt.Sprintf("lease: %q is held by %q at epoch %d", e.Resource, e.Holder, e.Epoch)
 }
 

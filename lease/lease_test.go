@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
@@ -26,8 +27,12 @@ type rpcCounter struct {
 }
 
 func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	name := method
+	if txn, ok := req.(*pb.TxnRequest); ok && readOnly(txn) {
+		name = readTxn // served as a read: no proposal, no commit
+	}
 	c.mu.Lock()
-	c.calls[method]++
+	c.calls[name]++
 	c.mu.Unlock()
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
@@ -44,6 +49,28 @@ func (c *rpcCounter) measure(f func()) map[string]int {
 	out := c.calls
 	c.calls = map[string]int{}
 	return out
+}
+
+// readTxn names a read-only transaction in the counts.
+const readTxn = "/etcdserverpb.KV/Txn(read-only)"
+
+// readOnly reports whether etcd serves txn as a read: no put, delete or
+// writing nested transaction on either branch.
+func readOnly(txn *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			switch r := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+			case *pb.RequestOp_RequestTxn:
+				if !readOnly(r.RequestTxn) {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func total(m map[string]int) int {
@@ -351,8 +378,8 @@ func TestStaleWithWrongGuess(t *testing.T) {
 	if !errors.As(err, &se) || se.CurrentEpoch != l2.Epoch() || se.Status != "" {
 		t.Fatalf("want stale release with current epoch %d, got %v", l2.Epoch(), err)
 	}
-	if total(rt) != 2 {
-		t.Fatalf("stale release with a wrong guess took %v, want 2 round trips", rt)
+	if rt["/etcdserverpb.KV/Txn"] != 2 || total(rt) != 3 {
+		t.Fatalf("stale release with a wrong guess took %v, want 2 transactions and the queue read", rt)
 	}
 	rej, err := f.log.List(ctx, audit.Filter{Resource: "t", Kind: audit.Rejected})
 	if err != nil || len(rej) != 1 || rej[0].CurrentEpoch != l2.Epoch() || rej[0].Attempted != audit.Released {
@@ -529,9 +556,13 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 		got <- l
 		errc <- err
 	}()
-	// The waiter must not poll: while it waits, it sends no requests.
+	// The waiter queues (one transaction) and checks the key it waits on
+	// once its watch is open (one read); then it must not poll.
 	rt := f.rpc.measure(func() { time.Sleep(300 * time.Millisecond) })
-	if n := total(rt); n > 1 { // at most its first TryAcquire
+	if total(rt) > 2 || rt["/etcdserverpb.KV/Txn"] > 1 {
+		t.Fatalf("queueing Acquire sent %v", rt)
+	}
+	if rt := f.rpc.measure(func() { time.Sleep(300 * time.Millisecond) }); total(rt) != 0 {
 		t.Fatalf("waiting Acquire sent %v", rt)
 	}
 	select {
@@ -539,17 +570,32 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 		t.Fatal("Acquire returned while the resource was held")
 	default:
 	}
+	// The Release hands the lease over in its own transaction: the waiter
+	// learns its epoch from its watch and commits nothing.
 	released := time.Now()
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l2 := <-got
+	var l2 *lease.Lease
+	rt = f.rpc.measure(func() {
+		if err := l1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2 = <-got
+	})
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("handoff after release: %v", time.Since(released))
+	t.Logf("handoff after release: %v, %v", time.Since(released), rt)
 	if l2.Epoch() <= l1.Epoch() || l2.Worker() != "w2" {
 		t.Fatalf("handoff gave %d to %s after %d", l2.Epoch(), l2.Worker(), l1.Epoch())
+	}
+	if rt["/etcdserverpb.KV/Txn"] != 1 {
+		t.Fatalf("release and handoff took %v, want the Release's one transaction", rt)
+	}
+	want := []string{
+		fmt.Sprintf("acquired:w1:%d", l1.Epoch()), fmt.Sprintf("released:w1:%d", l1.Epoch()),
+		fmt.Sprintf("acquired:w2:%d", l2.Epoch()),
+	}
+	if got := f.kinds("t"); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("audit %v, want %v", got, want)
 	}
 }
 
@@ -668,7 +714,9 @@ func TestSessionCloseReleasesAudited(t *testing.T) {
 	}
 }
 
-// TestRoundTrips counts the unary RPCs of each uncontended operation.
+// TestRoundTrips counts the unary RPCs of each uncontended operation:
+// transactions, and reads (Range). A Release reads the queue's head first
+// (docs/protocol.md §3.4), a serializable read that costs no commit.
 func TestRoundTrips(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -676,16 +724,16 @@ func TestRoundTrips(t *testing.T) {
 	var l *lease.Lease
 	var err error
 	cases := []struct {
-		name string
-		want int
-		op   func()
+		name         string
+		txns, ranges int
+		op           func()
 	}{
-		{"TryAcquire", 1, func() { l, err = f.reg.TryAcquire(ctx, s, "t1") }},
-		{"Complete", 1, func() { err = l.Complete(ctx, "ok") }},
-		{"Complete retry", 1, func() { err = l.Complete(ctx, "ok") }},
-		{"Acquire (free)", 1, func() { l, err = f.reg.Acquire(ctx, s, "t2") }},
-		{"Release", 1, func() { err = l.Release(ctx) }},
-		{"stale Release (guess right)", 1, func() {
+		{"TryAcquire", 1, 0, func() { l, err = f.reg.TryAcquire(ctx, s, "t1") }},
+		{"Complete", 1, 0, func() { err = l.Complete(ctx, "ok") }},
+		{"Complete retry", 1, 0, func() { err = l.Complete(ctx, "ok") }},
+		{"Acquire (free)", 1, 0, func() { l, err = f.reg.Acquire(ctx, s, "t2") }},
+		{"Release", 1, 1, func() { err = l.Release(ctx) }},
+		{"stale Release (guess right)", 1, 1, func() {
 			if err = l.Release(ctx); errors.Is(err, lease.ErrStale) {
 				err = nil
 			}
@@ -697,8 +745,9 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		t.Logf("%-28s %d round trip(s) %v", c.name, total(rt), rt)
-		if total(rt) != c.want {
-			t.Errorf("%s: %d round trips, want %d", c.name, total(rt), c.want)
+		txns, ranges := rt["/etcdserverpb.KV/Txn"], rt["/etcdserverpb.KV/Range"]
+		if txns != c.txns || ranges != c.ranges || total(rt) != txns+ranges {
+			t.Errorf("%s: %v, want %d Txn and %d Range", c.name, rt, c.txns, c.ranges)
 		}
 	}
 }

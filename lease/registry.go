@@ -12,6 +12,8 @@ import (
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -75,13 +77,16 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // TryAcquire takes the resource for the session if it is free, in one
 // transaction (protocol.Claim, docs/protocol.md §3.1):
 //
-//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0)
+//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0, CreateRev(queue/<res>/…) = 0)
 //	Then(Put lease WithLease(session), Put start acquired)
-//	Else(Get lease, Get done)
+//	Else(Get lease, Get done, Get the queue's first entry)
 //
 // The epoch is the transaction's revision, which is the lease key's mod
 // revision. A held resource gives a *HeldError, a completed one a
-// *CompletedError.
+// *CompletedError. TryAcquire never goes ahead of Acquire calls waiting
+// for the resource, as etcd's Mutex.TryLock does not: while any wait, it
+// fails with a *HeldError — with Queued set if, for the moment, nobody
+// holds it because the first waiter is taking it.
 //
 // An error from the transaction itself matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
@@ -94,44 +99,69 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // tells which: a *HeldError naming this session's worker means the claim
 // was applied.
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
-	l, _, err := r.tryAcquire(ctx, s, resource)
-	return l, err
-}
-
-func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, *HeldError, error) {
 	if err := r.check("acquire", s, resource); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c := claimant.NewClaim(r.space, resource)
 	resp, err := r.cli.Txn(ctx).If(c.If...).Then(c.Then...).Else(c.Else...).Commit()
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
+		return nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
 	}
 	if resp.Succeeded {
-		l := r.newLease(s, resource, resp.Header.Revision)
-		r.observer.LeaseAcquired(resource)
-		l.log.Debug("acquired")
-		return l, nil, nil
+		return r.acquired(s, resource, resp.Header.Revision, "claimed"), nil
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		he := &HeldError{Resource: resource, Epoch: kvs[0].ModRevision, rev: resp.Header.Revision, Holder: "unknown"}
+	if _, err := r.whyNot(resource, resp.Responses[protocol.ClaimLease], resp.Responses[protocol.ClaimDone], resp.Responses[protocol.ClaimHead]); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
+}
+
+// acquired makes the Lease of an epoch the session just began.
+func (r *Registry) acquired(s *session.Session, resource string, epoch int64, how string) *Lease {
+	l := r.newLease(s, resource, epoch)
+	r.observer.LeaseAcquired(resource)
+	l.log.Debug("acquired", "how", how)
+	return l
+}
+
+// whyNot reads a failed claim's Else: a *HeldError naming the holder — or,
+// when nobody holds the resource but Acquire calls wait for it, the first
+// waiter — or a *CompletedError. Neither (nil, nil): the claim failed on
+// its start key.
+func (r *Registry) whyNot(resource string, lease, done, head *pb.ResponseOp) (*HeldError, error) {
+	if kvs := lease.GetResponseRange().Kvs; len(kvs) > 0 {
+		he := &HeldError{Resource: resource, Epoch: kvs[0].ModRevision, Holder: "unknown"}
 		if h, err := record.DecodeHolder(kvs[0].Value); err == nil {
 			he.Holder = h.Worker
 		}
-		return nil, he, he
+		return he, he
 	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		d, err := record.DecodeDone(kvs[0].Value)
-		if err != nil {
-			return nil, nil, fmt.Errorf("lease: acquire %q: %w: %w", resource, ErrCompleted, err)
+	if kvs := done.GetResponseRange().Kvs; len(kvs) > 0 {
+		return nil, completedError(resource, kvs[0])
+	}
+	if head != nil {
+		if kvs := head.GetResponseRange().Kvs; len(kvs) > 0 {
+			he := &HeldError{Resource: resource, Queued: true, Holder: "unknown"}
+			if h, err := record.DecodeHolder(kvs[0].Value); err == nil {
+				he.Holder = h.Worker
+			}
+			return he, he
 		}
-		return nil, nil, &CompletedError{Resource: resource, Status: d.Status, Epoch: d.Epoch, Worker: d.Worker}
 	}
-	return nil, nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
+	return nil, nil
+}
+
+// completedError reads a done record.
+func completedError(resource string, kv *mvccpb.KeyValue) error {
+	d, err := record.DecodeDone(kv.Value)
+	if err != nil {
+		return fmt.Errorf("lease: acquire %q: %w: %w", resource, ErrCompleted, err)
+	}
+	return &CompletedError{Resource: resource, Status: d.Status, Epoch: d.Epoch, Worker: d.Worker}
 }
 
 // claimError classifies a failed claim transaction. etcd refuses a put
@@ -142,60 +172,6 @@ func claimError(err error) error {
 		err = fmt.Errorf("%w: %w", session.ErrExpired, err)
 	}
 	return outcome.Classify(err)
-}
-
-// Acquire takes the resource, waiting while it is held. It waits on a watch
-// of the lease key — no polling — and tries again when the key is deleted.
-// It returns early when ctx is done (with ctx's cause) or the session ends
-// (with the session's cause, such as session.ErrLost). A completed
-// resource returns a *CompletedError at once.
-//
-// An error that wraps ctx's or the session's cause may come from a
-// transaction that etcd had already applied: as with TryAcquire, the
-// outcome of a transaction cut short is unknown, and a resource claimed
-// that way stays held by the session, with no Lease, until the session's
-// etcd lease ends.
-func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
-	if err := r.check("acquire", s, resource); err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
-	defer stop()
-	for {
-		l, held, err := r.tryAcquire(wctx, s, resource)
-		if held == nil {
-			if err != nil && wctx.Err() != nil {
-				return nil, fmt.Errorf("lease: acquire %q: %w", resource, context.Cause(wctx))
-			}
-			return l, err
-		}
-		if err := r.waitDelete(wctx, resource, held.rev); err != nil {
-			return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
-		}
-	}
-}
-
-// waitDelete returns once the lease key is deleted at a revision after rev,
-// or nil when the watch breaks so the caller re-reads; it returns the cause
-// when ctx ends.
-func (r *Registry) waitDelete(ctx context.Context, resource string, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := r.cli.Watch(wctx, r.space.Lease(resource), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
-	for resp := range wch {
-		if resp.Err() != nil {
-			return nil // compacted or leader lost: try again from a fresh read
-		}
-		if len(resp.Events) > 0 {
-			return nil
-		}
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return nil
 }
 
 // Revoke forcibly ends the resource's current epoch, as an operator does to

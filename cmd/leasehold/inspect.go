@@ -58,8 +58,8 @@ func newHoldersCmd(g *globals) *cobra.Command {
 				ttl := map[int64]int64{}
 				var out []holderJSON
 				for _, kv := range resp.Kvs {
-					if sp.IsRevocation(string(kv.Key)) {
-						continue // a revocation signal to a holder's session
+					if sp.IsControl(string(kv.Key)) {
+						continue // a revocation signal or a waiter's queue entry
 					}
 					res, err := sp.ResourceFromLease(string(kv.Key))
 					if err != nil {

@@ -59,6 +59,9 @@ type Result struct {
 	// entries written at a revision with another one (CompleteMany).
 	BatchEpochs    int
 	BatchCompleted int
+	// Handoffs counts the epochs a Release handed straight to the first
+	// queued Acquire, in its own transaction.
+	Handoffs int
 	// StaleSeen counts the stale outcomes workers saw (*lease.StaleError);
 	// Rejections the rejection entries in the audit; RejectionsUnknown the
 	// entries of attempts no worker saw stale, only with an unknown
@@ -181,11 +184,26 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 }
 
 // checkLeaseHistory: a lease key is put only while absent (one live epoch
-// per task, never rewritten), so epochs strictly increase and never
-// overlap.
+// per task, never rewritten), or by a handoff — a Release that writes the
+// next holder's record in the transaction that ends the epoch, with its
+// released entry at the same revision (docs/protocol.md §3.4) — so epochs
+// strictly increase and never overlap.
 func (c *checker) checkLeaseHistory() {
+	released := map[taskEpoch]int64{} // → revision of the epoch's released entry
+	for _, e := range c.fs.Audit {
+		if e.Kind == audit.Released {
+			released[taskEpoch{e.Resource, e.Epoch}] = e.Revision
+		}
+	}
 	live := map[string]*epochInfo{}
 	for _, ev := range c.fs.LeaseEvents {
+		if cur := live[ev.Task]; ev.Put && cur != nil && released[taskEpoch{ev.Task, cur.Epoch}] == ev.Rev {
+			// A handoff: the put ends the live epoch at its revision.
+			cur.End = ev.Rev
+			delete(live, ev.Task)
+			c.res.Handoffs++
+			ev.CreateRev = ev.Rev // the key's create revision is the chain's first epoch
+		}
 		cur := live[ev.Task]
 		if !ev.Put {
 			if cur == nil {

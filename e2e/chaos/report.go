@@ -57,6 +57,7 @@ func (r *Result) Summary() string {
 	}
 	p("epochs granted: %d; ended: %s", r.Epochs, strings.Join(eparts, ", "))
 	p("batches: %d epochs granted together with another task's (TryAcquireMany), %d completed entries written together (CompleteMany)", r.BatchEpochs, r.BatchCompleted)
+	p("handoffs: %d epochs handed by a Release to the first queued Acquire", r.Handoffs)
 	p("tasks: %d taken, %d completed (%d by the sweeper after healing)", r.Tasks, r.Done, r.Swept)
 	p("rejections: %d stale attempts seen by workers, %d rejection entries in the audit (%d matched to the %d attempts whose outcome was unknown)",
 		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)

@@ -434,7 +434,7 @@ func (r *runner) revoke(pick int) (task, detail string) {
 	if err != nil {
 		return "", "listing held tasks: " + err.Error()
 	}
-	held := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return space.IsRevocation(string(kv.Key)) })
+	held := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return space.IsControl(string(kv.Key)) })
 	if len(held) == 0 {
 		return "", "nothing held"
 	}
@@ -742,7 +742,7 @@ func countLeases(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 	}
 	var n int64
 	for _, kv := range resp.Kvs {
-		if !space.IsRevocation(string(kv.Key)) {
+		if !space.IsControl(string(kv.Key)) {
 			n++
 		}
 	}
@@ -753,7 +753,7 @@ func countLeases(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, error) {
 	var out []leaseEvent
 	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
-		if space.IsRevocation(string(ev.Kv.Key)) {
+		if space.IsControl(string(ev.Kv.Key)) {
 			return nil // a revocation signal to the holder's session, not a lease key
 		}
 		task, err := space.ResourceFromLease(string(ev.Kv.Key))

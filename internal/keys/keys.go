@@ -3,6 +3,10 @@
 // Layout under a namespace N (default "/leasehold"):
 //
 //	N/lease/<res>                         holder record, attached to the session's etcd lease
+//	N/lease/%revoked/<session>/<res>      revocation signal to the holder's session, attached to it
+//	N/lease/%queue/<res>/<ticket>         a waiting Acquire's queue entry (holder record to hand
+//	                                      over), attached to the waiter's session; the entries'
+//	                                      create revisions are the queue's order
 //	N/done/<res>                          terminal record (status, epoch, worker)
 //	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
 //	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
@@ -266,6 +270,53 @@ func (s Space) ResourceFromRevocation(key string) (string, error) {
 	}
 	return res, nil
 }
+
+// queueSegment starts the keys of Acquire's waiting queue under
+// LeasePrefix. Like revokedSegment, no lease key starts with it.
+const queueSegment = "%queue/"
+
+// QueuePrefix is the prefix of one resource's waiting queue,
+// "N/lease/%queue/<res>/": a waiting Acquire puts one entry under it,
+// attached to its session's etcd lease, and the entries' create revisions
+// are the queue's order (docs/protocol.md §3.2). <res> is escaped, so the
+// prefix holds exactly one resource's entries.
+func (s Space) QueuePrefix(res string) string {
+	return s.LeasePrefix() + queueSegment + Escape(res) + "/"
+}
+
+// Queue is the key of one waiting Acquire's queue entry; ticket is unique
+// per Acquire call.
+func (s Space) Queue(res, ticket string) string { return s.QueuePrefix(res) + ticket }
+
+// ParseQueue returns the resource and ticket a queue entry's key names.
+func (s Space) ParseQueue(key string) (res, ticket string, err error) {
+	rest, ok := strings.CutPrefix(key, s.LeasePrefix()+queueSegment)
+	if !ok {
+		return "", "", fmt.Errorf("%w: %q is not a queue entry", ErrMalformedKey, key)
+	}
+	seg, ticket, ok := strings.Cut(rest, "/")
+	if !ok || ticket == "" || strings.IndexByte(ticket, '/') >= 0 {
+		return "", "", fmt.Errorf("%w: queue entry %q needs a resource and a ticket", ErrMalformedKey, key)
+	}
+	if res, err = Unescape(seg); err != nil {
+		return "", "", err
+	}
+	if err := ValidateResource(res); err != nil {
+		return "", "", fmt.Errorf("%w: queue entry %q: %w", ErrMalformedKey, key, err)
+	}
+	return res, ticket, nil
+}
+
+// IsQueue reports whether key is a queue entry of this namespace.
+func (s Space) IsQueue(key string) bool {
+	return strings.HasPrefix(key, s.LeasePrefix()+queueSegment)
+}
+
+// IsControl reports whether key, under LeasePrefix, is one of the SDK's
+// control keys kept there rather than a lease key: a revocation signal or
+// a queue entry. A scan or watch of LeasePrefix sees them; skip them with
+// it.
+func (s Space) IsControl(key string) bool { return s.IsRevocation(key) || s.IsQueue(key) }
 
 // Done is the done record key of a resource.
 func (s Space) Done(res string) string { return s.DonePrefix() + Escape(res) }

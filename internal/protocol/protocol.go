@@ -36,6 +36,7 @@ func NewID() string {
 type Claimant struct {
 	Worker  string
 	LeaseID clientv3.LeaseID
+	now     time.Time
 	holder  string
 	started string
 }
@@ -48,7 +49,7 @@ func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, e
 		return Claimant{}, err
 	}
 	holder := record.Holder{Worker: worker, LeaseID: int64(id), AcquiredAt: now.UTC()}.Encode()
-	return Claimant{Worker: worker, LeaseID: id, holder: holder, started: started}, nil
+	return Claimant{Worker: worker, LeaseID: id, now: now.UTC(), holder: holder, started: started}, nil
 }
 
 // Claim is TryAcquire's transaction for one resource (docs/protocol.md
@@ -56,10 +57,12 @@ func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, e
 //
 //	If(   CreateRev(lease) = 0,        // nobody holds it
 //	      CreateRev(done) = 0,         // it was never completed
-//	      CreateRev(start) = 0 )       // the audit stays create-only even against planted keys
+//	      CreateRev(start) = 0,        // the audit stays create-only even against planted keys
+//	      CreateRev(queue/<res>/…) = 0 )  // nobody waits for it: no barging past the queue (§3.2)
 //	Then( Put lease holder WithLease(session),
 //	      Put start acquired )
-//	Else( Get lease, Get done )        // say why, without a second RPC
+//	Else( Get lease, Get done,         // say why, without a second RPC
+//	      Get the queue's first entry )
 //
 // TryAcquireMany nests If and Then, without Else, once per resource.
 type Claim struct {
@@ -81,16 +84,24 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+			queueEmpty(space, resource),
 		},
 		Then: []clientv3.Op{
 			clientv3.OpPut(leaseKey, c.holder, clientv3.WithLease(c.LeaseID)),
 			clientv3.OpPut(startKey, c.started),
 		},
-		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)},
+		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey), firstGet(space, resource)},
 		StartKey: startKey,
-		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + len(c.holder) + len(c.started) + 6*OpOverhead,
+		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + 2*len(space.QueuePrefix(resource)) + len(c.holder) + len(c.started) + 8*OpOverhead,
 	}
 }
+
+// The positions of the responses of a claim's Else.
+const (
+	ClaimLease = iota // Get lease
+	ClaimDone         // Get done
+	ClaimHead         // Get the queue's first entry
+)
 
 // Nested is the claim as one member of a batch: its compares and Then ops
 // in a nested transaction, decided by its own compares only.
@@ -113,6 +124,10 @@ type End struct {
 	Status string
 	// Time is written into the end or rejected entry.
 	Time time.Time
+	// Next is the queue's head as read before a Release: the Release
+	// hands the lease to it (handoff). Nil for Complete, and for a Release
+	// that found nobody queued.
+	Next *Waiter
 }
 
 // LeaseKey is the lease key the end is about.
@@ -133,13 +148,23 @@ func (e End) done() string {
 //
 //	Complete: Put done, Delete lease, CreateOnly(end, completed)
 //	Release:            Delete lease, CreateOnly(end, released)
+//	Release to Next:    <handoff>,    CreateOnly(end, released)
+//
+// The handoff (see handoff) ends the epoch and begins the next one, for
+// the queue's head, at the same revision.
 func (e End) Then() ([]clientv3.Op, error) {
 	entry, err := audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
 	if err != nil {
 		return nil, err
 	}
+	release := clientv3.OpDelete(e.LeaseKey())
+	if e.Next != nil && e.Attempted == audit.Released {
+		if release, err = e.handoff(); err != nil {
+			return nil, err
+		}
+	}
 	ops := []clientv3.Op{
-		clientv3.OpDelete(e.LeaseKey()),
+		release,
 		audit.CreateOnly(e.Space.AuditEnd(e.Resource, e.Epoch), entry),
 	}
 	if e.Attempted == audit.Completed {

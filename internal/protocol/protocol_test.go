@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
 )
 
 func end(attempted audit.Kind, status string, epoch int64) protocol.End {
@@ -49,7 +50,7 @@ func TestOpsShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := c.NewClaim(keys.MustNew(keys.DefaultNamespace), "orders/42")
-	if len(claim.If) != 3 || len(claim.Then) != 2 || len(claim.Else) != 2 {
+	if len(claim.If) != 4 || len(claim.Then) != 2 || len(claim.Else) != 3 {
 		t.Errorf("claim: %d compares, %d then, %d else", len(claim.If), len(claim.Then), len(claim.Else))
 	}
 	for _, tc := range []struct {
@@ -63,6 +64,14 @@ func TestOpsShape(t *testing.T) {
 		}
 		if (tc.e.Same() != nil) != tc.same {
 			t.Errorf("%s: idempotency compare %v, want %v", tc.e.Attempted, tc.e.Same() != nil, tc.same)
+		}
+		if tc.e.Attempted == audit.Released {
+			handoff := tc.e
+			handoff.Next = &protocol.Waiter{Key: "/leasehold/lease/%queue/orders%2F42/t1", Rev: 5, Holder: record.Holder{Worker: "w2", LeaseID: 2, Ticket: "t1"}}
+			then, err := handoff.Then()
+			if err != nil || len(then) != 2 || !then[0].IsTxn() {
+				t.Errorf("release with a handoff: %v, %v; want the nested handoff and the end entry", then, err)
+			}
 		}
 		stale, err := tc.e.Stale(0, true)
 		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {

@@ -13,12 +13,18 @@ import (
 var ErrCorrupt = errors.New("corrupt record")
 
 // Holder is the value of a lease key: who holds the resource. It is written
-// once per acquisition and never rewritten, so the key's mod revision — the
-// epoch — never changes while it is held.
+// once per epoch and never rewritten while the epoch holds, so the key's
+// mod revision — the epoch — never changes while it is held; a handoff
+// writes the next holder's record in the transaction that ends the epoch.
+// A waiting Acquire's queue entry holds the record a handoff writes for it.
 type Holder struct {
 	Worker     string    `json:"worker"`
 	LeaseID    int64     `json:"lease_id"`
 	AcquiredAt time.Time `json:"acquired_at"`
+	// Ticket names the Acquire call a queue entry belongs to: the record
+	// handed to that call carries it, which is how the call recognises its
+	// grant. Empty for a claim made without queueing.
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // Encode returns the holder record's bytes.

@@ -1,0 +1,235 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The waiting queue (docs/protocol.md §3.2). A waiting Acquire puts an
+// entry N/lease/%queue/<res>/<ticket>, attached to its session's etcd
+// lease; the entries' create revisions order the queue. Each waiter
+// watches one key: the entry just ahead of it, or — at the head — the
+// lease key. A Release hands the lease to the head in its own transaction;
+// when the lease key goes any other way (Complete, expiry, Revoke), the
+// head claims it. TryAcquire never takes a resource somebody waits for.
+
+// Waiter is a queued Acquire call, as read from its queue entry.
+type Waiter struct {
+	// Key is the queue entry's key.
+	Key string
+	// Rev is the entry's create revision: its place in the queue.
+	Rev int64
+	// Holder is the record a handoff writes into the lease key for the
+	// waiter; its Ticket names the Acquire call.
+	Holder record.Holder
+}
+
+// DecodeWaiter reads a queue entry.
+func DecodeWaiter(kv *mvccpb.KeyValue) (Waiter, error) {
+	h, err := record.DecodeHolder(kv.Value)
+	if err != nil {
+		return Waiter{}, fmt.Errorf("queue entry %q: %w", kv.Key, err)
+	}
+	if h.Ticket == "" || h.LeaseID == 0 {
+		return Waiter{}, fmt.Errorf("queue entry %q: %w: no ticket or session", kv.Key, record.ErrCorrupt)
+	}
+	return Waiter{Key: string(kv.Key), Rev: kv.CreateRevision, Holder: h}, nil
+}
+
+// QueueHead reads the first entry of res's queue, the one created first.
+// It is serializable — answered by the member the client talks to, without
+// a round to the leader — because it is only a hint: the transaction that
+// acts on it compares the entry's create revision, and a wrong hint costs
+// the waiter its own claim, never a wrong grant.
+func QueueHead(space keys.Space, res string) clientv3.Op {
+	return clientv3.OpGet(space.QueuePrefix(res), clientv3.WithPrefix(), clientv3.WithSerializable(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+}
+
+// queueEmpty holds when res has no queue entry: no key under the prefix,
+// so every key there (none) has create revision 0.
+func queueEmpty(space keys.Space, res string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(space.QueuePrefix(res)), "=", 0).WithPrefix()
+}
+
+// firstGet reads the first queue entry, linearizably (inside a
+// transaction).
+func firstGet(space keys.Space, res string) clientv3.Op {
+	return clientv3.OpGet(space.QueuePrefix(res), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+}
+
+// lastBefore reads the last queue entry created before rev (rev 0: the
+// last of all): the entry a waiter at rev waits behind.
+func lastBefore(space keys.Space, res string, rev int64) clientv3.Op {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(rev-1))
+	}
+	return clientv3.OpGet(space.QueuePrefix(res), opts...)
+}
+
+// Queued is Acquire's first transaction: the claim of TryAcquire when
+// nobody holds or waits for the resource, and otherwise — in the same
+// round trip — an entry at the back of its queue:
+//
+//	If(   <the claim's compares> )                  // free, not done, nobody queued
+//	Then( <the claim's ops> )
+//	Else( Get lease, Get done,
+//	      Get the queue's last entry,               // the one to wait behind
+//	      Txn( If(CreateRev(done) = 0)
+//	           Then(Put entry holder{ticket} WithLease(session)) ) )
+//
+// The reads come before the put, so the last entry read is the one ahead
+// of the new entry. The new entry's create revision is the transaction's.
+type Queued struct {
+	Claim
+	Waiter Waiter
+}
+
+// The positions of the responses of Queued's Else.
+const (
+	QueuedLease   = iota // Get lease
+	QueuedDone           // Get done
+	QueuedAhead          // Get the last entry before the new one
+	QueuedEnqueue        // the enqueue's nested transaction
+)
+
+// NewQueued builds Acquire's first transaction for resource, with ticket
+// naming the call.
+func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
+	claim := c.NewClaim(space, resource)
+	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket}
+	w := Waiter{Key: space.Queue(resource, ticket), Holder: h}
+	doneKey := space.Done(resource)
+	enqueue := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(w.Key, h.Encode(), clientv3.WithLease(c.LeaseID))}, nil)
+	claim.Else = []clientv3.Op{
+		clientv3.OpGet(space.Lease(resource)),
+		clientv3.OpGet(doneKey),
+		lastBefore(space, resource, 0),
+		enqueue,
+	}
+	return Queued{Claim: claim, Waiter: w}
+}
+
+// The positions of Position's responses.
+const (
+	PosEntry = iota // Get the waiter's entry
+	PosLease        // Get lease
+	PosDone         // Get done
+	PosAhead        // Get the entry just ahead of the waiter's
+)
+
+// Position reads where waiter w stands, in one read-only transaction:
+//
+//	Txn() Then( Get entry, Get lease, Get done, Get the last entry created before w )
+//
+// No entry ahead makes w the head.
+func Position(space keys.Space, resource string, w Waiter) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpGet(w.Key),
+		clientv3.OpGet(space.Lease(resource)),
+		clientv3.OpGet(space.Done(resource)),
+		lastBefore(space, resource, w.Rev),
+	}
+}
+
+// HeadClaim is the claim of the queue's head, once the lease key is gone:
+//
+//	If(   CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0,
+//	      CreateRev(entry) = w.Rev,                  // still queued
+//	      CreateRev(queue/<res>/…) > w.Rev − 1 )     // nobody ahead: every entry is w's or later
+//	Then( Put lease holder{ticket} WithLease(session), Put start acquired, Delete entry )
+//	Else( <Position> )
+//
+// The holder record carries the ticket, so a grant looks the same however
+// it was made.
+func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If []clientv3.Cmp, Then, Else []clientv3.Op, err error) {
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: w.Holder.Worker, Time: now})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	leaseKey, doneKey := space.Lease(resource), space.Done(resource)
+	startKey := space.AuditStart(resource, NewID())
+	h := w.Holder
+	h.AcquiredAt = now.UTC()
+	If = []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(w.Key), "=", w.Rev),
+		clientv3.Compare(clientv3.CreateRevision(space.QueuePrefix(resource)), ">", w.Rev-1).WithPrefix(),
+	}
+	Then = []clientv3.Op{
+		clientv3.OpPut(leaseKey, h.Encode(), clientv3.WithLease(clientv3.LeaseID(h.LeaseID))),
+		clientv3.OpPut(startKey, started),
+		clientv3.OpDelete(w.Key),
+	}
+	return If, Then, Position(space, resource, w), nil
+}
+
+// Dequeue is the transaction of a waiter that gives up (its context ended,
+// or its queueing transaction had an unknown outcome):
+//
+//	If(CreateRev(entry) != 0) Then(Delete entry) Else(Get lease)
+//
+// Else means the entry is gone: a handoff may have made the waiter the
+// holder, which the lease key's ticket tells. Tickets are unique per call,
+// so the entry's existence is all the compare needs.
+func Dequeue(space keys.Space, resource string, w Waiter) (clientv3.Cmp, clientv3.Op, clientv3.Op) {
+	return clientv3.Compare(clientv3.CreateRevision(w.Key), "!=", 0),
+		clientv3.OpDelete(w.Key), clientv3.OpGet(space.Lease(resource))
+}
+
+// DropQueue empties the queue of a completed resource, so every waiter
+// learns at once that it will never be granted:
+//
+//	If(CreateRev(done) != 0) Then(Delete queue/<res>/ WithPrefix)
+func DropQueue(space keys.Space, resource string) (clientv3.Cmp, clientv3.Op) {
+	return clientv3.Compare(clientv3.CreateRevision(space.Done(resource)), "!=", 0),
+		clientv3.OpDelete(space.QueuePrefix(resource), clientv3.WithPrefix())
+}
+
+// handoff is what a Release commits for the queue's head, nested in its
+// Then (End.Then):
+//
+//	Txn( If(   CreateRev(entry) = next.Rev, CreateRev(start) = 0 )     // the head read is still queued
+//	     Then( Put lease next.holder WithLease(next's session),      // the next epoch: this revision
+//	           Delete entry,
+//	           Put start acquired(next) )
+//	     Else( Delete lease ) )                                       // gone: the new head claims itself
+//
+// The lease key is overwritten, not deleted and created: etcd refuses a
+// transaction that deletes and puts one key. Its mod revision — the new
+// epoch — is the transaction's revision, greater than the ended epoch.
+func (e End) handoff() (clientv3.Op, error) {
+	next := *e.Next
+	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: next.Holder.Worker, Time: e.Time})
+	if err != nil {
+		return clientv3.Op{}, err
+	}
+	startKey := e.Space.AuditStart(e.Resource, NewID())
+	h := next.Holder
+	h.AcquiredAt = e.Time.UTC()
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(next.Key), "=", next.Rev),
+			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
+		},
+		[]clientv3.Op{
+			clientv3.OpPut(e.LeaseKey(), h.Encode(), clientv3.WithLease(clientv3.LeaseID(h.LeaseID))),
+			clientv3.OpDelete(next.Key),
+			clientv3.OpPut(startKey, started),
+		},
+		[]clientv3.Op{clientv3.OpDelete(e.LeaseKey())},
+	), nil
+}

@@ -1,0 +1,356 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// abandonTimeout bounds the removal of a queue entry whose Acquire gave up.
+const abandonTimeout = 5 * time.Second
+
+// Acquire takes the resource, waiting in a fair queue while it is held
+// (docs/protocol.md §3.2). Calls get the resource in the order they began
+// waiting, and a waiting call wakes only when its turn comes, so a release
+// wakes one waiter, not all of them.
+//
+// One transaction (protocol.Queued) either claims the resource, as
+// TryAcquire would, or puts an entry at the back of its queue, attached to
+// the session's etcd lease, so that a dead waiter leaves the queue with its
+// session. The waiter then watches one key: the entry just ahead of it, or,
+// at the head, the lease key. A Release hands the lease to the head in its
+// own transaction, and the head learns its epoch from its watch; when the
+// lease ends any other way (expiry, Revoke), the head claims it.
+//
+// It returns early when ctx is done (with ctx's cause) or the session ends
+// (with the session's cause, such as session.ErrLost), after removing its
+// queue entry; if a handoff made it the holder meanwhile, it releases that
+// epoch, audited, to the next waiter. A completed resource returns a
+// *CompletedError, at once or when it completes while this call waits.
+//
+// An error from a transaction is an unknown outcome, as with TryAcquire:
+// Acquire then tries to remove its entry, and a resource claimed that way
+// stays held by the session, with no Lease, until the session's etcd lease
+// ends.
+func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+	if err := r.check("acquire", s, resource); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
+	defer stop()
+	for {
+		l, requeue, err := r.acquireQueued(wctx, s, resource)
+		if !requeue {
+			if err != nil && wctx.Err() != nil && !errors.Is(err, context.Cause(wctx)) {
+				return nil, fmt.Errorf("lease: acquire %q: %w", resource, context.Cause(wctx))
+			}
+			return l, err
+		}
+	}
+}
+
+// waiter is one Acquire call's place in a queue.
+type waiter struct {
+	r        *Registry
+	s        *session.Session
+	resource string
+	w        protocol.Waiter
+}
+
+// position is what a waiter last read: its entry, the lease key, the done
+// record and the entry ahead of it (nil: none), at revision rev.
+type position struct {
+	entry, lease, done, ahead *mvccpb.KeyValue
+	rev                       int64
+}
+
+func first(op *pb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := op.GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// acquireQueued runs one pass of Acquire: claim or enqueue, then wait for
+// the turn. requeue asks for another pass: the entry vanished without a
+// grant (removed by hand).
+func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resource string) (l *Lease, requeue bool, err error) {
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	if err != nil {
+		return nil, false, err
+	}
+	q := claimant.NewQueued(r.space, resource, protocol.NewID())
+	resp, err := r.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+	wt := &waiter{r: r, s: s, resource: resource, w: q.Waiter}
+	if err != nil {
+		err = fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
+		wt.abandon(ctx, "its queueing transaction had an unknown outcome")
+		return nil, false, err
+	}
+	if resp.Succeeded {
+		return r.acquired(s, resource, resp.Header.Revision, "claimed"), false, nil
+	}
+	p := position{
+		lease: first(resp.Responses[protocol.QueuedLease]),
+		done:  first(resp.Responses[protocol.QueuedDone]),
+		ahead: first(resp.Responses[protocol.QueuedAhead]),
+		rev:   resp.Header.Revision,
+	}
+	if resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
+		wt.w.Rev = resp.Header.Revision
+		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
+		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
+	}
+	l, requeue, err = wt.wait(ctx, p)
+	if err != nil && ctx.Err() != nil {
+		wt.abandon(ctx, "its context ended")
+	}
+	return l, requeue, err
+}
+
+func (wt *waiter) log() hclog.Logger {
+	return wt.r.log.With("resource", wt.resource, "worker", wt.s.Worker(), "ticket", wt.w.Holder.Ticket)
+}
+
+// granted reports whether kv, the lease key, is this waiter's grant.
+func (wt *waiter) granted(kv *mvccpb.KeyValue) bool {
+	if kv == nil {
+		return false
+	}
+	h, err := record.DecodeHolder(kv.Value)
+	return err == nil && h.Ticket == wt.w.Holder.Ticket && h.LeaseID == int64(wt.s.LeaseID())
+}
+
+// wait runs the waiter from position p until it holds the resource, learns
+// it was completed, or ctx ends.
+func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
+	r := wt.r
+	for {
+		switch {
+		case wt.granted(p.lease):
+			return r.acquired(wt.s, wt.resource, p.lease.ModRevision, "handed over"), false, nil
+		case p.done != nil:
+			wt.dropQueue(ctx)
+			return nil, false, completedError(wt.resource, p.done)
+		case p.entry == nil:
+			wt.log().Debug("queue entry gone without a grant; queueing again")
+			return nil, true, nil
+		case p.ahead != nil:
+			// Not the head: wait for the entry ahead to leave the queue
+			// (granted, given up, or gone with its session).
+			if err := r.waitDelete(ctx, string(p.ahead.Key), p.rev); err != nil {
+				return nil, false, fmt.Errorf("lease: acquire %q: %w", wt.resource, err)
+			}
+		case p.lease == nil:
+			// The head, and the lease is free: claim it.
+			l, np, err := wt.claim(ctx)
+			if l != nil || err != nil {
+				return l, false, err
+			}
+			p = np
+			continue
+		default:
+			// The head, behind the holder: the lease key's next change is
+			// a handoff to this waiter or the end of the epoch.
+			kv, deleted, err := r.waitLease(ctx, wt, p.rev)
+			switch {
+			case err != nil:
+				return nil, false, fmt.Errorf("lease: acquire %q: %w", wt.resource, err)
+			case kv != nil:
+				return r.acquired(wt.s, wt.resource, kv.ModRevision, "handed over"), false, nil
+			case deleted:
+				// Straight to the claim: its compares check the rest,
+				// and its Else reads the position if they fail.
+				p.lease = nil
+				continue
+			}
+		}
+		np, err := wt.read(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		p = np
+	}
+}
+
+// read reads the waiter's position (protocol.Position).
+func (wt *waiter) read(ctx context.Context) (position, error) {
+	resp, err := wt.r.cli.Txn(ctx).Then(protocol.Position(wt.r.space, wt.resource, wt.w)...).Commit()
+	if err != nil {
+		return position{}, fmt.Errorf("lease: acquire %q: read the queue: %w", wt.resource, err)
+	}
+	return positionOf(resp.Responses, resp.Header.Revision), nil
+}
+
+func positionOf(ops []*pb.ResponseOp, rev int64) position {
+	return position{
+		entry: first(ops[protocol.PosEntry]),
+		lease: first(ops[protocol.PosLease]),
+		done:  first(ops[protocol.PosDone]),
+		ahead: first(ops[protocol.PosAhead]),
+		rev:   rev,
+	}
+}
+
+// claim is the head's claim of the free lease (protocol.HeadClaim). On a
+// failed compare it returns the position its Else read.
+func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
+	r := wt.r
+	cmps, then, els, err := protocol.HeadClaim(r.space, wt.resource, wt.w, time.Now())
+	if err != nil {
+		return nil, position{}, err
+	}
+	resp, err := r.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return nil, position{}, fmt.Errorf("lease: acquire %q: %w", wt.resource, claimError(err))
+	}
+	if resp.Succeeded {
+		return r.acquired(wt.s, wt.resource, resp.Header.Revision, "first in the queue"), position{}, nil
+	}
+	return nil, positionOf(resp.Responses, resp.Header.Revision), nil
+}
+
+// dropQueue empties the queue of a completed resource (protocol.DropQueue),
+// so the other waiters learn it at once. Best effort: each waiter finds
+// the done record itself when its turn comes.
+func (wt *waiter) dropQueue(ctx context.Context) {
+	cmp, del := protocol.DropQueue(wt.r.space, wt.resource)
+	if _, err := wt.r.cli.Txn(ctx).If(cmp).Then(del).Commit(); err != nil {
+		wt.log().Debug("could not empty the queue of a completed resource", "error", err)
+	}
+}
+
+// abandon removes the waiter's entry when its Acquire gives up
+// (protocol.Dequeue), on a context of its own. If a handoff made the
+// waiter the holder meanwhile, it releases that epoch — audited, and
+// handed to the next waiter — rather than leave the resource held by a
+// session that does not know it.
+func (wt *waiter) abandon(ctx context.Context, why string) {
+	r := wt.r
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	cmp, del, get := protocol.Dequeue(r.space, wt.resource, wt.w)
+	resp, err := r.cli.Txn(actx).If(cmp).Then(del).Else(get).Commit()
+	if err != nil {
+		if wt.s.Err() == nil {
+			wt.log().Warn("could not leave the queue; the entry stays until the session ends", "why", why, "error", err)
+		}
+		return
+	}
+	if resp.Succeeded {
+		return
+	}
+	if kv := first(resp.Responses[0]); wt.granted(kv) {
+		l := r.newLease(wt.s, wt.resource, kv.ModRevision)
+		if err := l.Release(actx); err != nil {
+			wt.log().Warn("handed the lease while giving up, and could not release it; it stays held until the session ends", "epoch", kv.ModRevision, "error", err)
+		}
+	}
+}
+
+// watchSince opens a watch of key and returns it once key has not changed
+// since revision rev — or, with changed, the key as read when it has. The
+// watch starts at etcd's current revision, not at rev + 1: etcd serves a
+// watch from a past revision as an "unsynced" watcher, caught up by a loop
+// that runs every 100 ms, and a waiter whose turn comes in between would
+// wait for it. So the watch is opened first, and once etcd says it exists
+// (at revision W), one read of key (at a revision ≥ W) covers what the
+// watch does not: a change in (rev, W]. Every change after W arrives on
+// the watch. stop ends the watch; err is ctx's cause when ctx ends.
+func (r *Registry) watchSince(ctx context.Context, key string, rev int64, opts ...clientv3.OpOption) (wch clientv3.WatchChan, changed bool, kv *mvccpb.KeyValue, stop func(), err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	fail := func() (clientv3.WatchChan, bool, *mvccpb.KeyValue, func(), error) {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, false, nil, nil, context.Cause(ctx)
+		}
+		return nil, true, nil, nil, nil // broken: the caller reads again
+	}
+	wch = r.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	select {
+	case resp, ok := <-wch:
+		if !ok || resp.Err() != nil || !resp.Created {
+			return fail()
+		}
+	case <-ctx.Done():
+		return fail()
+	}
+	get, err := r.cli.Get(wctx, key)
+	if err != nil {
+		return fail()
+	}
+	if len(get.Kvs) == 0 || get.Kvs[0].ModRevision > rev {
+		cancel()
+		if len(get.Kvs) > 0 {
+			kv = get.Kvs[0]
+		}
+		return nil, true, kv, nil, nil
+	}
+	return wch, false, nil, cancel, nil
+}
+
+// waitDelete returns once key, which existed at rev, is deleted — or
+// changes, or the watch breaks, so the caller reads again; it returns the
+// cause when ctx ends.
+func (r *Registry) waitDelete(ctx context.Context, key string, rev int64) error {
+	wch, changed, _, stop, err := r.watchSince(ctx, key, rev, clientv3.WithFilterPut())
+	if err != nil || changed {
+		return err
+	}
+	defer stop()
+	for resp := range wch {
+		if resp.Err() != nil || len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// waitLease watches the lease key, held at rev by another epoch, for the
+// head waiter wt: it returns the key when a handoff names wt, deleted when
+// the key is deleted, neither when the watch breaks or the key changed
+// otherwise (the caller reads again), and the cause when ctx ends.
+func (r *Registry) waitLease(ctx context.Context, wt *waiter, rev int64) (kv *mvccpb.KeyValue, deleted bool, err error) {
+	wch, changed, kv, stop, err := r.watchSince(ctx, r.space.Lease(wt.resource), rev)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case changed && wt.granted(kv):
+		return kv, false, nil
+	case changed:
+		return nil, false, nil
+	}
+	defer stop()
+	for resp := range wch {
+		if resp.Err() != nil {
+			return nil, false, nil
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil, true, nil
+			}
+			if wt.granted(ev.Kv) {
+				return ev.Kv, false, nil
+			}
+			return nil, false, nil // another epoch began: read again
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, false, context.Cause(ctx)
+	}
+	return nil, false, nil
+}

@@ -695,6 +695,7 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	rcli, spy := spiedClient(t, c)
 	log := audit.New(rcli, audit.WithNamespace(ns))
 	stop := startRecorder(t, log)
+	waitWatching(t, spy) // or the first deletions are reconcile's, which decides nothing
 	r := newRegistry(t, cli, lease.WithNamespace(ns))
 	ctx := bg(t)
 	w1 := newSession(t, cli, "w1")

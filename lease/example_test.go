@@ -151,3 +151,61 @@ func ExampleRegistry_TryAcquireMany() {
 	// mail/1 completed: true
 	// mail/3 completed: true
 }
+
+// ExampleRegistry_Acquire has two workers wait for a lock: each gets it
+// in turn — in the order it began waiting — from the previous holder's
+// Release, which hands it over in its own transaction.
+func ExampleRegistry_Acquire() {
+	cluster, err := e2e.Start("")
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	reg := lease.NewRegistry(cli)
+	defer reg.Close()
+	newSession := func(worker string) *session.Session {
+		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}
+
+	first, err := reg.Acquire(ctx, newSession("w0"), "locks/billing")
+	if err != nil {
+		panic(err)
+	}
+	got := make(chan *lease.Lease)
+	for _, w := range []string{"w1", "w2"} {
+		s := newSession(w)
+		defer s.Close(ctx)
+		go func() {
+			l, err := reg.Acquire(ctx, s, "locks/billing") // waits its turn
+			if err != nil {
+				panic(err)
+			}
+			got <- l
+		}()
+	}
+	prev, increasing := first, true
+	for range 2 {
+		if err := prev.Release(ctx); err != nil { // hands the lock to the next waiter
+			panic(err)
+		}
+		l := <-got
+		increasing = increasing && l.Epoch() > prev.Epoch()
+		prev = l
+	}
+	if err := prev.Release(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("both waiters held it in turn, each at a higher epoch:", increasing)
+	// Output:
+	// both waiters held it in turn, each at a higher epoch: true
+}

@@ -33,10 +33,33 @@ var errRoundOver = errors.New("bench: round over")
 
 // Unary methods counted as transactions (writes) and as reads in the etcd
 // requests per handoff of section 10.
+// A transaction with no write on either branch is served as a read (no
+// proposal, no commit): it is counted as readTxn, among the reads.
 var (
 	txnMethods  = []string{"/etcdserverpb.KV/Txn", "/etcdserverpb.KV/Put", "/etcdserverpb.KV/DeleteRange"}
-	readMethods = []string{"/etcdserverpb.KV/Range"}
+	readMethods = []string{"/etcdserverpb.KV/Range", readTxn}
 )
+
+const readTxn = "/etcdserverpb.KV/Txn(read-only)"
+
+// readOnly reports whether etcd serves txn as a read: no put, delete or
+// writing nested transaction on either branch.
+func readOnly(txn *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			switch r := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+			case *pb.RequestOp_RequestTxn:
+				if !readOnly(r.RequestTxn) {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // callCounter counts what section 10's clients send and receive: every
 // unary call by method (a unary interceptor), and on Watch streams (a
@@ -63,8 +86,12 @@ func newCallCounter() *callCounter {
 func (c *callCounter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			name := method
+			if txn, ok := req.(*pb.TxnRequest); ok && readOnly(txn) {
+				name = readTxn
+			}
 			c.mu.Lock()
-			c.c.unary[method]++
+			c.c.unary[name]++
 			c.mu.Unlock()
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
@@ -467,7 +494,7 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 	s.addf("measured from the holder's Release (Unlock) call to the next holder's return, whoever that is (the releaser too, if it wins again); medians over rounds")
 
 	s.addf("etcd requests per handoff, counted by interceptors on the workers' clients over all rounds:")
-	s.addf("%-14s %9s %7s %7s %7s %7s %7s %13s %7s %8s %7s", "", "handoffs", "Txn", "Put", "Delete", "Range", "other", "transactions", "reads", "watches", "events")
+	s.addf("%-14s %9s %7s %7s %7s %7s %7s %7s %13s %7s %8s %7s", "", "handoffs", "Txn", "Put", "Delete", "Range", "RO-Txn", "other", "transactions", "reads", "watches", "events")
 	perHandoff := map[string]map[string]float64{}
 	var otherNames []string
 	for _, name := range []string{lhName, mxName} {
@@ -478,11 +505,11 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 			otherNames = append(otherNames, name+": "+other)
 		}
 		perHandoff[name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches), "events": f(c.events)}
-		s.addf("%-14s %9d %7.2f %7.2f %7.2f %7.2f %7.2f %13.2f %7.2f %8.2f %7.2f", name, n,
-			f(c.unary["/etcdserverpb.KV/Txn"]), f(c.unary["/etcdserverpb.KV/Put"]), f(c.unary["/etcdserverpb.KV/DeleteRange"]), f(c.unary["/etcdserverpb.KV/Range"]), f(otherN),
+		s.addf("%-14s %9d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %13.2f %7.2f %8.2f %7.2f", name, n,
+			f(c.unary["/etcdserverpb.KV/Txn"]), f(c.unary["/etcdserverpb.KV/Put"]), f(c.unary["/etcdserverpb.KV/DeleteRange"]), f(c.unary["/etcdserverpb.KV/Range"]), f(c.unary[readTxn]), f(otherN),
 			f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events))
 	}
-	s.addf("transactions = Txn + Put + DeleteRange calls; reads = Range calls; watches: watches created (clientv3 Watch calls); events: watch events received by the workers' clients")
+	s.addf("Txn: transactions that write on some branch; RO-Txn: read-only transactions, which etcd serves as reads; transactions = Txn + Put + DeleteRange calls; reads = Range + RO-Txn calls; watches: watches created (clientv3 Watch calls); events: watch events received by the workers' clients")
 	lhH, lhC := total(lhName)
 	mxH, mxC := total(mxName)
 	s.addf("watch responses with events per handoff: leasehold %.2f (%.1f events each), Mutex %.2f (%.1f events each)",

@@ -113,8 +113,14 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
 	}
 	l, requeue, err = wt.wait(ctx, p)
-	if err != nil && ctx.Err() != nil {
-		wt.abandon(ctx, "its context ended")
+	if err != nil && wt.w.Rev != 0 && !errors.As(err, new(*CompletedError)) {
+		// The call gives up (its context or session ended, or etcd
+		// failed it): leave the queue, or a handoff would be wasted on it.
+		why := "its context ended"
+		if ctx.Err() == nil {
+			why = err.Error()
+		}
+		wt.abandon(ctx, why)
 	}
 	return l, requeue, err
 }
@@ -141,7 +147,9 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 		case wt.granted(p.lease):
 			return r.acquired(wt.s, wt.resource, p.lease.ModRevision, "handed over"), false, nil
 		case p.done != nil:
-			wt.dropQueue(ctx)
+			if p.entry != nil || p.ahead != nil {
+				wt.dropQueue(ctx)
+			}
 			return nil, false, completedError(wt.resource, p.done)
 		case p.entry == nil:
 			wt.log().Debug("queue entry gone without a grant; queueing again")

@@ -1,0 +1,77 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestAbandonAfterGrantReleases: a waiter that gives up just after a
+// handoff made it the holder — its watch had not told it yet — releases
+// that epoch, audited, instead of leaving the resource held by a session
+// that does not know it. The handoff is made for real; the waiter's
+// watch is left out, so the order is the test's to choose.
+func TestAbandonAfterGrantReleases(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	ctx := context.Background()
+	r := NewRegistry(cli)
+	t.Cleanup(func() { _ = r.Close() })
+	newSession := func(worker string) *session.Session {
+		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(ctx) })
+		return s
+	}
+	holder, err := r.TryAcquire(ctx, newSession("holder"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession("quitter")
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := claimant.NewQueued(r.space, "t", protocol.NewID())
+	resp, err := cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+	if err != nil || resp.Succeeded || !resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
+		t.Fatalf("queueing: %v %v", resp, err)
+	}
+	wt := &waiter{r: r, s: s, resource: "t", w: q.Waiter}
+	wt.w.Rev = resp.Header.Revision
+
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	get, err := cli.Get(ctx, r.space.Lease("t"))
+	if err != nil || len(get.Kvs) != 1 || !wt.granted(get.Kvs[0]) {
+		t.Fatalf("the Release did not hand over to the queued call: %v %v", get, err)
+	}
+	epoch := get.Kvs[0].ModRevision
+
+	wt.abandon(ctx, "the test gave up")
+	if get, err := cli.Get(ctx, r.space.Lease("t"), clientv3.WithCountOnly()); err != nil || get.Count != 0 {
+		t.Fatalf("after giving up, the lease key: %v %v; want it released", get, err)
+	}
+	entries, err := audit.New(cli).List(ctx, audit.Filter{Resource: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range entries {
+		if e.Epoch == epoch {
+			kinds = append(kinds, string(e.Kind)+":"+e.Worker)
+		}
+	}
+	if len(kinds) != 2 || kinds[0] != "acquired:quitter" || kinds[1] != "released:quitter" {
+		t.Fatalf("epoch %d's entries %v, want it acquired and released by the quitter", epoch, kinds)
+	}
+}

@@ -25,9 +25,14 @@
 // lies at least (TTL − margin)/2 before the deadline: a renewal sent when
 // due has that long for its round trip and retries, and whenever the
 // deadline is nearer than that, the renewal is already overdue and goes
-// out at once. A failed renewal is retried after a quarter of the
-// interval (at least 10ms, at most the interval); each attempt is
-// bounded by the deadline.
+// out at once. Each attempt gets a quarter of the time left before the
+// deadline (at least MinRenewAttempt); one that gets no answer in that
+// time is retried at once, and the client's round-robin balancer sends
+// the retry to the next member, so a frozen member or a half-open
+// connection costs a fraction of the window instead of the session. The
+// deadline is still computed from the send time of the attempt that
+// succeeded. A renewal that fails otherwise (an error) is retried after a
+// quarter of the interval (at least 10ms, at most the interval).
 //
 // The deadline is enforced by a timer that does nothing but cancel the
 // context: nothing that can block — the network, the logger, the
@@ -317,7 +322,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	s.mu.Lock()
 	s.lost = time.AfterFunc(time.Until(deadline), s.expire)
 	s.mu.Unlock()
-	go s.run(sent.Add(interval))
+	go s.run(sent.Add(interval), replied.Sub(sent))
 	s.log.Debug("session started", "ttl", ttl, "margin", margin, "interval", interval, "grant_rtt", replied.Sub(sent))
 	return s, nil
 }
@@ -404,7 +409,7 @@ func (s *Session) Deadline() time.Time {
 // enforce the deadline (expire does), so nothing it waits for — the
 // network, the logger, the Observer — can keep the context live past it.
 // It reports the session's end once the context is cancelled.
-func (s *Session) run(due time.Time) {
+func (s *Session) run(due time.Time, rtt time.Duration) {
 	defer close(s.done)
 	defer s.reportEnd()
 	next := time.NewTimer(time.Until(due))
@@ -424,21 +429,23 @@ func (s *Session) run(due time.Time) {
 		deadline := s.deadline
 		s.mu.Unlock()
 		sent := time.Now()
-		rctx, cancel := context.WithDeadline(s.ctx, deadline)
+		rctx, cancel := context.WithDeadline(s.ctx, attemptDeadline(sent, deadline, rtt))
 		stop := context.AfterFunc(s.cli.Ctx(), cancel)
 		resp, err := s.cli.KeepAliveOnce(rctx, s.id)
+		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
 		stop()
 		cancel()
 		switch {
 		case err == nil && resp.TTL > 0:
 			ttl := time.Duration(resp.TTL) * time.Second
-			rtt := time.Since(sent)
+			took := time.Since(sent)
+			rtt = max(took, rtt/2) // recent round trips, decaying
 			headroom, ok := s.extend(sent, ttl)
 			if !ok {
 				return // the deadline passed before the reply arrived
 			}
-			s.observer.SessionRenewed(s.worker, rtt, headroom)
-			s.log.Trace("renewed", "ttl", ttl, "rtt", rtt, "headroom", headroom)
+			s.observer.SessionRenewed(s.worker, took, headroom)
+			s.log.Trace("renewed", "ttl", ttl, "rtt", took, "headroom", headroom)
 			// Due an interval after this renewal was sent — at once if
 			// its reply took longer than that.
 			next.Reset(time.Until(sent.Add(s.interval)))
@@ -453,11 +460,42 @@ func (s *Session) run(due time.Time) {
 				s.end(ErrLost)
 				return
 			}
+			if timedOut && time.Now().Before(deadline) {
+				// The member did not answer within the attempt's share of
+				// the window: a frozen member, or a half-open connection.
+				// Retry at once. The client's round-robin picker gives the
+				// next stream the next ready connection, so the retry goes
+				// to another member (TestRenewalsRotateMembers).
+				s.log.Debug("renewal attempt timed out; retrying on the next member", "after", time.Since(sent), "until_deadline", time.Until(deadline))
+				next.Reset(0)
+				continue
+			}
 			// Retry sooner than the interval: the deadline is what counts.
 			s.log.Debug("renewal failed", "error", err, "until_deadline", time.Until(deadline))
 			next.Reset(min(s.interval, max(s.interval/4, 10*time.Millisecond)))
 		}
 	}
+}
+
+// MinRenewAttempt is the shortest time one renewal attempt is given
+// before it is abandoned and retried.
+const MinRenewAttempt = 100 * time.Millisecond
+
+// attemptDeadline bounds one renewal attempt sent at sent: a quarter of
+// the time left before the safe deadline — or three times the recent
+// round trip rtt if that is longer (a slow link is not a dead member), but
+// then at most half of the time left — and at least MinRenewAttempt;
+// never past the deadline. A member that does not answer — frozen, or
+// behind a half-open connection — costs a fraction of the window, not
+// all of it, and the attempts shrink as the deadline nears, so several
+// fit in it.
+func attemptDeadline(sent, deadline time.Time, rtt time.Duration) time.Time {
+	left := deadline.Sub(sent)
+	d := max(left/4, min(3*rtt, left/2), MinRenewAttempt)
+	if t := sent.Add(d); t.Before(deadline) {
+		return t
+	}
+	return deadline
 }
 
 // extend records a successful renewal sent at sent, which etcd answered

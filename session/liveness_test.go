@@ -1,0 +1,137 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/faultproxy"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// memberProxies starts a 3-member cluster with a fault proxy in front of
+// each member's client port, and returns the proxies in member order.
+func memberProxies(t *testing.T) (*e2e.Cluster, []*faultproxy.Proxy) {
+	t.Helper()
+	c := e2e.NewCluster(t, e2e.WithMembers(3))
+	var ps []*faultproxy.Proxy
+	for _, m := range c.Members() {
+		ps = append(ps, faultproxy.New(t, m.Endpoint()))
+	}
+	return c, ps
+}
+
+func endpoints(ps []*faultproxy.Proxy) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Endpoint())
+	}
+	return out
+}
+
+// TestFrozenMemberEndsNoSession: with 3 members, one member stops
+// answering its clients for 5 s — the connection stays open and nothing
+// comes back, as with a SIGSTOPped process or a half-open connection —
+// then the next, then the next. A quorum is there the whole time, so no
+// session may end and no lease may be lost while its session lives. Each
+// renewal attempt is bounded by a share of the safe window and retried at
+// once, and the client's round-robin balancer sends the retry to another
+// member.
+//
+// etcd's own concurrency.Session runs beside it through the same proxies,
+// for comparison; its losses are reported, not asserted.
+func TestFrozenMemberEndsNoSession(t *testing.T) {
+	c, ps := memberProxies(t)
+	const n, ttl = 8, 3 * time.Second
+	ctx := context.Background()
+
+	cli := c.ClientTo(t, endpoints(ps)...) // a plain client: no keepalive, no tuning
+	reg := lease.NewRegistry(cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	var sessions []*session.Session
+	var leases []*lease.Lease
+	for i := range n {
+		s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("w%d", i)), session.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		l, err := reg.TryAcquire(ctx, s, fmt.Sprintf("live/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, leases = append(sessions, s), append(leases, l)
+	}
+
+	mcli := c.ClientTo(t, endpoints(ps)...)
+	var mutexSessions []*concurrency.Session
+	for range n {
+		ms, err := concurrency.NewSession(mcli, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ms.Close() })
+		mutexSessions = append(mutexSessions, ms)
+	}
+
+	for i, p := range ps {
+		p.Blackhole()
+		t.Logf("member %d frozen for 5s", i)
+		time.Sleep(5 * time.Second)
+		p.Heal()
+		time.Sleep(time.Second)
+	}
+
+	ended, lost := 0, 0
+	for i, s := range sessions {
+		if err := s.Err(); err != nil {
+			ended++
+			t.Errorf("session %s ended: %v", s.Worker(), err)
+			continue
+		}
+		if err := leases[i].Context().Err(); err != nil {
+			lost++
+			t.Errorf("lease %s lost while its session lives: %v", leases[i].Resource(), context.Cause(leases[i].Context()))
+		}
+	}
+	mutexEnded := 0
+	for _, ms := range mutexSessions {
+		select {
+		case <-ms.Done():
+			mutexEnded++
+		default:
+		}
+	}
+	t.Logf("sessions ended: leasehold %d of %d (leases lost %d), concurrency.Session %d of %d", ended, n, lost, mutexEnded, n)
+}
+
+// TestRenewalsRotateMembers checks what the renewal retry relies on
+// rather than assuming it: clientv3 balances round-robin over all its
+// endpoints, so successive KeepAliveOnce calls — each a new stream — are
+// answered by different members.
+func TestRenewalsRotateMembers(t *testing.T) {
+	c := e2e.NewCluster(t, e2e.WithMembers(3))
+	cli := c.Client(t)
+	ctx := context.Background()
+	g, err := cli.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]int{}
+	for range 9 {
+		resp, err := cli.KeepAliveOnce(ctx, g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[resp.MemberId]++
+	}
+	t.Logf("KeepAliveOnce answered by members %v", seen)
+	if len(seen) != 3 {
+		t.Fatalf("9 successive renewals were answered by %d members, want all 3: %v", len(seen), seen)
+	}
+}

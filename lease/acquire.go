@@ -91,7 +91,9 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		return nil, false, err
 	}
 	q := claimant.NewQueued(r.space, resource, protocol.NewID())
-	resp, err := r.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+	cancel()
 	wt := &waiter{r: r, s: s, resource: resource, w: q.Waiter}
 	if err != nil {
 		err = fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
@@ -192,13 +194,28 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 	}
 }
 
-// read reads the waiter's position (protocol.Position).
+// read reads the waiter's position (protocol.Position). A read changes
+// nothing, so a failed one is tried again — each attempt bounded, so the
+// next goes to another member — until ctx ends.
 func (wt *waiter) read(ctx context.Context) (position, error) {
-	resp, err := wt.r.cli.Txn(ctx).Then(protocol.Position(wt.r.space, wt.resource, wt.w)...).Commit()
-	if err != nil {
-		return position{}, fmt.Errorf("lease: acquire %q: read the queue: %w", wt.resource, err)
+	backoff := 10 * time.Millisecond
+	for {
+		actx, cancel := wt.r.attemptCtx(ctx)
+		resp, err := wt.r.cli.Txn(actx).Then(protocol.Position(wt.r.space, wt.resource, wt.w)...).Commit()
+		cancel()
+		if err == nil {
+			return positionOf(resp.Responses, resp.Header.Revision), nil
+		}
+		if ctx.Err() != nil {
+			return position{}, fmt.Errorf("lease: acquire %q: read the queue: %w", wt.resource, context.Cause(ctx))
+		}
+		wt.log().Debug("could not read the queue; trying again", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return positionOf(resp.Responses, resp.Header.Revision), nil
 }
 
 func positionOf(ops []*pb.ResponseOp, rev int64) position {
@@ -219,7 +236,9 @@ func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 	if err != nil {
 		return nil, position{}, err
 	}
-	resp, err := r.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).If(cmps...).Then(then...).Else(els...).Commit()
+	cancel()
 	if err != nil {
 		return nil, position{}, fmt.Errorf("lease: acquire %q: %w", wt.resource, claimError(err))
 	}
@@ -234,7 +253,9 @@ func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 // the done record itself when its turn comes.
 func (wt *waiter) dropQueue(ctx context.Context) {
 	cmp, del := protocol.DropQueue(wt.r.space, wt.resource)
-	if _, err := wt.r.cli.Txn(ctx).If(cmp).Then(del).Commit(); err != nil {
+	actx, cancel := wt.r.attemptCtx(ctx)
+	defer cancel()
+	if _, err := wt.r.cli.Txn(actx).If(cmp).Then(del).Commit(); err != nil {
 		wt.log().Debug("could not empty the queue of a completed resource", "error", err)
 	}
 }
@@ -294,7 +315,9 @@ func (r *Registry) watchSince(ctx context.Context, key string, rev int64, opts .
 	case <-ctx.Done():
 		return fail()
 	}
-	get, err := r.cli.Get(wctx, key)
+	gctx, gcancel := r.attemptCtx(wctx)
+	get, err := r.cli.Get(gctx, key)
+	gcancel()
 	if err != nil {
 		return fail()
 	}

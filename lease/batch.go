@@ -137,7 +137,9 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 	}
 
 	// No compare: Then always runs, and every nested claim stands alone.
-	resp, err := r.cli.Txn(ctx).Then(claims...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).Then(claims...).Commit()
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), claimError(err))
 	}
@@ -193,10 +195,13 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 //   - or etcd refused the first transaction as a whole (permissions, a
 //     limit): nothing was applied, and the error matches
 //     outcome.ErrRefused;
-//   - or the first transaction failed otherwise, an unknown outcome
-//     (outcome.ErrUnknown): it
-//     committed for all the leases or for none (a transaction is atomic).
-//     Call CompleteMany again with the same status to resolve it.
+//   - or ctx ended while the first transaction's outcome was unknown
+//     (outcome.ErrUnknown): it committed for all the leases or for none
+//     (a transaction is atomic). Until ctx ends, CompleteMany resolves an
+//     unknown outcome itself, as Complete does: each transaction is
+//     bounded by the attempt timeout (WithAttemptTimeout) and the batch is
+//     sent again, idempotently. Call CompleteMany again with the same
+//     status to resolve it.
 //
 // A per-lease error that matches ErrStale but is not a *StaleError means
 // that lease's CAS failed and writing its rejection in a follow-up
@@ -252,7 +257,12 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 	for _, l := range leases {
 		l.beginEnd()
 	}
-	results, err := completeMany(ctx, r, attempts, cas)
+	var results []error
+	err := retryUnknown(ctx, r.log, func() error {
+		var err error
+		results, err = completeMany(ctx, r, attempts, cas)
+		return err
+	})
 	for i, l := range leases {
 		lerr := err
 		if lerr == nil {
@@ -273,7 +283,9 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 // follow-ups; a non-nil error is the first transaction's unknown outcome.
 func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, cas []clientv3.Op) ([]error, error) {
 	// No compare: Then always runs, and every nested CAS stands alone.
-	resp, err := r.cli.Txn(ctx).Then(cas...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).Then(cas...).Commit()
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), outcome.Classify(err))
 	}
@@ -309,7 +321,9 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 		if len(pending) == 0 {
 			break
 		}
-		resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+		actx, cancel := r.attemptCtx(ctx)
+		resp, err := r.cli.Txn(actx).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			for _, i := range pending {
 				results[i] = attempts[i].staleUnknown(err)

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
@@ -42,16 +43,23 @@ const maxGuesses = 8
 // guess (0, nobody, unless the lease learned otherwise); a wrong guess costs one
 // more round trip with the value read.
 //
-// An error from the transaction matches outcome.ErrUnknown — the
-// completion may or may not have committed; calling Complete again with
-// the same status resolves it — or outcome.ErrRefused: etcd applied
-// nothing. The resource cannot be acquired again once completed.
+// Each transaction is bounded by the registry's attempt timeout
+// (WithAttemptTimeout). Because a retry is idempotent, Complete resolves
+// an unknown outcome itself: it sends the same completion again — the
+// client's round-robin balancer picks the next member — backing off from
+// 20 ms to 1 s, until it is decided or ctx ends. So a member that hangs
+// costs an attempt timeout, not the call. When ctx ends first, the error
+// matches outcome.ErrUnknown — the completion may or may not have
+// committed; calling Complete again with the same status resolves it — and
+// an error matching outcome.ErrRefused means etcd applied nothing. The
+// resource cannot be acquired again once completed.
 func (l *Lease) Complete(ctx context.Context, status string) error {
 	if err := validateStatus(status); err != nil {
 		return fmt.Errorf("lease: complete %q: %w", l.resource, err)
 	}
 	l.beginEnd()
-	err := l.end(ctx, "complete", l.newEnd(audit.Completed, status, time.Now()))
+	e := l.newEnd(audit.Completed, status, time.Now())
+	err := retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
 	if err == nil {
 		l.log.Debug("completed", "status", status)
@@ -120,6 +128,26 @@ func (l *Lease) queueHead(ctx context.Context) *protocol.Waiter {
 	return &w
 }
 
+// retryUnknown calls f — an idempotent call — until its error is not an
+// unknown outcome or ctx ends, backing off from 20 ms to 1 s between
+// calls, and returns its last error.
+func retryUnknown(ctx context.Context, log hclog.Logger, f func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, outcome.ErrUnknown) || ctx.Err() != nil {
+			return err
+		}
+		log.Debug("unknown outcome; sending again", "error", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
 // maxHintWait bounds the queue read before a Release. The read is a hint,
 // answered by the client's member alone; one that does not answer at once
 // is a member in trouble, and the Release should spend the caller's time
@@ -156,7 +184,9 @@ func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
 	if err != nil {
 		return err
 	}
-	resp, err := l.r.cli.Txn(ctx).If(e.Held()).Then(then...).Else(elseOps...).Commit()
+	actx, cancel := l.r.attemptCtx(ctx)
+	resp, err := l.r.cli.Txn(actx).If(e.Held()).Then(then...).Else(elseOps...).Commit()
+	cancel()
 	if err != nil {
 		return a.unknown(err)
 	}
@@ -173,7 +203,9 @@ func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
 		}
 		// The epoch can never hold the key again, so the CAS need not be
 		// repeated: a compare-free transaction always runs Then.
-		resp, err = l.r.cli.Txn(ctx).Then(ops...).Commit()
+		actx, cancel := l.r.attemptCtx(ctx)
+		resp, err = l.r.cli.Txn(actx).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			return a.staleUnknown(err)
 		}

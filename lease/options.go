@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -64,3 +66,37 @@ type nopObserver struct{}
 
 func (nopObserver) LeaseAcquired(string)              {}
 func (nopObserver) LeaseEnded(string, string, string) {}
+
+// DefaultAttemptTimeout bounds one etcd request of a lease operation when
+// WithAttemptTimeout is not given.
+const DefaultAttemptTimeout = 2 * time.Second
+
+// WithAttemptTimeout bounds each etcd request a registry and its leases
+// send — every transaction of TryAcquire, Acquire, Complete, Release,
+// Revoke and the batches — independently of the caller's context, so
+// that a member that stops answering (frozen, or behind a half-open
+// connection) costs one attempt, not the whole call. The default is
+// DefaultAttemptTimeout; d must be positive. Choose it well above the
+// cluster's slowest healthy commit: an attempt cut short is an unknown
+// outcome.
+//
+// What happens after an attempt times out depends on the call. Complete
+// and CompleteMany are idempotent, so they send the transaction again, on
+// the caller's context, and the client's round-robin balancer sends it to
+// the next member. TryAcquire, TryAcquireMany, Release and Revoke return
+// the unknown outcome (outcome.ErrUnknown) for the caller to resolve, as
+// their docs describe. Acquire removes its queue entry and returns it.
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(r *Registry) error {
+		if d <= 0 {
+			return fmt.Errorf("lease: WithAttemptTimeout(%v): must be positive", d)
+		}
+		r.attempt = d
+		return nil
+	}
+}
+
+// attemptCtx is ctx bounded by the registry's attempt timeout.
+func (r *Registry) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.attempt)
+}

@@ -29,7 +29,8 @@ type Registry struct {
 	space    keys.Space
 	log      hclog.Logger
 	observer Observer
-	err      error // configuration error, returned by every method
+	attempt  time.Duration // bound of one etcd request (WithAttemptTimeout)
+	err      error         // configuration error, returned by every method
 
 	tracker tracker
 }
@@ -37,7 +38,7 @@ type Registry struct {
 // NewRegistry returns a registry over cli. A bad option is reported by
 // every method rather than here, so NewRegistry cannot fail.
 func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
-	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: nopObserver{}}
+	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: nopObserver{}, attempt: DefaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, errors.New("lease: NewRegistry: nil client"))
@@ -107,7 +108,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 		return nil, err
 	}
 	c := claimant.NewClaim(r.space, resource)
-	resp, err := r.cli.Txn(ctx).If(c.If...).Then(c.Then...).Else(c.Else...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).If(c.If...).Then(c.Then...).Else(c.Else...).Commit()
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
 	}
@@ -196,7 +199,9 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 		return fmt.Errorf("lease: revoke: %w", err)
 	}
 	leaseKey := r.space.Lease(resource)
-	get, err := r.cli.Get(ctx, leaseKey)
+	gctx, cancel := r.attemptCtx(ctx)
+	get, err := r.cli.Get(gctx, leaseKey)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("lease: revoke %q: %w", resource, err)
 	}
@@ -233,7 +238,9 @@ func (r *Registry) revokeTxn(ctx context.Context, resource string, epoch int64, 
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
-	return r.cli.Txn(ctx).If(sameEpoch).Then(then...).Commit()
+	actx, cancel := r.attemptCtx(ctx)
+	defer cancel()
+	return r.cli.Txn(actx).If(sameEpoch).Then(then...).Commit()
 }
 
 // Close stops the registry's watches and cancels the contexts of the leases

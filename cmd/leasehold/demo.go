@@ -332,6 +332,7 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 		defer p.Close()
 		proxy = p
 		wg.endpoints = []string{p.Endpoint()}
+		wg.autoSync = 0 // a sync would replace the proxy with the member's own URL
 	}
 	cli, err := wg.client(ctx)
 	if err != nil {

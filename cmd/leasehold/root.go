@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/etcdclient"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Exit codes.
@@ -36,6 +36,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 type globals struct {
 	endpoints   []string
 	dialTimeout time.Duration
+	autoSync    time.Duration
 	cmdTimeout  time.Duration
 	namespace   string
 	output      string
@@ -88,6 +89,7 @@ func newRoot(g *globals) *cobra.Command {
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated: host:port, http(s)://host:port or unix(s)://path")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "dial timeout for the etcd client")
+	f.DurationVar(&g.autoSync, "auto-sync-interval", etcdclient.DefaultAutoSyncInterval, "how often to replace the endpoints with etcd's member list; 0: never (endpoints behind a proxy or load balancer)")
 	f.DurationVar(&g.cmdTimeout, "command-timeout", 10*time.Second, "timeout of each request")
 	f.StringVar(&g.namespace, "namespace", keys.DefaultNamespace, "key namespace")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
@@ -129,6 +131,9 @@ func (g *globals) validate() error {
 	if g.dialTimeout <= 0 || g.cmdTimeout <= 0 {
 		return usagef("--dial-timeout and --command-timeout must be positive")
 	}
+	if g.autoSync < 0 {
+		return usagef("--auto-sync-interval must not be negative (0 turns auto-sync off)")
+	}
 	if err := validateArchive(g.archive); err != nil {
 		return err
 	}
@@ -146,15 +151,11 @@ func (g *globals) validate() error {
 	return nil
 }
 
-// client dials etcd with the global flags. The dial is bounded by
-// --dial-timeout, so an unreachable cluster fails fast.
+// client dials etcd with the global flags, in etcdclient's recommended
+// configuration (keepalive, auto-sync, etcd's client logs discarded). The
+// dial is bounded by --dial-timeout, so an unreachable cluster fails fast.
 func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
-	cfg := clientv3.Config{
-		Endpoints:   g.endpoints,
-		DialTimeout: g.dialTimeout,
-		Logger:      zap.NewNop(),
-		Context:     ctx,
-	}
+	opts := []etcdclient.Option{etcdclient.WithDialTimeout(g.dialTimeout), etcdclient.WithAutoSync(g.autoSync)}
 	if g.cacert != "" || g.cert != "" || g.insecureTLS {
 		info := transport.TLSInfo{TrustedCAFile: g.cacert, CertFile: g.cert, KeyFile: g.key, InsecureSkipVerify: g.insecureTLS}
 		tc, err := info.ClientConfig()
@@ -164,13 +165,20 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 		if g.insecureTLS {
 			tc.InsecureSkipVerify = true
 		}
-		cfg.TLS = tc
+		opts = append(opts, etcdclient.WithTLS(tc))
 	}
 	user, password, err := g.credentials()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Username, cfg.Password = user, password
+	if user != "" {
+		opts = append(opts, etcdclient.WithAuth(user, password))
+	}
+	cfg, err := etcdclient.Config(g.endpoints, opts...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	cfg.Context = ctx
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		if why := unresolvedHost(ctx, g.endpoints, g.dialTimeout); why != nil {

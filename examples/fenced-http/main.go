@@ -206,7 +206,7 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := c.Client(proxy.Endpoint())
+	cli1, err := c.ProxiedClient(proxy.Endpoint())
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := c.Client(proxy.Endpoint())
+	cli1, err := c.ProxiedClient(proxy.Endpoint())
 	if err != nil {
 		return err
 	}

@@ -12,11 +12,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
+	"github.com/leasehold/leasehold/etcdclient"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Flags are how to reach an existing etcd, as given on the command line.
@@ -79,13 +78,28 @@ func (f Flags) Conn() (Conn, error) {
 	return c, nil
 }
 
-// Client dials the given endpoints with the connection's TLS and
-// credentials; etcd checks the password here.
+// Client dials the given endpoints (every member's) with the connection's
+// TLS and credentials, in etcdclient's recommended configuration; etcd
+// checks the password here.
 func (c Conn) Client(endpoints ...string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints: endpoints, TLS: c.TLS, Username: c.user, Password: c.password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
+	return c.client(endpoints)
+}
+
+// ProxiedClient dials a fault proxy's endpoint like Client, with
+// auto-sync off: a sync would replace the proxy's endpoint with the
+// members' own URLs, and the client would go around the proxy.
+func (c Conn) ProxiedClient(endpoint string) (*clientv3.Client, error) {
+	return c.client([]string{endpoint}, etcdclient.WithAutoSync(0))
+}
+
+func (c Conn) client(endpoints []string, opts ...etcdclient.Option) (*clientv3.Client, error) {
+	if c.TLS != nil {
+		opts = append(opts, etcdclient.WithTLS(c.TLS))
+	}
+	if c.user != "" {
+		opts = append(opts, etcdclient.WithAuth(c.user, c.password))
+	}
+	return etcdclient.New(endpoints, opts...)
 }
 
 // ProxyTarget is the URL a fault proxy in front of endpoint dials. The

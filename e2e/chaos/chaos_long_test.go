@@ -42,7 +42,8 @@ func envSeed(t *testing.T) uint64 {
 
 // TestChaosLong is `make chaos`: LEASEHOLD_CHAOS_DURATION of faults
 // (default 10m, as make's DURATION) with LEASEHOLD_CHAOS_SEED (random if
-// unset), printing the summary.
+// unset), printing the summary. LEASEHOLD_CHAOS_CONTENDED=1 runs the
+// contended workload (Config.Contended) on maxContendedWindow tasks.
 func TestChaosLong(t *testing.T) {
 	d, ok := envDuration(t, "LEASEHOLD_CHAOS_DURATION")
 	if !ok {
@@ -50,7 +51,8 @@ func TestChaosLong(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Seed, cfg.Duration, cfg.Logf = envSeed(t), d, t.Logf
-	fmt.Printf("chaos: seed %d, duration %v\n", cfg.Seed, d)
+	cfg.Contended = os.Getenv("LEASEHOLD_CHAOS_CONTENDED") == "1"
+	fmt.Printf("chaos: seed %d, duration %v, contended %v\n", cfg.Seed, d, cfg.Contended)
 	res := Run(t, cfg)
 	fmt.Print(res.Summary())
 	if len(res.Violations) > 0 {
@@ -59,7 +61,8 @@ func TestChaosLong(t *testing.T) {
 }
 
 // TestChaosControlLong is `make chaos-control`: control runs, fencing off,
-// CAS off and retention deleting before it archives in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
+// CAS off, retention deleting before it archives and the unfair handoff
+// (contended) in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m) has passed. Each run has
 // LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
 // run's violations, the total and the detection rate per control, and
@@ -75,7 +78,7 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst}
+	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair}
 	runs, caught := map[Control]int{}, map[Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)

@@ -54,18 +54,31 @@ func shortConfig(t *testing.T, seed uint64, d time.Duration, control Control) Co
 	}
 }
 
+// contendedConfig is shortConfig with the contended workload: 12 threads
+// on 3 open tasks.
+func contendedConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+	cfg := shortConfig(t, seed, d, control)
+	cfg.Contended, cfg.Threads, cfg.Window = true, 3, 3
+	return cfg
+}
+
+// shortSeed is LEASEHOLD_CHAOS_SEED if set, else def.
+func shortSeed(t *testing.T, def uint64) uint64 {
+	v := os.Getenv("LEASEHOLD_CHAOS_SEED")
+	if v == "" {
+		return def
+	}
+	s, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("LEASEHOLD_CHAOS_SEED=%q: %v", v, err)
+	}
+	return s
+}
+
 // TestChaos is the short pass: a fixed seed (LEASEHOLD_CHAOS_SEED, if
 // set), zero violations.
 func TestChaos(t *testing.T) {
-	seed := uint64(1)
-	if v := os.Getenv("LEASEHOLD_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("LEASEHOLD_CHAOS_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
-	res := Run(t, shortConfig(t, seed, 12*time.Second, ControlNone))
+	res := Run(t, shortConfig(t, shortSeed(t, 1), 12*time.Second, ControlNone))
 	t.Log("\n" + res.Summary())
 	if len(res.Violations) > 0 {
 		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
@@ -81,16 +94,45 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// TestChaosContended is the short pass of the contended workload: the
+// waiting queue under the same faults, on a fixed seed
+// (LEASEHOLD_CHAOS_SEED, if set), zero violations — no unfair grant among
+// them — with the queue's paths taken: handoffs, direct grants, blocking
+// Acquire and AcquireMany calls granted.
+func TestChaosContended(t *testing.T) {
+	res := Run(t, contendedConfig(t, shortSeed(t, 11), 5*time.Second, ControlNone))
+	summary := res.Summary()
+	t.Log("\n" + summary)
+	if len(res.Violations) > 0 {
+		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
+	}
+	if !strings.Contains(summary, "\nunfair grants: 0\n") {
+		t.Errorf("the summary has no line \"unfair grants: 0\"")
+	}
+	q := res.Queue
+	if q.Handoffs == 0 || q.Queued == 0 || q.Direct == 0 || q.Enqueued == 0 || q.Waits == 0 || q.ManyWaits == 0 {
+		t.Errorf("the queue was not exercised: %+v", q)
+	}
+	if q.Handoffs != res.Handoffs {
+		t.Errorf("%d handoffs by the queue's history, %d by the lease history's released entries", q.Handoffs, res.Handoffs)
+	}
+}
+
 // TestChaosControl proves the checker can fail: with fencing off, with
-// the CAS off, and with a retention pass that deletes before it archives,
-// it must report violations.
+// the CAS off, with a retention pass that deletes before it archives, and
+// with a Release that hands the lease to the second waiter (contended), it
+// must report violations.
 func TestChaosControl(t *testing.T) {
 	for _, c := range []struct {
 		control Control
 		seed    uint64
-	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}} {
+	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}} {
 		t.Run(string(c.control), func(t *testing.T) {
-			res := Run(t, shortConfig(t, c.seed, 8*time.Second, c.control))
+			cfg := shortConfig(t, c.seed, 8*time.Second, c.control)
+			if c.control == ControlUnfair {
+				cfg = contendedConfig(t, c.seed, 4*time.Second, c.control)
+			}
+			res := Run(t, cfg)
 			summary := res.Summary()
 			t.Log("\n" + summary)
 			if len(res.Violations) == 0 {
@@ -110,6 +152,9 @@ func TestChaosControl(t *testing.T) {
 			}
 			if c.control == ControlDeleteFirst && res.ViolationsByCheck()[CheckRetention] == 0 {
 				t.Errorf("control %s: no %s violation", c.control, CheckRetention)
+			}
+			if c.control == ControlUnfair && (res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0) {
+				t.Errorf("control %s: no %s violation", c.control, CheckFairness)
 			}
 			for _, f := range files {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {

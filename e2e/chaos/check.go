@@ -39,6 +39,7 @@ const (
 	CheckHistory           = "history"            // malformed worker history
 	CheckRejectionsCurrent = "rejections-current" // a rejection names the epoch that held then
 	CheckRetention         = "retention"          // archive first, delete second; nothing lost, nothing early
+	CheckFairness          = "unfair-grant"       // every grant goes to a direct claim on an empty queue, or to the queue's first entry
 )
 
 // Result is a checked run.
@@ -62,6 +63,13 @@ type Result struct {
 	// Handoffs counts the epochs a Release handed straight to the first
 	// queued Acquire, in its own transaction.
 	Handoffs int
+	// Queue is what the waiting queue did, and what checkFairness found.
+	Queue QueueFacts
+	// Internal counts the internal operations recorded (Op.Internal: what
+	// Acquire and AcquireMany may do inside a call), kept out of Ops, and
+	// InternalRan those resolved to an epoch, which may have run.
+	Internal    int
+	InternalRan int
 	// StaleSeen counts the stale outcomes workers saw (*lease.StaleError);
 	// Rejections the rejection entries in the audit; RejectionsUnknown the
 	// entries of attempts no worker saw stale, only with an unknown
@@ -135,6 +143,7 @@ func (c *checker) fail(check, task, format string, args ...any) {
 // time after which no operation can still take effect (it is moved past
 // every invocation and return if need be).
 func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Result {
+	ops = slices.Clone(ops) // resolveInternal fills epochs in
 	c := &checker{
 		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
 		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
@@ -145,6 +154,10 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 		op := &c.ops[i]
 		c.end = max(c.end, op.Invoke+1, op.Return+1)
 		c.byID[op.ID] = op
+		if op.Internal {
+			c.res.Internal++
+			continue
+		}
 		if c.res.Ops[op.Type] == nil {
 			c.res.Ops[op.Type] = map[Outcome]int{}
 		}
@@ -168,8 +181,10 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	}
 
 	c.checkLeaseHistory()
+	c.checkFairness()
 	c.indexHistories()
 	c.resolveAcquisitions()
+	c.resolveInternal()
 	c.checkAcquisitions()
 	c.checkHolders()
 	c.checkCompletion()
@@ -240,6 +255,9 @@ func (c *checker) checkLeaseHistory() {
 	}
 	if c.fs.LiveLeases > 0 {
 		c.fail(CheckLiveness, "", "%d lease keys still exist after every worker stopped and their sessions' TTLs passed", c.fs.LiveLeases)
+	}
+	if c.fs.QueueLeft > 0 {
+		c.fail(CheckLiveness, "", "%d queue entries still exist after every worker stopped and their sessions' TTLs passed", c.fs.QueueLeft)
 	}
 }
 
@@ -324,7 +342,9 @@ func (c *checker) checkAcquisitions() {
 			}
 			byTask[op.Task] = append(byTask[op.Task], op)
 		case OutHeld:
-			if c.epoch(op.Task, op.Current) == nil {
+			// Current 0: nobody held it, but Acquire calls waited
+			// (lease.HeldError.Queued).
+			if op.Current != 0 && c.epoch(op.Task, op.Current) == nil {
 				c.fail(CheckHolder, op.Task, "%v: the holder named is not an epoch of the task", op)
 			}
 		}
@@ -450,7 +470,7 @@ func (c *checker) checkRejections() {
 	maybe := map[rejKey]int{}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != OpComplete && op.Type != OpRelease {
+		if (op.Type != OpComplete && op.Type != OpRelease) || op.neverRan() {
 			continue
 		}
 		k := rejKey{task: op.Task, worker: op.Worker, epoch: op.Epoch, attempted: audit.Released}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -464,6 +465,187 @@ func TestCheckerCatchesRetention(t *testing.T) {
 				if got[w] == 0 {
 					t.Errorf("check %s did not fire; violations by check: %v", w, got)
 				}
+			}
+		})
+	}
+}
+
+// task2 is the queued scenario's task, a lock handed from waiter to waiter.
+const task2 = "t000002"
+
+// queued adds task2, taken through its queue (docs/protocol.md §3.2): w4
+// claims it directly at epoch 30 while nobody waits; w5 (ticket k5) and w6
+// (k6) queue at revisions 31 and 32; w4's Release hands it to w5 at 33 —
+// the lease key overwritten with w5's record, k5's entry deleted, w4's
+// released entry and w5's acquired entry, all at one revision; w5's lease
+// expires (deleted at 35); w6, now first, claims it at 37 and completes it
+// at 38. w7's TryAcquire, between the expiry and w6's claim, is refused:
+// nobody holds it, but w6 waits.
+func (s *scenario) queued() {
+	op := func(id string, typ OpType, w string, epoch, inv, ret int64, out Outcome, cur int64) Op {
+		return Op{ID: id, Type: typ, Task: task2, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
+	}
+	wait := func(o Op) Op { o.Wait = true; return o }
+	giveBack := func(id, of, w string, inv, ret int64, out Outcome) Op {
+		o := op(id, OpRelease, w, 0, inv, ret, out, 0)
+		o.Internal, o.Of = true, of
+		return o
+	}
+	s.ops = append(s.ops,
+		op("a30", OpAcquire, "w4", 30, 600, 610, OutOK, 0),
+		wait(op("a31", OpAcquire, "w5", 33, 620, 700, OutOK, 0)),
+		giveBack("g31", "a31", "w5", 620, 699, OutFail),
+		wait(op("a32", OpAcquire, "w6", 37, 630, 800, OutOK, 0)),
+		giveBack("g32", "a32", "w6", 630, 799, OutFail),
+		op("l30", OpRelease, "w4", 30, 680, 690, OutOK, 0),
+		op("a33", OpAcquire, "w7", 0, 760, 770, OutHeld, 0),
+		op("c37", OpComplete, "w6", 37, 810, 820, OutOK, 0),
+	)
+	s.touched = append(s.touched, task2)
+	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
+		leaseEvent{Task: task2, Rev: 30, Put: true, CreateRev: 30, Worker: "w4", LeaseID: 4},
+		leaseEvent{Task: task2, Rev: 33, Put: true, CreateRev: 30, Worker: "w5", LeaseID: 5, Ticket: "k5"},
+		leaseEvent{Task: task2, Rev: 35},
+		leaseEvent{Task: task2, Rev: 37, Put: true, CreateRev: 37, Worker: "w6", LeaseID: 6, Ticket: "k6"},
+		leaseEvent{Task: task2, Rev: 38},
+	)
+	entry := func(rev int64, put bool, created int64, ticket, w string, lease int64) queueEvent {
+		return queueEvent{Task: task2, Ticket: ticket, Rev: rev, Put: put, CreateRev: created, Worker: w, LeaseID: lease, ValueTicket: ticket}
+	}
+	s.fs.QueueEvents = append(s.fs.QueueEvents,
+		entry(31, true, 31, "k5", "w5", 5),
+		entry(32, true, 32, "k6", "w6", 6),
+		entry(33, false, 31, "k5", "w5", 5),
+		entry(37, false, 32, "k6", "w6", 6),
+	)
+	ent := func(kind audit.Kind, w string, epoch, rev int64) audit.Entry {
+		return withKey(audit.Entry{Kind: kind, Resource: task2, Worker: w, Epoch: epoch, Revision: rev, Time: timeAt(rev)})
+	}
+	for _, e := range []audit.Entry{
+		ent(audit.Acquired, "w4", 30, 30),
+		ent(audit.Released, "w4", 30, 33),
+		ent(audit.Acquired, "w5", 33, 33),
+		ent(audit.Expired, "w5", 33, 36),
+		ent(audit.Acquired, "w6", 37, 37),
+		ent(audit.Completed, "w6", 37, 38),
+	} {
+		s.fs.Audit = append(s.fs.Audit, e)
+		s.wrote(e)
+	}
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
+	s.fs.Done[task2] = record.Done{Status: status, Epoch: 37, Worker: "w6"}
+	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task2, Rev: 38, Put: true, Epoch: 37, Worker: "w6"})
+}
+
+// TestCheckerPassesAQueue: a direct claim on an empty queue, a handoff to
+// the first waiter and a claim by the next one are fair; a TryAcquire
+// refused while nobody holds the task but a waiter waits is legal.
+func TestCheckerPassesAQueue(t *testing.T) {
+	s := newScenario()
+	s.queued()
+	res := s.check(t)
+	if len(res.Violations) > 0 {
+		t.Fatalf("violations on a good queued history: %v", res.Violations)
+	}
+	q := res.Queue
+	if res.Handoffs != 1 || q.Handoffs != 1 || q.HeadClaims != 1 || q.Queued != 2 || q.Direct != 3 || q.Enqueued != 2 || q.Abandoned != 0 ||
+		q.HeldQueued != 1 || q.Waits != 2 || q.LongestWait != 170 || q.Unfair != 0 || res.Porcupine.Result != porcupine.Ok {
+		t.Fatalf("queue facts %+v, %d handoffs in the lease history, porcupine %v", q, res.Handoffs, res.Porcupine.Result)
+	}
+	if sum := res.Summary(); !strings.Contains(sum, "\nunfair grants: 0\n") {
+		t.Fatalf("no \"unfair grants: 0\" line in the summary:\n%s", sum)
+	}
+
+	// w5's Acquire gave up (its outcome unknown) after the handoff, and
+	// released epoch 33 inside the call, too late: the release was stale
+	// and audited. The internal release (g31) is that attempt.
+	s.op("a31").Outcome, s.op("a31").Epoch = OutUnknown, 0
+	g := s.op("g31")
+	g.Outcome, g.Return = OutUnknown, 0
+	rej := withKey(audit.Entry{Kind: audit.Rejected, Resource: task2, Worker: "w5", Epoch: 33, Attempted: audit.Released, Revision: 39, Time: timeAt(39)})
+	s.fs.Audit = append(s.fs.Audit, rej)
+	s.wrote(rej)
+	if res := s.check(t); len(res.Violations) > 0 || res.InternalRan != 1 {
+		t.Fatalf("a stale release inside a timed-out Acquire: %d internal operations ran, violations %v", res.InternalRan, res.Violations)
+	}
+	s.ops = slices.DeleteFunc(s.ops, func(o Op) bool { return o.ID == "g31" })
+	if res := s.check(t); res.ViolationsByCheck()[CheckRejections] == 0 {
+		t.Fatalf("a rejection entry without its internal release, not reported: %v", res.Violations)
+	}
+}
+
+// TestCheckerCatchesUnfairGrants breaks the queue's fairness one way at a
+// time: each must be reported as an unfair grant, and nothing else need
+// be wrong.
+func TestCheckerCatchesUnfairGrants(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mutate func(s *scenario)
+	}{
+		{"handoff to the second waiter", func(s *scenario) {
+			// w6 queued first (31), w5 second (32); the handoff at 33 went to w5.
+			for i := range s.fs.QueueEvents {
+				e := &s.fs.QueueEvents[i]
+				if e.Task == task2 {
+					e.CreateRev = 63 - e.CreateRev
+					if e.Put {
+						e.Rev = e.CreateRev
+					}
+				}
+			}
+			slices.SortStableFunc(s.fs.QueueEvents, func(a, b queueEvent) int { return compareInt(a.Rev, b.Rev) })
+		}},
+		{"direct claim ahead of a waiter", func(s *scenario) {
+			s.fs.QueueEvents = append([]queueEvent{{Task: task2, Ticket: "k8", Rev: 29, Put: true, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"}}, s.fs.QueueEvents...)
+			s.fs.QueueEvents = append(s.fs.QueueEvents, queueEvent{Task: task2, Ticket: "k8", Rev: 39, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"})
+		}},
+		{"grant to a ticket that never waited", func(s *scenario) {
+			s.fs.LeaseEvents[len(s.fs.LeaseEvents)-2].Ticket = "k9"
+		}},
+		{"grant that left its entry in the queue", func(s *scenario) {
+			s.fs.QueueEvents[len(s.fs.QueueEvents)-1].Rev = 40
+		}},
+		{"grant to the first waiter's ticket on another session", func(s *scenario) {
+			s.fs.LeaseEvents[len(s.fs.LeaseEvents)-2].LeaseID = 66
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScenario()
+			s.queued()
+			c.mutate(s)
+			res := s.check(t)
+			if res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0 {
+				t.Fatalf("no %s violation: %v", CheckFairness, res.Violations)
+			}
+			t.Log(res.Violations)
+			if sum := res.Summary(); strings.Contains(sum, "\nunfair grants: 0\n") {
+				t.Fatalf("the summary says \"unfair grants: 0\":\n%s", sum)
+			}
+		})
+	}
+}
+
+// TestCompletionModelQueued: a TryAcquire refused because Acquire calls
+// wait while nobody holds the task (held, current 0) is legal after a
+// silent expiry, and not once the task is done.
+func TestCompletionModelQueued(t *testing.T) {
+	op := func(kind OpType, epoch, inv, ret int64, out cOutput) porcupine.Operation {
+		return porcupine.Operation{Input: cInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
+	}
+	acq := op(OpAcquire, 0, 0, 1, cOutput{Out: OutOK, Epoch: 5})
+	queued := op(OpAcquire, 0, 4, 5, cOutput{Out: OutHeld})
+	for _, c := range []struct {
+		name string
+		ops  []porcupine.Operation
+		want bool
+	}{
+		{"queued after a silent expiry", []porcupine.Operation{acq, queued}, true},
+		{"queued, then a handoff", []porcupine.Operation{acq, queued, op(OpAcquire, 0, 6, 7, cOutput{Out: OutOK, Epoch: 9})}, true},
+		{"queued after completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), queued}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(completionModel, c.ops); got != c.want {
+				t.Fatalf("linearizable = %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -27,6 +27,23 @@
 // lease's context and write and complete after losing it, since
 // cancellation is advisory and fencing is what must make that safe.
 //
+// # Contended workload
+//
+// Config.Contended (TestChaosContended) puts the waiting queue of
+// docs/protocol.md §3.2 under the same faults: every thread of every
+// worker on the same three or four open tasks, taken mostly with a blocking
+// Acquire or AcquireMany (each bounded by a timeout) and now and then with
+// TryAcquire, which must not go ahead of the queue. A holder writes its
+// fenced effects and releases the task — handing it to the first waiter in
+// the releasing transaction — or, one time in six, completes it, so each
+// task passes through a few epochs, handed from waiter to waiter, before
+// the window moves on. Tasks still complete once, so every check below
+// applies unchanged. What Acquire and AcquireMany may do unseen inside a
+// call — claim a task out of order and let it go, release an epoch a
+// handoff gave them as they give up — is recorded as internal operations
+// of unknown outcome, which the checker resolves like any acquisition of
+// unknown outcome.
+//
 // Every operation is recorded with its invoke and return time and its
 // outcome: ok, held, completed, refused (fenced), stale (an audited
 // rejection), fail (certainly not applied) or unknown (it may have taken
@@ -80,7 +97,13 @@
 // with porcupine, that the downstream histories (a max-register per task
 // and guard) and the lease histories (a compare-and-swap register per task,
 // with retention's deletions of done records and the workers' reads of the
-// log) are linearizable. The audit checks read the log as one (etcd and the
+// log) are linearizable. From the history of the queue entries, read with
+// the lease keys', it checks that every grant was fair (check
+// "unfair-grant"): a direct claim while the task's queue was empty, or the
+// first waiter's, whose entry went in the same transaction; the summary
+// counts handoffs, grants to queued and to direct claims, the longest
+// granted wait, and "unfair grants: N". A history that etcd compacted
+// fails the run: no check passes on part of it. The audit checks read the log as one (etcd and the
 // archive), and etcd's history of the audit keys and done records, with
 // the time each entry was archived, adds the retention checks: no entry
 // lost, listed twice or rewritten in place; every pruned entry archived
@@ -95,21 +118,25 @@
 // A checker that cannot fail proves nothing. Config.Control turns fencing
 // off (downstream writes bypass the guards), the CAS off (completion is a
 // raw put of the done record and a delete of the lease key, without the
-// compare — a batch's completions in one such transaction), or replaces
+// compare — a batch's completions in one such transaction), replaces
 // retention with a pass that deletes before it archives and now and then
-// never archives, as one that crashed between the two steps would; the
-// checker must then report violations.
+// never archives, as one that crashed between the two steps would, or
+// (ControlUnfair, contended) releases with a raw handoff to the second
+// waiter instead of the first; the checker must then report violations.
 //
 // # Running
 //
-//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, one safe run, every control
+//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs, every control
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaos$' ./e2e/chaos   # its safe run on another seed
+//	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaosContended$' ./e2e/chaos   # the contended one
 //	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random
+//	LEASEHOLD_CHAOS_CONTENDED=1 make chaos DURATION=10m   # the long pass, contended
 //	make chaos-control DURATION=2m SEED=42    # control runs on seeds 42, 43, … (TestChaosControlLong)
 //
 // The long passes print a summary ending with "violations: N". Their
 // environment: LEASEHOLD_CHAOS_DURATION (default 10m), LEASEHOLD_CHAOS_SEED
-// (default random), LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m),
+// (default random), LEASEHOLD_CHAOS_CONTENDED (1: the contended workload),
+// LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m),
 // LEASEHOLD_CHAOS_CONTROL_RUN (the fault
 // phase of each control run, default 10s) and LEASEHOLD_CHAOS_OUT, the
 // folder that receives the artifacts of runs with violations (default: a

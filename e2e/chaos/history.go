@@ -13,7 +13,7 @@ type OpType string
 
 // The operation types.
 const (
-	OpAcquire  OpType = "acquire"  // lease.Registry.TryAcquire (Acquire for the sweeper)
+	OpAcquire  OpType = "acquire"  // lease.Registry.TryAcquire, TryAcquireMany, or (Wait set) Acquire, AcquireMany
 	OpSQL      OpType = "sql"      // an effect row in SQLite, admitted by fence.SQLGuard.AdmitTx in its transaction
 	OpEtcd     OpType = "etcd"     // an effect key in etcd, admitted by fence.EtcdGuard.AdmitOps in its transaction
 	OpComplete OpType = "complete" // lease.Lease.Complete (under ControlNoCAS: a raw put and delete)
@@ -36,7 +36,7 @@ type Outcome string
 // The outcomes.
 const (
 	OutOK        Outcome = "ok"
-	OutHeld      Outcome = "held"      // acquire: another epoch holds the task (Current)
+	OutHeld      Outcome = "held"      // acquire: another epoch holds the task (Current); Current 0: nobody, but Acquire calls wait for it (lease.HeldError.Queued)
 	OutCompleted Outcome = "completed" // acquire: the task is done, at epoch Current
 	OutRefused   Outcome = "refused"   // write: fenced, the guard holds epoch Current
 	OutStale     Outcome = "stale"     // complete, release: a *lease.StaleError; Current is its CurrentEpoch
@@ -63,6 +63,9 @@ type event struct {
 	Out  Outcome `json:"out,omitempty"`
 	Cur  int64   `json:"cur,omitempty"`
 	Err  string  `json:"err,omitempty"`
+	Wait bool    `json:"wait,omitempty"`
+	In   bool    `json:"in,omitempty"`
+	Of   string  `json:"of,omitempty"`
 }
 
 // Op is one operation of the history.
@@ -82,12 +85,40 @@ type Op struct {
 	// Current: see the outcomes.
 	Current int64  `json:"current,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// Wait marks an acquisition that waits in the resource's queue:
+	// lease.Registry.Acquire or AcquireMany, bounded by a timeout.
+	Wait bool `json:"wait,omitempty"`
+	// Internal marks what the SDK may do inside one blocking call, which
+	// the worker cannot see: AcquireMany claims a resource out of the
+	// global order and lets it go again, and Acquire and AcquireMany,
+	// giving up, release an epoch a handoff gave them meanwhile
+	// (docs/protocol.md §3.2). The worker records each such possible
+	// acquisition and release as an operation of its own, invoked with
+	// the call and ended with it: unknown when it may have run, fail when
+	// it certainly did not. An internal acquisition is resolved like any
+	// acquisition of unknown outcome (resolveAcquisitions).
+	Internal bool `json:"internal,omitempty"`
+	// Of is the id of the acquisition an internal operation belongs to.
+	// For an internal release, the acquisition whose epoch it gives back:
+	// the checker fills Epoch in from that acquisition's resolved epoch
+	// (resolveInternal); unresolved, it never ran. For an internal
+	// acquisition, AcquireMany's acquisition of the same task, inside
+	// whose call it ran.
+	Of string `json:"of,omitempty"`
 }
 
 func (o *Op) String() string {
 	s := fmt.Sprintf("%s %s %s by %s", o.ID, o.Type, o.Task, o.Worker)
 	if o.Epoch != 0 {
 		s += fmt.Sprintf(" epoch %d", o.Epoch)
+	}
+	switch {
+	case o.Internal && o.Type == OpRelease:
+		s += " (inside a blocking call: gives back the epoch of " + o.Of + ")"
+	case o.Internal:
+		s += " (inside the call of " + o.Of + ")"
+	case o.Wait:
+		s += " (waiting)"
 	}
 	s += " → " + string(o.Outcome)
 	if o.Current != 0 {
@@ -122,7 +153,7 @@ func (h *History) record(ev event) {
 			h.bad = append(h.bad, "duplicate invocation "+ev.ID)
 			return
 		}
-		op := &Op{ID: ev.ID, Type: ev.Op, Task: ev.Task, Worker: ev.W, Epoch: ev.E, Invoke: ev.T, Outcome: OutUnknown}
+		op := &Op{ID: ev.ID, Type: ev.Op, Task: ev.Task, Worker: ev.W, Epoch: ev.E, Invoke: ev.T, Outcome: OutUnknown, Wait: ev.Wait, Internal: ev.In, Of: ev.Of}
 		h.ops[ev.ID] = op
 		h.order = append(h.order, op)
 		if ev.Op == OpAcquire {

@@ -33,7 +33,12 @@ import (
 // the epoch etcd granted it, if any (see resolveAcquisitions); a
 // completion or release whose outcome is unknown may or may not have
 // taken effect. An operator's revoke(e) — e is read back from its revoked
-// entry — succeeds iff e holds.
+// entry — succeeds iff e holds. A TryAcquire refused while nobody holds
+// the task but Acquire calls wait for it (held, current 0) is legal
+// whenever the task is not done. A handoff is a release(e) and the next
+// acquisition at one revision: two operations, the release first. An
+// internal release (Op.Internal) has the epoch of the acquisition it
+// gives back, or is left out if that acquisition was never granted.
 //
 // Retention: the state also keeps the epoch that ever completed the task,
 // which pruning does not forget. prune(e) — retention deleting the done
@@ -111,6 +116,11 @@ func completionStep(state, input, output any) []any {
 			return []any{cState{Holder: out.Epoch, Last: out.Epoch, Ever: s.Ever}}
 		case out.Out == OutHeld && s.Done == 0 && s.Holder == out.Current:
 			return []any{s}
+		case out.Out == OutHeld && s.Done == 0 && out.Current == 0:
+			// Nobody holds it, but Acquire calls wait for it
+			// (lease.HeldError.Queued): the holder, if any, is gone — a
+			// lease may expire at any moment without an operation.
+			return []any{cState{Last: s.Last, Ever: s.Ever}}
 		case out.Out == OutCompleted && s.Done == out.Current:
 			return []any{s}
 		}
@@ -232,6 +242,9 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 	for i := range c.ops {
 		op := &c.ops[i]
 		ret := op.Return
+		if op.neverRan() {
+			continue
+		}
 		switch op.Type {
 		case OpSQL, OpEtcd:
 			out := dOutput{}

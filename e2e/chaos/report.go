@@ -24,7 +24,11 @@ func (r *Result) Summary() string {
 	p("seed: %d", cfg.Seed)
 	p("control: %s", control)
 	p("duration: %v of faults, %v wall", cfg.Duration, r.Wall.Round(time.Second))
-	p("workers: %d helper processes + %d in-process, %d threads each; session TTL %v; 3-member etcd", cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL)
+	workload := fmt.Sprintf("tasks from a window of %d", cfg.Window)
+	if cfg.Contended {
+		workload = fmt.Sprintf("contended: every thread on the same %d open tasks", cfg.Window)
+	}
+	p("workers: %d helper processes + %d in-process, %d threads each (%s); session TTL %v; 3-member etcd", cfg.Helpers, cfg.InProcess, cfg.Threads, workload, cfg.TTL)
 	p("operations: %d checked (in the linearizability histories), %d recorded", r.Checked, r.Recorded)
 	for _, t := range opTypes {
 		var parts []string
@@ -58,6 +62,16 @@ func (r *Result) Summary() string {
 	p("epochs granted: %d; ended: %s", r.Epochs, strings.Join(eparts, ", "))
 	p("batches: %d epochs granted together with another task's (TryAcquireMany), %d completed entries written together (CompleteMany)", r.BatchEpochs, r.BatchCompleted)
 	p("handoffs: %d epochs handed by a Release to the first queued Acquire", r.Handoffs)
+	q := r.Queue
+	p("queue: %d entries put; grants: %d to queued Acquire calls (%d handoffs by a Release, %d claims by the first waiter once the key was gone), %d direct (no waiter); %d entries left without a grant; %d TryAcquire calls refused because Acquire calls waited",
+		q.Enqueued, q.Queued, q.Handoffs, q.HeadClaims, q.Direct, q.Abandoned, q.HeldQueued)
+	longest := "none"
+	if q.Waits > 0 {
+		longest = fmt.Sprintf("%v (%s)", q.LongestWait.Round(time.Millisecond), q.LongestWaitOp)
+	}
+	p("waits: %d blocking acquisitions granted (%d by AcquireMany); the longest waited %s", q.Waits, q.ManyWaits, longest)
+	p("internal: %d operations recorded for what Acquire and AcquireMany may do inside a call (claim out of order, give back when giving up), %d of them resolved to an epoch", r.Internal, r.InternalRan)
+	p("unfair grants: %d", q.Unfair)
 	p("tasks: %d taken, %d completed (%d by the sweeper after healing)", r.Tasks, r.Done, r.Swept)
 	p("rejections: %d stale attempts seen by workers, %d rejection entries in the audit (%d matched to the %d attempts whose outcome was unknown)",
 		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)
@@ -124,7 +138,7 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 	}
 	errs := []error{
 		write("seed.txt", func(b *strings.Builder) {
-			fmt.Fprintf(b, "seed %d\ncontrol %s\nduration %v\n", cfg.Seed, controlName(cfg.Control), cfg.Duration)
+			fmt.Fprintf(b, "seed %d\ncontrol %s\ncontended %v\nduration %v\n", cfg.Seed, controlName(cfg.Control), cfg.Contended, cfg.Duration)
 		}),
 		write("faults.log", func(b *strings.Builder) {
 			fs := slices.Clone(r.Faults)

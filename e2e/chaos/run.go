@@ -23,6 +23,13 @@ import (
 // Config is one chaos run. Zero fields take the defaults of DefaultConfig.
 type Config struct {
 	Seed uint64
+	// Contended runs the contended workload (contended.go) instead of the
+	// task workload: every thread on the same few open tasks (Window, at
+	// most maxContendedWindow), taken mostly with a blocking Acquire or
+	// AcquireMany and handed from waiter to waiter by Release, so that
+	// the waiting queue of docs/protocol.md §3.2 works under every fault.
+	// ControlUnfair implies it.
+	Contended bool
 	// Duration is the fault phase. Before it the workers start; after it
 	// every fault is healed, the workers run for Quiet, stop, and the
 	// sweeper completes what is left.
@@ -89,6 +96,12 @@ func (c Config) withDefaults() Config {
 	setD(&c.Retention, d.Retention)
 	if c.InProcess < 0 {
 		c.InProcess = 0
+	}
+	if c.Control == ControlUnfair {
+		c.Contended = true
+	}
+	if c.Contended {
+		c.Window = min(c.Window, maxContendedWindow)
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -176,6 +189,7 @@ func (r *runner) workerConfig(s *slot) workerConfig {
 		TTL:       r.cfg.TTL,
 		Window:    r.cfg.Window,
 		Control:   r.cfg.Control,
+		Contended: r.cfg.Contended,
 	}
 }
 
@@ -280,8 +294,8 @@ func Run(t testing.TB, cfg Config) *Result {
 		})
 	}
 	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
-	logf("chaos: seed %d, control %q: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
-		cfg.Seed, cfg.Control, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
+	logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
+		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
 
 	// Faults, then heal.
 	n := newNemesis(r)
@@ -335,8 +349,8 @@ func Run(t testing.TB, cfg Config) *Result {
 	if err != nil {
 		t.Fatalf("chaos: final read: %v", err)
 	}
-	logf("chaos: final read: %d lease events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
-		len(fs.LeaseEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
+	logf("chaos: final read: %d lease events, %d queue events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
+		len(fs.LeaseEvents), len(fs.QueueEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
 
 	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
 	res.Faults = faults
@@ -517,7 +531,7 @@ func (w *worker) sweepTask(task string) bool {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		l, out := w.acquire(s, task, 10*time.Second)
+		l, out := w.acquire(context.Background(), s, task, 10*time.Second)
 		if out == OutCompleted {
 			return false
 		}
@@ -577,8 +591,9 @@ func (r *runner) doneTasks() (map[string]record.Done, error) {
 	return out, nil
 }
 
-// quiesce waits until no lease key is left (the sessions of killed and
-// lost workers expire) and the recorder has ended every epoch, or 30 s.
+// quiesce waits until no lease key and no queue entry is left (the
+// sessions of killed and lost workers expire) and the recorder has ended
+// every epoch, or 30 s.
 func (r *runner) quiesce() {
 	space := keys.MustNew(keys.DefaultNamespace)
 	deadline := time.Now().Add(30 * time.Second)
@@ -586,6 +601,9 @@ func (r *runner) quiesce() {
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		live, err := countLeases(ctx, r.direct, space)
+		if err == nil && live == 0 {
+			live, err = countQueued(ctx, r.direct, space)
+		}
 		var entries []audit.Entry
 		if err == nil && live == 0 {
 			entries, err = log.List(ctx, audit.Filter{})
@@ -616,7 +634,7 @@ func (r *runner) quiesce() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r.warn("not quiescent after 30s: lease keys remain or epochs lack their end entries")
+	r.warn("not quiescent after 30s: lease keys or queue entries remain, or epochs lack their end entries")
 }
 
 // leaseEvent is one change of a lease key, from etcd's history.
@@ -626,6 +644,31 @@ type leaseEvent struct {
 	Put       bool
 	CreateRev int64
 	Worker    string // the holder a put recorded
+	// LeaseID and Ticket are the put holder record's session lease and
+	// ticket: a grant to a queued Acquire call carries its ticket, a
+	// direct claim none (docs/protocol.md §3.2).
+	LeaseID int64
+	Ticket  string
+}
+
+// queueEvent is one change of a queue entry N/lease/%queue/<res>/<ticket>
+// (docs/protocol.md §3.2), from etcd's history: a put enqueues an Acquire
+// call, a delete removes its entry — granted, given up, dropped with a
+// completed task, or gone with the waiter's session.
+type queueEvent struct {
+	Task   string
+	Ticket string // from the key
+	Rev    int64
+	Put    bool
+	// CreateRev is the entry's place in the queue: its create revision
+	// (a deletion's, from the deleted key-value).
+	CreateRev int64
+	// Worker, LeaseID and ValueTicket are the entry's holder record (a
+	// deletion's, the deleted one): what a handoff writes into the lease
+	// key. ValueTicket must equal Ticket.
+	Worker      string
+	LeaseID     int64
+	ValueTicket string
 }
 
 // auditEvent is one change of an audit key, from etcd's history: a put
@@ -651,6 +694,11 @@ type doneEvent struct {
 // finalState is what the run left in etcd, the archive and SQLite.
 type finalState struct {
 	LeaseEvents []leaseEvent
+	// QueueEvents is every change of a queue entry since revision 1, read
+	// with LeaseEvents (one watch of the lease prefix, which holds the
+	// queues); QueueLeft the entries etcd still held at the end.
+	QueueEvents []queueEvent
+	QueueLeft   int64
 	// Audit is the log — etcd and the archive as one (audit.Log.List with
 	// the archive), read while the recorders still pruned; AuditRev is a
 	// revision read before it, so every entry written up to AuditRev is in
@@ -694,7 +742,7 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	}
 	stopRecorders()
 
-	if fs.LeaseEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
+	if fs.LeaseEvents, fs.QueueEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
 	if fs.AuditEvents, err = readAuditHistory(ctx, r.direct, space); err != nil {
@@ -720,6 +768,9 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 		return fs, err
 	}
 	fs.LiveLeases = live
+	if fs.QueueLeft, err = countQueued(ctx, r.direct, space); err != nil {
+		return fs, err
+	}
 	sqlEffects, sqlFenced, err := readSQL(ctx, db)
 	if err != nil {
 		return fs, err
@@ -749,27 +800,75 @@ func countLeases(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 	return n, nil
 }
 
-// readLeaseHistory reads every change of every lease key since revision 1.
-func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, error) {
+// countQueued counts the queue entries under the namespace.
+func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (int64, error) {
+	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, kv := range resp.Kvs {
+		if space.IsQueue(string(kv.Key)) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// readLeaseHistory reads every change of every lease key and of every
+// queue entry since revision 1, with one watch of the lease prefix.
+func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, []queueEvent, error) {
 	var out []leaseEvent
+	var queue []queueEvent
 	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
-		if space.IsControl(string(ev.Kv.Key)) {
+		key := string(ev.Kv.Key)
+		if space.IsQueue(key) {
+			qe, err := readQueueEvent(space, ev)
+			if err != nil {
+				return err
+			}
+			queue = append(queue, qe)
+			return nil
+		}
+		if space.IsControl(key) {
 			return nil // a revocation signal to the holder's session, not a lease key
 		}
-		task, err := space.ResourceFromLease(string(ev.Kv.Key))
+		task, err := space.ResourceFromLease(key)
 		if err != nil {
 			return err
 		}
 		le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
 		if le.Put {
 			if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
-				le.Worker = h.Worker
+				le.Worker, le.LeaseID, le.Ticket = h.Worker, h.LeaseID, h.Ticket
 			}
 		}
 		out = append(out, le)
 		return nil
 	})
-	return out, err
+	return out, queue, err
+}
+
+// readQueueEvent reads one change of a queue entry; a deletion's facts
+// come from the deleted key-value (the watch's previous value).
+func readQueueEvent(space keys.Space, ev *clientv3.Event) (queueEvent, error) {
+	task, ticket, err := space.ParseQueue(string(ev.Kv.Key))
+	if err != nil {
+		return queueEvent{}, err
+	}
+	qe := queueEvent{Task: task, Ticket: ticket, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
+	kv := ev.Kv
+	if !qe.Put {
+		kv = ev.PrevKv
+	}
+	if kv == nil {
+		return qe, fmt.Errorf("chaos: deletion of queue entry %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
+	}
+	qe.CreateRev = kv.CreateRevision
+	if h, err := record.DecodeHolder(kv.Value); err == nil {
+		qe.Worker, qe.LeaseID, qe.ValueTicket = h.Worker, h.LeaseID, h.Ticket
+	}
+	return qe, nil
 }
 
 // readAuditHistory reads every change of every audit key since revision 1.
@@ -810,10 +909,15 @@ func readDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space
 	return out, err
 }
 
-// readHistory calls fn for every change under prefix since revision 1
-// (the embedded cluster never compacts), in revision order: a watch from
-// revision 1, read until a progress notification says it has caught up
-// with a revision taken before it started.
+// readHistory calls fn for every change under prefix since revision 1, in
+// revision order: a watch from revision 1, read until a progress
+// notification says it has caught up with a revision taken before it
+// started. The embedded cluster compacts only revisions older than an
+// hour (e2e.DefaultAutoCompactionRetention); should etcd have compacted
+// revision 1 away all the same, the history is incomplete and readHistory
+// fails with a *compactedError — the checks that need it, the epochs and
+// the unfair grants among them, cannot be made, and the run says so
+// rather than pass on part of the history.
 func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn func(*clientv3.Event) error) error {
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
@@ -836,6 +940,9 @@ func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn fu
 			if !ok {
 				return fmt.Errorf("chaos: history watch of %q closed", prefix)
 			}
+			if wr.CompactRevision != 0 {
+				return &compactedError{Prefix: prefix, Rev: wr.CompactRevision}
+			}
 			if err := wr.Err(); err != nil {
 				return fmt.Errorf("chaos: history watch of %q: %w", prefix, err)
 			}
@@ -849,4 +956,15 @@ func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn fu
 			}
 		}
 	}
+}
+
+// compactedError is readHistory's failure when etcd compacted part of the
+// history it needs.
+type compactedError struct {
+	Prefix string
+	Rev    int64 // etcd's compact revision: no event before it is kept
+}
+
+func (e *compactedError) Error() string {
+	return fmt.Sprintf("chaos: the history of %q is compacted up to revision %d: the checks that need every change since revision 1 (epochs, handoffs, unfair grants, retention) cannot be made", e.Prefix, e.Rev)
 }

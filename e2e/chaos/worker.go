@@ -39,6 +39,12 @@ const (
 	// archives them, and now and then never archives them, as a pruner
 	// that crashed between the two steps would (rawPruner).
 	ControlDeleteFirst Control = "delete-first"
+	// ControlUnfair: a Release hands the lease to the second Acquire
+	// waiting in the resource's queue instead of the first — a raw
+	// transaction built from the SDK's own ops (protocol.End with Next set
+	// to the second entry) — whenever two or more wait. It implies
+	// Config.Contended, so that queues form (unfairRelease).
+	ControlUnfair Control = "unfair"
 )
 
 // status is the terminal status every completion writes: a retry of the
@@ -52,6 +58,7 @@ const (
 	sessionTimeout = 3 * time.Second
 	closeTimeout   = 5 * time.Second
 	waitTimeout    = 1500 * time.Millisecond // a worker's Acquire
+	queueTimeout   = 3 * time.Second         // a contended worker's Acquire or AcquireMany (Config.Contended)
 )
 
 // workerConfig is a worker's whole configuration; helper processes get it
@@ -66,6 +73,7 @@ type workerConfig struct {
 	TTL       time.Duration `json:"ttl"`
 	Window    int           `json:"window"` // how many open tasks a thread chooses from
 	Control   Control       `json:"control"`
+	Contended bool          `json:"contended"` // the contended workload (Config.Contended)
 }
 
 // worker runs threads that take tasks, write effects and complete them.
@@ -182,8 +190,18 @@ func (w *worker) begin(typ OpType, task, worker string, epoch int64) *pendingOp 
 }
 
 func (w *worker) beginID(id string, typ OpType, task, worker string, epoch int64) *pendingOp {
-	w.emit(event{K: "i", ID: id, T: now(), Op: typ, Task: task, W: worker, E: epoch})
-	return &pendingOp{w: w, id: id}
+	return w.beginEvent(event{ID: id, Op: typ, Task: task, W: worker, E: epoch})
+}
+
+// beginEvent records the invocation ev describes (its kind, time and, if
+// unset, id are filled in).
+func (w *worker) beginEvent(ev event) *pendingOp {
+	ev.K, ev.T = "i", now()
+	if ev.ID == "" {
+		ev.ID = w.nextID()
+	}
+	w.emit(ev)
+	return &pendingOp{w: w, id: ev.ID}
 }
 
 func (p *pendingOp) end(out Outcome, epoch, current int64, err error) {
@@ -242,10 +260,7 @@ func taskIndex(name string) (int, bool) {
 func (w *worker) pick(rng *rand.Rand) (int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.done[w.lo] {
-		delete(w.done, w.lo)
-		w.lo++
-	}
+	w.advanceLocked()
 	if w.lo > 0 && rng.IntN(16) == 0 {
 		if i := w.lo - 1 - rng.IntN(min(w.lo, 64)); !w.busy[i] {
 			w.busy[i] = true
@@ -270,6 +285,14 @@ func (w *worker) pick(rng *rand.Rand) (int, bool) {
 	i := cands[rng.IntN(len(cands))]
 	w.busy[i] = true
 	return i, true
+}
+
+// advanceLocked moves lo past the tasks known to be done; w.mu is held.
+func (w *worker) advanceLocked() {
+	for w.done[w.lo] {
+		delete(w.done, w.lo)
+		w.lo++
+	}
 }
 
 func (w *worker) unbusy(i int) {
@@ -359,6 +382,10 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 		sleep(ctx, 50*time.Millisecond)
 		return
 	}
+	if w.cfg.Contended {
+		w.contendedCycle(ctx, rng, s)
+		return
+	}
 	if rng.IntN(4) == 0 {
 		w.batchCycle(ctx, rng, s)
 		return
@@ -369,9 +396,9 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	defer w.unbusy(i)
-	l, out := w.acquire(s, taskName(i), 0)
+	l, out := w.acquire(context.Background(), s, taskName(i), 0)
 	if out == OutHeld && rng.IntN(8) == 0 {
-		l, _ = w.acquire(s, taskName(i), waitTimeout) // wait for the holder to go
+		l, _ = w.acquire(context.Background(), s, taskName(i), waitTimeout) // wait for the holder to go
 	}
 	if l == nil || w.checkCompletion(l) != checkOpen {
 		return
@@ -509,16 +536,29 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 }
 
 // acquire takes task with TryAcquire or, when wait is set, with Acquire,
-// which waits up to wait for a holder to go.
-func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*lease.Lease, Outcome) {
-	p := w.begin(OpAcquire, task, s.Worker(), 0)
+// which waits in the task's queue up to wait for a holder to go, or until
+// stop ends (the contended workload's threads stop waiting when the worker
+// stops). An Acquire that gives up may release an epoch a handoff gave it
+// meanwhile, inside the call: that possible release is an internal
+// operation of the history, of unknown outcome when the call failed
+// (Op.Internal).
+func (w *worker) acquire(stop context.Context, s *session.Session, task string, wait time.Duration) (*lease.Lease, Outcome) {
 	var l *lease.Lease
 	var err error
+	var p, giveBack *pendingOp
 	if wait > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		p = w.beginEvent(event{Op: OpAcquire, Task: task, W: s.Worker(), Wait: true})
+		giveBack = w.beginEvent(event{Op: OpRelease, Task: task, W: s.Worker(), In: true, Of: p.id})
+		ctx, cancel := context.WithTimeout(stop, wait)
 		l, err = w.reg.Acquire(ctx, s, task)
 		cancel()
+		gave, why := OutFail, error(nil)
+		if err != nil && !errors.As(err, new(*lease.CompletedError)) {
+			gave, why = OutUnknown, fmt.Errorf("the call gave up (%w), releasing any epoch a handoff gave it meanwhile", err)
+		}
+		giveBack.end(gave, 0, 0, why)
 	} else {
+		p = w.begin(OpAcquire, task, s.Worker(), 0)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		l, err = w.reg.TryAcquire(ctx, s, task)
 		cancel()
@@ -533,6 +573,8 @@ func (w *worker) acquire(s *session.Session, task string, wait time.Duration) (*
 		p.end(OutOK, l.Epoch(), 0, nil)
 		return l, OutOK
 	case errors.As(err, &held):
+		// With held.Queued, nobody holds it but Acquire calls wait for
+		// it: Current 0.
 		p.end(OutHeld, 0, held.Epoch, nil)
 		w.cool(task, 100*time.Millisecond)
 		return nil, OutHeld
@@ -759,14 +801,25 @@ func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 	return err
 }
 
+// release releases l — under ControlUnfair, to the second waiter when two
+// or more wait (unfairRelease) — and records it.
 func (w *worker) release(l *lease.Lease) {
 	p := w.begin(OpRelease, l.Resource(), l.Worker(), l.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	err := l.Release(ctx)
+	var err error
+	raw := false
+	if w.cfg.Control == ControlUnfair {
+		raw, err = w.unfairRelease(ctx, l)
+	}
+	if !raw {
+		err = l.Release(ctx)
+	}
 	cancel()
 	out, cur := classifyEnd(err)
 	p.end(out, 0, cur, err)
-	if out != OutUnknown {
+	// A raw release bypasses the Lease, which stays registered with its
+	// session, as after ControlNoCAS's raw completion (settleCompleted).
+	if out != OutUnknown && !raw {
 		w.settle(l)
 	}
 }

@@ -41,6 +41,13 @@ const abandonTimeout = 5 * time.Second
 // Acquire then tries to remove its entry, and a resource claimed that way
 // stays held by the session, with no Lease, until the session's etcd lease
 // ends.
+//
+// The epochs Acquire gives back itself — one handed to it as it gave up —
+// are audited like any other: an Acquired and a Released entry under the
+// caller's worker, or, if that epoch had already ended (revoked, expired),
+// a rejected release the caller never made by hand. A grant whose epoch is
+// revoked before the waiter has read it leaves the waiter's entry gone and
+// the key not its own; the call then queues again.
 func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,6 +137,72 @@ type demoStats struct {
 	sessions, sessionsLost, sessionStartsFailed atomic.Int64
 }
 
+// sessionEnd is a session that ended other than by Close, seen the moment
+// its context was cancelled.
+type sessionEnd struct {
+	worker string
+	at     time.Time
+	cause  error
+	forced bool // worker-1's session, ended by the demo's own injected pause
+}
+
+// demoTimeline is what the report needs to say how the run went over time:
+// when the workers started, when each completion succeeded, and which
+// sessions ended.
+type demoTimeline struct {
+	mu          sync.Mutex
+	start       time.Time // when the first worker began taking tasks
+	completions []time.Time
+	ends        []sessionEnd
+}
+
+func (t *demoTimeline) started(at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.start.IsZero() {
+		t.start = at
+	}
+}
+
+func (t *demoTimeline) completed(at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.completions = append(t.completions, at)
+}
+
+func (t *demoTimeline) ended(e sessionEnd) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ends = append(t.ends, e)
+}
+
+// stall is an interval with no successful completion anywhere.
+type stall struct {
+	from, to time.Time
+}
+
+func (s stall) length() time.Duration { return s.to.Sub(s.from) }
+
+// longestStall returns the longest interval in which no completion
+// succeeded: between start and the first completion, between two
+// consecutive ones, or — unless finished (every task was completed, so
+// nothing was left to make progress on) — between the last one and end.
+func longestStall(start, end time.Time, completions []time.Time, finished bool) stall {
+	times := slices.Clone(completions)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	if !finished || len(times) == 0 {
+		times = append(times, end)
+	}
+	longest, prev := stall{start, start}, start
+	for _, t := range times {
+		if t.Sub(prev) > longest.length() {
+			longest = stall{prev, t}
+		}
+		prev = t
+	}
+	return longest
+}
+
 // startSession starts a session for worker, retrying until ctx ends: on a
 // real cluster a start fails while there is no leader (an election after
 // the leader died or stalled), and a worker then waits and tries again.
@@ -145,6 +212,7 @@ func (d *demoRun) startSession(ctx context.Context, worker string, cli *clientv3
 		s, err := startDemoSession(ctx, cli, opts...)
 		if err == nil {
 			d.stats.sessions.Add(1)
+			d.watchSession(ctx, worker, s)
 			return s, nil
 		}
 		if ctx.Err() != nil {
@@ -160,6 +228,20 @@ func (d *demoRun) startSession(ctx context.Context, worker string, cli *clientv3
 	}
 }
 
+// watchSession records s's end the moment it happens, whether or not its
+// worker still needs it — unless Close ended it, or the run was already
+// over (ctx done: the worker's client closes with it).
+func (d *demoRun) watchSession(ctx context.Context, worker string, s *session.Session) {
+	context.AfterFunc(s.Context(), func() {
+		cause := context.Cause(s.Context())
+		if errors.Is(cause, session.ErrClosed) || ctx.Err() != nil {
+			return
+		}
+		forced := worker == "worker-1" && d.victimPaused.Load()
+		d.timeline.ended(sessionEnd{worker: worker, at: time.Now(), cause: cause, forced: forced})
+	})
+}
+
 type demoRun struct {
 	metrics   *metrics.Metrics // nil: no metrics
 	g         *globals
@@ -168,9 +250,14 @@ type demoRun struct {
 	tasks     []string
 	store     *demoStore
 	stats     demoStats
-	takenOver atomic.Value   // string: the task the victim lost
-	badTasks  []string       // tasks whose downstream checks failed, set by report
-	ready     sync.WaitGroup // done when every worker has its first session
+	takenOver atomic.Value // string: the task the victim lost
+	// victimPaused is set while worker-1 is in its injected pause, with
+	// its connection cut: a session of worker-1 that ends then ends by the
+	// demo's own doing.
+	victimPaused atomic.Bool
+	timeline     demoTimeline
+	badTasks     []string       // tasks whose downstream checks failed, set by report
+	ready        sync.WaitGroup // done when every worker has its first session
 }
 
 func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err error) {
@@ -264,6 +351,10 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		runErrs = append(runErrs, err)
 	}
 	if err := errors.Join(runErrs...); err != nil {
+		// No report: the invariants are not checked on an unfinished run,
+		// but how it went over time is worth seeing.
+		fmt.Fprintf(g.out, "\nrun failed after %v: %d/%d tasks completed\n", time.Since(start).Round(time.Millisecond), d.stats.completed.Load(), cfg.tasks)
+		d.printTimeline(time.Now())
 		return err
 	}
 	return d.report(ctx, cli, time.Since(start))
@@ -358,6 +449,7 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	// victim task.
 	ready()
 	d.ready.Wait()
+	d.timeline.started(time.Now())
 
 	order := rand.Perm(len(d.tasks))
 	taken := 0
@@ -418,6 +510,8 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 // another worker has completed the task.
 func (d *demoRun) pause(ctx context.Context, proxy *e2e.Proxy, reg *lease.Registry, l *lease.Lease) error {
 	d.takenOver.Store(l.Resource())
+	d.victimPaused.Store(true)
+	defer d.victimPaused.Store(false)
 	proxy.Blackhole()
 	<-l.Context().Done() // the safe deadline passes: the session tells the work to stop,
 	// ... but this worker is "paused" and does not look. It wakes up only
@@ -466,6 +560,7 @@ func (d *demoRun) doTask(ctx context.Context, l *lease.Lease) error {
 		var stale *lease.StaleError
 		switch {
 		case err == nil:
+			d.timeline.completed(time.Now())
 			d.stats.completed.Add(1)
 			d.store.mu.Lock()
 			d.store.completedTasks[l.Resource()] = true

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/session"
@@ -196,6 +197,44 @@ func TestDemoRetriesFailedSessionStart(t *testing.T) {
 			}
 			if !strings.Contains(out, fmt.Sprintf("%d failed to start", failed)) {
 				t.Fatalf("report does not count the %d failed session starts:\n%s", failed, out)
+			}
+			// worker-1's session ends in its injected pause, and the
+			// report says so; a stall is always reported.
+			if !strings.Contains(out, "(1 by the injected pause of worker-1,") || !strings.Contains(out, "longest stall with no task completed: ") {
+				t.Fatalf("report does not give the sessions ended and the longest stall:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestLongestStall: the longest interval with no completion, from the
+// start through the last completion — or through the end, if some task
+// was never completed — in whatever order completions were recorded.
+func TestLongestStall(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name        string
+		completions []int
+		end         int
+		finished    bool
+		from, to    int
+	}{
+		{"before the first completion", []int{500, 600, 700}, 900, true, 0, 500},
+		{"between two completions", []int{100, 200, 1700, 1800}, 5000, true, 200, 1700},
+		{"recorded out of order", []int{1800, 100, 1700, 200}, 5000, true, 200, 1700},
+		{"none: start to end", nil, 900, false, 0, 900},
+		{"unfinished: the last completion to end", []int{100, 200, 1700}, 5000, false, 1700, 5000},
+		{"unfinished, a longer gap before", []int{100, 3000, 3100}, 3500, false, 100, 3000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cs []time.Time
+			for _, ms := range tc.completions {
+				cs = append(cs, at(ms))
+			}
+			got := longestStall(t0, at(tc.end), cs, tc.finished)
+			if !got.from.Equal(at(tc.from)) || !got.to.Equal(at(tc.to)) {
+				t.Fatalf("longest stall %v to %v, want +%dms to +%dms", got.from.Sub(t0), got.to.Sub(t0), tc.from, tc.to)
 			}
 		})
 	}

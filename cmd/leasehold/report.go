@@ -68,8 +68,7 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", d.stats.acquisitions.Load(), len(open))},
 	}
 	fmt.Fprintf(d.g.out, "\nreport (wall time %v)\n", wall.Round(time.Millisecond))
-	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried)\n",
-		d.stats.sessions.Load(), d.stats.sessionsLost.Load(), d.stats.sessionStartsFailed.Load())
+	d.printTimeline(time.Now())
 	failed := printChecks(d.g.out, 58, checks)
 	if task, ok := d.takenOver.Load().(string); ok {
 		var rows [][]string
@@ -169,4 +168,44 @@ func openEpochs(entries []audit.Entry) map[string]int {
 		}
 	}
 	return bal
+}
+
+// maxEndsListed is how many ended sessions the summary lists one by one.
+const maxEndsListed = 10
+
+// printTimeline prints the sessions started and replaced, how many ended
+// (other than by Close), each of them, and the longest interval in which
+// no task was completed (up to now if some task never was).
+func (d *demoRun) printTimeline(now time.Time) {
+	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried)\n",
+		d.stats.sessions.Load(), d.stats.sessionsLost.Load(), d.stats.sessionStartsFailed.Load())
+	t := &d.timeline
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := t.start
+	if start.IsZero() {
+		start = now
+	}
+	forced := 0
+	for _, e := range t.ends {
+		if e.forced {
+			forced++
+		}
+	}
+	fmt.Fprintf(d.g.out, "  sessions ended: %d (%d by the injected pause of worker-1, %d otherwise)\n", len(t.ends), forced, len(t.ends)-forced)
+	for i, e := range t.ends {
+		if i == maxEndsListed {
+			fmt.Fprintf(d.g.out, "    ... and %d more\n", len(t.ends)-i)
+			break
+		}
+		what := "otherwise"
+		if e.forced {
+			what = "injected pause"
+		}
+		fmt.Fprintf(d.g.out, "    %s at +%v (%s), %s: %v\n", e.worker, e.at.Sub(start).Round(time.Millisecond), e.at.Format("15:04:05.000"), what, e.cause)
+	}
+	st := longestStall(start, now, t.completions, len(t.completions) >= len(d.tasks))
+	fmt.Fprintf(d.g.out, "  longest stall with no task completed: %v (+%v to +%v, %s to %s); %d completions from %s\n",
+		st.length().Round(time.Millisecond), st.from.Sub(start).Round(time.Millisecond), st.to.Sub(start).Round(time.Millisecond),
+		st.from.Format("15:04:05.000"), st.to.Format("15:04:05.000"), len(t.completions), start.Format("15:04:05.000"))
 }

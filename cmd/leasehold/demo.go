@@ -135,6 +135,9 @@ type demoStats struct {
 	// while a worker still needed them, sessionStartsFailed the attempts
 	// to start one that failed and were retried.
 	sessions, sessionsLost, sessionStartsFailed atomic.Int64
+	// orphans counts claims found held by the worker's own session with
+	// no Lease (an acquire whose outcome was unknown, applied after all).
+	orphans atomic.Int64
 }
 
 // sessionEnd is a session that ended other than by Close, seen the moment
@@ -452,6 +455,7 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	d.timeline.started(time.Now())
 
 	order := rand.Perm(len(d.tasks))
+	orphans := map[string]int64{} // task → the epoch of our claim with no Lease, already freed
 	taken := 0
 	for {
 		remaining := 0
@@ -471,8 +475,26 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 			task := d.tasks[i]
 			l, err := reg.TryAcquire(ctx, s, task)
 			var done *lease.CompletedError
+			var held *lease.HeldError
 			switch {
 			case errors.As(err, &done):
+				continue
+			case errors.As(err, &held) && !held.Queued && held.Holder == name && orphans[task] != held.Epoch:
+				// An earlier TryAcquire of this task had an unknown
+				// outcome and was applied after all: this worker's
+				// session holds the task with no Lease, and nobody can
+				// take it while the session lives. Ending the session
+				// frees it (the recorder writes the epoch's end).
+				orphans[task] = held.Epoch
+				d.stats.orphans.Add(1)
+				d.g.log.Warn("found a claim of ours with no Lease (an acquire with an unknown outcome was applied); replacing the session to free it", "worker", name, "task", task, "epoch", held.Epoch)
+				_ = s.Close(ctx)
+				next, err := newSession()
+				if err != nil {
+					return err
+				}
+				s = next
+				remaining++
 				continue
 			case errors.Is(err, lease.ErrHeld), errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost):
 				remaining++

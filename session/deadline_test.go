@@ -124,18 +124,20 @@ func TestSlowGrantStillRenews(t *testing.T) {
 	}
 }
 
-// Regression (issue 11): a grant whose reply arrives after its own safe
-// deadline gives a session that is lost before it starts. New must fail
-// with an error matching ErrLost and revoke the lease it was granted.
+// TestGrantSlowerThanSafeWindowFailsNew: a grant attempt whose reply
+// arrives after its own safe deadline makes New fail with ErrLost and
+// revoke the lease it was granted. Grant attempts are bounded by a third
+// of the TTL, so this needs a margin that leaves a window shorter than
+// that.
 func TestGrantSlowerThanSafeWindowFailsNew(t *testing.T) {
 	c, p, pcli := proxied(t)
 	direct := c.Client(t)
 	const (
-		ttl    = time.Second
-		margin = 200 * time.Millisecond
-		hold   = 2 * (ttl - margin)
+		ttl    = 3 * time.Second
+		margin = 2500 * time.Millisecond // a 500ms window, under the 1s grant attempt
+		hold   = 800 * time.Millisecond
 	)
-	s, took, err := holdGrant(t, p, pcli, hold, session.WithTTL(ttl), session.WithMargin(margin))
+	s, took, err := holdGrant(t, p, pcli, hold, session.WithTTL(ttl), session.WithMargin(margin), session.WithRenewInterval(200*time.Millisecond))
 	if err == nil {
 		t.Fatalf("New succeeded although its grant took %v, longer than TTL − margin = %v (session Err() = %v)",
 			took, ttl-margin, s.Err())
@@ -155,6 +157,28 @@ func TestGrantSlowerThanSafeWindowFailsNew(t *testing.T) {
 	}
 	if len(resp.Leases) != 0 {
 		t.Errorf("%d etcd leases left behind by the failed New: %v", len(resp.Leases), resp.Leases)
+	}
+}
+
+// TestHeldGrantIsSentAgain: a member that holds the grant past the safe
+// window no longer fails New: the attempt is cut short after a third of
+// the TTL and sent again, and the first deadline counts from the send time
+// of the attempt that succeeded — later than a deadline counted from New's
+// first attempt.
+func TestHeldGrantIsSentAgain(t *testing.T) {
+	_, p, pcli := proxied(t)
+	const (
+		ttl    = time.Second
+		margin = 200 * time.Millisecond
+		hold   = 2 * (ttl - margin)
+	)
+	start := time.Now()
+	s, took, err := holdGrant(t, p, pcli, hold, session.WithTTL(ttl), session.WithMargin(margin))
+	if err != nil {
+		t.Fatalf("New with its grant held for %v: %v", hold, err)
+	}
+	if !s.Deadline().After(start.Add(ttl - margin)) {
+		t.Fatalf("first deadline %v after New began, want it counted from the attempt that succeeded (New took %v)", s.Deadline().Sub(start), took)
 	}
 }
 

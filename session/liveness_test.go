@@ -135,3 +135,36 @@ func TestRenewalsRotateMembers(t *testing.T) {
 		t.Fatalf("9 successive renewals were answered by %d members, want all 3: %v", len(seen), seen)
 	}
 }
+
+// TestNewPastFrozenMember: with one member of three frozen throughout,
+// New — with no deadline on its context — still starts sessions: each
+// grant attempt is bounded and a timed-out one goes to the next member.
+// Without the bound, the first grant routed to the frozen member would
+// wait forever (the watchdog below).
+func TestNewPastFrozenMember(t *testing.T) {
+	c, ps := memberProxies(t)
+	cli := c.ClientTo(t, endpoints(ps)...)
+	ps[2].Blackhole()
+	t.Cleanup(ps[2].Heal) // before the proxy closes
+	const n = 6
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			s, err := session.New(context.Background(), cli, session.WithWorker(fmt.Sprintf("w%d", i)), session.WithTTL(3*time.Second))
+			if err != nil {
+				done <- err
+				return
+			}
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("New hung on the frozen member")
+	}
+}

@@ -246,7 +246,10 @@ type Session struct {
 }
 
 // New grants an etcd lease and starts renewing it. ctx bounds the grant
-// only; the session lives until Close, loss or expiry.
+// only; the session lives until Close, loss or expiry. Each grant attempt
+// is bounded (a third of the TTL, at most 2 s) and one that times out is
+// sent again at once, to the next member, until ctx ends: a member that
+// stops answering delays New by an attempt, no more.
 //
 // The grant's send time starts the first safe deadline (send time + TTL −
 // margin). If the grant's reply arrives after it, New revokes the granted
@@ -270,10 +273,9 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	}
 	ttlSeconds := int64((cfg.ttl + time.Second - 1) / time.Second)
 
-	// The deadline counts from before the grant was sent.
+	// The deadline counts from before the grant that succeeded was sent.
 	gctx, stop := withClient(ctx, cli)
-	sent := time.Now()
-	resp, err := cli.Grant(gctx, ttlSeconds)
+	sent, resp, err := grant(gctx, cli, ttlSeconds)
 	stop()
 	if err != nil {
 		if context.Cause(gctx) == ErrClientClosed {
@@ -325,6 +327,31 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	go s.run(sent.Add(interval), replied.Sub(sent))
 	s.log.Debug("session started", "ttl", ttl, "margin", margin, "interval", interval, "grant_rtt", replied.Sub(sent))
 	return s, nil
+}
+
+// grantAttempt bounds one Grant attempt of New: a third of the requested
+// TTL, at least MinRenewAttempt and at most 2 s.
+func grantAttempt(ttlSeconds int64) time.Duration {
+	return min(max(time.Duration(ttlSeconds)*time.Second/3, MinRenewAttempt), 2*time.Second)
+}
+
+// grant grants a lease of ttlSeconds, each attempt bounded by grantAttempt
+// and a timed-out one sent again at once — the client's round-robin
+// balancer picks the next member — until one succeeds or ctx ends. It
+// returns the send time of the attempt that succeeded. Sending a Grant
+// again is safe: a lease granted by an attempt whose reply was lost has no
+// keys and expires after its TTL.
+func grant(ctx context.Context, cli *clientv3.Client, ttlSeconds int64) (time.Time, *clientv3.LeaseGrantResponse, error) {
+	for {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, grantAttempt(ttlSeconds))
+		resp, err := cli.Grant(actx, ttlSeconds)
+		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil || !timedOut || ctx.Err() != nil {
+			return sent, resp, err
+		}
+	}
 }
 
 // revokeQuietly revokes a lease New will not use, best effort: etcd
@@ -466,7 +493,7 @@ func (s *Session) run(due time.Time, rtt time.Duration) {
 				// Retry at once. The client's round-robin picker gives the
 				// next stream the next ready connection, so the retry goes
 				// to another member (TestRenewalsRotateMembers).
-				s.log.Debug("renewal attempt timed out; retrying on the next member", "after", time.Since(sent), "until_deadline", time.Until(deadline))
+				s.log.Debug("renewal attempt timed out; retrying at once (on the next member, if the client has several endpoints)", "after", time.Since(sent), "until_deadline", time.Until(deadline))
 				next.Reset(0)
 				continue
 			}

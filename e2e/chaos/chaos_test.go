@@ -76,12 +76,25 @@ func shortSeed(t *testing.T, def uint64) uint64 {
 }
 
 // TestChaos is the short pass: a fixed seed (LEASEHOLD_CHAOS_SEED, if
-// set), zero violations.
+// set), zero violations. Seed 24 injects every kind of fault but latency,
+// one of each fault of a member among them, so the summary's liveness
+// goals are evaluated (and printed, met or not: they are no test).
 func TestChaos(t *testing.T) {
-	res := Run(t, shortConfig(t, shortSeed(t, 1), 12*time.Second, ControlNone))
-	t.Log("\n" + res.Summary())
+	res := Run(t, shortConfig(t, shortSeed(t, 24), 12*time.Second, ControlNone))
+	summary := res.Summary()
+	t.Log("\n" + summary)
 	if len(res.Violations) > 0 {
 		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
+	}
+	// The liveness figures were computed from the workers' records.
+	lf := res.Liveness
+	if lf.Sessions == 0 || lf.Completions == 0 || len(lf.Kinds) == 0 || lf.StallBound == 0 {
+		t.Errorf("no liveness figures: %d sessions, %d completions, %d fault kinds, stall bound %v", lf.Sessions, lf.Completions, len(lf.Kinds), lf.StallBound)
+	}
+	for _, kind := range memberFaults {
+		if !strings.Contains(summary, "\n  goal "+kind+": ") {
+			t.Errorf("the summary has no goal line for %s", kind)
+		}
 	}
 	// The batch path ran under the same faults and checks.
 	if res.BatchEpochs == 0 || res.BatchCompleted == 0 {

@@ -84,6 +84,11 @@ type Result struct {
 	Violations        []Violation
 	Warnings          []string
 	OutDir            string
+	// Liveness is what the faults cost in progress (liveness.go), not a
+	// check: a miss breaks no guarantee and is no violation. Sessions are
+	// the workers' sessions it was computed from.
+	Liveness LivenessFacts
+	Sessions []SessionRecord
 }
 
 // ViolationsByCheck counts the violations per check.
@@ -122,6 +127,7 @@ type checker struct {
 	written   map[entryID]bool         // every entry etcd ever held
 	deletedAt map[entryID]int64        // an entry → the revision retention deleted it at
 	donePut   map[taskEpoch]int64      // an epoch → the revision its done record was written at
+	doneGone  map[taskEpoch]int64      // an epoch → the revision retention deleted its done record at
 	completed map[string][]audit.Entry // task → its completed entries in the log
 }
 
@@ -148,7 +154,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
 		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
 		epochs: map[taskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
-		written: map[entryID]bool{}, deletedAt: map[entryID]int64{}, donePut: map[taskEpoch]int64{}, completed: map[string][]audit.Entry{},
+		written: map[entryID]bool{}, deletedAt: map[entryID]int64{}, donePut: map[taskEpoch]int64{}, doneGone: map[taskEpoch]int64{}, completed: map[string][]audit.Entry{},
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -465,9 +471,19 @@ type rejKey struct {
 // again, at the same key (its create-only put finds the key free), and
 // the log then holds both. A second entry of one attempt is accepted only
 // so: at the same key, written after etcd's history deleted the first.
+//
+// A Complete that returned nil may have sent its transaction more than
+// once: it sends it again when an attempt times out (docs/protocol.md §7),
+// and the first may still arrive later — held by a member cut off from
+// its clients, say. Arriving while the done record stands, it matches the
+// idempotency compare and writes nothing (§3.3); arriving after retention
+// deleted the record, it is a stale call after the retention (§3.9) and
+// writes a rejection. An entry of a successful completion is accepted
+// only so: written after its epoch's done record was deleted.
 func (c *checker) checkRejections() {
 	seen := map[rejKey][]int64{}
 	maybe := map[rejKey]int{}
+	succeeded := map[rejKey]bool{} // completions that returned ok
 	for i := range c.ops {
 		op := &c.ops[i]
 		if (op.Type != OpComplete && op.Type != OpRelease) || op.neverRan() {
@@ -484,6 +500,8 @@ func (c *checker) checkRejections() {
 		case OutStaleUnknown, OutUnknown:
 			maybe[k]++
 			c.res.MaybeRejections++
+		case OutOK:
+			succeeded[k] = op.Type == OpComplete
 		}
 	}
 	entries := map[rejKey][]int64{}
@@ -528,12 +546,21 @@ func (c *checker) checkRejections() {
 			}
 		}
 		switch {
+		case len(ents) > 0 && len(seen[k]) == 0 && maybe[k] == 0 && succeeded[k] && c.afterDoneGone(k, byAttempt[k]):
+			c.res.Retention.LateRejections += len(ents)
 		case len(ents) > 0 && len(seen[k]) == 0 && maybe[k] == 0:
 			c.fail(CheckRejections, k.task, "rejection entry of %s's %s at epoch %d matches no attempt", k.worker, k.attempted, k.epoch)
 		case len(ents) > 0 && len(seen[k]) == 0:
 			c.res.RejectionsUnknown++
 		}
 	}
+}
+
+// afterDoneGone reports whether every entry was written after retention
+// deleted the done record of k's epoch.
+func (c *checker) afterDoneGone(k rejKey, entries []audit.Entry) bool {
+	gone := c.doneGone[taskEpoch{k.task, k.epoch}]
+	return gone != 0 && !slices.ContainsFunc(entries, func(e audit.Entry) bool { return e.Revision <= gone })
 }
 
 // checkRevocations: every revoked entry is an operator's call that may

@@ -30,8 +30,11 @@ type RetentionFacts struct {
 	Reacquired     int
 	FoundCompleted int
 	// RejectionsRewritten counts the rejection entries written again by a
-	// stale attempt retried after retention pruned its first.
+	// stale attempt retried after retention pruned its first;
+	// LateRejections those written by a late attempt of a completion that
+	// succeeded, after retention deleted its done record (checkRejections).
 	RejectionsRewritten int
+	LateRejections      int
 }
 
 // indexHistories reads etcd's history of the audit keys and done records:
@@ -71,6 +74,7 @@ func (c *checker) indexHistories() {
 			c.donePut[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
 		} else {
 			c.res.Retention.PrunedDone++
+			c.doneGone[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
 		}
 	}
 	f := &c.res.Retention

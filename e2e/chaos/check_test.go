@@ -397,6 +397,16 @@ func TestCheckerPassesPrunedHistory(t *testing.T) {
 	if len(res.Violations) > 0 || res.Retention.RejectionsRewritten != 1 {
 		t.Fatalf("rejection written again after pruning: %d rewritten, violations %v", res.Retention.RejectionsRewritten, res.Violations)
 	}
+	// The first attempt of w2's completion, which succeeded on a later
+	// one, arrives after retention deleted the done record: a stale call
+	// after the retention, with its rejection.
+	late := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 24, Time: timeAt(24), Attempted: audit.Completed, Status: status})
+	s.fs.Audit = append(s.fs.Audit, late)
+	s.wrote(late)
+	res = s.check(t)
+	if len(res.Violations) > 0 || res.Retention.LateRejections != 1 {
+		t.Fatalf("late rejection of a successful completion after pruning: %d late, violations %v", res.Retention.LateRejections, res.Violations)
+	}
 }
 
 // TestCheckerCatchesRetention breaks retention's guarantees, and the
@@ -451,6 +461,11 @@ func TestCheckerCatchesRetention(t *testing.T) {
 		}},
 		{"an entry listed twice", []string{CheckRetention}, func(s *scenario) {
 			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[0])
+		}},
+		{"a rejection of a successful completion while its done record stood", []string{CheckRejections}, func(s *scenario) {
+			e := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 19, Time: timeAt(19), Attempted: audit.Completed, Status: status})
+			s.fs.Audit = append(s.fs.Audit, e)
+			s.wrote(e)
 		}},
 		{"an entry rewritten in place", []string{CheckForensics}, func(s *scenario) {
 			s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: testSpace.AuditEnd(task0, 21), Rev: 30, Put: true, CreateRev: 22})

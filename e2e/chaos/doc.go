@@ -75,9 +75,29 @@
 // freeze an in-process worker (its threads stop at the next operation and
 // its proxies blackhole, so its renewals stop too); blackhole a worker's
 // proxies; drop etcd's replies to a worker (requests still apply); add
-// latency; stop an etcd member or the leader, then restart it. Each fault is
-// logged with its window. Timing still depends on the scheduler, so one
-// seed reproduces the fault schedule, not the interleaving.
+// latency; stop an etcd member or the leader, then restart it; cut one
+// member off from every worker (member-freeze: every worker's proxy to it
+// holds all traffic, so to the workers it is a frozen member, while it
+// keeps its peers). A worker's own fault and a member-freeze are two
+// layers on the worker's proxies, each healed on its own. A stop is e2e's
+// Member.Stop: the member takes no new request from then on, drains its
+// open streams for up to etcd's request timeout (5.2 s here), and only
+// then leaves raft — a leader handing its leadership to a peer as it
+// goes, so a leader stop costs a transfer, not an election. No stop
+// begins with less than that drain left of the fault phase, which it would
+// hold up. Each fault is logged with its window. Timing still depends on
+// the scheduler, so one seed reproduces the fault schedule, not the
+// interleaving.
+//
+// Every worker's client is the one package etcdclient recommends
+// (keepalive, dial timeout), to all three members, each through the
+// worker's own proxy, without auto-sync (which would swap the proxies for
+// the members' own addresses). Its registry bounds every request by an
+// attempt timeout of three tenths of the TTL, 300 ms
+// (lease.WithAttemptTimeout, docs/protocol.md §7), where the default, 2 s,
+// is twice the suite's TTL; the worker bounds its reads of the log and its
+// guarded etcd writes, which have no attempt timeout of their own, the same
+// way, and tries a read again.
 //
 // # Checker
 //
@@ -91,7 +111,10 @@
 // that each task completed at most once and every task completed; that
 // every stale completion a worker saw has exactly one rejection entry and
 // every rejection entry one attempt (a second only if written after
-// retention pruned the first); that every epoch has one start and one
+// retention pruned the first; one of a completion that succeeded only if
+// written after retention deleted its done record, by a late attempt of
+// it, which Complete sends again after an attempt timeout); that every
+// epoch has one start and one
 // end entry; that no downstream admitted a lower epoch after a higher one
 // or holds an effect of an epoch written after that epoch was fenced; and,
 // with porcupine, that the downstream histories (a max-register per task
@@ -112,6 +135,29 @@
 // in one transaction; no epoch begun while a done record stood; and no task
 // completed twice, even after its done record was pruned. On a violation the seed, fault log, history, violations
 // and porcupine's HTML visualisation are written to a folder.
+//
+// # Liveness
+//
+// The summary also says what the faults cost in progress (liveness.go),
+// which no check judges: per fault kind, the sessions that ended other
+// than by Close (lost, expired, killed with their process; each worker
+// records its sessions' starts and ends with their causes), split into
+// those of workers that were themselves the target of a fault near the
+// end and those of workers that were not; the longest stall — a time in
+// which no worker completed anything (in the contended workload, nor
+// released anything) — attributed to the faults active during it, and
+// the longest part of one during which a fault of the kind was the only
+// one active (or, none being active, the one healed last); and the
+// longest time from a heal to the next completion (by the faulted worker,
+// for a worker's fault). For the faults of one member (member-stop,
+// leader-stop, member-freeze) it prints goals as met, NOT met or
+// undetermined (every stall shared with other faults): no session of a
+// worker not itself faulted ends, and no stall alone with such a fault
+// lasts longer than 2 × the members' election timeout + the sessions'
+// renew interval (TTL/3, docs/protocol.md §4) — 533 ms with e2e's 100 ms
+// election timeout and the suite's 1 s TTL. They are
+// measured, not asserted: timing on a loaded machine is not
+// deterministic.
 //
 // # Controls
 //

@@ -51,7 +51,10 @@ const (
 var outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutFail, OutUnknown}
 
 // event is one line of a worker's history stream: an invocation ("i") or a
-// return ("r") of the operation ID.
+// return ("r") of the operation ID; or a session's start ("ss"), end
+// ("se") or failed grant ("sf"), where ID is the session's worker id, W
+// the worker that started it, Err an end's cause or a grant's error and
+// Dl, for a session lost at its safe deadline, that deadline.
 type event struct {
 	K    string  `json:"k"`
 	ID   string  `json:"id"`
@@ -66,6 +69,48 @@ type event struct {
 	Wait bool    `json:"wait,omitempty"`
 	In   bool    `json:"in,omitempty"`
 	Of   string  `json:"of,omitempty"`
+	Dl   int64   `json:"dl,omitempty"`
+}
+
+// The event kinds of a session's life (event.K).
+const (
+	evSessionStart  = "ss"
+	evSessionEnd    = "se"
+	evSessionFailed = "sf"
+)
+
+// SessionRecord is one session a worker started (session.New), from its
+// start and end events.
+type SessionRecord struct {
+	Name   string `json:"name"`   // the session's worker id: <worker>.s<n>
+	Worker string `json:"worker"` // the worker that started it: <slot>.<generation>
+	Start  int64  `json:"start"`
+	// End is when its context was cancelled, as the worker saw it; 0 when
+	// no end was recorded (its process was killed, or exited before the
+	// line was written). Deadline, for a session lost at its safe
+	// deadline (docs/protocol.md §4), is that deadline, which passes
+	// before a paused process can see it.
+	End      int64  `json:"end,omitempty"`
+	Deadline int64  `json:"deadline,omitempty"`
+	Cause    string `json:"cause,omitempty"` // CauseLost, CauseExpired, CauseClosed or another error
+}
+
+// The causes of a session's end (SessionRecord.Cause), from
+// context.Cause of its context (docs/protocol.md §4).
+const (
+	CauseLost    = "lost"    // session.ErrLost: the safe deadline passed, or the client was closed
+	CauseExpired = "expired" // session.ErrExpired: etcd no longer has its lease
+	CauseClosed  = "closed"  // session.ErrClosed: Session.Close
+	// CauseKilled: no end was recorded and its process was killed.
+	CauseKilled = "killed"
+)
+
+// GrantFailure is a session.New that failed: no session for a while.
+type GrantFailure struct {
+	Name   string `json:"name"`
+	Worker string `json:"worker"`
+	Time   int64  `json:"time"`
+	Err    string `json:"err"`
 }
 
 // Op is one operation of the history.
@@ -138,10 +183,14 @@ type History struct {
 	order   []*Op
 	touched map[string]bool // tasks an acquisition was invoked on
 	bad     []string        // events that did not fit
+
+	sessions map[string]*SessionRecord
+	sorder   []*SessionRecord
+	grants   []GrantFailure
 }
 
 func newHistory() *History {
-	return &History{ops: make(map[string]*Op), touched: make(map[string]bool)}
+	return &History{ops: make(map[string]*Op), touched: make(map[string]bool), sessions: make(map[string]*SessionRecord)}
 }
 
 func (h *History) record(ev event) {
@@ -169,9 +218,40 @@ func (h *History) record(ev event) {
 		if ev.E != 0 {
 			op.Epoch = ev.E
 		}
+	case evSessionStart:
+		if _, dup := h.sessions[ev.ID]; dup {
+			h.bad = append(h.bad, "session started twice: "+ev.ID)
+			return
+		}
+		sr := &SessionRecord{Name: ev.ID, Worker: ev.W, Start: ev.T}
+		h.sessions[ev.ID] = sr
+		h.sorder = append(h.sorder, sr)
+	case evSessionEnd:
+		sr := h.sessions[ev.ID]
+		switch {
+		case sr == nil:
+			h.bad = append(h.bad, "end of a session never started: "+ev.ID)
+		case sr.End == 0: // the first end recorded wins
+			sr.End, sr.Deadline, sr.Cause = ev.T, ev.Dl, ev.Err
+		}
+	case evSessionFailed:
+		h.grants = append(h.grants, GrantFailure{Name: ev.ID, Worker: ev.W, Time: ev.T, Err: ev.Err})
 	default:
 		h.bad = append(h.bad, fmt.Sprintf("unknown event kind %q", ev.K))
 	}
+}
+
+// Sessions returns a copy of every session record, in start order, and
+// the failed grants.
+func (h *History) Sessions() ([]SessionRecord, []GrantFailure) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]SessionRecord, len(h.sorder))
+	for i, sr := range h.sorder {
+		out[i] = *sr
+	}
+	slices.SortStableFunc(out, func(a, b SessionRecord) int { return compareInt(a.Start, b.Start) })
+	return out, slices.Clone(h.grants)
 }
 
 // Ops returns a copy of every operation, in invocation order.

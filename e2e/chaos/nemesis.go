@@ -20,14 +20,29 @@ const (
 	FaultMemberStop  = "member-stop"  // stop an etcd member, then restart it
 	FaultLeaderStop  = "leader-stop"  // stop the etcd leader, then restart it
 	FaultRevoke      = "revoke"       // an operator revokes a held task (lease.Registry.Revoke)
+	// FaultMemberFreeze cuts one etcd member off from its clients: every
+	// worker's proxy to it holds all traffic, then delivers it. The member
+	// keeps its peers (and the suite's own clients, which do not go
+	// through proxies), so to the workers it is a frozen member: their
+	// connections to it stay open and silent.
+	FaultMemberFreeze = "member-freeze"
 )
 
-var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultRevoke}
+var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultRevoke}
+
+// memberFaults are the faults of one etcd member, which end no session of
+// a worker that was not itself faulted and stall progress for at most a
+// bounded time (liveness.go).
+var memberFaults = []string{FaultMemberStop, FaultLeaderStop, FaultMemberFreeze}
 
 // Fault is one injected fault and its window on the history's clock.
+// Target is a worker slot ("h0", "i1") for a worker's fault, a member
+// ("m2") for a member's, or a task for a revocation; Worker, for a pause
+// or a kill, the process it stopped (<slot>.<generation>).
 type Fault struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target"`
+	Worker string `json:"worker,omitempty"`
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"`
 	Detail string `json:"detail,omitempty"`
@@ -85,10 +100,16 @@ func (n *nemesis) log() []Fault {
 	return out
 }
 
+// stopDrain is how long e2e's Member.Stop may take: the member takes no
+// new request from its start, but waits for its open streams (watches)
+// for up to etcd's request timeout, 5 s + 2 election timeouts, before it
+// leaves raft.
+const stopDrain = 5*time.Second + 2*raftElectionTimeout
+
 // weights of the fault kinds.
 var faultWeights = map[string]int{
 	FaultPause: 4, FaultKill: 1, FaultFreeze: 2, FaultBlackhole: 3, FaultDropReplies: 1,
-	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultRevoke: 1,
+	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultMemberFreeze: 1, FaultRevoke: 1,
 }
 
 // start picks a fault whose target is free and starts it.
@@ -106,10 +127,18 @@ func (n *nemesis) start(ctx context.Context) {
 			freeInproc = append(freeInproc, s)
 		}
 	}
+	// e2e's Member.Stop drains the member's open streams for up to
+	// stopDrain before it returns: a stop begun later in the phase would
+	// hold the phase up by that much.
+	stopFits := true
+	if end, ok := ctx.Deadline(); ok && time.Until(end) < stopDrain {
+		stopFits = false
+	}
 	avail := map[string]bool{
 		FaultPause: len(freeHelpers) > 0, FaultKill: len(freeHelpers) > 0, FaultFreeze: len(freeInproc) > 0,
 		FaultBlackhole: len(free) > 0, FaultDropReplies: len(free) > 0, FaultLatency: len(free) > 0,
-		FaultMemberStop: !n.memberFault, FaultLeaderStop: !n.memberFault, FaultRevoke: true,
+		FaultMemberStop: !n.memberFault && stopFits, FaultLeaderStop: !n.memberFault && stopFits, FaultMemberFreeze: !n.memberFault,
+		FaultRevoke: true,
 	}
 	total := 0
 	for _, k := range faultKinds {
@@ -141,7 +170,7 @@ func (n *nemesis) start(ctx context.Context) {
 		target = freeInproc[n.rng.IntN(len(freeInproc))]
 	case FaultBlackhole, FaultDropReplies, FaultLatency:
 		target = free[n.rng.IntN(len(free))]
-	case FaultMemberStop, FaultLeaderStop:
+	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
 		n.memberFault = true
 	}
 	if target != nil {
@@ -163,7 +192,7 @@ func (n *nemesis) start(ctx context.Context) {
 		d = dur(ttl/5, ttl+ttl/2)
 	case FaultLatency:
 		d = dur(ttl, 3*ttl)
-	case FaultMemberStop, FaultLeaderStop:
+	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
 		d = dur(ttl/4, 2*ttl)
 	}
 	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
@@ -180,7 +209,7 @@ func (n *nemesis) start(ctx context.Context) {
 		switch {
 		case target != nil:
 			delete(n.busySlot, target.idx)
-		case kind == FaultMemberStop || kind == FaultLeaderStop:
+		case kind == FaultMemberStop || kind == FaultLeaderStop || kind == FaultMemberFreeze:
 			n.memberFault = false
 		}
 	})
@@ -197,14 +226,14 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 	switch kind {
 	case FaultPause:
 		p := s.process()
-		f.Detail = p.name
+		f.Worker, f.Detail = p.name, p.name
 		f.Start = now()
 		p.signal(syscall.SIGSTOP)
 		hold()
 		p.signal(syscall.SIGCONT)
 	case FaultKill:
 		p := s.process()
-		f.Detail = p.name
+		f.Worker, f.Detail = p.name, p.name
 		f.Start = now()
 		p.kill()
 		if err := n.r.restartHelper(s); err != nil {
@@ -227,17 +256,13 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		s.heal()
 	case FaultDropReplies:
 		f.Start = now()
-		for _, p := range s.proxies {
-			p.BlackholeReplies()
-		}
+		s.setFault(proxyFault{kind: proxyDropReplies})
 		hold()
 		s.heal()
 	case FaultLatency:
 		f.Detail = fmt.Sprintf("%v ± %v", delay, delay/4)
 		f.Start = now()
-		for _, p := range s.proxies {
-			p.Delay(delay, delay/4)
-		}
+		s.setFault(proxyFault{kind: proxyDelay, delay: delay})
 		hold()
 		s.heal()
 	case FaultRevoke:
@@ -260,6 +285,20 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		m.Stop(n.r.t)
 		hold()
 		m.Restart(n.r.t)
+	case FaultMemberFreeze:
+		member := pick % len(n.r.cluster.Members())
+		f.Target = n.r.cluster.Members()[member].Name()
+		if n.r.cluster.Members()[member].IsLeader() {
+			f.Detail = "the leader"
+		}
+		f.Start = now()
+		for _, s := range n.r.slots {
+			s.holdMember(member, true)
+		}
+		hold()
+		for _, s := range n.r.slots {
+			s.holdMember(member, false)
+		}
 	}
 	f.End = now()
 	return f

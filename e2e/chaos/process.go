@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/etcdclient"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 )
@@ -46,7 +46,7 @@ func RunWorkerProcess() int {
 		fmt.Fprintf(os.Stderr, "chaos worker: bad %s: %v\n", configEnv, err)
 		return 2
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, DialOptions: dialOptions, Logger: zap.NewNop()})
+	cli, err := newWorkerClient(cfg.Endpoints)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos worker %s: %v\n", cfg.Name, err)
 		return 1
@@ -67,6 +67,20 @@ func RunWorkerProcess() int {
 	}()
 	w.run(ctx)
 	return 0
+}
+
+// newWorkerClient is a worker's client: the one package etcdclient
+// recommends (keepalive, dial timeout, quiet logs), to every member — each
+// through the worker's own proxy, so that the balancer has a next member
+// for a retry — with dialOptions, and without auto-sync, which would
+// replace the proxies with the members' own URLs and take the worker out
+// of reach of its faults.
+func newWorkerClient(endpoints []string) (*clientv3.Client, error) {
+	cfg, err := etcdclient.Config(endpoints, etcdclient.WithAutoSync(0), etcdclient.WithDialOptions(dialOptions...))
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(cfg)
 }
 
 // dialOptions make every client of a run reconnect soon after a fault

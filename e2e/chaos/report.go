@@ -82,12 +82,15 @@ func (r *Result) Summary() string {
 	}
 	p("retention: %v into an SQLite archive (%s): %d entries archived (%d appends); pruned from etcd: %d audit keys, %d done records; left in etcd at the end: %d audit keys, %d done records",
 		rf.Retention, pruner, rf.Archived, rf.Appends, rf.PrunedAudit, rf.PrunedDone, rf.AuditLeft, rf.DoneLeft)
-	p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning",
-		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten)
+	p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning; %d written by a late attempt of a successful completion after its done record was pruned",
+		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten, rf.LateRejections)
 	p("downstream effects: sql %d, etcd %d", r.Effects[OpSQL], r.Effects[OpEtcd])
 	pr := r.Porcupine
 	p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",
 		pr.Result, pr.Partitions, pr.Illegal, pr.TimedOut, pr.Unchecked, pr.Took.Round(time.Millisecond), pr.Bound)
+	for _, l := range r.Liveness.lines() {
+		p("%s", l)
+	}
 	for _, w := range r.Warnings {
 		p("warning: %s", w)
 	}
@@ -114,7 +117,8 @@ func (r *Result) Summary() string {
 }
 
 // writeArtifacts writes the seed, the fault log, the history, the
-// violations and porcupine's visualisation of illegal partitions.
+// workers' sessions, the violations and porcupine's visualisation of
+// illegal partitions.
 func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 	dir := cfg.OutDir
 	if dir == "" {
@@ -151,6 +155,12 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 			enc := json.NewEncoder(b)
 			for _, op := range ops {
 				_ = enc.Encode(op)
+			}
+		}),
+		write("sessions.jsonl", func(b *strings.Builder) {
+			enc := json.NewEncoder(b)
+			for _, sr := range r.Sessions {
+				_ = enc.Encode(sr)
 			}
 		}),
 		write("violations.txt", func(b *strings.Builder) {

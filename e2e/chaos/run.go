@@ -109,6 +109,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// The members' raft ticks: e2e's defaults, set explicitly because the
+// liveness goals are computed from the election timeout (liveness.go),
+// which Run reads back from a member.
+const (
+	raftHeartbeat       = 10 * time.Millisecond
+	raftElectionTimeout = 100 * time.Millisecond
+)
+
+// grantedTTL is the TTL etcd grants for ttl: whole seconds, rounded up
+// (docs/protocol.md §4). The sessions renew every third of it.
+func grantedTTL(ttl time.Duration) time.Duration {
+	return (ttl + time.Second - 1).Truncate(time.Second)
+}
+
 // slot is one worker position: its proxies (one per member) and the
 // worker currently filling it.
 type slot struct {
@@ -121,6 +135,71 @@ type slot struct {
 	mu   sync.Mutex
 	gen  int
 	proc *helperProc
+
+	// The faults on the proxies come in two layers: the slot's own
+	// (blackhole, drop-replies, latency) on all of them, and a member's
+	// (member-freeze) on the one to that member, each healed on its own.
+	fmu     sync.Mutex
+	fault   proxyFault   // the slot's own fault
+	held    []bool       // per proxy: its member is cut off from clients
+	applied []proxyFault // per proxy: what the proxy is doing now
+}
+
+// proxyFault is what a proxy does to its traffic.
+type proxyFault struct {
+	kind  proxyFaultKind
+	delay time.Duration // proxyDelay: each way, ± a quarter
+}
+
+type proxyFaultKind int
+
+const (
+	proxyHealthy proxyFaultKind = iota
+	proxyBlackhole
+	proxyDropReplies
+	proxyDelay
+)
+
+// setFault sets the slot's own fault on all its proxies.
+func (s *slot) setFault(f proxyFault) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.fault = f
+	for i := range s.proxies {
+		s.applyLocked(i)
+	}
+}
+
+// holdMember cuts the slot off from member i (all traffic held), or ends
+// that; the slot's own fault stays as it is.
+func (s *slot) holdMember(i int, on bool) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.held[i] = on
+	s.applyLocked(i)
+}
+
+// applyLocked brings proxy i to what both layers ask of it: a held member
+// holds everything, whatever the slot's own fault; s.fmu is held.
+func (s *slot) applyLocked(i int) {
+	want := s.fault
+	if s.held[i] {
+		want = proxyFault{kind: proxyBlackhole}
+	}
+	if want == s.applied[i] {
+		return
+	}
+	p := s.proxies[i]
+	p.Heal()
+	switch want.kind {
+	case proxyBlackhole:
+		p.Blackhole()
+	case proxyDropReplies:
+		p.BlackholeReplies()
+	case proxyDelay:
+		p.Delay(want.delay, want.delay/4)
+	}
+	s.applied[i] = want
 }
 
 func (s *slot) process() *helperProc {
@@ -137,16 +216,16 @@ func (s *slot) endpoints() []string {
 	return eps
 }
 
-func (s *slot) blackhole() {
-	for _, p := range s.proxies {
-		p.Blackhole()
-	}
-}
+func (s *slot) blackhole() { s.setFault(proxyFault{kind: proxyBlackhole}) }
 
-func (s *slot) heal() {
-	for _, p := range s.proxies {
-		p.Heal()
+func (s *slot) heal() { s.setFault(proxyFault{}) }
+
+// healAll ends both layers of faults.
+func (s *slot) healAll() {
+	for i := range s.proxies {
+		s.holdMember(i, false)
 	}
+	s.heal()
 }
 
 type runner struct {
@@ -220,8 +299,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
 	logf := cfg.Logf
 
-	r.cluster = e2e.NewCluster(t, e2e.WithMembers(3), e2e.WithClientDialOptions(dialOptions...))
+	r.cluster = e2e.NewCluster(t, e2e.WithMembers(3), e2e.WithTicks(raftHeartbeat, raftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
 	r.direct = r.cluster.Client(t)
+	election := time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
 	r.reg = lease.NewRegistry(r.direct)
 	defer r.reg.Close()
 
@@ -255,6 +335,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		for _, m := range r.cluster.Members() {
 			s.proxies = append(s.proxies, newProxy(t, m.Endpoint()))
 		}
+		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
 		r.slots = append(r.slots, s)
 	}
 
@@ -278,7 +359,7 @@ func Run(t testing.TB, cfg Config) *Result {
 			continue
 		}
 		cfgW := r.workerConfig(s)
-		cli, err := r.cluster.NewClient(cfgW.Endpoints...)
+		cli, err := newWorkerClient(cfgW.Endpoints)
 		if err != nil {
 			t.Fatalf("chaos: %v", err)
 		}
@@ -299,6 +380,7 @@ func Run(t testing.TB, cfg Config) *Result {
 
 	// Faults, then heal.
 	n := newNemesis(r)
+	faultsFrom := now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
 	progress.Go(func() { r.progress(nctx, n, begin) })
@@ -306,7 +388,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	stopFaults()
 	progress.Wait()
 	for _, s := range r.slots {
-		s.heal()
+		s.healAll()
 		s.gate.open()
 	}
 	for _, m := range r.cluster.Members() {
@@ -319,6 +401,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	time.Sleep(cfg.Quiet)
 
 	// Stop the workers: each finishes its task and closes its sessions.
+	stopAt := now()
 	stopWorkers()
 	var stopping sync.WaitGroup
 	for _, s := range r.slots {
@@ -355,6 +438,12 @@ func Run(t testing.TB, cfg Config) *Result {
 	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
 	res.Faults = faults
 	res.Swept = swept
+	sessions, grants := r.hist.Sessions()
+	res.Sessions = sessions
+	res.Liveness = liveness(LivenessInput{
+		Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: faults, From: faultsFrom, To: stopAt,
+		TTL: grantedTTL(cfg.TTL), ElectionTimeout: election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
+	})
 	res.Warnings = append(res.Warnings, r.warnings...)
 	for _, p := range r.hist.problems() {
 		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
@@ -481,7 +570,7 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // in-process worker on a direct client: after healing, every task must be
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
-	cfgW := workerConfig{Name: "sweeper", SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	cfgW := workerConfig{Name: sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
 	w, err := newWorker(cfgW, r.direct, r.hist.record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)

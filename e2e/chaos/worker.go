@@ -61,6 +61,20 @@ const (
 	queueTimeout   = 3 * time.Second         // a contended worker's Acquire or AcquireMany (Config.Contended)
 )
 
+// attemptTimeout is the workers' lease.WithAttemptTimeout: a few hundred
+// milliseconds for the suite's one-second TTL, where the default
+// (lease.DefaultAttemptTimeout, 2 s) is twice the TTL. A request that
+// reaches a member that does not answer — frozen or cut off from its
+// clients — then costs less than a renewal interval, not the call or the
+// lease: Complete and CompleteMany send it again to the next member, and
+// the other calls return an unknown outcome the worker moves past
+// (docs/protocol.md §7, the attempt timeout). It stays well above a
+// healthy commit, even under the race detector on two cores, since an
+// attempt cut short is an unknown outcome.
+func attemptTimeout(ttl time.Duration) time.Duration {
+	return min(lease.DefaultAttemptTimeout, max(ttl*3/10, 100*time.Millisecond))
+}
+
 // workerConfig is a worker's whole configuration; helper processes get it
 // as JSON in their environment.
 type workerConfig struct {
@@ -95,6 +109,7 @@ type worker struct {
 	smu      sync.Mutex // serialises starting sessions
 	mu       sync.Mutex
 	sess     *session.Session
+	sessEnd  func() // records sess's end (recordSession)
 	nsess    int
 	done     map[int]bool // tasks known to be completed
 	lo       int          // every task below lo is known to be completed
@@ -114,7 +129,7 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 		return nil, err
 	}
 	return &worker{
-		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli), space: keys.MustNew(keys.DefaultNamespace),
+		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL))), space: keys.MustNew(keys.DefaultNamespace),
 		db: db, sqlGuard: g, etcdGuard: fence.NewEtcdGuard(cli), emit: emit,
 		adb: adb, log: audit.New(cli, audit.WithArchive(archive)),
 		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
@@ -148,6 +163,7 @@ func (w *worker) close() {
 	s := w.sess
 	inDoubt := w.inDoubt
 	w.inDoubt = map[*lease.Lease]bool{}
+	recordEnd := w.sessEnd
 	w.mu.Unlock()
 	// Only the live session is closed: a session that ended releases
 	// nothing and its etcd lease expires on its own, while closing it
@@ -169,6 +185,9 @@ func (w *worker) close() {
 		for _, p := range pending {
 			p.end(OutUnknown, 0, 0, errors.New("released by Session.Close"))
 		}
+	}
+	if recordEnd != nil && s.Err() != nil {
+		recordEnd()
 	}
 	_ = w.reg.Close()
 	_ = w.db.Close()
@@ -231,17 +250,62 @@ func (w *worker) session() *session.Session {
 	if cur != nil && cur.Err() == nil {
 		return cur
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sessionTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), grantTimeout(w.cfg.TTL))
 	defer cancel()
 	s, err := session.New(ctx, w.cli, session.WithWorker(name), session.WithTTL(w.cfg.TTL))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.nsess++ // a failed grant may still have created a lease: never reuse the name
 	if err != nil {
+		w.emit(event{K: evSessionFailed, ID: name, W: w.cfg.Name, T: now(), Err: truncate(err.Error(), 300)})
 		return nil
 	}
 	w.sess = s
+	w.sessEnd = w.recordSession(s)
 	return s
+}
+
+// grantTimeout bounds a session.New: a grant whose reply comes later than
+// the TTL less the margin is refused anyway (docs/protocol.md §4), and one
+// sent to a member that does not answer would otherwise hold the worker's
+// threads, sessionless, for all of sessionTimeout; the next try goes to the
+// next member.
+func grantTimeout(ttl time.Duration) time.Duration {
+	return min(sessionTimeout, max(ttl/2, 100*time.Millisecond))
+}
+
+// recordSession records s's start, and its end — with its cause and,
+// when it was lost at its safe deadline, that deadline — as soon as its
+// context is done, for the liveness figures (liveness.go). It returns a
+// function that records the end at once if it has not been recorded yet,
+// which close calls after Session.Close, before the process exits.
+func (w *worker) recordSession(s *session.Session) (recordEnd func()) {
+	w.emit(event{K: evSessionStart, ID: s.Worker(), W: w.cfg.Name, T: now()})
+	var once sync.Once
+	recordEnd = func() {
+		once.Do(func() {
+			ev := event{K: evSessionEnd, ID: s.Worker(), W: w.cfg.Name, T: now()}
+			cause := context.Cause(s.Context())
+			switch {
+			case errors.Is(cause, session.ErrLost):
+				ev.Err = CauseLost
+				// The deadline on the shared clock: a paused process
+				// sees its sessions end only once it runs again.
+				if dl := s.Deadline(); !dl.IsZero() {
+					ev.Dl = min(ev.T, ev.T-int64(time.Since(dl)))
+				}
+			case errors.Is(cause, session.ErrExpired):
+				ev.Err = CauseExpired
+			case errors.Is(cause, session.ErrClosed):
+				ev.Err = CauseClosed
+			case cause != nil:
+				ev.Err = truncate(cause.Error(), 300)
+			}
+			w.emit(ev)
+		})
+	}
+	context.AfterFunc(s.Context(), recordEnd)
+	return recordEnd
 }
 
 func taskName(i int) string { return fmt.Sprintf("t%06d", i) }
@@ -612,9 +676,7 @@ const (
 // (OpDoneRead): the checker holds it to the completions it can see.
 func (w *worker) checkCompletion(l *lease.Lease) checkResult {
 	p := w.begin(OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	e, done, err := w.log.Completion(ctx, l.Resource())
-	cancel()
+	e, done, err := w.completion(l.Resource())
 	switch {
 	case err != nil:
 		p.end(OutFail, 0, 0, err)
@@ -628,6 +690,26 @@ func (w *worker) checkCompletion(l *lease.Lease) checkResult {
 	}
 	p.end(OutOK, 0, 0, nil)
 	return checkOpen
+}
+
+// completion asks the log whether task was ever completed. The log's
+// reads (package audit) and the guards' transactions (package fence) have
+// no attempt timeout of their own, only the caller's context: each read is
+// bounded here by the registry's attempt timeout and tried again, on the
+// next member, until opTimeout has passed — a read changes nothing — so a
+// member that does not answer costs an attempt, not the whole opTimeout
+// (docs/protocol.md §7, the attempt timeout).
+func (w *worker) completion(task string) (e audit.Entry, done bool, err error) {
+	deadline := time.Now().Add(opTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), min(attemptTimeout(w.cfg.TTL), time.Until(deadline)))
+		e, done, err = w.log.Completion(ctx, task)
+		cancel()
+		if err == nil || time.Until(deadline) < 20*time.Millisecond {
+			return e, done, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // sessionEnded reports that TryAcquire or TryAcquireMany applied nothing
@@ -686,7 +768,9 @@ func (w *worker) writeEtcd(l *lease.Lease) Outcome {
 	p := w.beginID(id, OpEtcd, l.Resource(), l.Worker(), l.Epoch())
 	val, _ := json.Marshal(effectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
 	put := clientv3.OpPut(effectKey(l.Resource(), id), string(val))
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	// One attempt, as the registry's requests: an unknown outcome after
+	// it, like any other (completion).
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.cfg.TTL))
 	defer cancel()
 	var err error
 	if w.cfg.Control == ControlNoFencing {

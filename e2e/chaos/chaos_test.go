@@ -44,13 +44,19 @@ func verifyNoLeaks() int {
 }
 
 // shortConfig is the configuration of the pass `go test` runs: small
-// enough for two cores under the race detector.
+// enough for two cores under the race detector. Its artifacts go to the
+// test's temporary directory, removed with it, unless LEASEHOLD_CHAOS_OUT
+// names a folder to keep them in.
 func shortConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+	out := os.Getenv("LEASEHOLD_CHAOS_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
 	return Config{
 		Seed: seed, Duration: d, Control: control,
 		Helpers: 3, InProcess: 1, Threads: 2, Window: 16,
 		FaultGap: 500 * time.Millisecond, Quiet: 2 * time.Second, CheckTimeout: time.Minute,
-		OutDir: t.TempDir(), Logf: t.Logf,
+		OutDir: out, Logf: t.Logf,
 	}
 }
 

@@ -133,8 +133,10 @@
 // before its deletion and only once its epoch's end was older than the
 // retention; an epoch's start and end entries, and its done record, deleted
 // in one transaction; no epoch begun while a done record stood; and no task
-// completed twice, even after its done record was pruned. On a violation the seed, fault log, history, violations
-// and porcupine's HTML visualisation are written to a folder.
+// completed twice, even after its done record was pruned. On a violation
+// the seed, fault log, history, the workers' sessions, violations and
+// porcupine's HTML visualisation are written to a folder; so they are when
+// a liveness goal is missed (below), to find out why.
 //
 // # Liveness
 //
@@ -185,7 +187,8 @@
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m),
 // LEASEHOLD_CHAOS_CONTROL_RUN (the fault
 // phase of each control run, default 10s) and LEASEHOLD_CHAOS_OUT, the
-// folder that receives the artifacts of runs with violations (default: a
-// new leasehold-chaos-* directory under os.TempDir; the short pass uses its
-// test's temporary directory).
+// folder that receives the artifacts of runs with violations or missed
+// liveness goals (default: a new leasehold-chaos-* directory under
+// os.TempDir; the short pass uses its test's temporary directory unless it
+// is set).
 package chaos

@@ -162,6 +162,11 @@ func (lf *LivenessFacts) Goal(kind string) Verdict {
 	return GoalMet
 }
 
+// Missed reports whether a goal of a member's fault kind was missed.
+func (lf *LivenessFacts) Missed() bool {
+	return slices.ContainsFunc(memberFaults, func(kind string) bool { return lf.Goal(kind) == GoalMissed })
+}
+
 // workerFaults are the kinds whose target is a worker slot.
 var workerFaults = map[string]bool{
 	FaultPause: true, FaultKill: true, FaultFreeze: true, FaultBlackhole: true, FaultDropReplies: true, FaultLatency: true,

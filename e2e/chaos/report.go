@@ -108,9 +108,9 @@ func (r *Result) Summary() string {
 			}
 			p("  %v", v)
 		}
-		if r.OutDir != "" {
-			p("artifacts: %s", r.OutDir)
-		}
+	}
+	if r.OutDir != "" {
+		p("artifacts: %s", r.OutDir)
 	}
 	p("violations: %d", len(r.Violations))
 	return b.String()

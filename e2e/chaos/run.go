@@ -56,7 +56,8 @@ type Config struct {
 	// epochs that ended longer ago, and the done records of completed ones,
 	// move into the run's archive and out of etcd while the run goes on.
 	Retention time.Duration
-	// OutDir receives the artifacts of a run with violations; empty:
+	// OutDir receives the artifacts of a run with violations, or with a
+	// liveness goal missed (liveness.go); empty:
 	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
 	OutDir string
 	// Logf receives progress lines; nil discards them.
@@ -449,7 +450,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
 	}
 	res.Wall = time.Since(begin)
-	if len(res.Violations) > 0 {
+	if len(res.Violations) > 0 || res.Liveness.Missed() {
 		if err := res.writeArtifacts(cfg, r.hist.Ops()); err != nil {
 			t.Errorf("chaos: writing artifacts: %v", err)
 		}

@@ -9,8 +9,10 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/e2e/faultproxy"
+	"github.com/leasehold/leasehold/etcdclient"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -44,28 +46,43 @@ func endpoints(ps []*faultproxy.Proxy) []string {
 // member.
 //
 // etcd's own concurrency.Session runs beside it through the same proxies,
-// for comparison; its losses are reported, not asserted.
+// for comparison; its losses are reported, not asserted. Half of
+// leasehold's sessions use a plain client, half etcdclient's recommended
+// one.
 func TestFrozenMemberEndsNoSession(t *testing.T) {
 	c, ps := memberProxies(t)
 	const n, ttl = 8, 3 * time.Second
 	ctx := context.Background()
 
-	cli := c.ClientTo(t, endpoints(ps)...) // a plain client: no keepalive, no tuning
-	reg := lease.NewRegistry(cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	plain := c.ClientTo(t, endpoints(ps)...) // a plain client: no keepalive, no tuning
+	// The recommended client (auto-sync off: a sync would swap the proxies
+	// for the members' own addresses).
+	cfg, err := etcdclient.Config(endpoints(ps), etcdclient.WithAutoSync(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recommended, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = recommended.Close() })
 	var sessions []*session.Session
 	var leases []*lease.Lease
-	for i := range n {
-		s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("w%d", i)), session.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
+	for k, cli := range []*clientv3.Client{plain, recommended} {
+		reg := lease.NewRegistry(cli)
+		t.Cleanup(func() { _ = reg.Close() })
+		for i := range n {
+			s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("c%d-w%d", k, i)), session.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			l, err := reg.TryAcquire(ctx, s, fmt.Sprintf("live/%d/%d", k, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sessions, leases = append(sessions, s), append(leases, l)
 		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		l, err := reg.TryAcquire(ctx, s, fmt.Sprintf("live/%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sessions, leases = append(sessions, s), append(leases, l)
 	}
 
 	mcli := c.ClientTo(t, endpoints(ps)...)
@@ -107,7 +124,8 @@ func TestFrozenMemberEndsNoSession(t *testing.T) {
 		default:
 		}
 	}
-	t.Logf("sessions ended: leasehold %d of %d (leases lost %d), concurrency.Session %d of %d", ended, n, lost, mutexEnded, n)
+	t.Logf("sessions ended: leasehold %d of %d (%d on a plain client, %d on etcdclient's; leases lost %d), concurrency.Session %d of %d",
+		ended, len(sessions), n, n, lost, mutexEnded, n)
 }
 
 // TestRenewalsRotateMembers checks what the renewal retry relies on

@@ -3,10 +3,11 @@ package session_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/leasehold/leasehold/internal/leaktest"
 )
 
 // Every test closes its sessions, clients, proxies and clusters, so nothing
 // may outlive the tests: not a session's renewal loop, not a watch, not an
-// embedded etcd goroutine.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// embedded etcd goroutine (given time for a three-member cluster's peers
+// to hang up, leaktest.Settle).
+func TestMain(m *testing.M) { leaktest.Main(m) }

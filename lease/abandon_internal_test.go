@@ -75,3 +75,55 @@ func TestAbandonAfterGrantReleases(t *testing.T) {
 		t.Fatalf("epoch %d's entries %v, want it acquired and released by the quitter", epoch, kinds)
 	}
 }
+
+// TestLateQueueingDoesNothing: a call that gave up before its queueing
+// transaction landed — cut short by the attempt timeout, delivered late by
+// a member that was frozen — leaves a marker, and the late transaction
+// neither queues nor claims: no entry outlives the call to be handed the
+// resource (docs/protocol.md §3.2).
+func TestLateQueueingDoesNothing(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	ctx := context.Background()
+	r := NewRegistry(cli)
+	t.Cleanup(func() { _ = r.Close() })
+	newSession := func(worker string) *session.Session {
+		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(ctx) })
+		return s
+	}
+	holder, err := r.TryAcquire(ctx, newSession("holder"), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession("late")
+	for _, res := range []string{"held", "free"} {
+		claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := claimant.NewQueued(r.space, res, protocol.NewID())
+		wt := &waiter{r: r, s: s, resource: res, w: q.Waiter}
+		wt.abandon(ctx, "gave up before its queueing transaction landed")
+
+		resp, err := cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Succeeded || resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
+			t.Fatalf("%s: the late transaction claimed (%v) or queued after the call gave up", res, resp.Succeeded)
+		}
+		if get, err := cli.Get(ctx, r.space.QueuePrefix(res), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || get.Count != 0 {
+			t.Fatalf("%s: %v queue entries, %v", res, get.Count, err)
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if get, err := cli.Get(ctx, r.space.Lease("held"), clientv3.WithCountOnly()); err != nil || get.Count != 0 {
+		t.Fatalf("after the holder's Release the lease key is still there (%v, %v): handed to a call that left", get.Count, err)
+	}
+}

@@ -276,8 +276,8 @@ func (wt *waiter) abandon(ctx context.Context, why string) {
 	r := wt.r
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 	defer cancel()
-	cmp, del, get := protocol.Dequeue(r.space, wt.resource, wt.w)
-	resp, err := r.cli.Txn(actx).If(cmp).Then(del).Else(get).Commit()
+	cmp, del, els := protocol.Dequeue(r.space, wt.resource, wt.w)
+	resp, err := r.cli.Txn(actx).If(cmp).Then(del).Else(els...).Commit()
 	if err != nil {
 		if wt.s.Err() == nil {
 			wt.log().Warn("could not leave the queue; the entry stays until the session ends", "why", why, "error", err)

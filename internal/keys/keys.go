@@ -312,11 +312,22 @@ func (s Space) IsQueue(key string) bool {
 	return strings.HasPrefix(key, s.LeasePrefix()+queueSegment)
 }
 
+// goneSegment starts the keys of the "gave up" markers under LeasePrefix.
+const goneSegment = "%gone/"
+
+// Gone is the key of the marker an Acquire call that gave up leaves when
+// its queue entry is not there to remove — its queueing transaction may
+// still land — "N/lease/%gone/<ticket>", attached to the caller's session
+// lease. The queueing transaction requires it absent.
+func (s Space) Gone(ticket string) string { return s.LeasePrefix() + goneSegment + ticket }
+
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
-// control keys kept there rather than a lease key: a revocation signal or
-// a queue entry. A scan or watch of LeasePrefix sees them; skip them with
-// it.
-func (s Space) IsControl(key string) bool { return s.IsRevocation(key) || s.IsQueue(key) }
+// control keys kept there rather than a lease key: a revocation signal, a
+// queue entry or a "gave up" marker. A scan or watch of LeasePrefix sees
+// them; skip them with it.
+func (s Space) IsControl(key string) bool {
+	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment)
+}
 
 // Done is the done record key of a resource.
 func (s Space) Done(res string) string { return s.DonePrefix() + Escape(res) }

@@ -109,8 +109,12 @@ func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket}
 	w := Waiter{Key: space.Queue(resource, ticket), Holder: h}
 	doneKey := space.Done(resource)
+	// The call has not given up: a transaction that lands after the call
+	// left (cut short, delivered late) neither claims nor queues.
+	notGone := clientv3.Compare(clientv3.CreateRevision(space.Gone(ticket)), "=", 0)
+	claim.If = append(claim.If, notGone)
 	enqueue := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)},
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0), notGone},
 		[]clientv3.Op{clientv3.OpPut(w.Key, h.Encode(), clientv3.WithLease(c.LeaseID))}, nil)
 	claim.Else = []clientv3.Op{
 		clientv3.OpGet(space.Lease(resource)),
@@ -180,14 +184,21 @@ func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If [
 // Dequeue is the transaction of a waiter that gives up (its context ended,
 // or its queueing transaction had an unknown outcome):
 //
-//	If(CreateRev(entry) != 0) Then(Delete entry) Else(Get lease)
+//	If(CreateRev(entry) != 0) Then(Delete entry)
+//	Else(Get lease, Put N/lease/%gone/<ticket> WithLease(session))
 //
 // Else means the entry is gone: a handoff may have made the waiter the
-// holder, which the lease key's ticket tells. Tickets are unique per call,
-// so the entry's existence is all the compare needs.
-func Dequeue(space keys.Space, resource string, w Waiter) (clientv3.Cmp, clientv3.Op, clientv3.Op) {
+// holder, which the lease key's ticket tells; or the queueing transaction
+// has not landed yet — the marker makes it do nothing when it does.
+// Tickets are unique per call, so the entry's existence is all the compare
+// needs.
+func Dequeue(space keys.Space, resource string, w Waiter) (clientv3.Cmp, clientv3.Op, []clientv3.Op) {
 	return clientv3.Compare(clientv3.CreateRevision(w.Key), "!=", 0),
-		clientv3.OpDelete(w.Key), clientv3.OpGet(space.Lease(resource))
+		clientv3.OpDelete(w.Key),
+		[]clientv3.Op{
+			clientv3.OpGet(space.Lease(resource)),
+			clientv3.OpPut(space.Gone(w.Holder.Ticket), "", clientv3.WithLease(clientv3.LeaseID(w.Holder.LeaseID))),
+		}
 }
 
 // DropQueue empties the queue of a completed resource, so every waiter

@@ -12,25 +12,32 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// internalFixture is a cluster's client, a registry over it, and a
+// function that starts a session (closed at cleanup) for a worker.
+func internalFixture(t *testing.T) (*clientv3.Client, *Registry, func(worker string) *session.Session) {
+	t.Helper()
+	cli := e2e.NewCluster(t).Client(t)
+	r := NewRegistry(cli)
+	t.Cleanup(func() { _ = r.Close() })
+	return cli, r, func(worker string) *session.Session {
+		t.Helper()
+		s, err := session.New(context.Background(), cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s
+	}
+}
+
 // TestAbandonAfterGrantReleases: a waiter that gives up just after a
 // handoff made it the holder — its watch had not told it yet — releases
 // that epoch, audited, instead of leaving the resource held by a session
 // that does not know it. The handoff is made for real; the waiter's
 // watch is left out, so the order is the test's to choose.
 func TestAbandonAfterGrantReleases(t *testing.T) {
-	c := e2e.NewCluster(t)
-	cli := c.Client(t)
+	cli, r, newSession := internalFixture(t)
 	ctx := context.Background()
-	r := NewRegistry(cli)
-	t.Cleanup(func() { _ = r.Close() })
-	newSession := func(worker string) *session.Session {
-		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(ctx) })
-		return s
-	}
 	holder, err := r.TryAcquire(ctx, newSession("holder"), "t")
 	if err != nil {
 		t.Fatal(err)
@@ -82,19 +89,8 @@ func TestAbandonAfterGrantReleases(t *testing.T) {
 // neither queues nor claims: no entry outlives the call to be handed the
 // resource (docs/protocol.md §3.2).
 func TestLateQueueingDoesNothing(t *testing.T) {
-	c := e2e.NewCluster(t)
-	cli := c.Client(t)
+	cli, r, newSession := internalFixture(t)
 	ctx := context.Background()
-	r := NewRegistry(cli)
-	t.Cleanup(func() { _ = r.Close() })
-	newSession := func(worker string) *session.Session {
-		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(ctx) })
-		return s
-	}
 	holder, err := r.TryAcquire(ctx, newSession("holder"), "held")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -104,7 +105,11 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 	wt := &waiter{r: r, s: s, resource: resource, w: q.Waiter}
 	if err != nil {
 		err = fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
-		wt.abandon(ctx, "its queueing transaction had an unknown outcome")
+		if errors.Is(err, outcome.ErrUnknown) {
+			// It may still land: leave, and leave the marker that makes
+			// it do nothing. A refused one applied nothing.
+			wt.abandon(ctx, "its queueing transaction had an unknown outcome")
+		}
 		return nil, false, err
 	}
 	if resp.Succeeded {

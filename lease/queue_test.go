@@ -105,9 +105,13 @@ func TestQueueIsFIFO(t *testing.T) {
 	if !slices.Equal(order, []int{0, 1, 2, 3, 4, 5}) {
 		t.Fatalf("waiters got the resource in order %v, want the order they queued in", order)
 	}
-	// One Release transaction per handoff, and the last waiter's plain one.
-	if n := rt["/etcdserverpb.KV/Txn"]; n != waiters+1 {
-		t.Fatalf("%d transactions for %d handoffs, want %d: waiters raced", n, waiters, waiters+1)
+	// One Release transaction per handoff, and the last waiter's plain
+	// one: 7. A Release whose head read was late or stale deletes the key
+	// instead, and the head claims it — one more transaction for that
+	// handoff, never more (docs/protocol.md §3.4). Waiters racing on every
+	// release would send many more.
+	if n := rt["/etcdserverpb.KV/Txn"]; n < waiters+1 || n > 2*waiters+1 {
+		t.Fatalf("%d transactions for %d handoffs, want %d (at most %d): waiters raced", n, waiters, waiters+1, 2*waiters+1)
 	}
 	if n := f.queued("t"); n != 0 {
 		t.Fatalf("%d queue entries left", n)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -28,7 +29,7 @@ type rpcCounter struct {
 
 func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	name := method
-	if txn, ok := req.(*pb.TxnRequest); ok && readOnly(txn) {
+	if txn, ok := req.(*pb.TxnRequest); ok && txnkind.ReadOnly(txn) {
 		name = readTxn // served as a read: no proposal, no commit
 	}
 	c.mu.Lock()
@@ -53,25 +54,6 @@ func (c *rpcCounter) measure(f func()) map[string]int {
 
 // readTxn names a read-only transaction in the counts.
 const readTxn = "/etcdserverpb.KV/Txn(read-only)"
-
-// readOnly reports whether etcd serves txn as a read: no put, delete or
-// writing nested transaction on either branch.
-func readOnly(txn *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
-		for _, op := range ops {
-			switch r := op.Request.(type) {
-			case *pb.RequestOp_RequestRange:
-			case *pb.RequestOp_RequestTxn:
-				if !readOnly(r.RequestTxn) {
-					return false
-				}
-			default:
-				return false
-			}
-		}
-	}
-	return true
-}
 
 func total(m map[string]int) int {
 	n := 0

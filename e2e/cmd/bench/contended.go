@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -42,25 +43,6 @@ var (
 
 const readTxn = "/etcdserverpb.KV/Txn(read-only)"
 
-// readOnly reports whether etcd serves txn as a read: no put, delete or
-// writing nested transaction on either branch.
-func readOnly(txn *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
-		for _, op := range ops {
-			switch r := op.Request.(type) {
-			case *pb.RequestOp_RequestRange:
-			case *pb.RequestOp_RequestTxn:
-				if !readOnly(r.RequestTxn) {
-					return false
-				}
-			default:
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // callCounter counts what section 10's clients send and receive: every
 // unary call by method (a unary interceptor), and on Watch streams (a
 // stream interceptor wrapping them) the watches created — WatchRequests
@@ -87,7 +69,7 @@ func (c *callCounter) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			name := method
-			if txn, ok := req.(*pb.TxnRequest); ok && readOnly(txn) {
+			if txn, ok := req.(*pb.TxnRequest); ok && txnkind.ReadOnly(txn) {
 				name = readTxn
 			}
 			c.mu.Lock()

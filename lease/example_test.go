@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 )
 
@@ -208,4 +209,57 @@ func ExampleRegistry_Acquire() {
 	fmt.Println("both waiters held it in turn, each at a higher epoch:", increasing)
 	// Output:
 	// both waiters held it in turn, each at a higher epoch: true
+}
+
+// A claim whose reply was lost may have been applied: Reclaim returns its
+// Lease, or ErrNotHeld when it was not.
+func ExampleRegistry_Reclaim() {
+	cluster, err := e2e.Start("")
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	proxy, err := e2e.StartProxy(cluster.Endpoints()[0])
+	if err != nil {
+		panic(err)
+	}
+	defer proxy.Close()
+	cli, err := cluster.NewClient(proxy.Endpoint())
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"), session.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(300*time.Millisecond))
+	defer reg.Close()
+
+	proxy.BlackholeReplies() // etcd applies the claim; its reply is lost
+	l, err := reg.TryAcquire(ctx, s, "invoices/2026-12")
+	fmt.Println("outcome unknown:", errors.Is(err, outcome.ErrUnknown))
+	proxy.Heal()
+
+	for err != nil {
+		l, err = reg.Reclaim(ctx, s, "invoices/2026-12")
+		switch {
+		case errors.Is(err, lease.ErrNotHeld): // the claim did not land
+			l, err = reg.TryAcquire(ctx, s, "invoices/2026-12")
+		case errors.Is(err, outcome.ErrUnknown): // the read failed too: read again
+			time.Sleep(100 * time.Millisecond)
+		case err != nil:
+			panic(err)
+		}
+	}
+	fmt.Println("holding an epoch:", l.Epoch() > 0)
+	if err := l.Complete(ctx, "sent"); err != nil {
+		panic(err)
+	}
+	// Output:
+	// outcome unknown: true
+	// holding an epoch: true
 }

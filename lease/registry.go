@@ -96,9 +96,9 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // have applied it. A resource claimed that way stays held by the session,
 // with no Lease and an Acquired entry in the audit log, until the session's
 // etcd lease ends — Session.Close revokes it at once, and a running
-// audit.RunRecorder then writes its Expired entry. Calling TryAcquire again
-// tells which: a *HeldError naming this session's worker means the claim
-// was applied.
+// audit.RunRecorder then writes its Expired entry. Reclaim tells which,
+// and returns the Lease of a claim that was applied (ErrNotHeld: it was
+// not, and TryAcquire may be called again).
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err

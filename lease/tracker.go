@@ -243,3 +243,20 @@ func (t *tracker) signal(sw *sessionWatch, key string, value []byte) {
 		l.observed(0)
 	}
 }
+
+// tracks reports whether a live Lease of the session holds resource at
+// epoch.
+func (t *tracker) tracks(sid clientv3.LeaseID, resource string, epoch int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sw := t.sessions[sid]
+	if sw == nil {
+		return false
+	}
+	for l := range sw.leases[resource] {
+		if l.epoch == epoch && l.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -136,7 +136,8 @@ type demoStats struct {
 	// to start one that failed and were retried.
 	sessions, sessionsLost, sessionStartsFailed atomic.Int64
 	// orphans counts claims found held by the worker's own session with
-	// no Lease (an acquire whose outcome was unknown, applied after all).
+	// no Lease (an acquire whose outcome was unknown, applied after all)
+	// and reclaimed.
 	orphans atomic.Int64
 }
 
@@ -455,7 +456,6 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	d.timeline.started(time.Now())
 
 	order := rand.Perm(len(d.tasks))
-	orphans := map[string]int64{} // task → the epoch of our claim with no Lease, already freed
 	taken := 0
 	for {
 		remaining := 0
@@ -479,23 +479,19 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 			switch {
 			case errors.As(err, &done):
 				continue
-			case errors.As(err, &held) && !held.Queued && held.Holder == name && orphans[task] != held.Epoch:
+			case errors.As(err, &held) && !held.Queued && held.Holder == name:
 				// An earlier TryAcquire of this task had an unknown
 				// outcome and was applied after all: this worker's
-				// session holds the task with no Lease, and nobody can
-				// take it while the session lives. Ending the session
-				// frees it (the recorder writes the epoch's end).
-				orphans[task] = held.Epoch
-				d.stats.orphans.Add(1)
-				d.g.log.Warn("found a claim of ours with no Lease (an acquire with an unknown outcome was applied); replacing the session to free it", "worker", name, "task", task, "epoch", held.Epoch)
-				_ = s.Close(ctx)
-				next, err := newSession()
-				if err != nil {
-					return err
+				// session holds the task with no Lease. Reclaim gives
+				// that epoch's Lease back (docs/protocol.md §3.10).
+				rl, rerr := reg.Reclaim(ctx, s, task)
+				if rerr != nil {
+					remaining++ // not ours after all, or the read failed: next pass
+					continue
 				}
-				s = next
-				remaining++
-				continue
+				d.stats.orphans.Add(1)
+				d.g.log.Warn("reclaimed a claim of ours with no Lease (an acquire with an unknown outcome was applied)", "worker", name, "task", task, "epoch", rl.Epoch())
+				l = rl
 			case errors.Is(err, lease.ErrHeld), errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost):
 				remaining++
 				continue

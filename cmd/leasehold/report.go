@@ -177,7 +177,7 @@ const maxEndsListed = 10
 // (other than by Close), each of them, and the longest interval in which
 // no task was completed (up to now if some task never was).
 func (d *demoRun) printTimeline(now time.Time) {
-	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried), %d closed to free a claim with no Lease\n",
+	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried); %d claims of a worker's own with no Lease reclaimed\n",
 		d.stats.sessions.Load(), d.stats.sessionsLost.Load(), d.stats.sessionStartsFailed.Load(), d.stats.orphans.Load())
 	t := &d.timeline
 	t.mu.Lock()

@@ -25,6 +25,7 @@
 package audit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -247,6 +248,33 @@ func WithPageSize(n int) Option {
 	}
 }
 
+// DefaultAttemptTimeout bounds one etcd request of a Log when
+// WithAttemptTimeout is not given.
+const DefaultAttemptTimeout = 2 * time.Second
+
+// WithAttemptTimeout bounds each etcd request a Log sends — every page of
+// List, every read and write of the recorder and of retention —
+// independently of the caller's context, so that a member that stops
+// answering (frozen, or behind a half-open connection) costs one attempt:
+// List returns the error, and the recorder and retention passes start
+// again, and their next request goes to the next member. The default is
+// DefaultAttemptTimeout; d must be positive. Watches are streams, not
+// requests, and are not bounded by it.
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(l *Log) error {
+		if d <= 0 {
+			return fmt.Errorf("audit: WithAttemptTimeout(%v): must be positive", d)
+		}
+		l.attempt = d
+		return nil
+	}
+}
+
+// bound is ctx bounded by the attempt timeout.
+func (l *Log) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.attempt)
+}
+
 // Log reads the audit trail and runs the expiry recorder. Its methods are
 // safe for concurrent use.
 type Log struct {
@@ -254,7 +282,8 @@ type Log struct {
 	space    keys.Space
 	log      hclog.Logger
 	pageSize int64
-	err      error // a configuration error, returned by every method
+	attempt  time.Duration // WithAttemptTimeout
+	err      error         // a configuration error, returned by every method
 
 	archive   Archive       // WithArchive; nil: none
 	discard   bool          // WithoutArchive
@@ -266,7 +295,7 @@ type Log struct {
 // New returns a Log over cli. A bad option is reported by every method
 // rather than here, so New cannot fail.
 func New(cli *clientv3.Client, opts ...Option) *Log {
-	l := &Log{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), pageSize: 1000}
+	l := &Log{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), pageSize: 1000, attempt: DefaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, errors.New("audit: New: nil client"))

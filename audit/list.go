@@ -146,7 +146,9 @@ func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccp
 		if rev > 0 {
 			page = append(page, clientv3.WithRev(rev))
 		}
-		resp, err := l.cli.Get(ctx, from, page...)
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Get(actx, from, page...)
+		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("audit: read %q: %w", prefix, err)
 		}

@@ -130,7 +130,9 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	for k, startKey := range open {
-		resp, err := l.cli.Get(ctx, startKey, clientv3.WithRev(rev))
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Get(actx, startKey, clientv3.WithRev(rev))
+		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("audit: read %q: %w", startKey, err)
 		}
@@ -203,7 +205,9 @@ func (l *Log) deleted(ctx context.Context, res string, epoch int64, worker strin
 	endKey := l.space.AuditEnd(res, epoch)
 	starts := clientv3.OpGet(l.space.AuditStart(res, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithMinModRev(epoch), clientv3.WithMaxModRev(epoch))
-	resp, err := l.cli.Txn(ctx).Then(starts, clientv3.OpGet(endKey, clientv3.WithKeysOnly())).Commit()
+	actx, cancel := l.bound(ctx)
+	resp, err := l.cli.Txn(actx).Then(starts, clientv3.OpGet(endKey, clientv3.WithKeysOnly())).Commit()
+	cancel()
 	if err != nil {
 		return fmt.Errorf("audit: read the entries of %q epoch %d: %w", res, epoch, err)
 	}
@@ -235,7 +239,9 @@ func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker
 	// Retention deletes an epoch's start and end entries together: with
 	// the start entry gone, the epoch already has its end in the archive.
 	started := clientv3.Compare(clientv3.ModRevision(startKey), "=", epoch)
-	resp, err := l.cli.Txn(ctx).If(notHeldAtEpoch, noEndYet, started).Then(clientv3.OpPut(endKey, val)).Commit()
+	actx, cancel := l.bound(ctx)
+	resp, err := l.cli.Txn(actx).If(notHeldAtEpoch, noEndYet, started).Then(clientv3.OpPut(endKey, val)).Commit()
+	cancel()
 	if err != nil {
 		return fmt.Errorf("audit: record expiry of %q epoch %d: %w", res, epoch, err)
 	}

@@ -173,7 +173,9 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 		if len(ops) == 0 {
 			return nil
 		}
-		resp, err := l.cli.Txn(ctx).Then(ops...).Commit()
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
+		cancel()
 		if err != nil {
 			return fmt.Errorf("audit: prune: %w", err)
 		}
@@ -310,7 +312,9 @@ func (l *Log) pruneRead(ctx context.Context) (map[string]Entry, map[string]doneR
 		// One read: etcd applies no limit together with a min mod
 		// revision, and what is new since the last pass is bounded by
 		// the pass interval.
-		resp, err := l.cli.Get(ctx, p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(prev+1))
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Get(actx, p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(prev+1))
+		cancel()
 		if err != nil {
 			return nil, nil, fmt.Errorf("audit: read %q since revision %d: %w", p.prefix, prev+1, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/outcome"
@@ -18,7 +19,34 @@ import (
 type EtcdOption func(*etcdConfig) error
 
 type etcdConfig struct {
-	space keys.Space
+	space   keys.Space
+	attempt time.Duration
+}
+
+// DefaultAttemptTimeout bounds one etcd request of a guard when
+// WithAttemptTimeout is not given.
+const DefaultAttemptTimeout = 2 * time.Second
+
+// WithAttemptTimeout bounds each etcd request an EtcdGuard, LeaseGuard or
+// Verifier sends, independently of the caller's context, so that a member
+// that stops answering (frozen, or behind a half-open connection) costs
+// one attempt and the next call goes to the next member. The default is
+// DefaultAttemptTimeout; d must be positive. An admission cut short is an
+// unknown outcome (outcome.ErrUnknown): see AdmitOps for what a retry
+// means.
+func WithAttemptTimeout(d time.Duration) EtcdOption {
+	return func(c *etcdConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("fence: WithAttemptTimeout(%v): must be positive", d)
+		}
+		c.attempt = d
+		return nil
+	}
+}
+
+// bound is ctx bounded by the attempt timeout.
+func (c etcdConfig) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.attempt)
 }
 
 // WithEtcdNamespace sets the key namespace (default "/leasehold"); it must
@@ -40,7 +68,7 @@ func WithEtcdNamespace(ns string) EtcdOption {
 // newEtcdConfig applies opts. Like lease.NewRegistry, the constructors
 // cannot fail: a configuration error is returned by every method instead.
 func newEtcdConfig(who string, cli *clientv3.Client, opts []EtcdOption) (etcdConfig, error) {
-	c := etcdConfig{space: keys.MustNew(keys.DefaultNamespace)}
+	c := etcdConfig{space: keys.MustNew(keys.DefaultNamespace), attempt: DefaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, fmt.Errorf("fence: %s: nil client", who))
@@ -84,6 +112,7 @@ func refuseEarly(ctx context.Context, cfgErr error, t Token) error {
 type EtcdGuard struct {
 	cli   *clientv3.Client
 	space keys.Space
+	cfg   etcdConfig
 	err   error
 }
 
@@ -93,7 +122,7 @@ var _ Guard = (*EtcdGuard)(nil)
 // or a nil cli is reported by every method rather than here.
 func NewEtcdGuard(cli *clientv3.Client, opts ...EtcdOption) *EtcdGuard {
 	c, err := newEtcdConfig("NewEtcdGuard", cli, opts)
-	return &EtcdGuard{cli: cli, space: c.space, err: err}
+	return &EtcdGuard{cli: cli, space: c.space, cfg: c, err: err}
 }
 
 // Admit implements Guard: AdmitOps with no ops.
@@ -173,11 +202,13 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 		[]clientv3.Op{getFloor},
 		append([]clientv3.Op{record}, ops...),
 	)
-	resp, err := g.cli.Txn(ctx).
+	actx, cancel := g.cfg.bound(ctx)
+	resp, err := g.cli.Txn(actx).
 		If(superseded).
 		Then(getCurrent).
 		Else(admit).
 		Commit()
+	cancel()
 	if err != nil {
 		return nil, txnError(t, err)
 	}
@@ -274,11 +305,14 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 	floorKey := g.space.FenceFloor()
 	value := formatFenceValue(floor)
 	raise := clientv3.OpPut(floorKey, value)
-	if _, err := g.cli.Txn(ctx).
+	actx, cancel := g.cfg.bound(ctx)
+	_, err = g.cli.Txn(actx).
 		If(clientv3.Compare(clientv3.CreateRevision(floorKey), "=", 0)).
 		Then(raise).
 		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(floorKey), "<", value)}, []clientv3.Op{raise}, nil)).
-		Commit(); err != nil {
+		Commit()
+	cancel()
+	if err != nil {
 		return 0, fmt.Errorf("fence: prune: raising the floor %q to %d: %w", floorKey, floor, outcome.Classify(err))
 	}
 
@@ -287,7 +321,9 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	for {
-		resp, err := g.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
+		actx, cancel := g.cfg.bound(ctx)
+		resp, err := g.cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
+		cancel()
 		if err != nil {
 			return pruned, fmt.Errorf("fence: prune: reading fence keys from %q: %w", from, err)
 		}
@@ -311,7 +347,9 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 					nil,
 				)
 			}
-			dresp, err := g.cli.Txn(ctx).Then(ops...).Commit()
+			actx, cancel := g.cfg.bound(ctx)
+			dresp, err := g.cli.Txn(actx).Then(ops...).Commit()
+			cancel()
 			if err != nil {
 				return pruned, fmt.Errorf("fence: prune: deleting fence keys: %w", outcome.Classify(err))
 			}
@@ -335,7 +373,9 @@ func (g *EtcdGuard) Floor(ctx context.Context) (int64, error) {
 		return 0, g.err
 	}
 	floorKey := g.space.FenceFloor()
-	resp, err := g.cli.Get(ctx, floorKey)
+	actx, cancel := g.cfg.bound(ctx)
+	defer cancel()
+	resp, err := g.cli.Get(actx, floorKey)
 	if err != nil {
 		return 0, fmt.Errorf("fence: floor: %w", err)
 	}
@@ -359,7 +399,9 @@ func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error)
 	if err := keys.ValidateResource(resource); err != nil {
 		return 0, fmt.Errorf("fence: current: %w", err)
 	}
-	resp, err := g.cli.Get(ctx, g.space.Fence(resource))
+	actx, cancel := g.cfg.bound(ctx)
+	defer cancel()
+	resp, err := g.cli.Get(actx, g.space.Fence(resource))
 	if err != nil {
 		return 0, fmt.Errorf("fence: current %q: %w", resource, err)
 	}
@@ -423,6 +465,7 @@ func parseFenceValue(v []byte) (int64, error) {
 type LeaseGuard struct {
 	cli   *clientv3.Client
 	space keys.Space
+	cfg   etcdConfig
 	err   error
 }
 
@@ -433,7 +476,7 @@ var _ Guard = (*LeaseGuard)(nil)
 // rather than here.
 func NewLeaseGuard(cli *clientv3.Client, opts ...EtcdOption) *LeaseGuard {
 	c, err := newEtcdConfig("NewLeaseGuard", cli, opts)
-	return &LeaseGuard{cli: cli, space: c.space, err: err}
+	return &LeaseGuard{cli: cli, space: c.space, cfg: c, err: err}
 }
 
 // Admit implements Guard: AdmitOps with no ops. It is a check only: it says
@@ -467,7 +510,9 @@ func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) 
 	// Fetch the live epoch (the key's mod revision; the holder record is
 	// not needed), to report it without a second round trip.
 	getLive := clientv3.OpGet(leaseKey, clientv3.WithKeysOnly())
-	resp, err := g.cli.Txn(ctx).If(live).Then(ops...).Else(getLive).Commit()
+	actx, cancel := g.cfg.bound(ctx)
+	resp, err := g.cli.Txn(actx).If(live).Then(ops...).Else(getLive).Commit()
+	cancel()
 	if err != nil {
 		return nil, txnError(t, err)
 	}

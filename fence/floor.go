@@ -37,7 +37,9 @@ func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (i
 	// a first page usually suffices, and the whole prefix, keys only, is
 	// read only when the oldest keys are all signals.
 	oldest := func(limit int64) (floor int64, found, more bool, err error) {
-		resp, err := cli.Get(ctx, cfg.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		actx, cancel := cfg.bound(ctx)
+		defer cancel()
+		resp, err := cli.Get(actx, cfg.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(limit))
 		if err != nil {
 			return 0, false, false, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", err)

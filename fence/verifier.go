@@ -83,6 +83,7 @@ func refuseNotLive(t Token, current int64) error {
 type Verifier struct {
 	cli   *clientv3.Client
 	space keys.Space
+	cfg   etcdConfig
 	g     Guard
 	err   error
 }
@@ -97,7 +98,7 @@ func NewVerifier(cli *clientv3.Client, g Guard, opts ...EtcdOption) *Verifier {
 	if g == nil {
 		err = errors.Join(err, errors.New("fence: NewVerifier: nil guard"))
 	}
-	return &Verifier{cli: cli, space: c.space, g: g, err: err}
+	return &Verifier{cli: cli, space: c.space, cfg: c, g: g, err: err}
 }
 
 // Admit implements Guard: Verify, then the wrapped guard's Admit.
@@ -119,7 +120,9 @@ func (v *Verifier) Verify(ctx context.Context, t Token) error {
 	}
 	// A linearizable read: a serializable one could come from a member
 	// that has not yet applied the lease's end.
-	resp, err := v.cli.Get(ctx, v.space.Lease(t.Resource), clientv3.WithKeysOnly())
+	actx, cancel := v.cfg.bound(ctx)
+	defer cancel()
+	resp, err := v.cli.Get(actx, v.space.Lease(t.Resource), clientv3.WithKeysOnly())
 	if err != nil {
 		return fmt.Errorf("fence: verify %q epoch %d: %w", t.Resource, t.Epoch, err)
 	}

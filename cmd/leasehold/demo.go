@@ -41,6 +41,10 @@ type demoConfig struct {
 	keep bool
 }
 
+// endpointsTTL is the demo's session TTL against --endpoints: the embedded
+// etcd elects in 100 ms, a real cluster in about a second.
+const endpointsTTL = 10 * time.Second
+
 func newDemoCmd(g *globals) *cobra.Command {
 	cfg := demoConfig{}
 	cmd := &cobra.Command{
@@ -70,13 +74,20 @@ func newDemoCmd(g *globals) *cobra.Command {
 			case cfg.keep && !cmd.Flags().Changed("endpoints"):
 				return usagef("--keep needs --endpoints: the embedded etcd and its data end with the demo")
 			}
+			if cmd.Flags().Changed("endpoints") && !cmd.Flags().Changed("ttl") {
+				// A real cluster's election timeout is 1 s by default; a
+				// TTL under 3 × (round trip + election timeout) ends
+				// sessions when the leader is lost (README, "Running
+				// against a production cluster").
+				cfg.ttl = endpointsTTL
+			}
 			return g.demo(cmd.Context(), cfg, cmd.Flags().Changed("endpoints"))
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.workers, "workers", 4, "number of workers")
 	f.IntVar(&cfg.tasks, "tasks", 40, "number of tasks")
-	f.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL")
+	f.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL (with --endpoints the default is "+endpointsTTL.String()+", for a cluster's 1s election timeout)")
 	f.DurationVar(&cfg.work, "work", 20*time.Millisecond, "time each task's work takes")
 	f.BoolVar(&cfg.noFencing, "control-no-fencing", false, "control run: the downstream ignores tokens (the report must fail)")
 	_ = f.MarkHidden("control-no-fencing")

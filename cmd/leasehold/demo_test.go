@@ -95,7 +95,7 @@ func scratchNamespace(t *testing.T, out string) string {
 func TestDemoKeep(t *testing.T) {
 	c := e2e.NewCluster(t)
 	ep := c.Endpoints()[0]
-	code, out, errOut := cli(t, "demo", "--endpoints", ep, "--workers", "2", "--tasks", "6", "--log-level", "off", "--keep")
+	code, out, errOut := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--keep")
 	if code != 0 || !strings.Contains(out, "all invariants hold") {
 		t.Fatalf("demo --keep exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -145,7 +145,7 @@ func checkKeptCommands(t *testing.T, out, ep, ns string, withEtcdctl bool) {
 func TestDemoFailedRunKeepsNamespace(t *testing.T) {
 	c := e2e.NewCluster(t)
 	ep := c.Endpoints()[0]
-	code, out, _ := cli(t, "demo", "--endpoints", ep, "--workers", "2", "--tasks", "6", "--log-level", "off", "--control-no-fencing")
+	code, out, _ := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--control-no-fencing")
 	if code != 1 {
 		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
 	}

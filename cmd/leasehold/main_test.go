@@ -424,7 +424,7 @@ func TestAuditFollowStreams(t *testing.T) {
 // a cluster it did not start, and leaves nothing behind.
 func TestDemoAgainstExistingCluster(t *testing.T) {
 	c := e2e.NewCluster(t)
-	code, out, errOut := cli(t, "demo", "--endpoints", c.Endpoints()[0], "--workers", "2", "--tasks", "6", "--log-level", "off")
+	code, out, errOut := cli(t, "demo", "--endpoints", c.Endpoints()[0], "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off")
 	if code != 0 || !strings.Contains(out, "all invariants hold") || !strings.Contains(out, "scratch namespace") {
 		t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
-	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -46,13 +44,10 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 	if err := r.check("reclaim", s, resource); err != nil {
 		return nil, err
 	}
-	actx, cancel := r.attemptCtx(ctx)
-	resp, err := r.cli.Txn(actx).Then(protocol.Standing(r.space, resource)...).Commit()
-	cancel()
+	lkv, dkv, _, err := r.standing(ctx, resource)
 	if err != nil {
-		return nil, fmt.Errorf("lease: reclaim %q: %w", resource, outcome.Classify(err))
+		return nil, fmt.Errorf("lease: reclaim %q: %w", resource, err)
 	}
-	lkv, dkv := first(resp.Responses[protocol.StandingLease]), first(resp.Responses[protocol.StandingDone])
 	if lkv == nil {
 		if dkv != nil {
 			return nil, completedError(resource, dkv)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,40 +49,32 @@ func newHoldersCmd(g *globals) *cobra.Command {
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
 				defer cancel()
-				sp := g.space()
-				resp, err := cli.Get(rctx, sp.LeasePrefix(), clientv3.WithPrefix())
+				reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				defer reg.Close()
+				hs, err := reg.Holders(rctx)
 				if err != nil {
 					return fmt.Errorf("read holders: %w", err)
 				}
-				ttl := map[int64]int64{}
+				ttl := map[clientv3.LeaseID]int64{}
 				var out []holderJSON
-				for _, kv := range resp.Kvs {
-					if sp.IsControl(string(kv.Key)) {
-						continue // a revocation signal or a waiter's queue entry
-					}
-					res, err := sp.ResourceFromLease(string(kv.Key))
-					if err != nil {
-						fmt.Fprintf(g.errOut, "warning: skipping %q: %v\n", kv.Key, err)
-						continue
-					}
-					h, err := record.DecodeHolder(kv.Value)
+				for _, h := range hs {
 					corrupt := ""
-					if err != nil {
-						corrupt = err.Error()
-						fmt.Fprintf(g.errOut, "warning: %q: %v\n", kv.Key, err)
+					if h.Worker == "" {
+						corrupt = "corrupt record: the lease key's value is not a holder record"
+						fmt.Fprintf(g.errOut, "warning: %q: %s\n", h.Resource, corrupt)
 					}
-					if _, ok := ttl[kv.Lease]; !ok {
-						ttl[kv.Lease] = -1
-						if tr, err := cli.TimeToLive(rctx, clientv3.LeaseID(kv.Lease)); err == nil {
-							ttl[kv.Lease] = tr.TTL
+					if _, ok := ttl[h.Session]; !ok {
+						ttl[h.Session] = -1
+						if tr, err := cli.TimeToLive(rctx, h.Session); err == nil {
+							ttl[h.Session] = tr.TTL
 						}
 					}
 					hj := holderJSON{
-						Resource: res, Worker: h.Worker, Epoch: kv.ModRevision, LeaseID: fmt.Sprintf("%x", kv.Lease),
-						AcquiredAt: h.AcquiredAt, TTLLeft: ttl[kv.Lease], Corrupt: corrupt,
+						Resource: h.Resource, Worker: h.Worker, Epoch: h.Epoch, LeaseID: fmt.Sprintf("%x", int64(h.Session)),
+						AcquiredAt: h.Since, TTLLeft: ttl[h.Session], Corrupt: corrupt,
 					}
-					if !h.AcquiredAt.IsZero() {
-						hj.AgeSeconds = time.Since(h.AcquiredAt).Seconds()
+					if !h.Since.IsZero() {
+						hj.AgeSeconds = time.Since(h.Since).Seconds()
 					}
 					out = append(out, hj)
 				}

@@ -94,7 +94,7 @@ func first(op *pb.ResponseOp) *mvccpb.KeyValue {
 // the turn. requeue asks for another pass: the entry vanished without a
 // grant (removed by hand).
 func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resource string) (l *Lease, requeue bool, err error) {
-	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	claimant, err := r.claimant(s)
 	if err != nil {
 		return nil, false, err
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -120,7 +119,7 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 		return nil, nil
 	}
 
-	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	claimant, err := r.claimant(s)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +222,9 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 		}
 		if l.r != leases[0].r {
 			return nil, fmt.Errorf("lease: complete batch: lease %d (%q) is from another registry than lease 0", i, l.resource)
+		}
+		if err := l.notCompletable("complete batch"); err != nil {
+			return nil, err
 		}
 		if j, dup := seen[l.resource]; dup {
 			return nil, fmt.Errorf("lease: complete batch: %q at %d and %d: %w", l.resource, j, i, ErrDuplicateResource)

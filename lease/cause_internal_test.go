@@ -13,6 +13,7 @@ import (
 // etcd, no session, so the order of events is the test's to choose.
 func bareLease() *Lease {
 	r := &Registry{log: hclog.NewNullLogger(), observer: nopObserver{}}
+	r.tracker = &tracker{}
 	r.tracker.init(r)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Lease{

@@ -57,6 +57,9 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 	if err := validateStatus(status); err != nil {
 		return fmt.Errorf("lease: complete %q: %w", l.resource, err)
 	}
+	if err := l.notCompletable("complete"); err != nil {
+		return err
+	}
 	l.beginEnd()
 	e := l.newEnd(audit.Completed, status, time.Now())
 	err := retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })

@@ -30,13 +30,16 @@ type Holder struct {
 	Since time.Time
 	// Session is the holding session's etcd lease.
 	Session clientv3.LeaseID
+	// Kind names the recipe holding the resource (Registry.Recipe: an
+	// election, a semaphore's permit); empty for a task.
+	Kind string
 }
 
 // holderOf reads a lease key.
 func holderOf(resource string, kv *mvccpb.KeyValue) Holder {
 	h := Holder{Resource: resource, Epoch: kv.ModRevision, Session: clientv3.LeaseID(kv.Lease)}
 	if rec, err := record.DecodeHolder(kv.Value); err == nil {
-		h.Worker, h.Since = rec.Worker, rec.AcquiredAt
+		h.Worker, h.Since, h.Kind = rec.Worker, rec.AcquiredAt, rec.Kind
 	}
 	return h
 }

@@ -19,6 +19,7 @@ type Lease struct {
 	resource string
 	epoch    int64
 	leaseKey string
+	kind     string // the recipe's kind (Registry.Recipe); empty for a task
 	log      hclog.Logger
 
 	ctx       context.Context
@@ -44,7 +45,7 @@ type Lease struct {
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	l := &Lease{
-		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource),
+		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind,
 		log:     r.log.With("resource", resource, "epoch", epoch, "worker", s.Worker()),
 		ctx:     ctx,
 		cancel:  cancel,

@@ -32,7 +32,9 @@ var ErrAlreadyTracked = errors.New("the epoch already has a Lease in this regist
 // It fails with ErrNotHeld when nobody holds the resource (the claim was
 // not applied: TryAcquire again), a *HeldError when another session holds
 // it, a *CompletedError when it was completed, and ErrAlreadyTracked when
-// this registry already has a live Lease for that epoch. A failed read
+// this registry already has a live Lease for that epoch; ErrKindMismatch
+// when the holding is a recipe's of another kind than the registry's
+// (Recipe). A failed read
 // matches outcome.ErrRefused or outcome.ErrUnknown, and changes nothing:
 // call Reclaim again.
 //
@@ -61,6 +63,10 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 			he.Holder = h.Worker
 		}
 		return nil, he
+	}
+	if h.Kind != r.kind {
+		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: held as %s, reclaimed through a registry for %s: %w",
+			resource, lkv.ModRevision, kindName(h.Kind), kindName(r.kind), ErrKindMismatch)
 	}
 	if r.tracker.tracks(s.LeaseID(), resource, lkv.ModRevision) {
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: %w", resource, lkv.ModRevision, ErrAlreadyTracked)

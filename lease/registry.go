@@ -31,8 +31,9 @@ type Registry struct {
 	observer Observer
 	attempt  time.Duration // bound of one etcd request (WithAttemptTimeout)
 	err      error         // configuration error, returned by every method
+	kind     string        // the recipe's kind (Recipe); empty for tasks
 
-	tracker tracker
+	tracker *tracker // shared with the registry's Recipe registries
 }
 
 // NewRegistry returns a registry over cli. A bad option is reported by
@@ -52,6 +53,7 @@ func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
 	}
 	r.err = errors.Join(errs...)
 	r.log = r.log.Named("lease")
+	r.tracker = &tracker{}
 	r.tracker.init(r)
 	return r
 }
@@ -103,7 +105,7 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err
 	}
-	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	claimant, err := r.claimant(s)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ func NewID() string {
 type Claimant struct {
 	Worker  string
 	LeaseID clientv3.LeaseID
+	Kind    string // the recipe's kind; empty for a task
 	now     time.Time
 	holder  string
 	started string
@@ -50,6 +51,14 @@ func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, e
 	}
 	holder := record.Holder{Worker: worker, LeaseID: int64(id), AcquiredAt: now.UTC()}.Encode()
 	return Claimant{Worker: worker, LeaseID: id, now: now.UTC(), holder: holder, started: started}, nil
+}
+
+// WithKind returns the claimant claiming for a recipe of that kind: its
+// holder records name the kind.
+func (c Claimant) WithKind(kind string) Claimant {
+	c.Kind = kind
+	c.holder = record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Kind: kind}.Encode()
+	return c
 }
 
 // Claim is TryAcquire's transaction for one resource (docs/protocol.md

@@ -106,7 +106,7 @@ const (
 // naming the call.
 func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	claim := c.NewClaim(space, resource)
-	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket}
+	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket, Kind: c.Kind}
 	w := Waiter{Key: space.Queue(resource, ticket), Holder: h}
 	doneKey := space.Done(resource)
 	// The call has not given up: a transaction that lands after the call

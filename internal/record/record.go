@@ -25,6 +25,9 @@ type Holder struct {
 	// handed to that call carries it, which is how the call recognises its
 	// grant. Empty for a claim made without queueing.
 	Ticket string `json:"ticket,omitempty"`
+	// Kind names the recipe holding the resource (an election, a
+	// semaphore's permit; lease.Registry.Recipe); empty for a task.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Encode returns the holder record's bytes.

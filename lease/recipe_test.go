@@ -1,0 +1,84 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/leasehold/leasehold/lease"
+)
+
+// TestRecipeHoldingIsNotATask: a lease acquired through a Recipe registry
+// names its kind, refuses Complete and CompleteMany without writing
+// anything, and is ended by Release; a handoff to a waiting Acquire keeps
+// the kind.
+func TestRecipeHoldingIsNotATask(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rec := f.reg.Recipe("election")
+	s1, s2 := f.session("w1"), f.session("w2")
+	l, err := rec.TryAcquire(ctx, s1, "election/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := f.reg.Holder(ctx, "election/x"); err != nil || h.Kind != "election" || h.Epoch != l.Epoch() {
+		t.Fatalf("Holder = %+v, %v; want kind election at epoch %d", h, err, l.Epoch())
+	}
+	if err := l.Complete(ctx, "ok"); !errors.Is(err, lease.ErrNotCompletable) {
+		t.Fatalf("Complete of a recipe's holding: %v; want ErrNotCompletable", err)
+	}
+	if _, err := lease.CompleteMany(ctx, []*lease.Lease{l}, "ok"); !errors.Is(err, lease.ErrNotCompletable) {
+		t.Fatalf("CompleteMany of a recipe's holding: %v; want ErrNotCompletable", err)
+	}
+	if l.Context().Err() != nil {
+		t.Fatal("a refused Complete ended the lease's context")
+	}
+	want := []string{fmt.Sprintf("acquired:w1:%d", l.Epoch())}
+	if got := f.kinds("election/x"); !slices.Equal(got, want) {
+		t.Fatalf("audit after the refused Completes: %v; want %v (nothing written)", got, want)
+	}
+	if _, err := f.reg.Reclaim(ctx, s1, "election/x"); !errors.Is(err, lease.ErrKindMismatch) {
+		t.Fatalf("Reclaim of an election's holding through a task registry: %v; want ErrKindMismatch", err)
+	}
+
+	// A waiter of the same kind gets it by handoff, still an election's.
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		l2, err := rec.Acquire(ctx, s2, "election/x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	f.waitQueued("election/x", 1)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	if h, err := f.reg.Holder(ctx, "election/x"); err != nil || h.Kind != "election" || h.Worker != "w2" || h.Epoch != l2.Epoch() {
+		t.Fatalf("after the handoff Holder = %+v, %v; want w2's election holding at %d", h, err, l2.Epoch())
+	}
+	if err := l2.Complete(ctx, "ok"); !errors.Is(err, lease.ErrNotCompletable) {
+		t.Fatalf("Complete of a handed-over holding: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reg.Holder(ctx, "election/x"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("after Release: %v; want ErrNotHeld (never completed)", err)
+	}
+}
+
+func TestRecipeKindIsValidated(t *testing.T) {
+	f := newFixture(t)
+	for _, kind := range []string{"", "Election", "a/b", "x123456789012345678901234567890123"} {
+		if _, err := f.reg.Recipe(kind).TryAcquire(context.Background(), f.session("w"), "r"); err == nil || errors.Is(err, lease.ErrHeld) {
+			t.Errorf("Recipe(%q).TryAcquire: %v; want a configuration error", kind, err)
+		}
+	}
+}

@@ -142,3 +142,23 @@ func (r *Registry) Holders(ctx context.Context) ([]Holder, error) {
 	slices.SortFunc(out, func(a, b Holder) int { return strings.Compare(a.Resource, b.Resource) })
 	return out, nil
 }
+
+// Waiters returns how many Acquire calls wait in the resource's queue, with
+// one linearizable count of its entries (docs/protocol.md §3.2, §3.10):
+//
+//	Get N/lease/%queue/<res>/ WithPrefix WithCountOnly
+//
+// An entry of a waiter whose session just died counts until etcd expires
+// it. A failed read matches outcome.ErrRefused or outcome.ErrUnknown.
+func (r *Registry) Waiters(ctx context.Context, resource string) (int, error) {
+	if err := r.checkRead("waiters", resource); err != nil {
+		return 0, err
+	}
+	actx, cancel := r.attemptCtx(ctx)
+	defer cancel()
+	resp, err := r.cli.Get(actx, r.space.QueuePrefix(resource), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("lease: waiters %q: %w", resource, outcome.Classify(err))
+	}
+	return int(resp.Count), nil
+}

@@ -38,6 +38,12 @@ func TestHolderAndHolders(t *testing.T) {
 		waited <- err
 	}()
 	f.waitQueued("a", 1)
+	if n, err := f.reg.Waiters(ctx, "a"); err != nil || n != 1 {
+		t.Fatalf("Waiters(a) = %d, %v; want 1", n, err)
+	}
+	if n, err := f.reg.Waiters(ctx, "b"); err != nil || n != 0 {
+		t.Fatalf("Waiters(b) = %d, %v; want 0", n, err)
+	}
 	hs, err := f.reg.Holders(ctx)
 	if err != nil {
 		t.Fatal(err)

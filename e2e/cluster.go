@@ -1,6 +1,7 @@
 // Package e2e is leasehold's test harness: embedded etcd clusters on
-// loopback, a fault proxy that sits between a client and a member, and
-// member stop/restart. It is a public package so users can run their own
+// loopback, a fault proxy that sits between a client and a member,
+// member stop/restart, and a member's isolation from its raft peers
+// (Cluster.Isolate). It is a public package so users can run their own
 // workers against a real etcd in their tests, the way net/http/httptest
 // gives them a real HTTP server:
 //
@@ -419,7 +420,10 @@ func (m *Member) IsLeader() bool {
 	return e != nil && e.Server.Leader() == e.Server.MemberID()
 }
 
-// Stop stops the member; its data directory is kept for Restart.
+// Stop stops the member; its data directory is kept for Restart. The stop
+// is graceful: a leader hands its leadership to a peer before it goes, so
+// stopping the leader costs a transfer, not an election. Cluster.Isolate
+// makes a member vanish from its peers without warning instead.
 func (m *Member) Stop(t testing.TB) {
 	t.Helper()
 	m.stop()

@@ -1,6 +1,7 @@
 // Package chaos is leasehold's chaos suite: workers take tasks from a pool,
 // write to fenced downstreams and complete them while a nemesis pauses,
-// kills and partitions them and stops etcd members, including the leader;
+// kills and partitions them and stops, freezes and isolates etcd members,
+// including the leader;
 // afterwards a checker decides, from the recorded history and a final read
 // of etcd, the audit archive and SQLite, whether any of leasehold's
 // guarantees was broken.
@@ -78,14 +79,20 @@
 // latency; stop an etcd member or the leader, then restart it; cut one
 // member off from every worker (member-freeze: every worker's proxy to it
 // holds all traffic, so to the workers it is a frozen member, while it
-// keeps its peers). A worker's own fault and a member-freeze are two
-// layers on the worker's proxies, each healed on its own. A stop is e2e's
-// Member.Stop: the member takes no new request from then on, drains its
-// open streams for up to etcd's request timeout (5.2 s here), and only
-// then leaves raft — a leader handing its leadership to a peer as it
-// goes, so a leader stop costs a transfer, not an election. No stop
-// begins with less than that drain left of the fault phase, which it would
-// hold up. Each fault is logged with its window. Timing still depends on
+// keeps its peers); and pause the leader (leader-pause: a member-freeze of
+// the leader that also cuts it off from its raft peers, e2e's
+// Cluster.Isolate, which is what a SIGSTOP of the leader's process looks
+// like to everyone else — the two others elect a new leader once their
+// election timeout has passed, a real election; the fault's detail says
+// which member led and how soon). A worker's own fault and a member-freeze
+// or leader-pause are two layers on the worker's proxies, each healed on
+// its own. A stop is e2e's Member.Stop: the member takes no new request
+// from then on, drains its open streams for up to etcd's request timeout
+// (5.2 s here), and only then leaves raft — a leader handing its
+// leadership to a peer as it goes, so a leader stop costs a transfer, not
+// an election (a leader-pause is the fault that costs one). No stop
+// begins with less than that drain left of the fault phase, which it
+// would hold up. Each fault is logged with its window. Timing still depends on
 // the scheduler, so one seed reproduces the fault schedule, not the
 // interleaving.
 //
@@ -152,8 +159,8 @@
 // one active (or, none being active, the one healed last); and the
 // longest time from a heal to the next completion (by the faulted worker,
 // for a worker's fault). For the faults of one member (member-stop,
-// leader-stop, member-freeze) it prints goals as met, NOT met or
-// undetermined (every stall shared with other faults): no session of a
+// leader-stop, member-freeze, leader-pause) it prints goals as met, NOT
+// met or undetermined (every stall shared with other faults): no session of a
 // worker not itself faulted ends, and no stall alone with such a fault
 // lasts longer than 2 × the members' election timeout + the sessions'
 // renew interval (TTL/3, docs/protocol.md §4) — 533 ms with e2e's 100 ms

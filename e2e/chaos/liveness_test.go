@@ -151,7 +151,7 @@ func TestLivenessAccounting(t *testing.T) {
 	if lf.Kinds[FaultLeaderStop] != nil {
 		t.Errorf("figures for leader-stop, which was not injected")
 	}
-	for kind, want := range map[string]Verdict{FaultMemberStop: GoalMet, FaultMemberFreeze: GoalMet, FaultLeaderStop: GoalNone} {
+	for kind, want := range map[string]Verdict{FaultMemberStop: GoalMet, FaultMemberFreeze: GoalMet, FaultLeaderStop: GoalNone, FaultLeaderPause: GoalNone} {
 		if v := lf.Goal(kind); v != want {
 			t.Errorf("goal %s: %s, want %s", kind, v, want)
 		}
@@ -165,6 +165,7 @@ func TestLivenessAccounting(t *testing.T) {
 		"goal member-freeze: met — 1 faults; 0 sessions of workers not faulted ended; longest stall alone: 250ms [+6.00s, +6.25s] (of a 700ms stall), during member-freeze m0 [+5.50s, +6.50s]",
 		"shared with other faults: 700ms [+5.55s, +6.25s], during blackhole i0",
 		"goal leader-stop: not evaluated, none injected",
+		"goal leader-pause: not evaluated, none injected",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the summary lacks %q:\n%s", want, text)
@@ -249,6 +250,45 @@ func TestLivenessCatchesMisses(t *testing.T) {
 			}
 			if missed != 1 {
 				t.Errorf("%d member fault kinds missed their goals, want 1:\n%s", missed, text)
+			}
+		})
+	}
+}
+
+// TestLivenessLeaderPause: a leader pause is a fault of one member, judged
+// by the same goals — here alone from 3100 to 3700, in the quiet between
+// the member stop and h0's pause.
+func TestLivenessLeaderPause(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		hole [2]int64
+		want Verdict
+		line string
+	}{
+		{"within the bound", [2]int64{3250, 3650}, GoalMet,
+			"goal leader-pause: met — 1 faults; 0 sessions of workers not faulted ended; longest stall alone: 400ms [+2.25s, +2.65s], during leader-pause m2 [+2.10s, +2.70s]"},
+		// The stall outlasts the pause by 50 ms, with nothing active: the
+		// pause, healed last, is blamed for those too.
+		{"longer than the bound", [2]int64{3150, 3750}, GoalMissed,
+			"goal leader-pause: NOT met — 1 faults; 0 sessions of workers not faulted ended; longest stall alone: 600ms [+2.15s, +2.75s], during leader-pause m2 [+2.10s, +2.70s]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newLivenessScenario()
+			s.in.Faults = append(s.in.Faults, Fault{Kind: FaultLeaderPause, Target: "m2", Start: at(3100), End: at(3700)})
+			s.holes = append(s.holes, c.hole)
+			lf := s.facts()
+			text := strings.Join(lf.lines(), "\n")
+			if v := lf.Goal(FaultLeaderPause); v != c.want || lf.Missed() != (c.want == GoalMissed) {
+				t.Errorf("goal leader-pause: %s (missed: %v), want %s:\n%s", v, lf.Missed(), c.want, text)
+			}
+			if v := lf.Goal(FaultMemberStop); v != GoalMet {
+				t.Errorf("goal member-stop: %s, want %s", v, GoalMet)
+			}
+			if !strings.Contains(text, c.line) {
+				t.Errorf("the summary lacks %q:\n%s", c.line, text)
+			}
+			if !strings.Contains(text, "  leader-pause       1  0 / 0") {
+				t.Errorf("the table lacks its leader-pause row:\n%s", text)
 			}
 		})
 	}

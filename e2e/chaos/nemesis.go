@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -26,14 +27,26 @@ const (
 	// through proxies), so to the workers it is a frozen member: their
 	// connections to it stay open and silent.
 	FaultMemberFreeze = "member-freeze"
+	// FaultLeaderPause is what a SIGSTOP of the etcd leader looks like to
+	// everyone else: the leader is cut off from its raft peers
+	// (e2e.Cluster.Isolate) and from its clients (every worker's proxy to
+	// it holds all traffic, as in a member-freeze) at once, then both are
+	// healed. It does not hand its leadership over, as a stopping member
+	// does: the two others elect a new leader once their election timeout
+	// has passed, and the old one steps down after its own.
+	FaultLeaderPause = "leader-pause"
 )
 
-var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultRevoke}
+var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke}
 
 // memberFaults are the faults of one etcd member, which end no session of
 // a worker that was not itself faulted and stall progress for at most a
 // bounded time (liveness.go).
-var memberFaults = []string{FaultMemberStop, FaultLeaderStop, FaultMemberFreeze}
+var memberFaults = []string{FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause}
+
+// isMemberFault reports whether kind is a fault of one etcd member; one
+// of them at most is active at a time.
+func isMemberFault(kind string) bool { return slices.Contains(memberFaults, kind) }
 
 // Fault is one injected fault and its window on the history's clock.
 // Target is a worker slot ("h0", "i1") for a worker's fault, a member
@@ -109,7 +122,7 @@ const stopDrain = 5*time.Second + 2*raftElectionTimeout
 // weights of the fault kinds.
 var faultWeights = map[string]int{
 	FaultPause: 4, FaultKill: 1, FaultFreeze: 2, FaultBlackhole: 3, FaultDropReplies: 1,
-	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultMemberFreeze: 1, FaultRevoke: 1,
+	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultMemberFreeze: 1, FaultLeaderPause: 1, FaultRevoke: 1,
 }
 
 // start picks a fault whose target is free and starts it.
@@ -138,7 +151,8 @@ func (n *nemesis) start(ctx context.Context) {
 		FaultPause: len(freeHelpers) > 0, FaultKill: len(freeHelpers) > 0, FaultFreeze: len(freeInproc) > 0,
 		FaultBlackhole: len(free) > 0, FaultDropReplies: len(free) > 0, FaultLatency: len(free) > 0,
 		FaultMemberStop: !n.memberFault && stopFits, FaultLeaderStop: !n.memberFault && stopFits, FaultMemberFreeze: !n.memberFault,
-		FaultRevoke: true,
+		FaultLeaderPause: !n.memberFault,
+		FaultRevoke:      true,
 	}
 	total := 0
 	for _, k := range faultKinds {
@@ -170,7 +184,7 @@ func (n *nemesis) start(ctx context.Context) {
 		target = freeInproc[n.rng.IntN(len(freeInproc))]
 	case FaultBlackhole, FaultDropReplies, FaultLatency:
 		target = free[n.rng.IntN(len(free))]
-	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
+	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
 		n.memberFault = true
 	}
 	if target != nil {
@@ -192,7 +206,7 @@ func (n *nemesis) start(ctx context.Context) {
 		d = dur(ttl/5, ttl+ttl/2)
 	case FaultLatency:
 		d = dur(ttl, 3*ttl)
-	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
+	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
 		d = dur(ttl/4, 2*ttl)
 	}
 	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
@@ -209,7 +223,7 @@ func (n *nemesis) start(ctx context.Context) {
 		switch {
 		case target != nil:
 			delete(n.busySlot, target.idx)
-		case kind == FaultMemberStop || kind == FaultLeaderStop || kind == FaultMemberFreeze:
+		case isMemberFault(kind):
 			n.memberFault = false
 		}
 	})
@@ -299,7 +313,58 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		for _, s := range n.r.slots {
 			s.holdMember(member, false)
 		}
+	case FaultLeaderPause:
+		member := pick % len(n.r.cluster.Members())
+		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if l, err := n.r.cluster.Leader(lctx); err == nil {
+			member = l
+		} else {
+			f.Detail = "no leader found; "
+		}
+		cancel()
+		f.Target = n.r.cluster.Members()[member].Name()
+		f.Start = now()
+		heal, err := n.r.cluster.Isolate(member)
+		if err != nil {
+			f.Detail += "not isolated from its peers: " + err.Error() + "; "
+			n.r.warn("%s %s: %v", kind, f.Target, err)
+			heal = func() {}
+		}
+		for _, s := range n.r.slots {
+			s.holdMember(member, true)
+		}
+		f.Detail += n.awaitLeader(ctx, member, d)
+		heal()
+		for _, s := range n.r.slots {
+			s.holdMember(member, false)
+		}
 	}
 	f.End = now()
 	return f
+}
+
+// awaitLeader waits d (less if ctx ends first) while member old is cut
+// off, and says when another member became the leader.
+func (n *nemesis) awaitLeader(ctx context.Context, old int, d time.Duration) string {
+	from := time.Now()
+	end := from.Add(d)
+	found := ""
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if found == "" {
+			for j, m := range n.r.cluster.Members() {
+				if j != old && m.IsLeader() {
+					found = fmt.Sprintf("%s led after %v", m.Name(), time.Since(from).Round(time.Millisecond))
+				}
+			}
+		}
+		step := time.Until(end)
+		if found == "" {
+			step = min(step, 5*time.Millisecond)
+		}
+		sleep(ctx, step)
+	}
+	if found == "" {
+		return "no other leader during it"
+	}
+	return found
 }

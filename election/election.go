@@ -1,0 +1,155 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+)
+
+// Kind is the recipe kind of an election's holdings: the Kind of the
+// lease.Holder that leads (lease.Registry.Recipe).
+const Kind = "election"
+
+// Prefix begins the resource of every election: the election named name is
+// the resource Prefix + name.
+const Prefix = Kind + "/"
+
+// ErrNoLeader: nobody leads the election (Leader).
+var ErrNoLeader = errors.New("no leader")
+
+// ErrInvalidName: the election's name is empty, or makes a resource name
+// lease refuses (see lease.ErrInvalidResource, which the error also
+// matches). Every method of an Election with such a name returns it,
+// sending nothing.
+var ErrInvalidName = errors.New("invalid election name")
+
+// Resource returns the resource of the election named name: Prefix + name.
+// Tools that list holders (lease.Registry.Holders) recognise an election by
+// this prefix and by the holder's Kind.
+func Resource(name string) string { return Prefix + name }
+
+// NameOf returns the name of the election whose resource is resource, and
+// false when resource is not an election's.
+func NameOf(resource string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(resource, Prefix)
+	return name, ok && name != ""
+}
+
+// ValidateName reports whether name can name an election: a non-empty
+// string that makes a valid resource name with Prefix (at most 512 bytes
+// in all, valid UTF-8, no control characters). The error matches
+// ErrInvalidName and lease.ErrInvalidResource.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("election: %w: empty (%w)", ErrInvalidName, lease.ErrInvalidResource)
+	}
+	if err := keys.ValidateResource(Resource(name)); err != nil {
+		return fmt.Errorf("election: %w %q: %w", ErrInvalidName, name, err)
+	}
+	return nil
+}
+
+// Election is one named election among the sessions of a namespace. Its
+// methods are safe for concurrent use.
+type Election struct {
+	reg      *lease.Registry // the recipe registry: its leases are holdings of Kind
+	name     string
+	resource string
+	err      error // ValidateName's verdict, returned by every method
+}
+
+// New returns the election called name in reg's namespace. Every process
+// that builds an Election of the same name and namespace takes part in the
+// same election. A bad name is reported by every method rather than here,
+// so New cannot fail, like lease.NewRegistry; so is a bad registry.
+func New(reg *lease.Registry, name string) *Election {
+	e := &Election{name: name, resource: Resource(name), err: ValidateName(name)}
+	if reg == nil {
+		e.err = errors.Join(e.err, errors.New("election: New: nil registry"))
+	} else {
+		e.reg = reg.Recipe(Kind)
+	}
+	return e
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Resource returns the election's resource, Resource(e.Name()).
+func (e *Election) Resource() string { return e.resource }
+
+// Campaign blocks until s leads the election, and returns the leadership:
+// a lease on the election's resource, of Kind, whose epoch is the leader's
+// fencing epoch. Release resigns (handing the leadership to the next
+// campaigner in the same transaction); the leadership also ends when s
+// ends (lost, expired or closed) or an operator revokes it, and its
+// Context is then cancelled with the cause. Complete is refused with
+// lease.ErrNotCompletable: an election never finishes.
+//
+// Campaigners wait in lease's fair queue (Registry.Acquire,
+// docs/protocol.md §3.2): they lead in the order they began campaigning,
+// and a change of leader wakes the next campaigner only. Campaign returns
+// early when ctx ends, with ctx's cause, or when s ends, with the
+// session's cause, after leaving the queue; a ctx already done returns
+// its cause at once, sending nothing. A transaction's failure matches
+// outcome.ErrRefused or outcome.ErrUnknown, as Acquire's does.
+//
+// A session that already leads and campaigns again waits behind its own
+// leadership.
+func (e *Election) Campaign(ctx context.Context, s *session.Session) (*lease.Lease, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("election %q: campaign: %w", e.name, context.Cause(ctx))
+	}
+	l, err := e.reg.Acquire(ctx, s, e.resource)
+	if err != nil {
+		return nil, fmt.Errorf("election %q: campaign: %w", e.name, err)
+	}
+	return l, nil
+}
+
+// Leader returns who leads the election, with one linearizable read
+// (Registry.Holder, docs/protocol.md §3.10): the leader's worker, epoch,
+// session and since when. It fails with an error matching ErrNoLeader when
+// nobody leads. A failed read matches outcome.ErrRefused or
+// outcome.ErrUnknown; nothing is written either way.
+//
+// The answer may be out of date by the time it arrives: only a fence guard
+// given the leader's token decides whether a write is the current
+// leader's.
+func (e *Election) Leader(ctx context.Context) (lease.Holder, error) {
+	if e.err != nil {
+		return lease.Holder{}, e.err
+	}
+	h, err := e.reg.Holder(ctx, e.resource)
+	switch {
+	case errors.Is(err, lease.ErrNotHeld):
+		return lease.Holder{}, fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
+	case err != nil:
+		return lease.Holder{}, fmt.Errorf("election %q: leader: %w", e.name, err)
+	}
+	return h, nil
+}
+
+// Observe follows the election's leadership (Registry.Observe): the channel
+// first carries the current leader, then every change in order. Epoch 0
+// means that nobody leads at that point (between a leader's end and the
+// next campaigner's claim, or when no one campaigns). A reader slower than
+// the changes may skip intermediate leaders but never receives an older
+// state after a newer one, and always receives the latest. The channel is
+// closed when ctx ends, and at once for an invalid name or registry.
+func (e *Election) Observe(ctx context.Context) <-chan lease.Holder {
+	if e.err != nil {
+		ch := make(chan lease.Holder)
+		close(ch)
+		return ch
+	}
+	return e.reg.Observe(ctx, e.resource)
+}

@@ -7,6 +7,13 @@
 //	N/lease/%queue/<res>/<ticket>         a waiting Acquire's queue entry (holder record to hand
 //	                                      over), attached to the waiter's session; the entries'
 //	                                      create revisions are the queue's order
+//	N/lease/%gone/<ticket>                the marker of an Acquire call that gave up, attached
+//	                                      to its session
+//	N/lease/%limit/<res>                  a recipe's limit (package semaphore's permit count),
+//	                                      decimal; no etcd lease, written once by the first user
+//	N/lease/%delay/<res>                  a lock-delay: while it exists nobody may claim res;
+//	                                      attached to a lease that outlives the holder's
+//	                                      session (or to one granted by Revoke)
 //	N/done/<res>                          terminal record (status, epoch, worker)
 //	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
 //	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
@@ -321,12 +328,49 @@ const goneSegment = "%gone/"
 // lease. The queueing transaction requires it absent.
 func (s Space) Gone(ticket string) string { return s.LeasePrefix() + goneSegment + ticket }
 
+// limitSegment starts the keys of recipes' limits under LeasePrefix. Like
+// revokedSegment, no lease key starts with it.
+const limitSegment = "%limit/"
+
+// Limit is the key of the limit of the recipe that res names — package
+// semaphore's permit count, with res "semaphore/<name>" —
+// "N/lease/%limit/<res>", its value the limit in decimal. The first user of
+// the name creates it and every later one compares its own limit with it
+// (docs/protocol.md §3.12). It has no etcd lease: it outlives every session,
+// and the SDK never deletes it. It lives under LeasePrefix so that the
+// permissions a worker already has cover it.
+func (s Space) Limit(res string) string { return s.LeasePrefix() + limitSegment + Escape(res) }
+
+// IsLimit reports whether key is a recipe's limit key in this namespace.
+func (s Space) IsLimit(key string) bool {
+	return strings.HasPrefix(key, s.LeasePrefix()+limitSegment)
+}
+
+// delaySegment starts the keys of lock-delays under LeasePrefix. Like
+// revokedSegment, no lease key starts with it.
+const delaySegment = "%delay/"
+
+// Delay is the key of res's lock-delay, "N/lease/%delay/<res>": while it
+// exists, no claim of res succeeds (docs/protocol.md §3.13). A claim
+// through a registry with lock-delay puts it attached to a lease that
+// trails the holder's session lease, so it outlives an expired session by
+// the delay; Complete and Release delete it, Revoke re-attaches it to a
+// lease of its own. It lives under LeasePrefix so that the permissions a
+// worker already has cover it.
+func (s Space) Delay(res string) string { return s.LeasePrefix() + delaySegment + Escape(res) }
+
+// IsDelay reports whether key is a lock-delay key of this namespace.
+func (s Space) IsDelay(key string) bool {
+	return strings.HasPrefix(key, s.LeasePrefix()+delaySegment)
+}
+
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
 // control keys kept there rather than a lease key: a revocation signal, a
-// queue entry or a "gave up" marker. A scan or watch of LeasePrefix sees
-// them; skip them with it.
+// queue entry, a "gave up" marker, a recipe's limit or a lock-delay. A scan
+// or watch of LeasePrefix sees them; skip them with it.
 func (s Space) IsControl(key string) bool {
-	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment)
+	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment) || s.IsLimit(key) ||
+		s.IsDelay(key)
 }
 
 // Done is the done record key of a resource.

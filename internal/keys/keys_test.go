@@ -205,3 +205,39 @@ func TestNamespacesNeverShareKeys(t *testing.T) {
 		t.Fatalf("%d valid namespaces generated, want 40", len(spaces))
 	}
 }
+
+// TestLimitKeyIsControl: a recipe's limit key lives under the lease prefix,
+// is a control key (so the recorder, Holders, SafeFloor and the chaos suite
+// skip it), is no resource's lease key or queue entry, and is one key per
+// recipe name, escaped like a resource.
+func TestLimitKeyIsControl(t *testing.T) {
+	for ns, want := range map[string]string{"/ns": "/ns/lease/%limit/semaphore%2Fa%2Fb", "/": "/lease/%limit/semaphore%2Fa%2Fb"} {
+		s := keys.MustNew(ns)
+		k := s.Limit("semaphore/a/b")
+		if k != want {
+			t.Errorf("namespace %q: Limit = %q, want %q", ns, k, want)
+		}
+		if !s.IsLimit(k) || !s.IsControl(k) || s.IsQueue(k) || s.IsRevocation(k) {
+			t.Errorf("namespace %q: %q: IsLimit %v, IsControl %v, IsQueue %v, IsRevocation %v", ns, k, s.IsLimit(k), s.IsControl(k), s.IsQueue(k), s.IsRevocation(k))
+		}
+		if _, err := s.ResourceFromLease(k); !errors.Is(err, keys.ErrMalformedKey) {
+			t.Errorf("namespace %q: ResourceFromLease(%q) = %v, want ErrMalformedKey", ns, k, err)
+		}
+		for _, res := range []string{"%limit", "%limit/semaphore/a/b", "semaphore/a/b", "%", "limit"} {
+			lk := s.Lease(res)
+			if s.IsLimit(lk) || s.IsControl(lk) {
+				t.Errorf("namespace %q: the lease key %q of %q is taken for a control key", ns, lk, res)
+			}
+		}
+		if s.Limit("semaphore/a") == s.Limit("semaphore/a/b") || s.Limit("a%2Fb") == s.Limit("a/b") {
+			t.Errorf("namespace %q: two names share a limit key", ns)
+		}
+	}
+	// Every other control key is still one.
+	s := keys.MustNew(keys.DefaultNamespace)
+	for _, k := range []string{s.Revocation(7, "r"), s.Queue("r", "t"), s.Gone("t")} {
+		if !s.IsControl(k) || s.IsLimit(k) {
+			t.Errorf("%q: IsControl %v, IsLimit %v", k, s.IsControl(k), s.IsLimit(k))
+		}
+	}
+}

@@ -248,18 +248,27 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 		}
 		first = first.Responses[0].GetResponseTxn()
 	}
-	// Every read of the transaction sees the state before it: an entry at
-	// the rejection key is an earlier try's, and this try wrote nothing.
-	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 {
+	// A read after a write in one etcd transaction sees the write, so the
+	// entry at the rejection key is this try's when its create-only put
+	// applied, and otherwise an earlier try's (this try wrote nothing).
+	rejected := first
+	if attempt < maxGuesses { // guarded: the create-only put is nested in the guess's compare
+		rejected = nil
+		if first.Succeeded {
+			rejected = first.Responses[0].GetResponseTxn()
+		}
+	}
+	created := rejected.GetSucceeded()
+	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 && !created {
 		prev, err := audit.Decode(l.r.space.Namespace(), kvs[0])
 		if err != nil || prev.Kind != audit.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
 			return true, fmt.Errorf("lease: %s %q epoch %d: %w, but its rejection key %q holds an entry that is not this attempt's (decode error: %v)", a.op, l.resource, l.epoch, ErrStale, kvs[0].Key, err)
 		}
 		l.log.Debug("stale attempt already rejected by an earlier try", "op", a.op, "status", a.e.Status, "current_epoch", prev.CurrentEpoch)
-		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: prev.CurrentEpoch}
+		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: prev.CurrentEpoch, Earlier: true}
 	}
 	// The last attempt is unguarded: the create-only put itself.
-	if first.Succeeded || attempt >= maxGuesses {
+	if created || attempt >= maxGuesses {
 		l.log.Warn("stale attempt rejected", "op", a.op, "status", a.e.Status, "current_epoch", a.guess)
 		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: a.guess}
 	}

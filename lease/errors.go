@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/leasehold/leasehold/internal/keys"
 )
@@ -93,6 +94,11 @@ type StaleError struct {
 	// CurrentEpoch is the epoch holding the resource when the attempt was
 	// rejected; 0 means no one held it.
 	CurrentEpoch int64
+	// Earlier reports that an earlier try of this same attempt — one whose
+	// outcome was unknown, or that returned a *StaleError — had already
+	// been rejected: this try found its entry and wrote nothing, and
+	// CurrentEpoch is from then, not from now.
+	Earlier bool
 }
 
 func (e *StaleError) Error() string {
@@ -103,6 +109,9 @@ func (e *StaleError) Error() string {
 	cur := "no holder"
 	if e.CurrentEpoch != 0 {
 		cur = fmt.Sprintf("epoch %d holds it", e.CurrentEpoch)
+	}
+	if e.Earlier {
+		cur = "an earlier try was rejected, " + strings.Replace(cur, "holds", "held", 1) + " then"
 	}
 	return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: %s (rejection audited)", op, e.Resource, e.Worker, e.Epoch, cur)
 }

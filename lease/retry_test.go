@@ -74,8 +74,8 @@ func TestStaleRetryIsOneRejection(t *testing.T) {
 			err = retryHealed(func(ctx context.Context) error { return tc.end(ctx, l) },
 				func(err error) bool { return errors.Is(err, lease.ErrStale) })
 			var se *lease.StaleError
-			if !errors.As(err, &se) || se.CurrentEpoch != 0 || se.Epoch != l.Epoch() {
-				t.Fatalf("retry: %v, want a *StaleError naming no current holder", err)
+			if !errors.As(err, &se) || se.CurrentEpoch != 0 || se.Epoch != l.Epoch() || !se.Earlier {
+				t.Fatalf("retry: %v (%+v), want a *StaleError naming no current holder, from the earlier try", err, se)
 			}
 			// Once more, after the definite answer.
 			if err := tc.end(ctx, l); !errors.As(err, &se) {

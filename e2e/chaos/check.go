@@ -494,7 +494,7 @@ func (c *checker) checkRejections() {
 			k.status, k.attempted = status, audit.Completed
 		}
 		switch op.Outcome {
-		case OutStale:
+		case OutStale, OutStaleEarlier:
 			seen[k] = append(seen[k], op.Current)
 			c.res.StaleSeen++
 		case OutStaleUnknown, OutUnknown:

@@ -304,6 +304,24 @@ func TestCompletionModelUnknowns(t *testing.T) {
 		{"completion after expiry and a new epoch", []porcupine.Operation{acq, op(OpAcquire, 0, 2, 3, cOutput{Out: OutOK, Epoch: 7}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
 		{"stale after silent expiry", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutStale})}, porcupine.Ok},
 		{"revoked, then completed", []porcupine.Operation{acq, op(OpRevoke, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
+		// The seed-42 report: a completion's first try is cut short
+		// (unknown) and lands after e5 expired, rejected with no holder;
+		// e7 begins; the retry finds that rejection (no holder, then)
+		// while e7 holds, and e7 completes after it. Stale-earlier says
+		// nothing of the state during the retry.
+		{"retry finds an earlier try's rejection", []porcupine.Operation{acq,
+			op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}),
+			op(OpAcquire, 0, 4, 5, cOutput{Out: OutOK, Epoch: 7}),
+			op(OpComplete, 5, 6, 7, cOutput{Out: OutStaleEarlier, Current: 0}),
+			op(OpComplete, 7, 8, 9, cOutput{Out: OutOK})}, porcupine.Ok},
+		// Control: the same result read as the state during the retry
+		// (plain stale, no holder) cannot be ordered.
+		{"the same as a plain stale", []porcupine.Operation{acq,
+			op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}),
+			op(OpAcquire, 0, 4, 5, cOutput{Out: OutOK, Epoch: 7}),
+			op(OpComplete, 5, 6, 7, cOutput{Out: OutStale, Current: 0}),
+			op(OpComplete, 7, 8, 9, cOutput{Out: OutOK})}, porcupine.Illegal},
+		{"stale-earlier after its own completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutStaleEarlier})}, porcupine.Illegal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := porcupine.CheckOperations(completionModel, c.ops); (got && c.want != porcupine.Ok) || (!got && c.want == porcupine.Ok) {

@@ -44,11 +44,16 @@ const (
 	// written is unknown (an error matching lease.ErrStale that is not a
 	// *lease.StaleError).
 	OutStaleUnknown Outcome = "stale-unknown"
+	// OutStaleEarlier: a *lease.StaleError with Earlier set — an earlier
+	// try of the same attempt (one whose outcome was unknown) was rejected,
+	// and Current is the epoch that held the task then, at some time
+	// before this call, not during it.
+	OutStaleEarlier Outcome = "stale-earlier"
 	OutFail         Outcome = "fail"    // certainly not applied
 	OutUnknown      Outcome = "unknown" // may have taken effect, at any time after Invoke
 )
 
-var outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutFail, OutUnknown}
+var outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutStaleEarlier, OutFail, OutUnknown}
 
 // event is one line of a worker's history stream: an invocation ("i") or a
 // return ("r") of the operation ID; or a session's start ("ss"), end

@@ -29,7 +29,9 @@ import (
 // completed it (a retry); release(e) succeeds iff e holds. A lease may
 // expire at any moment without an operation, so a stale result is legal
 // whenever the epoch has not completed the task, and it names the epoch
-// then holding (or none). An acquisition whose outcome is unknown is given
+// then holding (or none) — except a stale result found from an earlier try
+// of the same attempt (OutStaleEarlier), whose epoch held at that try, so
+// it says only that e no longer holds. An acquisition whose outcome is unknown is given
 // the epoch etcd granted it, if any (see resolveAcquisitions); a
 // completion or release whose outcome is unknown may or may not have
 // taken effect. An operator's revoke(e) — e is read back from its revoked
@@ -147,7 +149,9 @@ func completionStep(state, input, output any) []any {
 			return nil
 		}
 		return []any{cState{Holder: out.Current, Done: s.Done, Last: s.Last, Ever: s.Ever}}
-	case OutStaleUnknown:
+	case OutStaleUnknown, OutStaleEarlier:
+		// Earlier: the epoch holding the task then is not the state now;
+		// only that e no longer holds (it was rejected before this call).
 		if ownDone {
 			return nil
 		}

@@ -837,7 +837,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 			case OutOK:
 				w.settleCompleted(l)
 				w.markDone(l.Resource())
-			case OutStale, OutStaleUnknown:
+			case OutStale, OutStaleUnknown, OutStaleEarlier:
 				w.settle(l)
 			default:
 				again = append(again, i)
@@ -914,6 +914,8 @@ func classifyEnd(err error) (Outcome, int64) {
 	switch {
 	case err == nil:
 		return OutOK, 0
+	case errors.As(err, &se) && se.Earlier:
+		return OutStaleEarlier, se.CurrentEpoch
 	case errors.As(err, &se):
 		return OutStale, se.CurrentEpoch
 	case errors.Is(err, lease.ErrStale):

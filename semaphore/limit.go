@@ -1,0 +1,83 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/outcome"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ready checks what every TryAcquire and Acquire needs before it sends a
+// claim: a live session, and this semaphore's limit confirmed as the one
+// stored for its name.
+func (m *Semaphore) ready(ctx context.Context, s *session.Session) error {
+	if s == nil {
+		return fmt.Errorf("semaphore %q: nil session", m.name)
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("semaphore %q: %w", m.name, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.confirmed {
+		return nil
+	}
+	// A registry built with a bad option reports the default namespace;
+	// nothing may be written there. Its one read refuses that (and a
+	// closed registry) before the limit is stored.
+	if _, err := m.reg.Holder(ctx, m.turnstile); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		return fmt.Errorf("semaphore %q: %w", m.name, err)
+	}
+	if err := m.storeLimit(ctx, s.Client()); err != nil {
+		return err
+	}
+	m.confirmed = true
+	return nil
+}
+
+// storeLimit stores the semaphore's limit for its name, or compares it
+// with the stored one, in one transaction (docs/protocol.md §3.12):
+//
+//	If(CreateRev(N/lease/%limit/semaphore%2F<name>) = 0)
+//	Then(Put N/lease/%limit/semaphore%2F<name> "<limit>")
+//	Else(Get N/lease/%limit/semaphore%2F<name>)
+//
+// The key is created once and never changed, so every semaphore of a name
+// that passes this check has the same limit: that is what makes "at most
+// limit permits" hold across processes. Sending it again after an unknown
+// outcome is safe: a retry finds its own value.
+func (m *Semaphore) storeLimit(ctx context.Context, cli *clientv3.Client) error {
+	key := m.space.Limit(limitResource(m.name))
+	want := strconv.Itoa(m.limit)
+	unset := clientv3.Compare(clientv3.CreateRevision(key), "=", 0) // no semaphore of this name stored a limit yet
+	store := clientv3.OpPut(key, want)                              // this one's becomes every later one's
+	stored := clientv3.OpGet(key)                                   // the limit to agree with
+	actx, cancel := context.WithTimeout(ctx, lease.DefaultAttemptTimeout)
+	defer cancel()
+	resp, err := cli.Txn(actx).If(unset).Then(store).Else(stored).Commit()
+	if err != nil {
+		return fmt.Errorf("semaphore %q: store the limit: %w", m.name, outcome.Classify(err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		// Else runs at the compare's revision, where the key exists.
+		return fmt.Errorf("semaphore %q: the limit key %q was not read back", m.name, key)
+	}
+	got := string(kvs[0].Value)
+	n, err := strconv.Atoi(got)
+	switch {
+	case err != nil || strconv.Itoa(n) != got:
+		return fmt.Errorf("semaphore %q: %w: the limit key %q holds %q, not a limit", m.name, ErrLimitMismatch, key, got)
+	case n != m.limit:
+		return fmt.Errorf("semaphore %q: %w: %d stored in etcd, this semaphore has %d", m.name, ErrLimitMismatch, n, m.limit)
+	}
+	return nil
+}

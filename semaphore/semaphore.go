@@ -1,0 +1,172 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// MaxLimit is the largest limit a semaphore may have. TryAcquire and
+// Acquire read every held permit in one request, so the limit bounds that
+// read.
+const MaxLimit = 1024
+
+// The kinds of the holdings a semaphore takes (lease.Registry.Recipe):
+// permits, and the turnstile its head waiter holds.
+const (
+	PermitKind    = "permit"
+	TurnstileKind = "turnstile"
+)
+
+var (
+	// ErrFull: TryAcquire found every permit held, or Acquire calls waiting
+	// for one, which it does not go ahead of.
+	ErrFull = errors.New("semaphore: every permit is held or waited for")
+	// ErrLimitMismatch: the semaphore's limit differs from the one stored
+	// in etcd for its name by the first semaphore of that name to be used.
+	ErrLimitMismatch = errors.New("semaphore: the limit differs from the one stored for this name")
+)
+
+// Semaphore hands out at most its limit of permits at once, each a lease
+// with its own epoch and fencing token. Its methods are safe for
+// concurrent use, and any number of Semaphores in any number of processes
+// may share a name: they share its permits.
+type Semaphore struct {
+	reg        *lease.Registry
+	permits    *lease.Registry // reg.Recipe(PermitKind)
+	turnstiles *lease.Registry // reg.Recipe(TurnstileKind)
+	space      keys.Space      // reg's namespace
+	name       string
+	limit      int
+	turnstile  string // the turnstile's resource
+	permitKeys string // the prefix of the permits' lease keys
+
+	mu        sync.Mutex
+	confirmed bool // the limit stored in etcd is this one's
+}
+
+// New returns the semaphore name with limit permits, in reg's namespace.
+// Nothing is sent: the first TryAcquire or Acquire stores the limit in
+// etcd if no semaphore of that name did, and fails with ErrLimitMismatch
+// if one stored another (docs/protocol.md §3.12).
+//
+// name is any string for which the resources "semaphore/<name>/permit/<i>"
+// and "semaphore/<name>/turnstile" are valid resource names (up to 512
+// bytes, valid UTF-8, no control characters); otherwise the error matches
+// lease.ErrInvalidResource. limit is 1 to MaxLimit.
+func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
+	if reg == nil {
+		return nil, errors.New("semaphore: New: nil registry")
+	}
+	if limit < 1 || limit > MaxLimit {
+		return nil, fmt.Errorf("semaphore: New(%q): limit %d: a limit is 1 to %d", name, limit, MaxLimit)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("semaphore: New: %w: the name is empty", lease.ErrInvalidResource)
+	}
+	for _, res := range []string{PermitResource(name, limit-1), TurnstileResource(name)} {
+		if err := keys.ValidateResource(res); err != nil {
+			return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
+		}
+	}
+	space, err := keys.New(reg.Namespace())
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
+	}
+	return &Semaphore{
+		reg:        reg,
+		permits:    reg.Recipe(PermitKind),
+		turnstiles: reg.Recipe(TurnstileKind),
+		space:      space,
+		name:       name,
+		limit:      limit,
+		turnstile:  TurnstileResource(name),
+		// Escape works byte by byte, so this prefixes every permit's key
+		// (and those of any semaphore whose name extends name with
+		// "/permit/…", which ParsePermit tells apart).
+		permitKeys: space.Lease(resourcePrefix + name + permitSeparator),
+	}, nil
+}
+
+// Name returns the semaphore's name.
+func (m *Semaphore) Name() string { return m.name }
+
+// Limit returns the semaphore's limit: how many permits may be held at once.
+func (m *Semaphore) Limit() int { return m.limit }
+
+// resourcePrefix starts the resources of every semaphore.
+const resourcePrefix = "semaphore/"
+
+// permitSeparator separates a semaphore's name from a permit's index.
+const permitSeparator = "/permit/"
+
+// PermitResource is the resource of permit i of the semaphore name:
+// "semaphore/<name>/permit/<i>", i in decimal. Its lease key is the permit.
+func PermitResource(name string, i int) string {
+	return resourcePrefix + name + permitSeparator + strconv.Itoa(i)
+}
+
+// TurnstileResource is the resource of the semaphore's turnstile,
+// "semaphore/<name>/turnstile": the first Acquire call waiting for a
+// permit holds it, and the others wait in its queue.
+func TurnstileResource(name string) string { return resourcePrefix + name + "/turnstile" }
+
+// limitResource names the semaphore in its limit key (keys.Space.Limit).
+func limitResource(name string) string { return resourcePrefix + name }
+
+// ParsePermit returns the semaphore and the index of a permit's resource,
+// and ok = false for any other resource. It splits at the last "/permit/",
+// which is followed by the index alone (decimal without a sign or leading
+// zeros, below MaxLimit), so a name containing "/permit/" is read back
+// whole and no two semaphores' permits share a resource.
+func ParsePermit(resource string) (name string, i int, ok bool) {
+	rest, found := strings.CutPrefix(resource, resourcePrefix)
+	if !found {
+		return "", 0, false
+	}
+	at := strings.LastIndex(rest, permitSeparator)
+	if at <= 0 {
+		return "", 0, false
+	}
+	digits := rest[at+len(permitSeparator):]
+	i, err := strconv.Atoi(digits)
+	if err != nil || i < 0 || i >= MaxLimit || strconv.Itoa(i) != digits {
+		return "", 0, false
+	}
+	return rest[:at], i, true
+}
+
+// Holders returns the semaphore's live permits, sorted by index: for each,
+// the worker, the epoch (the permit's fencing epoch), when it began and
+// the holding session. It reads through the registry (Registry.Holders:
+// every lease key of the namespace at one revision, in pages of 1000), so
+// it needs no session and does not check the limit.
+func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
+	all, err := m.reg.Holders(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore %q: holders: %w", m.name, err)
+	}
+	type permit struct {
+		i int
+		h lease.Holder
+	}
+	var mine []permit
+	for _, h := range all {
+		if name, i, ok := ParsePermit(h.Resource); ok && name == m.name {
+			mine = append(mine, permit{i, h})
+		}
+	}
+	slices.SortFunc(mine, func(a, b permit) int { return a.i - b.i })
+	out := make([]lease.Holder, len(mine))
+	for k, p := range mine {
+		out[k] = p.h
+	}
+	return out, nil
+}

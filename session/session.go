@@ -241,6 +241,13 @@ type Session struct {
 	nextClose uint64
 	closed    bool
 
+	// Trailing leases (trailing.go): granted on demand, one per extra,
+	// renewed by their own goroutine after each renewal of the session's.
+	trailing      map[time.Duration]clientv3.LeaseID // under mu
+	trailingDone  chan struct{}                      // closed when their renewer exits; nil until started (under mu)
+	trailingKick  chan struct{}                      // the session's lease was renewed; buffered 1
+	trailingGrant chan struct{}                      // held while one is granted; buffered 1
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -319,6 +326,9 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 		done:     make(chan struct{}),
 		deadline: deadline,
 		closers:  make(map[uint64]func(context.Context) error),
+
+		trailingKick:  make(chan struct{}, 1),
+		trailingGrant: make(chan struct{}, 1),
 	}
 	// Armed before anything can block.
 	s.mu.Lock()
@@ -473,6 +483,7 @@ func (s *Session) run(due time.Time, rtt time.Duration) {
 			}
 			s.observer.SessionRenewed(s.worker, took, headroom)
 			s.log.Trace("renewed", "ttl", ttl, "rtt", took, "headroom", headroom)
+			s.renewedTrailing() // asynchronously: never delays this loop
 			// Due an interval after this renewal was sent — at once if
 			// its reply took longer than that.
 			next.Reset(time.Until(sent.Add(s.interval)))
@@ -620,9 +631,12 @@ func (s *Session) BeforeClose(f func(ctx context.Context) error) (stop func() bo
 
 // Close ends the session: it cancels Context() with ErrClosed (so work
 // stops before anything is handed over), runs the BeforeClose functions —
-// releasing held leases with audit entries — and revokes the etcd lease,
-// which deletes any lease key still attached to it. ctx bounds the
-// releases and the revoke.
+// releasing held leases with audit entries — revokes the trailing leases
+// (TrailingLease) if the session was live until Close, and revokes the
+// etcd lease, which deletes any lease key still attached to it. ctx
+// bounds the releases and the revokes. The trailing leases of a session
+// that was lost or expired before Close are left to expire: their expiry
+// is a lock-delay.
 //
 // If the session's etcd client is closed, before or during Close, Close
 // gives up at once: the BeforeClose functions get a context cancelled
@@ -630,18 +644,23 @@ func (s *Session) BeforeClose(f func(ctx context.Context) error) (stop func() bo
 // retrying), the lease is not revoked (etcd expires it after its TTL),
 // and the error matches ErrClientClosed and context.Canceled.
 //
-// Close waits for the renewal goroutine to exit, so it waits for an
+// Close waits for the renewal goroutines to exit, so it waits for an
 // Observer or logger call in progress. Close is idempotent; later calls
 // return the first call's result.
 func (s *Session) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.end(ErrClosed)
+		liveUntilClose := context.Cause(s.ctx) == ErrClosed
 		<-s.done
 		s.mu.Lock()
 		s.closed = true
 		closers := s.closers
 		s.closers = nil
+		trailingDone := s.trailingDone
 		s.mu.Unlock()
+		if trailingDone != nil {
+			<-trailingDone // it exits once the context is cancelled
+		}
 
 		cctx, stop := withClient(ctx, s.cli)
 		defer stop()
@@ -652,6 +671,9 @@ func (s *Session) Close(ctx context.Context) error {
 			}
 		}
 		if context.Cause(cctx) != ErrClientClosed {
+			if liveUntilClose {
+				errs = append(errs, s.revokeTrailing(cctx)...)
+			}
 			_, err := s.cli.Revoke(cctx, s.id)
 			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && context.Cause(cctx) != ErrClientClosed {
 				errs = append(errs, fmt.Errorf("session: revoke lease: %w", err))

@@ -128,7 +128,7 @@ func (m *Semaphore) awaitPermit(ctx context.Context, s *session.Session, t *leas
 	defer stop()
 	backoff := 10 * time.Millisecond
 	for {
-		l, err := m.watchPermits(wctx, s)
+		l, err := m.takePermit(wctx, s)
 		switch {
 		case l != nil:
 			return l, nil
@@ -152,22 +152,19 @@ func (m *Semaphore) awaitPermit(ctx context.Context, s *session.Session, t *leas
 	}
 }
 
-// watchPermits opens one watch of the permits' deletions, then reads the
-// permits and claims a free one, reading again after every deletion. It
-// returns (nil, nil) when the watch breaks or ctx ends.
+// takePermit reads the permits and claims a free one; with none free
+// it opens one watch of the permits' deletions, reads them again, and
+// claims after every deletion until it holds one. It returns (nil, nil)
+// when the watch breaks or ctx ends.
 //
-// The watch is opened before the read, so a release after the read is
-// never missed, and at etcd's current revision rather than the read's: a
-// watch from a past revision is an unsynced watcher that etcd catches up
-// only every 100 ms (docs/protocol.md §3.2).
-func (m *Semaphore) watchPermits(ctx context.Context, s *session.Session) (*lease.Lease, error) {
+// The watch is opened before the read it waits after, so no release after
+// that read is missed, and at etcd's current revision rather than the
+// read's: a watch from a past revision is an unsynced watcher that etcd
+// catches up only every 100 ms (docs/protocol.md §3.2). A permit free at
+// the first read costs no watch at all.
+func (m *Semaphore) takePermit(ctx context.Context, s *session.Session) (*lease.Lease, error) {
 	cli := s.Client()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := cli.Watch(wctx, m.permitKeys, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	if resp, ok := <-wch; !ok || resp.Err() != nil || !resp.Created {
-		return nil, nil
-	}
+	var wch clientv3.WatchChan
 	for {
 		st, err := m.readRetrying(ctx, cli)
 		if err != nil {
@@ -175,6 +172,15 @@ func (m *Semaphore) watchPermits(ctx context.Context, s *session.Session) (*leas
 		}
 		if l, err := m.claimAny(ctx, s, st.free()); l != nil || err != nil {
 			return l, err
+		}
+		if wch == nil {
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			defer cancel()
+			wch = cli.Watch(wctx, m.permitKeys, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+			if resp, ok := <-wch; !ok || resp.Err() != nil || !resp.Created {
+				return nil, nil
+			}
+			continue // read again: a permit may have been released before the watch began
 		}
 		// Every permit is held, or was taken first (by a TryAcquire that
 		// read before this call held the turnstile): its release is a

@@ -72,6 +72,10 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	if errors.As(err, &ue) {
 		return exitUsage
 	}
+	var ce exitCodeError // elect passes on its command's status
+	if errors.As(err, &ce) {
+		return ce.code
+	}
 	return exitFailure
 }
 
@@ -106,6 +110,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newEtcdCmd(g), newHoldersCmd(g), newAuditCmd(g), newTimelineCmd(g),
 		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g), newStatusCmd(g), newRecorderCmd(g),
+		newElectCmd(g),
 	)
 	return root
 }

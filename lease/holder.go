@@ -99,15 +99,23 @@ const holdersPage = 1000
 // and other control keys under the lease prefix are skipped. A failed read
 // matches outcome.ErrRefused or outcome.ErrUnknown.
 func (r *Registry) Holders(ctx context.Context) ([]Holder, error) {
+	return r.HoldersWithPrefix(ctx, "")
+}
+
+// HoldersWithPrefix is Holders of the resources whose names begin with
+// prefix (all of them for ""), reading only their lease keys: a resource's
+// key segment escapes only '%' and '/', byte by byte, so the keys of the
+// resources with a prefix are the keys with the escaped prefix.
+func (r *Registry) HoldersWithPrefix(ctx context.Context, prefix string) ([]Holder, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
 	if err := r.tracker.closedErr(); err != nil {
 		return nil, err
 	}
-	prefix := r.space.LeasePrefix()
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	from, rev := prefix, int64(0)
+	from := r.space.LeasePrefix() + keys.Escape(prefix)
+	end := clientv3.GetPrefixRangeEnd(from)
+	rev := int64(0)
 	var out []Holder
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(holdersPage)}

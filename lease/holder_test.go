@@ -51,6 +51,15 @@ func TestHolderAndHolders(t *testing.T) {
 	if got := fmt.Sprint(holderIDs(hs)); got != fmt.Sprintf("[a:w1:%d b:w1:%d]", la.Epoch(), lb.Epoch()) {
 		t.Fatalf("Holders = %s; want a and b held by w1, sorted, and no queue entry", got)
 	}
+	la2 := f.acquire(s2, "a/2")
+	f.acquire(s2, "ab")
+	hs, err = f.reg.HoldersWithPrefix(ctx, "a/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(holderIDs(hs)); got != fmt.Sprintf("[a/2:w2:%d]", la2.Epoch()) {
+		t.Fatalf("HoldersWithPrefix(a/) = %s; want only a/2", got)
+	}
 	cancel()
 	if err := <-waited; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter: %v", err)

@@ -121,6 +121,24 @@ func TurnstileResource(name string) string { return resourcePrefix + name + "/tu
 // limitResource names the semaphore in its limit key (keys.Space.Limit).
 func limitResource(name string) string { return resourcePrefix + name }
 
+// ParseLimitResource returns the semaphore whose limit key names resource
+// (see docs/protocol.md §3.12), and false for any other recipe's.
+func ParseLimitResource(resource string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(resource, resourcePrefix)
+	return name, ok && name != ""
+}
+
+// ParseTurnstile returns the semaphore whose turnstile is resource, and
+// false for any other resource.
+func ParseTurnstile(resource string) (name string, ok bool) {
+	rest, ok := strings.CutPrefix(resource, resourcePrefix)
+	if !ok {
+		return "", false
+	}
+	name, ok = strings.CutSuffix(rest, "/turnstile")
+	return name, ok && name != ""
+}
+
 // ParsePermit returns the semaphore and the index of a permit's resource,
 // and ok = false for any other resource. It splits at the last "/permit/",
 // which is followed by the index alone (decimal without a sign or leading
@@ -145,11 +163,11 @@ func ParsePermit(resource string) (name string, i int, ok bool) {
 
 // Holders returns the semaphore's live permits, sorted by index: for each,
 // the worker, the epoch (the permit's fencing epoch), when it began and
-// the holding session. It reads through the registry (Registry.Holders:
-// every lease key of the namespace at one revision, in pages of 1000), so
-// it needs no session and does not check the limit.
+// the holding session. It reads through the registry
+// (Registry.HoldersWithPrefix: the lease keys of this semaphore's permits
+// at one revision), so it needs no session and does not check the limit.
 func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
-	all, err := m.reg.Holders(ctx)
+	all, err := m.reg.HoldersWithPrefix(ctx, resourcePrefix+m.name+permitSeparator)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: holders: %w", m.name, err)
 	}

@@ -38,13 +38,20 @@ type holderJSON struct {
 	// Corrupt says why the lease key's value is not a holder record; the
 	// key still holds the resource (an operator can revoke it).
 	Corrupt string `json:"corrupt,omitempty"`
+	// Kind names the recipe holding it (election, permit, turnstile);
+	// absent for a task.
+	Kind string `json:"kind,omitempty"`
 }
 
 func newHoldersCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "holders",
-		Short: "List held resources: worker, epoch, age and the session's TTL left",
-		Args:  noArgs,
+		Short: "List held resources: worker, epoch, age and the session's TTL left; elections and semaphores apart",
+		Long: "List held resources: worker, epoch, age and the session's TTL left. Tasks come first; then\n" +
+			"elections (leader, epoch, waiting campaigners) and semaphores (permits used / limit, each\n" +
+			"permit's holder and epoch, waiting Acquire calls), when the namespace has any. With -o json,\n" +
+			"one array of every holder, each recipe's holding with its kind.",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
@@ -71,7 +78,7 @@ func newHoldersCmd(g *globals) *cobra.Command {
 					}
 					hj := holderJSON{
 						Resource: h.Resource, Worker: h.Worker, Epoch: h.Epoch, LeaseID: fmt.Sprintf("%x", int64(h.Session)),
-						AcquiredAt: h.Since, TTLLeft: ttl[h.Session], Corrupt: corrupt,
+						AcquiredAt: h.Since, TTLLeft: ttl[h.Session], Corrupt: corrupt, Kind: h.Kind,
 					}
 					if !h.Since.IsZero() {
 						hj.AgeSeconds = time.Since(h.Since).Seconds()
@@ -84,15 +91,40 @@ func newHoldersCmd(g *globals) *cobra.Command {
 					}
 					return writeJSON(g.out, out)
 				}
+				tasks, els, sems, err := recipeViews(rctx, cli, g.space(), reg, hs)
+				if err != nil {
+					return err
+				}
+				isTask := map[string]bool{}
+				for _, h := range tasks {
+					isTask[h.Resource] = true
+				}
 				var rows [][]string
 				for _, h := range out {
+					if !isTask[h.Resource] {
+						continue // shown below, with its election or semaphore
+					}
 					worker, ago := h.Worker, age(time.Duration(h.AgeSeconds*float64(time.Second)))
 					if h.Corrupt != "" {
 						worker, ago = "(corrupt record)", "?"
 					}
 					rows = append(rows, []string{h.Resource, worker, fmt.Sprint(h.Epoch), ago, fmt.Sprintf("%ds", h.TTLLeft)})
 				}
-				return table(g.out, []string{"RESOURCE", "WORKER", "EPOCH", "AGE", "TTL LEFT"}, rows)
+				if err := table(g.out, []string{"RESOURCE", "WORKER", "EPOCH", "AGE", "TTL LEFT"}, rows); err != nil {
+					return err
+				}
+				elRows, semRows := recipeRows(els, sems, time.Now())
+				if len(elRows) > 0 {
+					fmt.Fprintln(g.out)
+					if err := table(g.out, []string{"ELECTION", "LEADER", "EPOCH", "AGE", "WAITING"}, elRows); err != nil {
+						return err
+					}
+				}
+				if len(semRows) > 0 {
+					fmt.Fprintln(g.out)
+					return table(g.out, []string{"SEMAPHORE", "USED/LIMIT", "PERMITS (#index worker@epoch)", "WAITING"}, semRows)
+				}
+				return nil
 			})
 		},
 	}

@@ -341,6 +341,14 @@ const limitSegment = "%limit/"
 // permissions a worker already has cover it.
 func (s Space) Limit(res string) string { return s.LeasePrefix() + limitSegment + Escape(res) }
 
+// LimitPrefix is the prefix of every limit key of the namespace.
+func (s Space) LimitPrefix() string { return s.LeasePrefix() + limitSegment }
+
+// ResourceFromLimit returns the resource a limit key names.
+func (s Space) ResourceFromLimit(key string) (string, error) {
+	return s.resourceFrom(key, s.LimitPrefix())
+}
+
 // IsLimit reports whether key is a recipe's limit key in this namespace.
 func (s Space) IsLimit(key string) bool {
 	return strings.HasPrefix(key, s.LeasePrefix()+limitSegment)

@@ -31,6 +31,10 @@
 //     lock — handoffs per second, the longest wait, the handoff after a
 //     Release, and the etcd requests and watch events per handoff, counted
 //     by interceptors on the workers' clients.
+//  11. election failover after a leader's crash: its client blackholed so
+//     its session expires — the time until the next campaigner leads,
+//     election.Election against etcd's concurrency.Election with the same
+//     TTL, and whether the deposed leader learned it first.
 //  12. semaphore: 16 workers looping semaphore.Acquire → Release on one
 //     semaphore of 3 permits against 16 looping concurrency.Mutex Lock →
 //     Unlock on one lock, released at once and held for 5 ms —
@@ -132,6 +136,10 @@ type config struct {
 	semaphoreRounds  int
 	semaphoreRunFor  time.Duration // per contender per round
 	semaphoreWork    time.Duration // how long a holder holds, in the second pair of runs
+
+	electionSamples int // section 11, per contender
+	electionGroup   int // pairs run concurrently
+	electionTTL     time.Duration
 }
 
 func fullConfig() config {
@@ -149,6 +157,7 @@ func fullConfig() config {
 		fanoutWorkers: 16, fanoutIdle: 32, fanoutRounds: 10, fanoutRunFor: 3 * time.Second,
 		contendedWorkers: 32, contendedClients: 8, contendedRounds: 3, contendedRunFor: 5 * time.Second,
 		semaphoreWorkers: 16, semaphoreLimit: 3, semaphoreClients: 8, semaphoreRounds: 3, semaphoreRunFor: 3 * time.Second, semaphoreWork: 5 * time.Millisecond,
+		electionSamples: 30, electionGroup: 10, electionTTL: 2 * time.Second,
 	}
 }
 
@@ -167,11 +176,12 @@ func smokeConfig() config {
 		fanoutWorkers: 16, fanoutIdle: 3, fanoutRounds: 1, fanoutRunFor: 200 * time.Millisecond,
 		contendedWorkers: 4, contendedClients: 2, contendedRounds: 1, contendedRunFor: 300 * time.Millisecond,
 		semaphoreWorkers: 6, semaphoreLimit: 3, semaphoreClients: 2, semaphoreRounds: 1, semaphoreRunFor: 300 * time.Millisecond, semaphoreWork: 5 * time.Millisecond,
+		electionSamples: 2, electionGroup: 2, electionTTL: time.Second,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 12: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true}
 }
 
 func main() {
@@ -179,7 +189,7 @@ func main() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,12", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -404,6 +414,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{8, b.retention},
 		{9, b.fanout},
 		{10, b.contended},
+		{11, b.electionFailover},
 		{12, b.semaphoreSection},
 	}
 	for _, st := range steps {

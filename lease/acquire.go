@@ -30,7 +30,10 @@ const abandonTimeout = 5 * time.Second
 // session. The waiter then watches one key: the entry just ahead of it, or,
 // at the head, the lease key. A Release hands the lease to the head in its
 // own transaction, and the head learns its epoch from its watch; when the
-// lease ends any other way (expiry, Revoke), the head claims it.
+// lease ends any other way (expiry, Revoke), the head claims it. A
+// resource nobody holds but within a lock-delay (WithLockDelay) is waited
+// for the same way: the call queues, and the head watches the delay key
+// and claims once it is gone.
 //
 // It returns early when ctx is done (with ctx's cause) or the session ends
 // (with the session's cause, such as session.ErrLost), after removing its
@@ -77,10 +80,11 @@ type waiter struct {
 }
 
 // position is what a waiter last read: its entry, the lease key, the done
-// record and the entry ahead of it (nil: none), at revision rev.
+// record, the entry ahead of it and the delay key (nil: none), at revision
+// rev.
 type position struct {
-	entry, lease, done, ahead *mvccpb.KeyValue
-	rev                       int64
+	entry, lease, done, ahead, delay *mvccpb.KeyValue
+	rev                              int64
 }
 
 func first(op *pb.ResponseOp) *mvccpb.KeyValue {
@@ -94,9 +98,9 @@ func first(op *pb.ResponseOp) *mvccpb.KeyValue {
 // the turn. requeue asks for another pass: the entry vanished without a
 // grant (removed by hand).
 func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resource string) (l *Lease, requeue bool, err error) {
-	claimant, err := r.claimant(s)
+	claimant, err := r.claimantFor(ctx, s)
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	q := claimant.NewQueued(r.space, resource, protocol.NewID())
 	actx, cancel := r.attemptCtx(ctx)
@@ -119,6 +123,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		lease: first(resp.Responses[protocol.QueuedLease]),
 		done:  first(resp.Responses[protocol.QueuedDone]),
 		ahead: first(resp.Responses[protocol.QueuedAhead]),
+		delay: first(resp.Responses[protocol.QueuedDelay]),
 		rev:   resp.Header.Revision,
 	}
 	if resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
@@ -174,6 +179,16 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 			if err := r.waitDelete(ctx, string(p.ahead.Key), p.rev); err != nil {
 				return nil, false, fmt.Errorf("lease: acquire %q: %w", wt.resource, err)
 			}
+		case p.lease == nil && p.delay != nil:
+			// The head, and nobody holds the resource, but a lock-delay
+			// runs: wait for its key to go (its lease expires, or a
+			// Revoke's), then claim. The claim's Else reads the position
+			// if anything else changed.
+			if err := r.waitDelete(ctx, string(p.delay.Key), p.rev); err != nil {
+				return nil, false, fmt.Errorf("lease: acquire %q: %w", wt.resource, err)
+			}
+			p.delay = nil
+			continue
 		case p.lease == nil:
 			// The head, and the lease is free: claim it.
 			l, np, err := wt.claim(ctx)
@@ -236,6 +251,7 @@ func positionOf(ops []*pb.ResponseOp, rev int64) position {
 		lease: first(ops[protocol.PosLease]),
 		done:  first(ops[protocol.PosDone]),
 		ahead: first(ops[protocol.PosAhead]),
+		delay: first(ops[protocol.PosDelay]),
 		rev:   rev,
 	}
 }
@@ -244,6 +260,16 @@ func positionOf(ops []*pb.ResponseOp, rev int64) position {
 // failed compare it returns the position its Else read.
 func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 	r := wt.r
+	if r.lockDelay > 0 {
+		// The session's current trailing lease: the one the queue entry
+		// names is gone if etcd expired it meanwhile (its renewals failed)
+		// and the session granted another.
+		trailing, err := wt.s.TrailingLease(ctx, r.lockDelay)
+		if err != nil {
+			return nil, position{}, fmt.Errorf("lease: acquire %q with lock-delay %v: %w", wt.resource, r.lockDelay, err)
+		}
+		wt.w.Holder.LockDelayLease = int64(trailing)
+	}
 	cmps, then, els, err := protocol.HeadClaim(r.space, wt.resource, wt.w, time.Now())
 	if err != nil {
 		return nil, position{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
+	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,8 +26,11 @@ const maxGuesses = 8
 // the epoch, in one transaction (protocol.End, docs/protocol.md §3.3):
 //
 //	If(ModRev(lease) = epoch)
-//	Then(Put done{status, epoch, worker}, Delete lease, CreateOnly(end, completed))
+//	Then(Put done{status, epoch, worker}, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed))
 //	Else(Txn(If(Value(done) = same record) Then() Else(<reject>)), Get lease, Get rejection)
+//
+// The delay key goes with the lease key: a Complete imposes no lock-delay
+// (WithLockDelay).
 //
 // The done record's bytes are a pure function of (status, epoch, worker),
 // so a retry after an unknown outcome — the reply was lost but the first
@@ -73,7 +77,7 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 // Release ends the epoch without a terminal status, so the resource can be
 // acquired again, in one transaction (docs/protocol.md §3.4):
 //
-//	If(ModRev(lease) = epoch) Then(<hand over or delete>, CreateOnly(end, released))
+//	If(ModRev(lease) = epoch) Then(<hand over, or delete the lease and delay keys>, CreateOnly(end, released))
 //	Else(<reject>, Get lease, Get rejection)
 //
 // When Acquire calls wait for the resource, the transaction hands it to
@@ -85,6 +89,14 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 // lease key is deleted and the new head claims it. With nobody queued, the
 // lease key is deleted, as before queues existed.
 //
+// A voluntary end imposes no lock-delay (WithLockDelay): the same
+// transaction deletes the resource's delay key. The exception is the
+// Release of a lease whose session was already lost (session.ErrLost, as
+// when Session.Close releases what a lost session held): it ends the epoch
+// on behalf of that involuntary end, so it keeps the delay key — attached to
+// the session's trailing lease, which expires about the delay after the
+// session's — and hands nothing over (docs/protocol.md §3.13).
+//
 // A stale Release — including a second Release, and a retry whose first
 // attempt committed — returns a *StaleError and is audited as a rejection,
 // once per epoch however often it is retried. Errors are classified as for
@@ -92,7 +104,12 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.beginEnd()
 	e := l.newEnd(audit.Released, "", time.Now())
-	e.Next = l.queueHead(ctx)
+	if l.r.lockDelay > 0 && errors.Is(l.s.Err(), session.ErrLost) {
+		e.KeepDelay = true
+		l.log.Debug("releasing the lease of a lost session: its lock-delay stays")
+	} else {
+		e.Next = l.queueHead(ctx)
+	}
 	err := l.end(ctx, "release", e)
 	if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The head's session lease is gone, and its entry with it (etcd

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
 )
@@ -39,6 +40,11 @@ var (
 	// ErrRegistryClosed: the registry was closed; also the cause of the
 	// contexts of leases still tracked by it.
 	ErrRegistryClosed = errors.New("lease registry closed")
+	// ErrLockDelay: nobody holds the resource, but its last epoch,
+	// acquired with lock-delay (WithLockDelay), ended involuntarily — its
+	// session expired, or it was revoked — less than the delay ago, and no
+	// claim succeeds until the delay has passed (see *LockDelayError).
+	ErrLockDelay = errors.New("resource is in a lock-delay")
 )
 
 // HeldError says who holds a resource.
@@ -118,3 +124,26 @@ func (e *StaleError) Error() string {
 
 // Is makes a *StaleError match ErrStale.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// LockDelayError says until when a resource is in a lock-delay: a claim
+// (TryAcquire, TryAcquireMany, Acquire's) found nobody holding it, but the
+// delay key an involuntary end left (docs/protocol.md §3.13). TryAcquire
+// returns it; Acquire waits the delay out instead.
+type LockDelayError struct {
+	Resource string
+	// Until is when the delay ends, by this process's clock: the time of
+	// the read plus the remaining TTL of the delay key's etcd lease, which
+	// etcd reports in whole seconds, rounded down — so the delay may last
+	// up to a second past Until. Zero when that could not be read.
+	Until time.Time
+}
+
+func (e *LockDelayError) Error() string {
+	if e.Until.IsZero() {
+		return fmt.Sprintf("lease: %q is in a lock-delay after an involuntary end of its last epoch, until unknown", e.Resource)
+	}
+	return fmt.Sprintf("lease: %q is in a lock-delay after an involuntary end of its last epoch, until %s", e.Resource, e.Until.Format(time.RFC3339Nano))
+}
+
+// Is makes a *LockDelayError match ErrLockDelay.
+func (e *LockDelayError) Is(target error) bool { return target == ErrLockDelay }

@@ -263,3 +263,61 @@ func ExampleRegistry_Reclaim() {
 	// outcome unknown: true
 	// holding an epoch: true
 }
+
+// ExampleWithLockDelay: a lease acquired through a registry with a
+// lock-delay ends involuntarily — an operator revokes it; an expired
+// session does the same — and for the next 2 s nobody can acquire the
+// resource: TryAcquire says until when, Acquire waits the delay out. A
+// Complete or Release would have imposed none.
+func ExampleWithLockDelay() {
+	cluster, err := e2e.Start("")
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	s1, err := session.New(ctx, cli, session.WithWorker("worker-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer s1.Close(ctx)
+	s2, err := session.New(ctx, cli, session.WithWorker("worker-2"))
+	if err != nil {
+		panic(err)
+	}
+	defer s2.Close(ctx)
+	reg := lease.NewRegistry(cli, lease.WithLockDelay(2*time.Second))
+	defer reg.Close()
+
+	l, err := reg.TryAcquire(ctx, s1, "reports/daily")
+	if err != nil {
+		panic(err)
+	}
+	if err := reg.Revoke(ctx, "reports/daily", "worker-1 is stuck"); err != nil {
+		panic(err)
+	}
+	revoked := time.Now()
+
+	_, err = reg.TryAcquire(ctx, s2, "reports/daily")
+	var delayed *lease.LockDelayError
+	if errors.As(err, &delayed) {
+		fmt.Println("in its lock-delay for at most 2s more:", time.Until(delayed.Until) <= 2*time.Second)
+	}
+	next, err := reg.Acquire(ctx, s2, "reports/daily") // waits the delay out
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("acquired once the delay had passed:", time.Since(revoked) >= time.Second, next.Epoch() > l.Epoch())
+	if err := next.Release(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// in its lock-delay for at most 2s more: true
+	// acquired once the delay had passed: true true
+}

@@ -96,6 +96,43 @@ func WithAttemptTimeout(d time.Duration) Option {
 	}
 }
 
+// MaxLockDelay is the longest lock-delay WithLockDelay accepts.
+const MaxLockDelay = time.Hour
+
+// WithLockDelay makes leases acquired through the registry impose d after
+// an involuntary end — their session's expiry, or a Revoke: nobody can
+// acquire the resource until d has passed, through this registry or any
+// other. A Complete or Release imposes none. Meanwhile TryAcquire returns
+// an error matching ErrLockDelay (a *LockDelayError saying until when),
+// and Acquire waits it out in the queue (docs/protocol.md §3.13).
+//
+// It needs no recorder or other process: a claim through the registry
+// also writes the resource's delay key, attached to the session's
+// trailing lease (session.Session.TrailingLease, granted on the session's
+// first such claim), which outlives the session's lease by d rounded so
+// that TTL + d is whole seconds; every claim requires the key absent. So
+// after an expiry the delay counts from etcd's expiry of the session's
+// lease — up to one renew interval less if the trailing lease's last
+// renewal failed. Revoke restarts it from the revocation, d rounded up to
+// whole seconds. A Release of a lease whose session was already lost
+// (session.ErrLost, as Session.Close does after a loss) ends the epoch on
+// behalf of that involuntary end: it keeps the delay and hands nothing
+// to a waiter.
+//
+// d must be positive and at most MaxLockDelay.
+func WithLockDelay(d time.Duration) Option {
+	return func(r *Registry) error {
+		switch {
+		case d <= 0:
+			return fmt.Errorf("lease: WithLockDelay(%v): must be positive", d)
+		case d > MaxLockDelay:
+			return fmt.Errorf("lease: WithLockDelay(%v): at most %v (MaxLockDelay)", d, MaxLockDelay)
+		}
+		r.lockDelay = d
+		return nil
+	}
+}
+
 // attemptCtx is ctx bounded by the registry's attempt timeout.
 func (r *Registry) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, r.attempt)

@@ -32,6 +32,9 @@ type Registry struct {
 	attempt  time.Duration // bound of one etcd request (WithAttemptTimeout)
 	err      error         // configuration error, returned by every method
 	kind     string        // the recipe's kind (Recipe); empty for tasks
+	// lockDelay is the delay an involuntary end of a lease acquired
+	// through the registry imposes (WithLockDelay); 0 for none.
+	lockDelay time.Duration
 
 	tracker *tracker // shared with the registry's Recipe registries
 }
@@ -80,16 +83,25 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // TryAcquire takes the resource for the session if it is free, in one
 // transaction (protocol.Claim, docs/protocol.md §3.1):
 //
-//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0, CreateRev(queue/<res>/…) = 0)
-//	Then(Put lease WithLease(session), Put start acquired)
-//	Else(Get lease, Get done, Get the queue's first entry)
+//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0, CreateRev(queue/<res>/…) = 0,
+//	   CreateRev(delay) = 0)
+//	Then(Put lease WithLease(session), Put start acquired, [Put delay WithLease(trailing lease)])
+//	Else(Get lease, Get done, Get the queue's first entry, Get delay)
 //
 // The epoch is the transaction's revision, which is the lease key's mod
 // revision. A held resource gives a *HeldError, a completed one a
-// *CompletedError. TryAcquire never goes ahead of Acquire calls waiting
+// *CompletedError, one within a lock-delay (WithLockDelay: the last
+// holder's session expired, or it was revoked, less than the delay ago —
+// whichever registry it was acquired through) a *LockDelayError saying
+// until when. TryAcquire never goes ahead of Acquire calls waiting
 // for the resource, as etcd's Mutex.TryLock does not: while any wait, it
 // fails with a *HeldError — with Queued set if, for the moment, nobody
 // holds it because the first waiter is taking it.
+//
+// Through a registry with lock-delay, the claim also puts the resource's
+// delay key, attached to the session's trailing lease
+// (session.Session.TrailingLease, granted on the session's first such
+// claim: one more round trip, once).
 //
 // An error from the transaction itself matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
@@ -105,9 +117,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err
 	}
-	claimant, err := r.claimant(s)
+	claimant, err := r.claimantFor(ctx, s)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	c := claimant.NewClaim(r.space, resource)
 	actx, cancel := r.attemptCtx(ctx)
@@ -119,10 +131,25 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if resp.Succeeded {
 		return r.acquired(s, resource, resp.Header.Revision, "claimed"), nil
 	}
-	if _, err := r.whyNot(resource, resp.Responses[protocol.ClaimLease], resp.Responses[protocol.ClaimDone], resp.Responses[protocol.ClaimHead]); err != nil {
+	if _, err := r.whyNot(ctx, resource, resp.Responses); err != nil {
 		return nil, err
 	}
 	return nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
+}
+
+// claimantFor is who claims through r for the session, with r's
+// lock-delay if it has one: the session's trailing lease for it, granted on
+// first use.
+func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protocol.Claimant, error) {
+	c, err := r.claimant(s)
+	if err != nil || r.lockDelay == 0 {
+		return c, err
+	}
+	trailing, err := s.TrailingLease(ctx, r.lockDelay)
+	if err != nil {
+		return c, fmt.Errorf("lock-delay %v: %w", r.lockDelay, err)
+	}
+	return c.WithLockDelay(trailing, r.lockDelay), nil
 }
 
 // acquired makes the Lease of an epoch the session just began.
@@ -133,11 +160,13 @@ func (r *Registry) acquired(s *session.Session, resource string, epoch int64, ho
 	return l
 }
 
-// whyNot reads a failed claim's Else: a *HeldError naming the holder — or,
-// when nobody holds the resource but Acquire calls wait for it, the first
-// waiter — or a *CompletedError. Neither (nil, nil): the claim failed on
-// its start key.
-func (r *Registry) whyNot(resource string, lease, done, head *pb.ResponseOp) (*HeldError, error) {
+// whyNot reads a failed claim's Else (protocol.Claim): a *HeldError naming
+// the holder; a *CompletedError; a *LockDelayError when nobody holds the
+// resource but a lock-delay runs; or a *HeldError naming the first waiter
+// when Acquire calls wait for it. None (nil, nil): the claim failed on its
+// start key.
+func (r *Registry) whyNot(ctx context.Context, resource string, els []*pb.ResponseOp) (*HeldError, error) {
+	lease, done, head, delay := els[protocol.ClaimLease], els[protocol.ClaimDone], els[protocol.ClaimHead], els[protocol.ClaimDelay]
 	if kvs := lease.GetResponseRange().Kvs; len(kvs) > 0 {
 		he := &HeldError{Resource: resource, Epoch: kvs[0].ModRevision, Holder: "unknown"}
 		if h, err := record.DecodeHolder(kvs[0].Value); err == nil {
@@ -147,6 +176,9 @@ func (r *Registry) whyNot(resource string, lease, done, head *pb.ResponseOp) (*H
 	}
 	if kvs := done.GetResponseRange().Kvs; len(kvs) > 0 {
 		return nil, completedError(resource, kvs[0])
+	}
+	if kv := first(delay); kv != nil {
+		return nil, r.lockDelayError(ctx, resource, kv)
 	}
 	if head != nil {
 		if kvs := head.GetResponseRange().Kvs; len(kvs) > 0 {
@@ -184,15 +216,22 @@ func claimError(err error) error {
 // is written, in one transaction guarded by the epoch just read
 // (protocol.Revoke, docs/protocol.md §3.5):
 //
-//	Get lease
-//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked), Put revocation WithLease(holder))
+//	Txn() Then(Get lease, Get delay)
+//	[Grant(delay)]                             // the epoch has a lock-delay
+//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked), Put revocation WithLease(holder),
+//	                              [Put delay WithLease(granted)])
 //
 // The same transaction puts a revocation signal addressed to the holder's
 // session (attached to its etcd lease), which the holder's registry
 // watches: the holder's lease context is cancelled with ErrRevoked, its
 // later Complete or Release is stale, and its fencing token is outranked by
-// the next holder's. A resource nobody holds gives ErrNotHeld. A failed
-// transaction matches outcome.ErrRefused or outcome.ErrUnknown.
+// the next holder's. A revocation is an involuntary end: if the epoch was
+// acquired with lock-delay (WithLockDelay, through any registry), Revoke
+// grants an etcd lease as long as that delay and re-attaches the delay key
+// to it, so that nobody acquires the resource until the delay has passed
+// from the revocation, however long the holder's session lives on. A
+// resource nobody holds gives ErrNotHeld. A failed transaction matches
+// outcome.ErrRefused or outcome.ErrUnknown.
 func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	if r.err != nil {
 		return r.err
@@ -200,43 +239,55 @@ func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
 	if err := keys.ValidateResource(resource); err != nil {
 		return fmt.Errorf("lease: revoke: %w", err)
 	}
-	leaseKey := r.space.Lease(resource)
 	gctx, cancel := r.attemptCtx(ctx)
-	get, err := r.cli.Get(gctx, leaseKey)
+	read, err := r.cli.Txn(gctx).Then(protocol.RevokeRead(r.space, resource)...).Commit()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("lease: revoke %q: %w", resource, err)
 	}
-	if len(get.Kvs) == 0 {
+	held := first(read.Responses[protocol.RevokeReadLease])
+	if held == nil {
 		return fmt.Errorf("lease: revoke %q: %w", resource, ErrNotHeld)
 	}
-	epoch := get.Kvs[0].ModRevision
+	epoch := held.ModRevision
 	worker, holderLease := "unknown", int64(0)
-	if h, err := record.DecodeHolder(get.Kvs[0].Value); err == nil {
+	if h, err := record.DecodeHolder(held.Value); err == nil {
 		worker, holderLease = h.Worker, h.LeaseID
+	}
+	// While the epoch holds, a delay key is the epoch's own: claims
+	// require it absent, and the claim or handoff that began the epoch
+	// wrote it.
+	delay, err := r.restartDelay(ctx, resource, epoch, first(read.Responses[protocol.RevokeReadDelay]))
+	if err != nil {
+		return err
 	}
 	// Only the epoch just read is revoked: an epoch that begins in between
 	// belongs to a holder the operator has not seen.
-	resp, err := r.revokeTxn(ctx, resource, epoch, worker, reason, holderLease)
+	resp, err := r.revokeTxn(ctx, resource, epoch, worker, reason, holderLease, delay)
 	if err != nil && holderLease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The holder's session lease is gone, and with it the lease key
 		// (etcd deletes what is attached): nobody is left to tell, and the
 		// compare decides. etcd refused the first transaction whole.
-		resp, err = r.revokeTxn(ctx, resource, epoch, worker, reason, 0)
+		resp, err = r.revokeTxn(ctx, resource, epoch, worker, reason, 0, delay)
 	}
 	if err != nil {
-		return fmt.Errorf("lease: revoke %q epoch %d: %w", resource, epoch, outcome.Classify(err))
+		err = outcome.Classify(err)
+		if errors.Is(err, outcome.ErrRefused) {
+			r.dropDelayLease(delay)
+		}
+		return fmt.Errorf("lease: revoke %q epoch %d: %w", resource, epoch, err)
 	}
 	if !resp.Succeeded {
+		r.dropDelayLease(delay)
 		return fmt.Errorf("lease: revoke %q: epoch %d ended before it could be revoked: %w", resource, epoch, ErrNotHeld)
 	}
-	r.log.Info("revoked", "resource", resource, "epoch", epoch, "worker", worker, "reason", reason)
+	r.log.Info("revoked", "resource", resource, "epoch", epoch, "worker", worker, "reason", reason, "lock_delay", delay.d)
 	return nil
 }
 
 // revokeTxn sends Revoke's transaction (protocol.Revoke).
-func (r *Registry) revokeTxn(ctx context.Context, resource string, epoch int64, worker, reason string, holderLease int64) (*clientv3.TxnResponse, error) {
-	sameEpoch, then, err := protocol.Revoke(r.space, resource, epoch, worker, reason, time.Now(), holderLease)
+func (r *Registry) revokeTxn(ctx context.Context, resource string, epoch int64, worker, reason string, holderLease int64, delay restartedDelay) (*clientv3.TxnResponse, error) {
+	sameEpoch, then, err := protocol.Revoke(r.space, resource, epoch, worker, reason, time.Now(), holderLease, delay.lease, delay.d)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}

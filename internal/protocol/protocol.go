@@ -37,6 +37,11 @@ type Claimant struct {
 	Worker  string
 	LeaseID clientv3.LeaseID
 	Kind    string // the recipe's kind; empty for a task
+	// DelayLease is the etcd lease the claim attaches the resource's
+	// lock-delay key to (WithLockDelay); 0 for a claim without lock-delay.
+	DelayLease clientv3.LeaseID
+	// Delay is the lock-delay the claim imposes after an involuntary end.
+	Delay   time.Duration
 	now     time.Time
 	holder  string
 	started string
@@ -49,16 +54,55 @@ func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, e
 	if err != nil {
 		return Claimant{}, err
 	}
-	holder := record.Holder{Worker: worker, LeaseID: int64(id), AcquiredAt: now.UTC()}.Encode()
-	return Claimant{Worker: worker, LeaseID: id, now: now.UTC(), holder: holder, started: started}, nil
+	c := Claimant{Worker: worker, LeaseID: id, now: now.UTC(), started: started}
+	c.holder = c.record("").Encode()
+	return c, nil
+}
+
+// record is the holder record the claimant writes, with ticket for a
+// queue entry (empty for a claim).
+func (c Claimant) record(ticket string) record.Holder {
+	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket, Kind: c.Kind}
+	if c.DelayLease != 0 {
+		h.LockDelayLease, h.LockDelayMS = int64(c.DelayLease), record.Millis(c.Delay)
+	}
+	return h
 }
 
 // WithKind returns the claimant claiming for a recipe of that kind: its
 // holder records name the kind.
 func (c Claimant) WithKind(kind string) Claimant {
 	c.Kind = kind
-	c.holder = record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Kind: kind}.Encode()
+	c.holder = c.record("").Encode()
 	return c
+}
+
+// WithLockDelay returns the claimant claiming with lock-delay d: each claim
+// also puts the resource's delay key attached to delayLease — a lease that
+// trails the claimant's session lease (session.Session.TrailingLease) — and
+// its holder records (queue entries included) name both, so that a
+// handoff puts the key for it too (docs/protocol.md §3.13).
+func (c Claimant) WithLockDelay(delayLease clientv3.LeaseID, d time.Duration) Claimant {
+	c.DelayLease, c.Delay = delayLease, d
+	c.holder = c.record("").Encode()
+	return c
+}
+
+// noDelay holds when res has no lock-delay key: no involuntary end of an
+// epoch acquired with lock-delay is within its delay.
+func noDelay(space keys.Space, res string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(space.Delay(res)), "=", 0)
+}
+
+// putDelay puts res's lock-delay key for the holder h, attached to its
+// delay lease; nil when h has no lock-delay.
+func putDelay(space keys.Space, res string, h record.Holder) *clientv3.Op {
+	if h.LockDelayLease == 0 {
+		return nil
+	}
+	v := record.Delay{Worker: h.Worker, Delay: time.Duration(h.LockDelayMS) * time.Millisecond}.Encode()
+	op := clientv3.OpPut(space.Delay(res), v, clientv3.WithLease(clientv3.LeaseID(h.LockDelayLease)))
+	return &op
 }
 
 // Claim is TryAcquire's transaction for one resource (docs/protocol.md
@@ -67,11 +111,14 @@ func (c Claimant) WithKind(kind string) Claimant {
 //	If(   CreateRev(lease) = 0,        // nobody holds it
 //	      CreateRev(done) = 0,         // it was never completed
 //	      CreateRev(start) = 0,        // the audit stays create-only even against planted keys
-//	      CreateRev(queue/<res>/…) = 0 )  // nobody waits for it: no barging past the queue (§3.2)
+//	      CreateRev(queue/<res>/…) = 0,   // nobody waits for it: no barging past the queue (§3.2)
+//	      CreateRev(delay) = 0 )       // no lock-delay is running (§3.13), whoever imposed it
 //	Then( Put lease holder WithLease(session),
-//	      Put start acquired )
+//	      Put start acquired,
+//	      [Put delay {worker, delay} WithLease(delay lease)] )   // with lock-delay only
 //	Else( Get lease, Get done,         // say why, without a second RPC
-//	      Get the queue's first entry )
+//	      Get the queue's first entry,
+//	      Get delay )
 //
 // TryAcquireMany nests If and Then, without Else, once per resource.
 type Claim struct {
@@ -86,23 +133,29 @@ type Claim struct {
 
 // NewClaim builds the claim of resource by c.
 func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
-	leaseKey, doneKey := space.Lease(resource), space.Done(resource)
+	leaseKey, doneKey, delayKey := space.Lease(resource), space.Done(resource), space.Delay(resource)
 	startKey := space.AuditStart(resource, NewID())
-	return Claim{
+	claim := Claim{
 		If: []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
 			queueEmpty(space, resource),
+			noDelay(space, resource),
 		},
 		Then: []clientv3.Op{
 			clientv3.OpPut(leaseKey, c.holder, clientv3.WithLease(c.LeaseID)),
 			clientv3.OpPut(startKey, c.started),
 		},
-		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey), firstGet(space, resource)},
+		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey), firstGet(space, resource), clientv3.OpGet(delayKey)},
 		StartKey: startKey,
-		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + 2*len(space.QueuePrefix(resource)) + len(c.holder) + len(c.started) + 8*OpOverhead,
+		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
 	}
+	if put := putDelay(space, resource, c.record("")); put != nil {
+		claim.Then = append(claim.Then, *put)
+		claim.Size += len(delayKey) + 64 + len(c.Worker) + OpOverhead
+	}
+	return claim
 }
 
 // The positions of the responses of a claim's Else.
@@ -110,6 +163,7 @@ const (
 	ClaimLease = iota // Get lease
 	ClaimDone         // Get done
 	ClaimHead         // Get the queue's first entry
+	ClaimDelay        // Get delay
 )
 
 // Nested is the claim as one member of a batch: its compares and Then ops
@@ -137,6 +191,11 @@ type End struct {
 	// hands the lease to it (handoff). Nil for Complete, and for a Release
 	// that found nobody queued.
 	Next *Waiter
+	// KeepDelay leaves the resource's lock-delay key in place, and hands
+	// nothing over (Next is ignored): the Release of a lease whose session
+	// was already lost, which ends the epoch on behalf of that involuntary
+	// end (docs/protocol.md §3.13).
+	KeepDelay bool
 }
 
 // LeaseKey is the lease key the end is about.
@@ -155,19 +214,27 @@ func (e End) done() string {
 
 // Then is what the end commits while the epoch holds:
 //
-//	Complete: Put done, Delete lease, CreateOnly(end, completed)
-//	Release:            Delete lease, CreateOnly(end, released)
-//	Release to Next:    <handoff>,    CreateOnly(end, released)
+//	Complete: Put done, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed)
+//	Release:            Txn() Then(Delete lease, Delete delay), CreateOnly(end, released)
+//	Release to Next:    <handoff>,                              CreateOnly(end, released)
+//	Release, KeepDelay:  Delete lease,                           CreateOnly(end, released)
 //
-// The handoff (see handoff) ends the epoch and begins the next one, for
-// the queue's head, at the same revision.
+// A voluntary end imposes no lock-delay, so it deletes the resource's
+// delay key with the lease key. The two deletes are one nested,
+// compare-free transaction so that Complete's Then stays three ops, which
+// CompleteMany's batch limit rests on (lease.MaxBatch). The handoff (see
+// handoff) ends the epoch and begins the next one, for the queue's head,
+// at the same revision.
 func (e End) Then() ([]clientv3.Op, error) {
 	entry, err := audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
 	if err != nil {
 		return nil, err
 	}
-	release := clientv3.OpDelete(e.LeaseKey())
-	if e.Next != nil && e.Attempted == audit.Released {
+	release := e.deleteKeys()
+	switch {
+	case e.KeepDelay && e.Attempted == audit.Released:
+		release = clientv3.OpDelete(e.LeaseKey())
+	case e.Next != nil && e.Attempted == audit.Released:
 		if release, err = e.handoff(); err != nil {
 			return nil, err
 		}
@@ -180,6 +247,15 @@ func (e End) Then() ([]clientv3.Op, error) {
 		ops = append([]clientv3.Op{clientv3.OpPut(e.Space.Done(e.Resource), e.done())}, ops...)
 	}
 	return ops, nil
+}
+
+// deleteKeys deletes the epoch's lease key and the resource's delay key:
+// an end that imposes no lock-delay.
+func (e End) deleteKeys() clientv3.Op {
+	return clientv3.OpTxn(nil, []clientv3.Op{
+		clientv3.OpDelete(e.LeaseKey()),
+		clientv3.OpDelete(e.Space.Delay(e.Resource)),
+	}, nil)
 }
 
 // Same is Complete's idempotency compare — the done record is this
@@ -248,7 +324,23 @@ func (e End) Size() int {
 	lk, dk := e.LeaseKey(), e.Space.Done(e.Resource)
 	ek := e.Space.AuditEnd(e.Resource, e.Epoch)
 	entry := 128 + len(e.Worker) + len(e.Status)
-	return 5*len(lk) + 2*len(dk) + 2*len(e.done()) + 2*len(ek) + 2*entry + 3*len(e.RejectionKey()) + 13*OpOverhead
+	return 5*len(lk) + 2*len(dk) + len(e.Space.Delay(e.Resource)) + 2*len(e.done()) + 2*len(ek) + 2*entry + 3*len(e.RejectionKey()) + 15*OpOverhead
+}
+
+// The positions of RevokeRead's responses.
+const (
+	RevokeReadLease = iota // Get lease
+	RevokeReadDelay        // Get delay
+)
+
+// RevokeRead is Revoke's first read, one read-only transaction:
+//
+//	Txn() Then( Get lease, Get delay )
+//
+// The lease key names the epoch to revoke; the delay key, if present, is
+// that epoch's lock-delay, which the revocation restarts.
+func RevokeRead(space keys.Space, resource string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(space.Lease(resource)), clientv3.OpGet(space.Delay(resource))}
 }
 
 // Revoke is Revoke's transaction for the epoch read (docs/protocol.md
@@ -256,7 +348,15 @@ func (e End) Size() int {
 // is told:
 //
 //	If(ModRev(lease) = epoch)
-//	Then(Delete lease, CreateOnly(end, revoked), Put revocation pad20(epoch) WithLease(holder's session))
+//	Then(Delete lease, CreateOnly(end, revoked), Put revocation pad20(epoch) WithLease(holder's session),
+//	     [Put delay {worker, epoch, delay} WithLease(delayLease)])
+//
+// A revocation is an involuntary end: when the epoch was acquired with
+// lock-delay (the read found its delay key), delay is that delay and
+// delayLease a lease of that length granted for it, and the transaction
+// re-attaches the delay key to it, so the delay runs from the revocation
+// and no longer depends on the holder's session, which may live on.
+// delayLease 0 leaves the delay key alone.
 //
 // The revocation signal, "N/lease/%revoked/<holder session>/<res>", is what
 // the holder's registry watches instead of every lease key of the
@@ -265,7 +365,7 @@ func (e End) Size() int {
 // its session lease is gone) leaves the signal out: the holder then learns
 // of the revocation at its next Complete or Release, or when its session
 // ends.
-func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time, holderLease int64) (clientv3.Cmp, []clientv3.Op, error) {
+func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time, holderLease int64, delayLease clientv3.LeaseID, delay time.Duration) (clientv3.Cmp, []clientv3.Op, error) {
 	entry, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: now})
 	if err != nil {
 		return clientv3.Cmp{}, nil, fmt.Errorf("revoke %q: %w", resource, err)
@@ -275,6 +375,10 @@ func Revoke(space keys.Space, resource string, epoch int64, worker, reason strin
 	ops := []clientv3.Op{clientv3.OpDelete(leaseKey), audit.CreateOnly(space.AuditEnd(resource, epoch), entry)}
 	if holderLease != 0 {
 		ops = append(ops, clientv3.OpPut(space.Revocation(holderLease, resource), fmt.Sprintf("%020d", epoch), clientv3.WithLease(clientv3.LeaseID(holderLease))))
+	}
+	if delayLease != 0 {
+		v := record.Delay{Worker: worker, Epoch: epoch, Delay: delay}.Encode()
+		ops = append(ops, clientv3.OpPut(space.Delay(resource), v, clientv3.WithLease(delayLease)))
 	}
 	return sameEpoch, ops, nil
 }

@@ -80,15 +80,19 @@ func lastBefore(space keys.Space, res string, rev int64) clientv3.Op {
 // nobody holds or waits for the resource, and otherwise — in the same
 // round trip — an entry at the back of its queue:
 //
-//	If(   <the claim's compares> )                  // free, not done, nobody queued
+//	If(   <the claim's compares>,                  // free, not done, nobody queued, no lock-delay
+//	      CreateRev(gone) = 0 )                     // the call has not given up
 //	Then( <the claim's ops> )
 //	Else( Get lease, Get done,
 //	      Get the queue's last entry,               // the one to wait behind
-//	      Txn( If(CreateRev(done) = 0)
+//	      Get delay,
+//	      Txn( If(CreateRev(done) = 0, CreateRev(gone) = 0)
 //	           Then(Put entry holder{ticket} WithLease(session)) ) )
 //
 // The reads come before the put, so the last entry read is the one ahead
 // of the new entry. The new entry's create revision is the transaction's.
+// A resource nobody holds but within its lock-delay is queued for, as a
+// held one is: the head waits for the delay key to go.
 type Queued struct {
 	Claim
 	Waiter Waiter
@@ -99,6 +103,7 @@ const (
 	QueuedLease   = iota // Get lease
 	QueuedDone           // Get done
 	QueuedAhead          // Get the last entry before the new one
+	QueuedDelay          // Get delay
 	QueuedEnqueue        // the enqueue's nested transaction
 )
 
@@ -106,7 +111,7 @@ const (
 // naming the call.
 func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	claim := c.NewClaim(space, resource)
-	h := record.Holder{Worker: c.Worker, LeaseID: int64(c.LeaseID), AcquiredAt: c.now, Ticket: ticket, Kind: c.Kind}
+	h := c.record(ticket)
 	w := Waiter{Key: space.Queue(resource, ticket), Holder: h}
 	doneKey := space.Done(resource)
 	// The call has not given up: a transaction that lands after the call
@@ -120,6 +125,7 @@ func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 		clientv3.OpGet(space.Lease(resource)),
 		clientv3.OpGet(doneKey),
 		lastBefore(space, resource, 0),
+		clientv3.OpGet(space.Delay(resource)),
 		enqueue,
 	}
 	return Queued{Claim: claim, Waiter: w}
@@ -131,19 +137,22 @@ const (
 	PosLease        // Get lease
 	PosDone         // Get done
 	PosAhead        // Get the entry just ahead of the waiter's
+	PosDelay        // Get delay
 )
 
 // Position reads where waiter w stands, in one read-only transaction:
 //
-//	Txn() Then( Get entry, Get lease, Get done, Get the last entry created before w )
+//	Txn() Then( Get entry, Get lease, Get done, Get the last entry created before w, Get delay )
 //
-// No entry ahead makes w the head.
+// No entry ahead makes w the head; a delay key with no lease key makes the
+// head wait for the delay key to go (docs/protocol.md §3.13).
 func Position(space keys.Space, resource string, w Waiter) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(w.Key),
 		clientv3.OpGet(space.Lease(resource)),
 		clientv3.OpGet(space.Done(resource)),
 		lastBefore(space, resource, w.Rev),
+		clientv3.OpGet(space.Delay(resource)),
 	}
 }
 
@@ -151,8 +160,10 @@ func Position(space keys.Space, resource string, w Waiter) []clientv3.Op {
 //
 //	If(   CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0,
 //	      CreateRev(entry) = w.Rev,                  // still queued
-//	      CreateRev(queue/<res>/…) > w.Rev − 1 )     // nobody ahead: every entry is w's or later
-//	Then( Put lease holder{ticket} WithLease(session), Put start acquired, Delete entry )
+//	      CreateRev(queue/<res>/…) > w.Rev − 1,      // nobody ahead: every entry is w's or later
+//	      CreateRev(delay) = 0 )                     // no lock-delay is running
+//	Then( Put lease holder{ticket} WithLease(session), Put start acquired, Delete entry,
+//	      [Put delay {worker, delay} WithLease(w's delay lease)] )   // w with lock-delay only
 //	Else( <Position> )
 //
 // The holder record carries the ticket, so a grant looks the same however
@@ -172,11 +183,15 @@ func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If [
 		clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(w.Key), "=", w.Rev),
 		clientv3.Compare(clientv3.CreateRevision(space.QueuePrefix(resource)), ">", w.Rev-1).WithPrefix(),
+		noDelay(space, resource),
 	}
 	Then = []clientv3.Op{
 		clientv3.OpPut(leaseKey, h.Encode(), clientv3.WithLease(clientv3.LeaseID(h.LeaseID))),
 		clientv3.OpPut(startKey, started),
 		clientv3.OpDelete(w.Key),
+	}
+	if put := putDelay(space, resource, h); put != nil {
+		Then = append(Then, *put)
 	}
 	return If, Then, Position(space, resource, w), nil
 }
@@ -216,12 +231,17 @@ func DropQueue(space keys.Space, resource string) (clientv3.Cmp, clientv3.Op) {
 //	Txn( If(   CreateRev(entry) = next.Rev, CreateRev(start) = 0 )     // the head read is still queued
 //	     Then( Put lease next.holder WithLease(next's session),      // the next epoch: this revision
 //	           Delete entry,
-//	           Put start acquired(next) )
-//	     Else( Delete lease ) )                                       // gone: the new head claims itself
+//	           Put start acquired(next),
+//	           Put delay {next's worker, delay} WithLease(next's delay lease)   // next with lock-delay
+//	           | Delete delay )                                                 // next without
+//	     Else( Delete lease, Delete delay ) )                         // gone: the new head claims itself
 //
 // The lease key is overwritten, not deleted and created: etcd refuses a
 // transaction that deletes and puts one key. Its mod revision — the new
 // epoch — is the transaction's revision, greater than the ended epoch.
+// For the same reason the delay key is either put for the next holder
+// (whose registry has lock-delay) or deleted, never both: the ended epoch
+// imposes no delay, being released.
 func (e End) handoff() (clientv3.Op, error) {
 	next := *e.Next
 	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: next.Holder.Worker, Time: e.Time})
@@ -231,6 +251,10 @@ func (e End) handoff() (clientv3.Op, error) {
 	startKey := e.Space.AuditStart(e.Resource, NewID())
 	h := next.Holder
 	h.AcquiredAt = e.Time.UTC()
+	delay := clientv3.OpDelete(e.Space.Delay(e.Resource))
+	if put := putDelay(e.Space, e.Resource, h); put != nil {
+		delay = *put
+	}
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(next.Key), "=", next.Rev),
@@ -240,7 +264,8 @@ func (e End) handoff() (clientv3.Op, error) {
 			clientv3.OpPut(e.LeaseKey(), h.Encode(), clientv3.WithLease(clientv3.LeaseID(h.LeaseID))),
 			clientv3.OpDelete(next.Key),
 			clientv3.OpPut(startKey, started),
+			delay,
 		},
-		[]clientv3.Op{clientv3.OpDelete(e.LeaseKey())},
+		[]clientv3.Op{clientv3.OpDelete(e.LeaseKey()), clientv3.OpDelete(e.Space.Delay(e.Resource))},
 	), nil
 }

@@ -28,6 +28,14 @@ type Holder struct {
 	// Kind names the recipe holding the resource (an election, a
 	// semaphore's permit; lease.Registry.Recipe); empty for a task.
 	Kind string `json:"kind,omitempty"`
+	// LockDelayLease and LockDelayMS are set when the holding was claimed
+	// through a registry with lock-delay (lease.WithLockDelay): the etcd
+	// lease that trails the holder's session, to which the claim attaches
+	// the resource's delay key, and the delay in milliseconds. A queue
+	// entry carries them so that a handoff can put the delay key for its
+	// waiter.
+	LockDelayLease int64 `json:"lock_delay_lease,omitempty"`
+	LockDelayMS    int64 `json:"lock_delay_ms,omitempty"`
 }
 
 // Encode returns the holder record's bytes.
@@ -74,4 +82,48 @@ func DecodeDone(v []byte) (Done, error) {
 		return Done{}, fmt.Errorf("%w: done record without epoch or status", ErrCorrupt)
 	}
 	return d, nil
+}
+
+// Delay is the value of a lock-delay key (N/lease/%delay/<res>): whose
+// involuntary end it follows and how long it lasts. The key's etcd lease,
+// not the value, decides when it goes; Revoke reads Delay to grant a lease
+// of that length.
+type Delay struct {
+	// Worker is the holder the delay follows.
+	Worker string
+	// Epoch is the epoch the delay guards, when known: a claim writes the
+	// key in the transaction that begins the epoch, so the key's own mod
+	// revision is the epoch and Epoch is 0; Revoke, which rewrites it, sets
+	// it.
+	Epoch int64
+	// Delay is the lock-delay, encoded in whole milliseconds (rounded up).
+	Delay time.Duration
+}
+
+type delayWire struct {
+	Worker  string `json:"worker"`
+	Epoch   int64  `json:"epoch,omitempty"`
+	DelayMS int64  `json:"delay_ms"`
+}
+
+// Millis is d in whole milliseconds, rounded up, so that an encoded delay
+// is never shorter than the one configured.
+func Millis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// Encode returns the delay record's bytes.
+func (d Delay) Encode() string {
+	b, _ := json.Marshal(delayWire{Worker: d.Worker, Epoch: d.Epoch, DelayMS: Millis(d.Delay)})
+	return string(b)
+}
+
+// DecodeDelay parses a delay key's value.
+func DecodeDelay(v []byte) (Delay, error) {
+	var w delayWire
+	if err := json.Unmarshal(v, &w); err != nil {
+		return Delay{}, fmt.Errorf("%w: delay: %w", ErrCorrupt, err)
+	}
+	if w.Worker == "" || w.DelayMS <= 0 || w.Epoch < 0 {
+		return Delay{}, fmt.Errorf("%w: delay record without worker or positive delay", ErrCorrupt)
+	}
+	return Delay{Worker: w.Worker, Epoch: w.Epoch, Delay: time.Duration(w.DelayMS) * time.Millisecond}, nil
 }

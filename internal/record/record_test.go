@@ -44,6 +44,38 @@ func TestHolderRoundTrip(t *testing.T) {
 	}
 }
 
+func TestDelayRoundTrip(t *testing.T) {
+	d := record.Delay{Worker: "w", Epoch: 12, Delay: 1500*time.Millisecond + time.Microsecond}
+	enc := d.Encode()
+	if enc != `{"worker":"w","epoch":12,"delay_ms":1501}` {
+		t.Fatalf("encoded %s", enc)
+	}
+	got, err := record.DecodeDelay([]byte(enc))
+	if err != nil || got.Worker != "w" || got.Epoch != 12 || got.Delay != 1501*time.Millisecond {
+		t.Fatalf("decode: %+v %v", got, err)
+	}
+	if enc := (record.Delay{Worker: "w", Delay: time.Second}).Encode(); enc != `{"worker":"w","delay_ms":1000}` {
+		t.Fatalf("a claim's record (no epoch) encoded %s", enc)
+	}
+	for _, v := range []string{"", "{", `{"worker":"w"}`, `{"delay_ms":5}`, `{"worker":"w","delay_ms":-1}`, `{"worker":"w","delay_ms":1,"epoch":-2}`} {
+		if _, err := record.DecodeDelay([]byte(v)); !errors.Is(err, record.ErrCorrupt) {
+			t.Errorf("DecodeDelay(%q): %v", v, err)
+		}
+	}
+}
+
+func TestHolderLockDelayFieldsAreOmittedWhenZero(t *testing.T) {
+	h := record.Holder{Worker: "w", LeaseID: 1, AcquiredAt: time.Unix(0, 0).UTC()}
+	if enc := h.Encode(); enc != `{"worker":"w","lease_id":1,"acquired_at":"1970-01-01T00:00:00Z"}` {
+		t.Fatalf("a holder without lock-delay encoded %s", enc)
+	}
+	h.LockDelayLease, h.LockDelayMS = 77, 2000
+	got, err := record.DecodeHolder([]byte(h.Encode()))
+	if err != nil || got.LockDelayLease != 77 || got.LockDelayMS != 2000 {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+}
+
 func Example() {
 	fmt.Println(record.Done{Status: "shipped", Epoch: 42, Worker: "worker-2"}.Encode())
 	// Output: {"status":"shipped","epoch":42,"worker":"worker-2"}

@@ -27,6 +27,12 @@
 // admitted: a deposed leader's late write is refused after its successor's
 // first write, whatever the timing.
 //
+// A registry made with lease.WithLockDelay(d) adds a lock-delay: after a
+// leader's session expired or was revoked, the next campaigner leads only
+// once d has passed, so that unfenced writes the deposed leader still had
+// in flight land first; a resignation imposes none (docs/protocol.md
+// §3.13).
+//
 // Leadership never completes: Complete on it returns lease.ErrNotCompletable.
 // Release resigns; it is audited (an acquired and a released entry per
 // leadership, package audit), like every lease's end.

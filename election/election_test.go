@@ -486,3 +486,67 @@ func TestObserveFollowsLeaders(t *testing.T) {
 		t.Fatal("channel not closed after ctx ended")
 	}
 }
+
+// TestLockDelayAfterDeposedLeader: through a registry WithLockDelay, the
+// next campaigner leads only after the delay that a revocation of the
+// leader imposed (an involuntary end), while a resignation still hands the
+// leadership to the next campaigner in its own transaction. The ordering is checked against the delay key:
+// the next leader's epoch begins after etcd deleted it.
+func TestLockDelayAfterDeposedLeader(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	const d = 2 * time.Second
+	regD := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
+	t.Cleanup(func() { _ = regD.Close() })
+	e := election.New(regD, "delayed")
+	space := keys.MustNew(keys.DefaultNamespace)
+	delayKey := space.Delay(election.Resource("delayed"))
+
+	first := lead(t, campaign(ctx, e, f.session(f.cli, "first", 5*time.Second))).l
+	next := campaign(ctx, e, f.session(f.cli, "next", 5*time.Second))
+	f.waitQueued("delayed", 1)
+	if err := f.reg.Revoke(ctx, election.Resource("delayed"), "deposed"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.cli.Get(ctx, delayKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 {
+		t.Fatal("no lock-delay after the leader was revoked")
+	}
+	imposed := resp.Kvs[0].ModRevision
+	// The key's deletion is the revision that ends the delay: watch it.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := f.cli.Watch(wctx, delayKey, clientv3.WithRev(imposed+1), clientv3.WithFilterPut())
+	c := lead(t, next)
+	var ended int64
+	select {
+	case wr := <-wch:
+		if wr.Err() != nil || len(wr.Events) == 0 {
+			t.Fatalf("watching the delay key: %v", wr.Err())
+		}
+		ended = wr.Events[0].Kv.ModRevision
+	case <-time.After(waitLimit):
+		t.Fatal("the delay key was never deleted")
+	}
+	if c.l.Epoch() <= ended || c.l.Epoch() <= first.Epoch() {
+		t.Fatalf("the next leader's epoch %d; the delay ended at revision %d, the deposed leader's epoch %d", c.l.Epoch(), ended, first.Epoch())
+	}
+
+	// A resignation hands the leadership to the campaigner behind in the
+	// resigning transaction, lock-delay or not.
+	third := campaign(ctx, e, f.session(f.cli, "third", 5*time.Second))
+	f.waitQueued("delayed", 1)
+	if err := c.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := lead(t, third).l
+	if got := f.leader(e); got != fmt.Sprintf("third:%d", l3.Epoch()) {
+		t.Fatalf("Leader %s after the resignation", got)
+	}
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -90,3 +90,21 @@ func (r *Registry) dropDelayLease(d restartedDelay) {
 		r.log.Debug("could not revoke an unused lock-delay lease; it expires on its own", "lease_id", fmt.Sprintf("%x", int64(d.lease)), "error", err)
 	}
 }
+
+// WithoutLockDelay returns a registry that is r without its lock-delay:
+// the same client, namespace, kind, options, logger and revocation
+// watches (Close of either closes both), but its claims write no delay
+// key, so an involuntary end of a lease acquired through it imposes none
+// (docs/protocol.md §3.13). Every claim still waits out a delay somebody
+// else imposed on the resource. It is for a recipe's internal resources
+// that guard nothing downstream — package semaphore's turnstile, whose
+// holder only waits for a permit — so that a crashed waiter does not stall
+// the waiters behind it. r without a lock-delay is returned as it is.
+func (r *Registry) WithoutLockDelay() *Registry {
+	if r.lockDelay == 0 {
+		return r
+	}
+	c := *r
+	c.lockDelay = 0
+	return &c
+}

@@ -36,6 +36,12 @@ const cleanupTimeout = 5 * time.Second
 // lease's TryAcquire, it never goes ahead of them. A claim whose outcome
 // was unknown is resolved with lease's Reclaim before anything else.
 //
+// Through a registry with lease.WithLockDelay, a permit whose last epoch
+// ended involuntarily is not free until its delay has passed
+// (docs/protocol.md §3.13); when every free permit is so delayed, the
+// error matches both ErrFull and lease.ErrLockDelay, and errors.As finds
+// the *lease.LockDelayError that ends first.
+//
 // The first TryAcquire or Acquire of a Semaphore stores its limit in etcd,
 // or checks it against the stored one (ErrLimitMismatch).
 func (m *Semaphore) TryAcquire(ctx context.Context, s *session.Session) (*lease.Lease, error) {
@@ -61,8 +67,12 @@ func (m *Semaphore) tryAcquire(ctx context.Context, s *session.Session) (*lease.
 		case len(free) == 0:
 			return nil, fmt.Errorf("semaphore %q: %w: all %d permits are held", m.name, ErrFull, m.limit)
 		default:
-			if l, err := m.claimAny(ctx, s, free); l != nil || err != nil {
+			l, delay, err := m.claimAny(ctx, s, free)
+			switch {
+			case l != nil || err != nil:
 				return l, err
+			case delay != nil:
+				return nil, fmt.Errorf("semaphore %q: %w: the free permits are in a lock-delay: %w", m.name, ErrFull, delay)
 			}
 		}
 	}
@@ -80,7 +90,8 @@ func (m *Semaphore) tryAcquire(ctx context.Context, s *session.Session) (*lease.
 // the others wait in its queue, each watching the entry ahead of it. The
 // head reads the permits and claims a free one; while none is, it watches
 // the permits' keys (one watch) for a deletion — a Release, a Revoke, an
-// expiry — and reads them again. Holding a permit, it releases the
+// expiry — or, while a free permit is in a lock-delay, for the delay's
+// end, and reads them again. Holding a permit, it releases the
 // turnstile, which lease hands to the next waiter in the same
 // transaction. TryAcquire refuses while the turnstile is held or queued
 // for, so it never takes the permit the head waits for.
@@ -170,7 +181,8 @@ func (m *Semaphore) takePermit(ctx context.Context, s *session.Session) (*lease.
 		if err != nil {
 			return nil, nil // ctx ended
 		}
-		if l, err := m.claimAny(ctx, s, st.free()); l != nil || err != nil {
+		l, delay, err := m.claimAny(ctx, s, st.free())
+		if l != nil || err != nil {
 			return l, err
 		}
 		if wch == nil {
@@ -184,13 +196,41 @@ func (m *Semaphore) takePermit(ctx context.Context, s *session.Session) (*lease.
 		}
 		// Every permit is held, or was taken first (by a TryAcquire that
 		// read before this call held the turnstile): its release is a
-		// deletion the watch delivers.
-		for deleted := false; !deleted; {
-			resp, ok := <-wch
+		// deletion the watch delivers. A free permit in a lock-delay is
+		// claimed again when its delay ends.
+		if !awaitRelease(wch, delay) {
+			return nil, nil
+		}
+	}
+}
+
+// awaitRelease waits for a deletion of a permit's key on wch, or, with
+// delay, until the delay's end (Until; a delay of unknown end is tried
+// again after a second, and one that seems past after a tenth of one,
+// since etcd deletes the key up to a second after Until). It returns
+// false when the watch broke.
+func awaitRelease(wch clientv3.WatchChan, delay *lease.LockDelayError) bool {
+	var timeout <-chan time.Time
+	if delay != nil {
+		d := time.Second
+		if !delay.Until.IsZero() {
+			d = max(time.Until(delay.Until), 100*time.Millisecond)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case resp, ok := <-wch:
 			if !ok || resp.Err() != nil {
-				return nil, nil
+				return false
 			}
-			deleted = len(resp.Events) > 0
+			if len(resp.Events) > 0 {
+				return true
+			}
+		case <-timeout:
+			return true
 		}
 	}
 }
@@ -298,31 +338,42 @@ func (m *Semaphore) readRetrying(ctx context.Context, cli *clientv3.Client) (per
 	}
 }
 
-// claimAny claims the first of the free permits it can. (nil, nil): every
-// one was taken first.
-func (m *Semaphore) claimAny(ctx context.Context, s *session.Session, free []int) (*lease.Lease, error) {
+// claimAny claims the first of the free permits it can. With no Lease and
+// no error, every one was taken first or is in a lock-delay; delay is
+// then the delay that ends first, or nil when none was found.
+func (m *Semaphore) claimAny(ctx context.Context, s *session.Session, free []int) (l *lease.Lease, delay *lease.LockDelayError, err error) {
 	for _, i := range free {
-		if l, err := m.claim(ctx, s, i); l != nil || err != nil {
-			return l, err
+		l, d, err := m.claim(ctx, s, i)
+		if l != nil || err != nil {
+			return l, nil, err
+		}
+		if d != nil && (delay == nil || d.Until.Before(delay.Until)) {
+			delay = d
 		}
 	}
-	return nil, nil
+	return nil, delay, nil
 }
 
 // claim takes permit i with lease's TryAcquire (docs/protocol.md §3.1).
-// (nil, nil): another caller holds it.
-func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*lease.Lease, error) {
+// (nil, nil, nil): another caller holds it. A permit in a lock-delay (an
+// involuntary end of its last epoch through a registry WithLockDelay,
+// §3.13) is not free: claim returns the delay and no error.
+func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*lease.Lease, *lease.LockDelayError, error) {
 	res := PermitResource(m.name, i)
 	l, err := m.permits.TryAcquire(ctx, s, res)
+	var delay *lease.LockDelayError
 	switch {
 	case err == nil:
-		return l, nil
+		return l, nil, nil
 	case errors.Is(err, lease.ErrHeld):
-		return nil, nil
+		return nil, nil, nil
+	case errors.As(err, &delay):
+		return nil, delay, nil
 	case errors.Is(err, outcome.ErrUnknown):
-		return m.reclaim(ctx, s, res, err)
+		l, err := m.reclaim(ctx, s, res, err)
+		return l, nil, err
 	}
-	return nil, fmt.Errorf("semaphore %q: take permit %d: %w", m.name, i, err)
+	return nil, nil, fmt.Errorf("semaphore %q: take permit %d: %w", m.name, i, err)
 }
 
 // reclaim resolves a claim of res whose outcome was unknown with lease's

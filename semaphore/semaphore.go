@@ -41,7 +41,7 @@ var (
 type Semaphore struct {
 	reg        *lease.Registry
 	permits    *lease.Registry // reg.Recipe(PermitKind)
-	turnstiles *lease.Registry // reg.Recipe(TurnstileKind)
+	turnstiles *lease.Registry // reg.Recipe(TurnstileKind).WithoutLockDelay()
 	space      keys.Space      // reg's namespace
 	name       string
 	limit      int
@@ -83,7 +83,7 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	return &Semaphore{
 		reg:        reg,
 		permits:    reg.Recipe(PermitKind),
-		turnstiles: reg.Recipe(TurnstileKind),
+		turnstiles: reg.Recipe(TurnstileKind).WithoutLockDelay(),
 		space:      space,
 		name:       name,
 		limit:      limit,

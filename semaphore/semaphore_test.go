@@ -909,3 +909,63 @@ func TestHeadWaiterSessionDies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPermitInLockDelay: through a registry WithLockDelay, a permit whose
+// epoch ended involuntarily (here by Revoke) is not free until its delay
+// has passed. TryAcquire then fails with an error matching both ErrFull
+// and lease.ErrLockDelay, naming the permit; Acquire's head waiter takes
+// the permit once the delay ends, though nothing releases a permit
+// meanwhile; and the turnstile, which guards nothing downstream, carries
+// no lock-delay of its own.
+func TestPermitInLockDelay(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	const d = 2 * time.Second
+	regD := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
+	defer regD.Close()
+	m, err := semaphore.New(regD, "delayed", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.tryAcquire(m, f.session("a"))
+	b := f.tryAcquire(m, f.session("b"))
+	if err := f.reg.Revoke(ctx, a.Resource(), "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	revokedAt := time.Now()
+
+	c := f.session("c")
+	_, err = m.TryAcquire(ctx, c)
+	var delay *lease.LockDelayError
+	if !errors.Is(err, semaphore.ErrFull) || !errors.As(err, &delay) || delay.Resource != a.Resource() {
+		t.Fatalf("TryAcquire during the permit's lock-delay: %v; want ErrFull and a *lease.LockDelayError for %q", err, a.Resource())
+	}
+
+	got := acquireAsync(ctx, m, c)
+	f.waitHead("delayed", "c", 0)
+	resp, err := f.cli.Get(ctx, f.space.Delay(semaphore.TurnstileResource("delayed")), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Fatal("the head waiter's turnstile carries a lock-delay")
+	}
+	r := receive(t, got, "c")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	at := time.Now()
+	t.Logf("the head waiter took the delayed permit %v after the revocation", at.Sub(revokedAt))
+	if r.l.Resource() != a.Resource() || r.l.Epoch() <= a.Epoch() {
+		t.Fatalf("Acquire took %v after %v was revoked", r.l.Token(), a.Token())
+	}
+	if at.Sub(revokedAt) < d/2 {
+		t.Fatalf("the permit was taken %v after its revocation, with a lock-delay of %v", at.Sub(revokedAt), d)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

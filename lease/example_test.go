@@ -321,3 +321,56 @@ func ExampleWithLockDelay() {
 	// in its lock-delay for at most 2s more: true
 	// acquired once the delay had passed: true true
 }
+
+// ExampleRegistry_Observe follows a resource from another process's point
+// of view: the state at once (free: epoch 0), then every change in order —
+// a worker's epoch, and the completion that frees it. Holder reads the
+// state once.
+func ExampleRegistry_Observe() {
+	cluster, err := e2e.Start("")
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	cli, err := cluster.NewClient()
+	if err != nil {
+		panic(err)
+	}
+	defer cli.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"), session.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(context.Background())
+	reg := lease.NewRegistry(cli)
+	defer reg.Close()
+
+	states := reg.Observe(ctx, "reports/daily")
+	fmt.Println("at first:", (<-states).Epoch)
+
+	l, err := reg.TryAcquire(ctx, s, "reports/daily")
+	if err != nil {
+		panic(err)
+	}
+	h := <-states
+	fmt.Println("held by", h.Worker, "at its epoch:", h.Epoch == l.Epoch())
+	if h, err := reg.Holder(ctx, "reports/daily"); err == nil {
+		fmt.Println("Holder agrees:", h.Worker, h.Epoch == l.Epoch())
+	}
+
+	if err := l.Complete(ctx, "sent"); err != nil {
+		panic(err)
+	}
+	fmt.Println("then free:", (<-states).Epoch)
+	_, err = reg.Holder(ctx, "reports/daily")
+	fmt.Println("completed:", errors.Is(err, lease.ErrCompleted))
+	// Output:
+	// at first: 0
+	// held by worker-1 at its epoch: true
+	// Holder agrees: worker-1 true
+	// then free: 0
+	// completed: true
+}

@@ -89,6 +89,10 @@ type Result struct {
 	// the workers' sessions it was computed from.
 	Liveness LivenessFacts
 	Sessions []SessionRecord
+	// Recipes is what the recipe workload did and its checks found (nil
+	// without one); RecipeOps its operations.
+	Recipes   *RecipeFacts
+	RecipeOps []RecipeOp
 }
 
 // ViolationsByCheck counts the violations per check.

@@ -54,6 +54,50 @@
 // every process on one machine shares; a multi-machine run would need
 // another common clock.
 //
+// # Recipes
+//
+// Config.Recipes (TestChaos runs three) adds the recipe workload
+// (recipes.go): in-process workers, each in a slot of its own with its
+// own proxies, so that the nemesis's faults of a worker (blackhole,
+// drop-replies, latency, freeze) and of a member reach them as they reach
+// the task workers. Each runs two threads on one session at a time (a new
+// one once it is lost): one campaigns in election "chaos"
+// (election.Campaign, bounded by a timeout) and, leading, writes; the
+// other takes a permit of semaphore "chaos" of limit 2 (Acquire, one time
+// in four TryAcquire) and, holding it, writes. A holding lasts 50–550 ms,
+// or one time in four two to four TTLs, so that faults depose it; then
+// the leader resigns (Release hands the leadership to the next
+// campaigner in the same transaction) and the permit is returned. Every
+// write puts the resource's key under /chaos/recipe/ (one key for the
+// election, one per permit) through fence.EtcdGuard.AdmitOps, in the
+// key's transaction. Two holders in three are careless: they write on
+// after their holding's context ended, and once it has ended other than
+// by their own Release they try one late write until it is answered, as
+// a process cut off would on waking up. The recipes' leases live in their
+// own namespace, /recipes, apart from the tasks'. The nemesis adds one
+// fault for them (depose): it reads who leads and who holds permits,
+// picks the leader or a permit holder, and blackholes that worker's
+// proxies for 1.5 to 2.5 TTLs, past its session's TTL, so the next
+// campaigner leads, or the next waiter takes the permit, while the
+// deposed holder still writes.
+//
+// Their checks read etcd's history of the /recipes lease and audit keys
+// and of the downstream keys (a watch from revision 1), decoding keys
+// themselves — the election's resource is "election/chaos", a permit is
+// what semaphore.ParsePermit recognises: check "election" replays the
+// election's key — a leader begins only while nobody leads or by a
+// handoff (the resigning leader's end entry at the same revision), its
+// epoch above the last leader's — and finds no two campaigns told they
+// lead at one epoch, and none told an epoch etcd did not grant it; check
+// "semaphore" replays the permits' keys a revision at a time — never
+// more than the limit live, never two holders of one permit — and finds
+// no two acquisitions told one (Resource, Epoch); check "recipe-fencing"
+// finds, on each downstream key, the epochs of the writes that landed
+// never decreasing in revision order, each an epoch etcd granted the
+// writer on that resource, every admitted write landed and no refused
+// one. The summary counts leaders, handoffs, permits granted, the most
+// live at once and the writes by outcome, with each check's violations.
+//
 // # Retention
 //
 // Two recorders run with audit.WithRetention of a few seconds
@@ -178,10 +222,17 @@
 // never archives, as one that crashed between the two steps would, or
 // (ControlUnfair, contended) releases with a raw handoff to the second
 // waiter instead of the first; the checker must then report violations.
+// The recipe workload has two controls, run with recipe workers alone and
+// depositions as the only fault (TestChaosRecipeControl): ControlOverLimit
+// claims, beside each permit, the permit index the limit leaves out (a
+// semaphore that misread its limit), and check "semaphore" must see three
+// permits live; ControlRecipeNoFencing writes downstream with a plain put
+// and makes every holder careless, and check "recipe-fencing" must see a
+// deposed holder's write land after its successor's.
 //
 // # Running
 //
-//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs, every control
+//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs (recipes in the first), every control
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaos$' ./e2e/chaos   # its safe run on another seed
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaosContended$' ./e2e/chaos   # the contended one
 //	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random

@@ -37,7 +37,7 @@ const (
 	FaultLeaderPause = "leader-pause"
 )
 
-var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke}
+var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke, FaultDepose}
 
 // memberFaults are the faults of one etcd member, which end no session of
 // a worker that was not itself faulted and stall progress for at most a
@@ -123,16 +123,19 @@ const stopDrain = 5*time.Second + 2*raftElectionTimeout
 var faultWeights = map[string]int{
 	FaultPause: 4, FaultKill: 1, FaultFreeze: 2, FaultBlackhole: 3, FaultDropReplies: 1,
 	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultMemberFreeze: 1, FaultLeaderPause: 1, FaultRevoke: 1,
+	FaultDepose: 2,
 }
 
 // start picks a fault whose target is free and starts it.
 func (n *nemesis) start(ctx context.Context) {
 	n.mu.Lock()
 	var free, freeHelpers, freeInproc []*slot
+	freeRecipe := false
 	for _, s := range n.r.slots {
 		if n.busySlot[s.idx] {
 			continue
 		}
+		freeRecipe = freeRecipe || s.recipe
 		free = append(free, s)
 		if s.helper {
 			freeHelpers = append(freeHelpers, s)
@@ -153,6 +156,12 @@ func (n *nemesis) start(ctx context.Context) {
 		FaultMemberStop: !n.memberFault && stopFits, FaultLeaderStop: !n.memberFault && stopFits, FaultMemberFreeze: !n.memberFault,
 		FaultLeaderPause: !n.memberFault,
 		FaultRevoke:      true,
+		FaultDepose:      freeRecipe,
+	}
+	if len(n.r.cfg.Faults) > 0 {
+		for k := range avail {
+			avail[k] = avail[k] && slices.Contains(n.r.cfg.Faults, k)
+		}
 	}
 	total := 0
 	for _, k := range faultKinds {
@@ -208,6 +217,8 @@ func (n *nemesis) start(ctx context.Context) {
 		d = dur(ttl, 3*ttl)
 	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
 		d = dur(ttl/4, 2*ttl)
+	case FaultDepose:
+		d = dur(ttl*3/2, ttl*5/2) // past the TTL: its session expires in etcd
 	}
 	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
 	pick := n.rng.IntN(len(n.r.cluster.Members()) * 1000) // a member, or one of the held tasks
@@ -282,6 +293,8 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 	case FaultRevoke:
 		f.Start = now()
 		f.Target, f.Detail = n.r.revoke(pick)
+	case FaultDepose:
+		n.depose(ctx, &f, d, pick)
 	case FaultMemberStop, FaultLeaderStop:
 		member := pick % len(n.r.cluster.Members())
 		if kind == FaultLeaderStop {

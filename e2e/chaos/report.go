@@ -88,8 +88,15 @@ func (r *Result) Summary() string {
 	pr := r.Porcupine
 	p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",
 		pr.Result, pr.Partitions, pr.Illegal, pr.TimedOut, pr.Unchecked, pr.Took.Round(time.Millisecond), pr.Bound)
-	for _, l := range r.Liveness.lines() {
-		p("%s", l)
+	if r.Recipes != nil {
+		for _, l := range r.Recipes.lines() {
+			p("%s", l)
+		}
+	}
+	if r.Liveness.Kinds != nil {
+		for _, l := range r.Liveness.lines() {
+			p("%s", l)
+		}
 	}
 	for _, w := range r.Warnings {
 		p("warning: %s", w)
@@ -169,6 +176,12 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 			}
 		}),
 		write("summary.txt", func(b *strings.Builder) { b.WriteString(r.Summary()) }),
+		write("recipes.jsonl", func(b *strings.Builder) {
+			enc := json.NewEncoder(b)
+			for _, op := range r.RecipeOps {
+				_ = enc.Encode(op)
+			}
+		}),
 	}
 	if _, err := r.Porcupine.visualize(dir, 10); err != nil {
 		errs = append(errs, err)

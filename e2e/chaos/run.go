@@ -60,6 +60,14 @@ type Config struct {
 	// liveness goal missed (liveness.go); empty:
 	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
 	OutDir string
+	// Recipes is the number of recipe workers (recipes.go): in-process
+	// workers, each in a slot of its own that the nemesis's faults of a
+	// worker and of a member reach, that campaign in one election and
+	// take permits of one semaphore of RecipeLimit permits (default 2),
+	// writing fenced effects while they lead or hold; 0: none.
+	Recipes, RecipeLimit int
+	// Faults, if set, are the only fault kinds the nemesis injects.
+	Faults []string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -98,6 +106,12 @@ func (c Config) withDefaults() Config {
 	if c.InProcess < 0 {
 		c.InProcess = 0
 	}
+	if c.Helpers < 0 { // no helper processes: a run of recipe workers alone
+		c.Helpers = 0
+	}
+	if c.Recipes > 0 && c.RecipeLimit == 0 {
+		c.RecipeLimit = defaultRecipeLimit
+	}
 	if c.Control == ControlUnfair {
 		c.Contended = true
 	}
@@ -130,6 +144,7 @@ type slot struct {
 	idx     int
 	name    string
 	helper  bool
+	recipe  bool // a recipe worker's (recipes.go)
 	proxies []faultProxy
 	gate    *gate // in-process slots
 
@@ -239,6 +254,7 @@ type runner struct {
 	direct  *clientv3.Client
 	reg     *lease.Registry // the operator's, for revocations
 	hist    *History
+	recipes *recipeHistory
 	slots   []*slot
 	revokes int
 	// archived records when the recorders archived each entry; log reads
@@ -295,7 +311,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
 	begin := time.Now()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), archived: newArchiveLog()}
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), recipes: &recipeHistory{}, archived: newArchiveLog()}
 	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
 	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
 	logf := cfg.Logf
@@ -339,6 +355,14 @@ func Run(t testing.TB, cfg Config) *Result {
 		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
 		r.slots = append(r.slots, s)
 	}
+	for i := range cfg.Recipes {
+		s := &slot{idx: len(r.slots), name: fmt.Sprintf("r%d", i), recipe: true, gate: &gate{}}
+		for _, m := range r.cluster.Members() {
+			s.proxies = append(s.proxies, newProxy(t, m.Endpoint()))
+		}
+		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+		r.slots = append(r.slots, s)
+	}
 
 	// Workers. Should the run end early, none outlives it.
 	var inproc sync.WaitGroup
@@ -353,6 +377,9 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}()
 	for _, s := range r.slots {
+		if s.recipe {
+			continue
+		}
 		if s.helper {
 			if err := r.restartHelper(s); err != nil {
 				t.Fatalf("chaos: %v", err)
@@ -375,6 +402,7 @@ func Run(t testing.TB, cfg Config) *Result {
 			w.run(wctx)
 		})
 	}
+	r.startRecipeWorkers(wctx, &inproc)
 	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
 	logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
 		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
@@ -437,14 +465,27 @@ func Run(t testing.TB, cfg Config) *Result {
 		len(fs.LeaseEvents), len(fs.QueueEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
 
 	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
+	if cfg.Recipes > 0 {
+		rs, err := readRecipes(r.direct)
+		if err != nil {
+			t.Fatalf("chaos: final read of the recipes: %v", err)
+		}
+		res.RecipeOps = r.recipes.Ops()
+		var vs []Violation
+		res.Recipes, vs = checkRecipes(cfg.RecipeLimit, res.RecipeOps, rs)
+		res.Recipes.Workers = cfg.Recipes
+		res.Violations = append(res.Violations, vs...)
+	}
 	res.Faults = faults
 	res.Swept = swept
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions
-	res.Liveness = liveness(LivenessInput{
-		Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: faults, From: faultsFrom, To: stopAt,
-		TTL: grantedTTL(cfg.TTL), ElectionTimeout: election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
-	})
+	if cfg.Helpers+cfg.InProcess > 0 { // the task workload's; none in a run of recipe workers alone
+		res.Liveness = liveness(LivenessInput{
+			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(faults), From: faultsFrom, To: stopAt,
+			TTL: grantedTTL(cfg.TTL), ElectionTimeout: election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
+		})
+	}
 	res.Warnings = append(res.Warnings, r.warnings...)
 	for _, p := range r.hist.problems() {
 		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})

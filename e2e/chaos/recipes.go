@@ -1,0 +1,514 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/semaphore"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The recipe workload (Config.Recipes): in-process workers that campaign
+// in one election and take permits of one semaphore, and write fenced
+// effects while they lead or hold a permit. Its leases live in a
+// namespace of their own, so that no check of the task workload sees a
+// recipe's lease key, nor the other way round.
+const (
+	recipeNamespace = "/recipes"
+	// recipeName names both the election and the semaphore.
+	recipeName = "chaos"
+	// recipeEffectPrefix is the downstream: one key per recipe resource
+	// (the election's, each permit's), overwritten by every admitted
+	// write, whose history (a watch from revision 1) is the order in
+	// which the writes landed.
+	recipeEffectPrefix = "/chaos/recipe/"
+	defaultRecipeLimit = 2
+	campaignTimeout    = 3 * time.Second // a Campaign, or a semaphore Acquire, gives up after it
+	lateWrites         = 3 * time.Second // how long a careless holder tries its late write
+)
+
+// The controls of the recipe workload.
+const (
+	// ControlOverLimit: a recipe worker holding a permit also claims the
+	// permit the limit leaves out, semaphore.PermitResource(name, limit),
+	// through the registry's permit recipe, as a semaphore that misread
+	// its limit would: more than the limit of permits are live.
+	ControlOverLimit Control = "over-limit"
+	// ControlRecipeNoFencing: recipe workers write downstream with a
+	// plain put, without the guard, and every holder is careless: a
+	// deposed holder's late write lands after its successor's.
+	ControlRecipeNoFencing Control = "recipe-no-fencing"
+)
+
+// FaultDepose blackholes the proxies of the recipe worker that leads the
+// election, or of one that holds a permit (half the time each, when
+// both are held), past its session's TTL: its session is lost and etcd
+// expires its lease, so the next campaigner leads (or the next waiter
+// takes the permit) while the deposed holder, cut off, still thinks it
+// holds and writes once the fault heals.
+const FaultDepose = "depose"
+
+// The recipe operations (RecipeOp.Type).
+const (
+	RecipeCampaign = "campaign" // election.Election.Campaign
+	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
+	RecipeWrite    = "write"    // a downstream write: fence.EtcdGuard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
+	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
+)
+
+// RecipeOp is one operation of the recipe workload, recorded when it
+// returns. Resource and Epoch are the leadership's or permit's (a
+// campaign's or acquisition's, once granted); Current is a refused
+// write's fence, or a stale release's current epoch.
+type RecipeOp struct {
+	ID       string  `json:"id"`
+	Type     string  `json:"type"`
+	Resource string  `json:"resource,omitempty"`
+	Worker   string  `json:"worker"`
+	Epoch    int64   `json:"epoch,omitempty"`
+	Outcome  Outcome `json:"outcome"`
+	Current  int64   `json:"current,omitempty"`
+	Invoke   int64   `json:"invoke"`
+	Return   int64   `json:"return"`
+	Err      string  `json:"err,omitempty"`
+	// Late marks a write a careless holder made after it learned that its
+	// holding had ended (its context cancelled other than by its own
+	// Release).
+	Late bool `json:"late,omitempty"`
+}
+
+// recipeEffect is a recipe write's value.
+type recipeEffect struct {
+	Resource string `json:"resource"`
+	Epoch    int64  `json:"epoch"`
+	Worker   string `json:"worker"`
+	Op       string `json:"op"`
+}
+
+// recipeHistory collects the recipe workers' operations.
+type recipeHistory struct {
+	mu  sync.Mutex
+	ops []RecipeOp
+}
+
+func (h *recipeHistory) add(op RecipeOp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, op)
+}
+
+func (h *recipeHistory) Ops() []RecipeOp {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]RecipeOp(nil), h.ops...)
+}
+
+// recipeWorker is one in-process worker of the recipe workload: a thread
+// that campaigns and a thread that takes permits, on one session at a
+// time (a new one after each is lost), through its slot's proxies.
+type recipeWorker struct {
+	name    string // its slot's
+	cli     *clientv3.Client
+	reg     *lease.Registry
+	elect   *election.Election
+	sem     *semaphore.Semaphore
+	permits *lease.Registry // reg.Recipe(semaphore.PermitKind): ControlOverLimit's extra permit
+	guard   *fence.EtcdGuard
+	ttl     time.Duration
+	limit   int
+	control Control
+	seed    uint64
+	gate    *gate
+	hist    *recipeHistory
+	seq     atomic.Int64
+
+	smu   sync.Mutex // serialises starting sessions
+	mu    sync.Mutex
+	sess  *session.Session
+	nsess int
+}
+
+func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, hist *recipeHistory, seed uint64) (*recipeWorker, error) {
+	reg := lease.NewRegistry(cli, lease.WithNamespace(recipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	sem, err := semaphore.New(reg, recipeName, cfg.RecipeLimit)
+	if err != nil {
+		_ = reg.Close()
+		return nil, err
+	}
+	return &recipeWorker{
+		name: name, cli: cli, reg: reg, elect: election.New(reg, recipeName), sem: sem,
+		permits: reg.Recipe(semaphore.PermitKind), guard: fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(recipeNamespace)),
+		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
+	}, nil
+}
+
+// run campaigns and takes permits until ctx ends, then closes its session
+// (releasing what it holds) and its registry. The caller closes cli.
+func (w *recipeWorker) run(ctx context.Context) {
+	var threads sync.WaitGroup
+	for i, cycle := range []func(context.Context, *rand.Rand){w.electionCycle, w.semaphoreCycle} {
+		rng := rand.New(rand.NewPCG(w.seed, uint64(i)))
+		threads.Go(func() {
+			for ctx.Err() == nil {
+				cycle(ctx, rng)
+			}
+		})
+	}
+	threads.Wait()
+	w.mu.Lock()
+	s := w.sess
+	w.mu.Unlock()
+	if s != nil && s.Err() == nil {
+		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		_ = s.Close(cctx)
+		cancel()
+	}
+	_ = w.reg.Close()
+}
+
+// session returns the worker's live session, starting a new one when the
+// last one ended.
+func (w *recipeWorker) session() *session.Session {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	w.mu.Lock()
+	cur := w.sess
+	name := fmt.Sprintf("%s.s%d", w.name, w.nsess)
+	w.mu.Unlock()
+	if cur != nil && cur.Err() == nil {
+		return cur
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grantTimeout(w.ttl))
+	defer cancel()
+	s, err := session.New(ctx, w.cli, session.WithWorker(name), session.WithTTL(w.ttl))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nsess++ // a failed grant may still have created a lease: never reuse the name
+	if err != nil {
+		return nil
+	}
+	w.sess = s
+	return s
+}
+
+func (w *recipeWorker) op(typ string, l *lease.Lease) RecipeOp {
+	op := RecipeOp{ID: w.name + "-" + strconv.FormatInt(w.seq.Add(1), 10), Type: typ, Invoke: now()}
+	if l != nil {
+		op.Resource, op.Worker, op.Epoch = l.Resource(), l.Worker(), l.Epoch()
+	}
+	return op
+}
+
+func (w *recipeWorker) done(op RecipeOp, out Outcome, err error) {
+	op.Return, op.Outcome = now(), out
+	if err != nil {
+		op.Err = truncate(err.Error(), 300)
+	}
+	w.hist.add(op)
+}
+
+// electionCycle campaigns (bounded by campaignTimeout) and, leading,
+// writes while it holds the leadership (hold), then resigns.
+func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
+	w.gate.wait()
+	s := w.session()
+	if s == nil {
+		sleep(ctx, 50*time.Millisecond)
+		return
+	}
+	op := w.op(RecipeCampaign, nil)
+	op.Resource, op.Worker = w.elect.Resource(), s.Worker()
+	cctx, cancel := context.WithTimeout(ctx, campaignTimeout)
+	l, err := w.elect.Campaign(cctx, s)
+	cancel()
+	if err != nil {
+		// A campaign that gave up leaves the queue and gives back any
+		// leadership a handoff gave it meanwhile: nothing the checker
+		// needs is left of it.
+		w.done(op, OutUnknown, err)
+		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
+		return
+	}
+	op.Epoch = l.Epoch()
+	w.done(op, OutOK, nil)
+	w.hold(ctx, rng, l)
+	w.release(l)
+}
+
+// semaphoreCycle takes a permit — with Acquire, bounded by
+// campaignTimeout, or one time in four with TryAcquire — writes while it
+// holds it (hold) and returns it. Under ControlOverLimit it also claims
+// the permit beyond the limit while it holds one.
+func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
+	w.gate.wait()
+	s := w.session()
+	if s == nil {
+		sleep(ctx, 50*time.Millisecond)
+		return
+	}
+	op := w.op(RecipeAcquire, nil)
+	op.Worker = s.Worker()
+	var l *lease.Lease
+	var err error
+	if rng.IntN(4) == 0 {
+		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		l, err = w.sem.TryAcquire(actx, s)
+		cancel()
+	} else {
+		actx, cancel := context.WithTimeout(ctx, campaignTimeout)
+		l, err = w.sem.Acquire(actx, s)
+		cancel()
+	}
+	switch {
+	case errors.Is(err, semaphore.ErrFull):
+		w.done(op, OutHeld, err)
+		sleep(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
+		return
+	case err != nil:
+		w.done(op, OutUnknown, err)
+		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
+		return
+	}
+	op.Resource, op.Epoch = l.Resource(), l.Epoch()
+	w.done(op, OutOK, nil)
+	var extra *lease.Lease
+	if w.control == ControlOverLimit {
+		extra = w.claimExtra(s)
+	}
+	w.hold(ctx, rng, l)
+	if extra != nil {
+		w.release(extra)
+	}
+	w.release(l)
+}
+
+// claimExtra is ControlOverLimit's claim of the permit index the limit
+// excludes, with one write under it.
+func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
+	op := w.op(RecipeAcquire, nil)
+	op.Worker, op.Resource = s.Worker(), semaphore.PermitResource(recipeName, w.limit)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
+	cancel()
+	if err != nil {
+		w.done(op, OutFail, err)
+		return nil
+	}
+	op.Epoch = l.Epoch()
+	w.done(op, OutOK, nil)
+	w.write(l, false)
+	return l
+}
+
+// hold writes under l for a while: usually 50–550 ms, one time in four
+// two to four TTLs (it stays, and faults mostly depose it first). A
+// careless holder (two in three; every one under ControlRecipeNoFencing)
+// ignores l's context and writes until the hold is over, and once it
+// finds its holding ended by someone else (its session lost or expired)
+// it tries a late write until one is answered — admitted or refused —
+// as a process that was cut off would on waking up. A polite one stops
+// at the end of l's context. Both stop at their first refusal: a newer
+// epoch wrote.
+func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease) {
+	careless := w.control == ControlRecipeNoFencing || rng.IntN(3) != 0
+	d := time.Duration(50+rng.IntN(500)) * time.Millisecond
+	if rng.IntN(4) == 0 {
+		d = 2*w.ttl + time.Duration(rng.Int64N(int64(2*w.ttl)))
+	}
+	until := time.Now().Add(d)
+	for time.Now().Before(until) && ctx.Err() == nil {
+		w.gate.wait()
+		if !careless && l.Context().Err() != nil {
+			return
+		}
+		if w.write(l, false) == OutRefused {
+			return
+		}
+		sleep(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
+	}
+	if !careless || l.Context().Err() == nil || errors.Is(context.Cause(l.Context()), lease.ErrReleased) {
+		return
+	}
+	for end := time.Now().Add(lateWrites); time.Now().Before(end); {
+		w.gate.wait()
+		if out := w.write(l, true); out == OutOK || out == OutRefused {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// write puts the resource's downstream key, admitted by the guard in the
+// same transaction (ControlRecipeNoFencing: a plain put). One attempt,
+// bounded like the registry's.
+func (w *recipeWorker) write(l *lease.Lease, late bool) Outcome {
+	op := w.op(RecipeWrite, l)
+	op.Late = late
+	val, _ := json.Marshal(recipeEffect{Resource: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: op.ID})
+	put := clientv3.OpPut(recipeEffectPrefix+l.Resource(), string(val))
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.ttl))
+	defer cancel()
+	var err error
+	if w.control == ControlRecipeNoFencing {
+		_, err = w.cli.Do(ctx, put)
+	} else {
+		_, err = w.guard.AdmitOps(ctx, l.Token(), put)
+	}
+	var fe *fence.FencedError
+	switch {
+	case err == nil:
+		w.done(op, OutOK, nil)
+		return OutOK
+	case errors.As(err, &fe):
+		op.Current = fe.Current
+		w.done(op, OutRefused, nil)
+		return OutRefused
+	}
+	w.done(op, OutUnknown, err)
+	return OutUnknown
+}
+
+// release resigns the leadership or returns the permit.
+func (w *recipeWorker) release(l *lease.Lease) {
+	op := w.op(RecipeRelease, l)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	err := l.Release(ctx)
+	cancel()
+	out, cur := classifyEnd(err)
+	op.Current = cur
+	w.done(op, out, err)
+}
+
+// startRecipeWorkers starts a recipe worker in every recipe slot; each
+// stops when ctx ends, and wg is done when it has closed its session.
+func (r *runner) startRecipeWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, s := range r.slots {
+		if !s.recipe {
+			continue
+		}
+		cli, err := newWorkerClient(s.endpoints())
+		if err != nil {
+			r.t.Fatalf("chaos: recipe worker %s: %v", s.name, err)
+		}
+		w, err := newRecipeWorker(s.name, cli, r.cfg, s.gate, r.recipes, r.cfg.Seed*1000+uint64(500+s.idx))
+		if err != nil {
+			_ = cli.Close()
+			r.t.Fatalf("chaos: recipe worker %s: %v", s.name, err)
+		}
+		wg.Go(func() {
+			defer cli.Close()
+			w.run(ctx)
+		})
+	}
+}
+
+// recipeSlots returns the recipe slots' names.
+func (r *runner) recipeSlots() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range r.slots {
+		if s.recipe {
+			out[s.name] = true
+		}
+	}
+	return out
+}
+
+// taskFaults leaves out the faults of recipe slots: they do not stall the
+// task workload, whose liveness the summary reports.
+func (r *runner) taskFaults(faults []Fault) []Fault {
+	recipe := r.recipeSlots()
+	var out []Fault
+	for _, f := range faults {
+		if !recipe[f.Target] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// depose is FaultDepose: it reads who leads the election and who holds
+// permits, picks the leader or a permit holder among the recipe slots no
+// other fault targets, and blackholes that slot's proxies for d.
+func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick int) {
+	space := keys.MustNew(recipeNamespace)
+	rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	resp, err := n.r.direct.Get(rctx, space.LeasePrefix(), clientv3.WithPrefix())
+	cancel()
+	f.Start = now()
+	if err != nil {
+		f.Detail = "reading the holders: " + err.Error()
+		return
+	}
+	bySlot := map[string]*slot{}
+	for _, s := range n.r.slots {
+		if s.recipe {
+			bySlot[s.name] = s
+		}
+	}
+	type holding struct {
+		s     *slot
+		what  string
+		epoch int64
+	}
+	var leader, permits []holding
+	n.mu.Lock()
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if space.IsControl(key) {
+			continue
+		}
+		res, err := space.ResourceFromLease(key)
+		if err != nil {
+			continue
+		}
+		h, err := record.DecodeHolder(kv.Value)
+		if err != nil {
+			continue
+		}
+		s := bySlot[slotOf(h.Worker)]
+		if s == nil || n.busySlot[s.idx] {
+			continue
+		}
+		hd := holding{s, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
+		if res == election.Resource(recipeName) {
+			leader = append(leader, hd)
+		} else if _, _, ok := semaphore.ParsePermit(res); ok {
+			permits = append(permits, hd)
+		}
+	}
+	cands := leader
+	if len(cands) == 0 || (len(permits) > 0 && pick%2 == 1) {
+		cands = permits
+	}
+	if len(cands) == 0 {
+		n.mu.Unlock()
+		f.Detail = "nothing held by a free recipe worker"
+		return
+	}
+	target := cands[pick%len(cands)]
+	n.busySlot[target.s.idx] = true
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.busySlot, target.s.idx)
+		n.mu.Unlock()
+	}()
+	f.Target, f.Detail = target.s.name, fmt.Sprintf("%s epoch %d", target.what, target.epoch)
+	f.Start = now()
+	target.s.blackhole()
+	sleep(ctx, d)
+	target.s.heal()
+}

@@ -79,7 +79,8 @@
 // picks the leader or a permit holder, and blackholes that worker's
 // proxies for 1.5 to 2.5 TTLs, past its session's TTL, so the next
 // campaigner leads, or the next waiter takes the permit, while the
-// deposed holder still writes.
+// deposed holder still writes — or, one time in three, revokes the
+// holding as an operator would (lease.Registry.Revoke).
 //
 // Their checks read etcd's history of the /recipes lease and audit keys
 // and of the downstream keys (a watch from revision 1), decoding keys

@@ -58,7 +58,8 @@ const (
 // both are held), past its session's TTL: its session is lost and etcd
 // expires its lease, so the next campaigner leads (or the next waiter
 // takes the permit) while the deposed holder, cut off, still thinks it
-// holds and writes once the fault heals.
+// holds and writes once the fault heals. One time in three it revokes
+// the holding instead, as an operator would.
 const FaultDepose = "depose"
 
 // The recipe operations (RecipeOp.Type).
@@ -441,7 +442,9 @@ func (r *runner) taskFaults(faults []Fault) []Fault {
 
 // depose is FaultDepose: it reads who leads the election and who holds
 // permits, picks the leader or a permit holder among the recipe slots no
-// other fault targets, and blackholes that slot's proxies for d.
+// other fault targets, and blackholes that slot's proxies for d — or, one
+// time in three, revokes the holding as an operator would
+// (lease.Registry.Revoke through the recipes' namespace).
 func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick int) {
 	space := keys.MustNew(recipeNamespace)
 	rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -460,6 +463,7 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 	}
 	type holding struct {
 		s     *slot
+		res   string
 		what  string
 		epoch int64
 	}
@@ -482,7 +486,7 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 		if s == nil || n.busySlot[s.idx] {
 			continue
 		}
-		hd := holding{s, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
+		hd := holding{s, res, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
 		if res == election.Resource(recipeName) {
 			leader = append(leader, hd)
 		} else if _, _, ok := semaphore.ParsePermit(res); ok {
@@ -508,6 +512,20 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 	}()
 	f.Target, f.Detail = target.s.name, fmt.Sprintf("%s epoch %d", target.what, target.epoch)
 	f.Start = now()
+	if pick%3 == 2 {
+		// An operator's revocation instead: the holder's context ends
+		// with lease.ErrRevoked, and it is not cut off to write late.
+		reg := lease.NewRegistry(n.r.direct, lease.WithNamespace(recipeNamespace))
+		defer reg.Close()
+		rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := reg.Revoke(rctx, target.res, "chaos: depose")
+		cancel()
+		f.Detail = "revoked " + f.Detail
+		if err != nil {
+			f.Detail += ": " + err.Error()
+		}
+		return
+	}
 	target.s.blackhole()
 	sleep(ctx, d)
 	target.s.heal()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -14,13 +15,16 @@ import (
 // above that revision (epochs are revisions of later transactions), so it
 // stays admissible too.
 //
-// It reads "<ns>/lease/" keys-only, sorted by mod revision:
+// It reads the oldest lease key of "<ns>/lease/" in one read-only
+// transaction, keys only, sorted by mod revision on the server, of the
+// two ranges around the control keys that share the prefix (revocation
+// signals, queue entries, recipes' limits, lock-delays: keys.ControlRange,
+// which no lease key lies in):
 //
-//	Get N/lease/ WithPrefix WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(16)
+//	Txn() Then( Get [N/lease/, N/lease/%a)  WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(1),
+//	            Get [N/lease/%{, N/lease0) WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(1) )
 //
-// skipping revocation signals, which share the prefix; one round trip
-// unless the 16 oldest keys are all signals. etcd sorts the range on the
-// server. Give it the
+// so one round trip however many control keys there are. Give it the
 // namespace of the lease.Registry that issues the tokens
 // (WithEtcdNamespace). A guard pruned with a floor from SafeFloor refuses
 // only tokens of epochs that have ended: their holders must have stopped
@@ -32,29 +36,23 @@ func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (i
 	if err != nil {
 		return 0, err
 	}
-	// Revocation signals share the lease prefix (docs/protocol.md §5); they
-	// are not leases, and an old one would only lower the floor. Skip them:
-	// a first page usually suffices, and the whole prefix, keys only, is
-	// read only when the oldest keys are all signals.
-	oldest := func(limit int64) (floor int64, found, more bool, err error) {
-		actx, cancel := cfg.bound(ctx)
-		defer cancel()
-		resp, err := cli.Get(actx, cfg.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(limit))
-		if err != nil {
-			return 0, false, false, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", err)
-		}
-		for _, kv := range resp.Kvs {
-			if !cfg.space.IsControl(string(kv.Key)) {
-				return kv.ModRevision - 1, true, false, nil
-			}
-		}
-		return resp.Header.Revision, false, resp.More, nil
+	prefix := cfg.space.LeasePrefix()
+	from, to := cfg.space.ControlRange()
+	oldest := []clientv3.OpOption{clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
+	actx, cancel := cfg.bound(ctx)
+	defer cancel()
+	resp, err := cli.Txn(actx).Then(
+		clientv3.OpGet(prefix, append([]clientv3.OpOption{clientv3.WithRange(from)}, oldest...)...),
+		clientv3.OpGet(to, append([]clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix))}, oldest...)...),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("fence: SafeFloor: read the lease keys: %w", outcome.Classify(err))
 	}
-	floor, found, more, err := oldest(16)
-	if err != nil || found || !more {
-		return floor, err
+	floor := resp.Header.Revision
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			floor = min(floor, kv.ModRevision-1)
+		}
 	}
-	floor, _, _, err = oldest(0) // no limit: every key, so nothing more
-	return floor, err
+	return floor, nil
 }

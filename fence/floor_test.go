@@ -3,11 +3,13 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
@@ -86,4 +88,58 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 	if err := g.Admit(ctx, oldest.Token()); !errors.Is(err, fence.ErrFenced) {
 		t.Fatalf("control: a floor at the oldest live epoch admitted it: %v", err)
 	}
+}
+
+// TestSafeFloorSkipsControlKeysInOneRead: however many control keys older
+// than every lease share the lease prefix (here 40 recipes' limits and
+// lock-delays, and a queue entry), SafeFloor is one transaction and
+// returns the oldest live epoch − 1, whether that lease's key sorts before
+// the control keys (a resource beginning with '%') or after them.
+func TestSafeFloorSkipsControlKeysInOneRead(t *testing.T) {
+	f := newEtcdFixture(t)
+	ctx := t.Context()
+	space := keys.MustNew(keys.DefaultNamespace)
+	for i := range 20 {
+		for _, k := range []string{space.Limit(fmt.Sprintf("semaphore/s%d", i)), space.Delay(fmt.Sprintf("r%d", i))} {
+			if _, err := f.cli.Put(ctx, k, "x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := f.cli.Put(ctx, space.Queue("q", "t1"), "x"); err != nil {
+		t.Fatal(err)
+	}
+	reg := lease.NewRegistry(f.cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	s, err := session.New(ctx, f.cli, session.WithWorker("w"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	acquire := func(res string) *lease.Lease {
+		t.Helper()
+		l, err := reg.TryAcquire(ctx, s, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	low, high := acquire("%low"), acquire("zz")
+	floorOf := func(want int64) {
+		t.Helper()
+		var floor int64
+		var err error
+		calls := f.rpc.count(func() { floor, err = fence.SafeFloor(ctx, f.cli) })
+		if err != nil || floor != want {
+			t.Fatalf("SafeFloor: %d (%v), want %d", floor, err, want)
+		}
+		if calls["/etcdserverpb.KV/Txn"] != 1 || sumCalls(calls) != 1 {
+			t.Fatalf("SafeFloor took %v; want one transaction", calls)
+		}
+	}
+	floorOf(low.Epoch() - 1) // its key, N/lease/%25low, sorts before the control keys
+	if err := low.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	floorOf(high.Epoch() - 1) // N/lease/zz sorts after them
 }

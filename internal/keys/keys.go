@@ -372,6 +372,17 @@ func (s Space) IsDelay(key string) bool {
 	return strings.HasPrefix(key, s.LeasePrefix()+delaySegment)
 }
 
+// ControlRange is the key range [from, to) of LeasePrefix that holds every
+// control key and no lease key: "N/lease/%a" up to "N/lease/%{". Every
+// control segment is '%' and a lowercase letter; a resource's key segment
+// begins with '%' only as the escape "%25" or "%2F", whose '2' sorts
+// before 'a'. So the lease keys are exactly the keys of LeasePrefix below
+// from or at and above to: a reader that wants lease keys alone reads the
+// two ranges and skips the control keys without reading them.
+func (s Space) ControlRange() (from, to string) {
+	return s.LeasePrefix() + "%a", s.LeasePrefix() + "%{"
+}
+
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
 // control keys kept there rather than a lease key: a revocation signal, a
 // queue entry, a "gave up" marker, a recipe's limit or a lock-delay. A scan

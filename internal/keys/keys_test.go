@@ -241,3 +241,25 @@ func TestLimitKeyIsControl(t *testing.T) {
 		}
 	}
 }
+
+// TestControlRange: every kind of control key lies in ControlRange, and
+// no resource's lease key does — also resources that begin with '%', a
+// control segment's name, or bytes on either side of the range's ends.
+func TestControlRange(t *testing.T) {
+	for _, ns := range []string{keys.DefaultNamespace, "/ns", "/"} {
+		s := keys.MustNew(ns)
+		from, to := s.ControlRange()
+		in := func(k string) bool { return k >= from && k < to }
+		for _, k := range []string{s.Revocation(7, "r"), s.Queue("r", "t"), s.Gone("t"), s.Limit("semaphore/a"), s.Delay("r"), s.Delay("%")} {
+			if !s.IsControl(k) || !in(k) {
+				t.Errorf("namespace %q: control key %q: IsControl %v, in [%q, %q) %v", ns, k, s.IsControl(k), from, to, in(k))
+			}
+		}
+		for _, res := range []string{"%", "%a", "%queue/x", "%revoked/1", "%delay/r", "%{", "%~", "a", "A", "$", "&", "z", "{", "~", "\u00e9", "semaphore/a/permit/0", "/lead"} {
+			k := s.Lease(res)
+			if in(k) || s.IsControl(k) || !strings.HasPrefix(k, s.LeasePrefix()) {
+				t.Errorf("namespace %q: the lease key %q of %q lies in the control range [%q, %q)", ns, k, res, from, to)
+			}
+		}
+	}
+}

@@ -64,6 +64,11 @@ func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
 // Namespace returns the registry's namespace.
 func (r *Registry) Namespace() string { return r.space.Namespace() }
 
+// Client returns the etcd client the registry was made with, as
+// concurrency.Session.Client does: code that starts sessions for the
+// registry's leases (package worker's Pool) needs no second argument.
+func (r *Registry) Client() *clientv3.Client { return r.cli }
+
 func (r *Registry) check(op string, s *session.Session, resource string) error {
 	if r.err != nil {
 		return r.err

@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+)
+
+// Defaults of a Pool's options.
+const (
+	// DefaultSlots is the number of concurrent handlers without WithSlots.
+	DefaultSlots = 1
+	// DefaultGrace is how long handlers in flight may run on after Run's
+	// context ends, without WithGrace.
+	DefaultGrace = 10 * time.Second
+	// DefaultRetryBackoff is the first wait before a failed resource is
+	// tried again, without WithRetry; it doubles per failure.
+	DefaultRetryBackoff = time.Second
+	// MaxBatch bounds WithBatch: one TryAcquireMany transaction carries at
+	// most lease.MaxBatch nested transactions.
+	MaxBatch = lease.MaxBatch
+)
+
+// Option configures a Pool. A bad option makes New fail.
+type Option func(*config) error
+
+type config struct {
+	slots          int
+	batch          int
+	perSlot        bool
+	sessionOpts    []session.Option
+	worker         string
+	attempts       int
+	backoff        time.Duration
+	grace          time.Duration
+	log            hclog.Logger
+	observer       Observer
+	sessionBackoff time.Duration // the first wait after a failed session.New
+	errorBackoff   time.Duration // the first wait after a failed TryAcquire
+}
+
+func defaults() config {
+	return config{
+		slots:          DefaultSlots,
+		batch:          1,
+		attempts:       1,
+		backoff:        DefaultRetryBackoff,
+		grace:          DefaultGrace,
+		log:            hclog.NewNullLogger(),
+		observer:       nopObserver{},
+		sessionBackoff: 100 * time.Millisecond,
+		errorBackoff:   20 * time.Millisecond,
+	}
+}
+
+// WithSlots sets how many handlers run at once (default DefaultSlots); n
+// must be at least 1.
+func WithSlots(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("worker: WithSlots(%d): at least 1", n)
+		}
+		c.slots = n
+		return nil
+	}
+}
+
+// WithBatch makes a slot that needs work claim up to n free resources in
+// one TryAcquireMany transaction (docs/protocol.md §3.1) instead of one
+// TryAcquire per resource; the leases it does not run at once wait, held,
+// for the next free slot. n is at most the number of slots and MaxBatch;
+// 1, the default, claims with TryAcquire.
+func WithBatch(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxBatch {
+			return fmt.Errorf("worker: WithBatch(%d): between 1 and %d", n, MaxBatch)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// WithSessionPerSlot gives every slot a session of its own, with the
+// worker name "<worker>/<slot>", instead of one session for the pool. A
+// lost session then stops the work of one slot only, at the cost of one
+// keepalive stream per slot.
+func WithSessionPerSlot() Option {
+	return func(c *config) error {
+		c.perSlot = true
+		return nil
+	}
+}
+
+// WithWorker names the pool's worker, as session.WithWorker does; the
+// audit log and the holder records carry it. The default is the
+// session's default.
+func WithWorker(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return errors.New("worker: WithWorker: empty name")
+		}
+		c.worker = name
+		return nil
+	}
+}
+
+// WithSessionOptions passes options to every session the pool starts
+// (TTL, margin, logger, observer). A session.WithWorker among them is
+// overridden by WithWorker, and by the slot's name with
+// WithSessionPerSlot.
+func WithSessionOptions(opts ...session.Option) Option {
+	return func(c *config) error {
+		for _, o := range opts {
+			if o == nil {
+				return errors.New("worker: WithSessionOptions: nil option")
+			}
+		}
+		c.sessionOpts = append(c.sessionOpts, opts...)
+		return nil
+	}
+}
+
+// WithRetry runs a resource's handler up to attempts times in one Run.
+// After a handler error or panic the lease is released and the resource
+// is tried again no sooner than backoff later, doubling per failure; after
+// the last attempt the pool releases it and leaves it for another worker
+// or a later Run (Source.Finished is called). The default is one attempt.
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(c *config) error {
+		if attempts < 1 {
+			return fmt.Errorf("worker: WithRetry(%d, %v): at least one attempt", attempts, backoff)
+		}
+		if backoff < 0 {
+			return fmt.Errorf("worker: WithRetry(%d, %v): negative backoff", attempts, backoff)
+		}
+		c.attempts, c.backoff = attempts, backoff
+		return nil
+	}
+}
+
+// WithGrace sets how long handlers in flight may run on after Run's
+// context ends (default DefaultGrace); then their contexts end with
+// ErrShutdown. Completions and releases of work that finished in time go
+// on until the grace ends too. d may be 0: stop at once.
+func WithGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("worker: WithGrace(%v): negative", d)
+		}
+		c.grace = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger; the default discards everything. Lines carry
+// resource, epoch and worker. Held and completed resources are skipped
+// without a line above Trace.
+func WithLogger(l hclog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("worker: WithLogger(nil)")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// WithObserver sets an observer of the pool's tasks and sessions (package
+// metrics implements it). The default observes nothing.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return errors.New("worker: WithObserver(nil)")
+		}
+		c.observer = o
+		return nil
+	}
+}

@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/leasehold/leasehold/lease"
+)
+
+// Handler does one task's work under its lease. ctx is the lease's
+// context (lease.Lease.Context), which ends when the lease can no longer
+// be proven — its session lost, the epoch revoked — and, after Run's
+// context has ended, when the grace has passed (cause ErrShutdown). Every
+// side effect must stop when ctx ends, and every downstream write should
+// carry l.Token() to a fence guard.
+//
+// A nil error completes the resource with status (a terminal status:
+// lease.ErrInvalidStatus if empty). An error, or a panic, releases the
+// lease; WithRetry says whether the resource is tried again.
+type Handler func(ctx context.Context, l *lease.Lease) (status string, err error)
+
+// ErrShutdown is the cause of a handler's context when Run's context
+// ended and the grace (WithGrace) has passed.
+var ErrShutdown = errors.New("worker: pool shut down; the grace has passed")
+
+// ErrRunning: Run was called on a pool that is already running.
+var ErrRunning = errors.New("worker: the pool is already running")
+
+// PanicError is the error of a handler that panicked: the pool recovered
+// it, logged it with its stack, and released the lease.
+type PanicError struct {
+	Resource string
+	Value    any
+	Stack    []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("worker: the handler of %q panicked: %v", e.Resource, e.Value)
+}
+
+// Stats counts what a pool did, over all its Runs.
+type Stats struct {
+	// Started counts handler runs, one per lease taken.
+	Started int64
+	// Completed, Stale, Failed, Retried and Unknown count how handler
+	// runs ended (see Result).
+	Completed, Stale, Failed, Retried, Unknown int64
+	// Panics counts handler runs that panicked (also counted as Failed or
+	// Retried).
+	Panics int64
+	// Reclaimed counts claims whose outcome was unknown and that etcd had
+	// applied, recovered with lease.Registry.Reclaim.
+	Reclaimed int64
+	// SessionsReplaced counts lost sessions replaced by new ones.
+	SessionsReplaced int64
+}
+
+// Pool runs a handler over the resources a Source offers, in a number of
+// slots at once: each slot claims a free resource, runs the handler under
+// its lease, and completes it with the status the handler returned. It is
+// the loop every worker program needs, with the cases a hand-written one
+// tends to get wrong:
+//
+//   - Held, completed and lock-delayed resources are skipped, quietly; a
+//     completed one is Finished in the source.
+//   - A claim whose outcome is unknown is resolved with Reclaim, so it
+//     never leaves a resource held with no Lease until the session ends.
+//   - A Complete whose outcome is unknown is retried until it is decided
+//     (lease.Lease.Complete does that itself); a stale one (the epoch
+//     ended first) is logged and counted, never retried: its rejection is
+//     already in the audit log.
+//   - A handler's error or panic releases the lease (audited), and the
+//     resource is retried per WithRetry; a panic never stops the pool.
+//   - A lost session is replaced, with backoff; the work under it has
+//     already been told to stop (its leases' contexts ended at the safe
+//     deadline).
+//   - When Run's context ends the pool stops taking resources, gives the
+//     handlers in flight the grace (WithGrace), completes or releases
+//     what they held, closes its sessions, and only then returns.
+//
+// A Pool may be Run again after Run returns, not twice at once.
+type Pool struct {
+	reg *lease.Registry
+	src Source
+	h   Handler
+	cfg config
+
+	running atomic.Bool
+	stats   struct {
+		started, completed, stale, failed, retried, unknown, panics, reclaimed, replaced atomic.Int64
+	}
+}
+
+// New returns a pool that claims resources through reg from src and runs
+// h on each. The sessions it starts use reg's client (Registry.Client).
+func New(reg *lease.Registry, src Source, h Handler, opts ...Option) (*Pool, error) {
+	switch {
+	case reg == nil:
+		return nil, errors.New("worker: New: nil registry")
+	case reg.Client() == nil:
+		return nil, errors.New("worker: New: the registry has no client")
+	case src == nil:
+		return nil, errors.New("worker: New: nil source")
+	case h == nil:
+		return nil, errors.New("worker: New: nil handler")
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("worker: New: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.batch > cfg.slots {
+		return nil, fmt.Errorf("worker: New: WithBatch(%d) is more than the %d slots", cfg.batch, cfg.slots)
+	}
+	return &Pool{reg: reg, src: src, h: h, cfg: cfg}, nil
+}
+
+// Stats returns what the pool has done so far; safe to call at any time.
+func (p *Pool) Stats() Stats {
+	s := &p.stats
+	return Stats{
+		Started: s.started.Load(), Completed: s.completed.Load(), Stale: s.stale.Load(),
+		Failed: s.failed.Load(), Retried: s.retried.Load(), Unknown: s.unknown.Load(),
+		Panics: s.panics.Load(), Reclaimed: s.reclaimed.Load(), SessionsReplaced: s.replaced.Load(),
+	}
+}
+
+// Run takes resources from the source and runs the handler on them until
+// the source is exhausted (Run returns nil) or ctx ends (Run returns its
+// cause, after the shutdown described on Pool). It returns early with an
+// error when the source's Next fails with anything but ErrExhausted, or
+// when etcd refuses to start a session (outcome.ErrRefused: a missing
+// permission is not retried); other failures to start a session are
+// logged and retried with backoff while ctx lasts.
+//
+// Run returns only when every handler has returned, every lease it took
+// is completed or released, and every session it started is closed: it
+// leaves no goroutine behind.
+func (p *Pool) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer p.running.Store(false)
+	r := newRun(ctx, p)
+	return r.run()
+}

@@ -1,0 +1,542 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/outcome"
+	"github.com/leasehold/leasehold/session"
+)
+
+// run is one Run of a pool. Its contexts:
+//
+//   - ctx, Run's: taking new resources stops when it ends;
+//   - stop, which outlives ctx by the grace: handlers, completions,
+//     releases and the resolution of unknown claims run under it, so work
+//     that ends within the grace is completed or released, not abandoned.
+type run struct {
+	p    *Pool
+	log  hclog.Logger
+	ctx  context.Context
+	stop context.Context
+
+	batches chan []string     // the dispatcher's offers to the slots
+	ready   chan *lease.Lease // leases claimed by a batch and not yet run
+
+	mu        sync.Mutex
+	busy      map[string]bool      // offered to a slot and not yet given back
+	notBefore map[string]time.Time // a failed resource's retry time
+	failures  map[string]int       // handler failures per resource in this Run
+	given     map[string]bool      // resources the pool gave up on in this Run
+	fatal     error                // the first error that ends Run early
+	abort     context.CancelCauseFunc
+
+	shared  *sessions      // the pool's session, unless WithSessionPerSlot
+	closing sync.WaitGroup // lost sessions being closed
+}
+
+func newRun(ctx context.Context, p *Pool) *run {
+	return &run{
+		p: p, log: p.cfg.log, ctx: ctx,
+		batches:   make(chan []string),
+		ready:     make(chan *lease.Lease, p.cfg.slots*p.cfg.batch),
+		busy:      make(map[string]bool),
+		notBefore: make(map[string]time.Time),
+		failures:  make(map[string]int),
+		given:     make(map[string]bool),
+	}
+}
+
+func (r *run) run() error {
+	// ctx may be replaced by an abort (a fatal error) below; stop outlives
+	// it by the grace.
+	ctx, abort := context.WithCancelCause(r.ctx)
+	defer abort(nil)
+	r.ctx, r.abort = ctx, abort
+	stop, cancelStop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelStop(nil)
+	r.stop = stop
+	var graceTimer *time.Timer
+	var graceMu sync.Mutex
+	unwatch := context.AfterFunc(ctx, func() {
+		graceMu.Lock()
+		defer graceMu.Unlock()
+		graceTimer = time.AfterFunc(r.p.cfg.grace, func() { cancelStop(ErrShutdown) })
+	})
+	defer func() {
+		unwatch()
+		graceMu.Lock()
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+		graceMu.Unlock()
+	}()
+
+	if !r.p.cfg.perSlot {
+		r.shared = r.newSessions(r.p.cfg.worker)
+	}
+	var wg sync.WaitGroup
+	wg.Go(r.dispatch)
+	for i := range r.p.cfg.slots {
+		wg.Go(func() { r.slot(i) })
+	}
+	wg.Wait()
+	// Batches can leave claimed leases nobody ran when the slots stop.
+	close(r.ready)
+	for l := range r.ready {
+		r.release(l)
+		r.giveBack(l.Resource())
+	}
+	if r.shared != nil {
+		r.shared.close()
+	}
+	r.closing.Wait()
+
+	r.mu.Lock()
+	fatal := r.fatal
+	r.mu.Unlock()
+	if fatal != nil {
+		return fatal
+	}
+	if r.ctx.Err() != nil && !errors.Is(context.Cause(r.ctx), ErrExhausted) {
+		return context.Cause(r.ctx)
+	}
+	return nil
+}
+
+// fail ends the Run early with err, the first such error winning.
+func (r *run) fail(err error) {
+	r.mu.Lock()
+	if r.fatal == nil {
+		r.fatal = err
+	}
+	r.mu.Unlock()
+	r.abort(err)
+}
+
+// dispatch offers the source's resources to the slots in batches,
+// skipping those running, waiting out a retry, or given up, until the
+// source is exhausted or the Run ends; then it closes batches.
+func (r *run) dispatch() {
+	defer close(r.batches)
+	exhausted := false
+	for {
+		var names []string
+		if !exhausted {
+			var err error
+			names, err = r.p.src.Next(r.ctx)
+			switch {
+			case errors.Is(err, ErrExhausted):
+				exhausted = true
+			case r.ctx.Err() != nil:
+				return
+			case err != nil:
+				r.fail(err)
+				return
+			}
+		}
+		if exhausted {
+			if r.idle() {
+				r.abort(ErrExhausted)
+				return
+			}
+			// Work in flight may fail and wait for a retry, which the
+			// source will not offer again: offer it from here.
+			if !sleep(r.ctx, minIdle) {
+				return
+			}
+		}
+		now := time.Now()
+		names = append(names, r.dueRetries(now)...)
+		var batch []string
+		for _, name := range names {
+			if !r.take(name, now) {
+				continue
+			}
+			batch = append(batch, name)
+			if len(batch) == r.p.cfg.batch {
+				if !r.offer(batch) {
+					return
+				}
+				batch = nil
+			}
+		}
+		if len(batch) > 0 && !r.offer(batch) {
+			return
+		}
+	}
+}
+
+// dueRetries returns the failed resources whose retry time has come.
+func (r *run) dueRetries(now time.Time) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var due []string
+	for name, t := range r.notBefore {
+		if !now.Before(t) {
+			due = append(due, name)
+		}
+	}
+	return due
+}
+
+// idle reports whether nothing is in flight and no failed resource waits
+// for a retry.
+func (r *run) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.busy) == 0 && len(r.notBefore) == 0
+}
+
+// take marks name busy if it may be offered now.
+func (r *run) take(name string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy[name] || r.given[name] {
+		return false
+	}
+	if t, ok := r.notBefore[name]; ok {
+		if now.Before(t) {
+			return false
+		}
+		delete(r.notBefore, name)
+	}
+	r.busy[name] = true
+	return true
+}
+
+func (r *run) offer(batch []string) bool {
+	select {
+	case r.batches <- batch:
+		return true
+	case <-r.ctx.Done():
+		r.mu.Lock()
+		for _, name := range batch {
+			delete(r.busy, name)
+		}
+		r.mu.Unlock()
+		return false
+	}
+}
+
+// giveBack ends name's turn in a slot: it may be offered again.
+func (r *run) giveBack(name string) {
+	r.mu.Lock()
+	delete(r.busy, name)
+	r.mu.Unlock()
+}
+
+// finished gives name back for good: completed, or given up.
+func (r *run) finished(name string) {
+	r.mu.Lock()
+	delete(r.busy, name)
+	delete(r.failures, name)
+	r.mu.Unlock()
+	r.p.src.Finished(name)
+}
+
+// slot claims and runs resources until the offers end and no claimed
+// lease waits.
+func (r *run) slot(i int) {
+	sess := r.shared
+	if sess == nil {
+		name := r.p.cfg.worker
+		if name != "" {
+			name = name + "/" + itoa(i)
+		}
+		sess = r.newSessions(name)
+		defer sess.close()
+	}
+	backoff := time.Duration(0)
+	for {
+		// A lease a batch claimed goes first: it is held already.
+		select {
+		case l := <-r.ready:
+			r.start(l)
+			continue
+		default:
+		}
+		var batch []string
+		select {
+		case l := <-r.ready:
+			r.start(l)
+			continue
+		case b, ok := <-r.batches:
+			if !ok {
+				return
+			}
+			batch = b
+		}
+		leases, transient := r.claim(sess, batch)
+		if transient {
+			backoff = min(max(2*backoff, r.p.cfg.errorBackoff), maxIdle)
+			sleep(r.ctx, backoff)
+		} else {
+			backoff = 0
+		}
+		for j, l := range leases {
+			if j == 0 {
+				continue
+			}
+			r.ready <- l // never blocks: ready holds slots × batch
+		}
+		if len(leases) > 0 {
+			r.start(leases[0])
+		}
+	}
+}
+
+// start runs the handler on a claimed lease, unless Run's context has
+// ended meanwhile: then it releases the lease untouched.
+func (r *run) start(l *lease.Lease) {
+	if r.ctx.Err() != nil {
+		r.release(l)
+		r.giveBack(l.Resource())
+		return
+	}
+	r.handle(l)
+}
+
+// claim tries to claim the batch's resources for the slot's session and
+// returns the leases it got. Each resource not claimed is given back,
+// finished (completed, or an invalid name) or reclaimed; transient reports
+// an etcd failure the slot should back off after.
+func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, transient bool) {
+	s, err := sess.get(r.ctx)
+	if err != nil {
+		if outcome.Refused(err) && !errors.Is(err, session.ErrExpired) {
+			r.fail(err)
+		}
+		for _, name := range batch {
+			r.giveBack(name)
+		}
+		return nil, false
+	}
+	if len(batch) > 1 {
+		ls, err := r.p.reg.TryAcquireMany(r.ctx, s, batch)
+		if err == nil {
+			got := make(map[string]bool, len(ls))
+			for _, l := range ls {
+				got[l.Resource()] = true
+			}
+			leases = ls
+			// A resource the batch did not claim is tried once alone,
+			// which tells why: held (skip), completed (finished).
+			for _, name := range batch {
+				if !got[name] {
+					if l, t := r.claimOne(s, name); l != nil {
+						leases = append(leases, l)
+					} else {
+						transient = transient || t
+					}
+				}
+			}
+			return leases, transient
+		}
+		if !errors.Is(err, outcome.ErrUnknown) {
+			r.noteClaimError(s, err)
+			for _, name := range batch {
+				r.giveBack(name)
+			}
+			return nil, true
+		}
+		// Unknown: each resource may or may not be ours.
+		for _, name := range batch {
+			if l := r.resolve(s, name); l != nil {
+				leases = append(leases, l)
+			}
+		}
+		return leases, true
+	}
+	l, t := r.claimOne(s, batch[0])
+	if l != nil {
+		leases = []*lease.Lease{l}
+	}
+	return leases, t
+}
+
+// claimOne tries TryAcquire once and classifies its failure.
+func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
+	l, err := r.p.reg.TryAcquire(r.ctx, s, name)
+	var held *lease.HeldError
+	switch {
+	case err == nil:
+		return l, false
+	case errors.Is(err, lease.ErrCompleted):
+		r.log.Trace("skipping a completed resource", "resource", name, "worker", s.Worker())
+		r.finished(name)
+	case errors.As(err, &held) && !held.Queued && held.Holder == s.Worker():
+		// An earlier claim of this session whose outcome was unknown was
+		// applied after all (or another registry of the same session
+		// holds it): Reclaim tells.
+		if l := r.resolve(s, name); l != nil {
+			return l, false
+		}
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrLockDelay):
+		r.log.Trace("skipping a held resource", "resource", name, "worker", s.Worker(), "error", err)
+		r.giveBack(name)
+	case errors.Is(err, lease.ErrInvalidResource):
+		r.log.Error("skipping a resource whose name is not valid", "resource", name, "error", err)
+		r.finished(name)
+	case errors.Is(err, outcome.ErrUnknown):
+		// It may have been applied, also when Run's context ended during
+		// the claim, and must not stay held with no Lease.
+		l := r.resolve(s, name)
+		if l != nil && r.ctx.Err() != nil {
+			r.release(l)
+			r.giveBack(name)
+			return nil, false
+		}
+		return l, l == nil
+	default:
+		r.noteClaimError(s, err)
+		r.giveBack(name)
+		return nil, true
+	}
+	return nil, false
+}
+
+func (r *run) noteClaimError(s *session.Session, err error) {
+	switch {
+	case r.ctx.Err() != nil:
+	case errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost), errors.Is(err, session.ErrClosed):
+		// The slot's next claim starts a new session.
+	default:
+		r.log.Warn("claim failed; backing off", "worker", s.Worker(), "error", err)
+	}
+}
+
+// resolve settles a claim of name whose outcome was unknown: Reclaim
+// returns its Lease if etcd applied it. It gives name back or finishes it
+// when there is no Lease to return. It keeps trying while the session
+// lives and the stop context lasts.
+func (r *run) resolve(s *session.Session, name string) *lease.Lease {
+	backoff := time.Duration(0)
+	for s.Err() == nil && r.stop.Err() == nil {
+		l, err := r.p.reg.Reclaim(r.stop, s, name)
+		switch {
+		case err == nil:
+			r.p.stats.reclaimed.Add(1)
+			r.log.Info("reclaimed a claim whose outcome was unknown", "resource", name, "epoch", l.Epoch(), "worker", s.Worker())
+			return l
+		case errors.Is(err, lease.ErrCompleted):
+			r.finished(name)
+			return nil
+		case errors.Is(err, outcome.ErrUnknown), errors.Is(err, outcome.ErrRefused) && !errors.Is(err, session.ErrExpired):
+			backoff = min(max(2*backoff, r.p.cfg.errorBackoff), maxIdle)
+			sleep(r.stop, backoff)
+		default: // not ours: not applied, held by another, tracked already
+			r.giveBack(name)
+			return nil
+		}
+	}
+	r.giveBack(name)
+	return nil
+}
+
+// handle runs the handler on l and ends the lease: Complete with the
+// status it returned, or Release after an error or a panic.
+func (r *run) handle(l *lease.Lease) {
+	name, obs := l.Resource(), r.p.cfg.observer
+	log := r.log.With("resource", name, "epoch", l.Epoch(), "worker", l.Worker())
+	r.p.stats.started.Add(1)
+	obs.TaskStarted(name)
+	log.Debug("task started")
+
+	hctx, cancel := context.WithCancelCause(l.Context())
+	unstop := context.AfterFunc(r.stop, func() { cancel(context.Cause(r.stop)) })
+	start := time.Now()
+	status, err := r.call(hctx, l)
+	took := time.Since(start)
+	unstop()
+	cancel(nil)
+
+	if err == nil {
+		err = l.Complete(r.stop, status)
+		var stale *lease.StaleError
+		switch {
+		case err == nil:
+			r.p.stats.completed.Add(1)
+			obs.TaskEnded(name, Completed, took)
+			log.Debug("task completed", "status", status, "took", took)
+			r.finished(name)
+			return
+		case errors.As(err, &stale):
+			r.p.stats.stale.Add(1)
+			obs.TaskEnded(name, Stale, took)
+			log.Warn("completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
+			r.giveBack(name)
+			return
+		case errors.Is(err, lease.ErrInvalidStatus):
+			log.Error("the handler returned a status that is not valid", "status", status, "error", err)
+			// A failure of the handler's: release, and retry per policy.
+		default:
+			r.p.stats.unknown.Add(1)
+			obs.TaskEnded(name, Unknown, took)
+			log.Error("completion not decided before the pool stopped; the session's end will settle it", "error", err)
+			r.giveBack(name)
+			return
+		}
+	}
+	var perr *PanicError
+	if errors.As(err, &perr) {
+		r.p.stats.panics.Add(1)
+		log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))
+	}
+	r.release(l)
+	r.mu.Lock()
+	r.failures[name]++
+	n := r.failures[name]
+	retry := n < r.p.cfg.attempts && r.stop.Err() == nil
+	if retry {
+		r.notBefore[name] = time.Now().Add(r.p.cfg.backoff << min(n-1, 20))
+		delete(r.busy, name)
+	} else {
+		r.given[name] = true
+	}
+	r.mu.Unlock()
+	if retry {
+		r.p.stats.retried.Add(1)
+		obs.TaskEnded(name, Retried, took)
+		log.Warn("handler failed; released, will retry", "attempt", n, "error", err)
+		return
+	}
+	r.p.stats.failed.Add(1)
+	obs.TaskEnded(name, Failed, took)
+	log.Error("handler failed; released, giving up on it for this run", "attempts", n, "error", err)
+	r.finished(name)
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func (r *run) call(ctx context.Context, l *lease.Lease) (status string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Resource: l.Resource(), Value: v, Stack: stack()}
+		}
+	}()
+	return r.p.h(ctx, l)
+}
+
+// release releases l under the stop context; a stale Release (the epoch
+// ended first) is audited by the Release itself and needs nothing more.
+func (r *run) release(l *lease.Lease) {
+	err := l.Release(r.stop)
+	if err != nil && !errors.Is(err, lease.ErrStale) {
+		r.log.Warn("release failed; the session's end will free the resource", "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker(), "error", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

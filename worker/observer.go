@@ -20,6 +20,12 @@ const (
 	// Retried: the handler returned an error or panicked, the lease was
 	// released, and the resource will be tried again.
 	Retried Result = "retried"
+	// Interrupted: the handler returned an error after its context had
+	// ended — its lease was lost (session, revocation) or the pool shut
+	// down — and the lease was released. No attempt is spent: the
+	// resource is offered again (in this Run, unless it is shutting
+	// down).
+	Interrupted Result = "interrupted"
 	// Unknown: Complete's outcome was still unknown when the pool shut
 	// down and the grace had passed; the completion may have committed.
 	Unknown Result = "unknown"

@@ -127,8 +127,11 @@ func WithSessionOptions(opts ...session.Option) Option {
 // WithRetry runs a resource's handler up to attempts times in one Run.
 // After a handler error or panic the lease is released and the resource
 // is tried again no sooner than backoff later, doubling per failure; after
-// the last attempt the pool releases it and leaves it for another worker
-// or a later Run (Source.Finished is called). The default is one attempt.
+// the last attempt the pool releases it and leaves it to other workers
+// (Source.Finished is called, so a Static source does not offer it
+// again). An error returned after the handler's context ended (the lease
+// lost, the pool shutting down) spends no attempt: see Interrupted. The
+// default is one attempt.
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(c *config) error {
 		if attempts < 1 {

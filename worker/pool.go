@@ -46,7 +46,7 @@ type Stats struct {
 	Started int64
 	// Completed, Stale, Failed, Retried and Unknown count how handler
 	// runs ended (see Result).
-	Completed, Stale, Failed, Retried, Unknown int64
+	Completed, Stale, Failed, Retried, Interrupted, Unknown int64
 	// Panics counts handler runs that panicked (also counted as Failed or
 	// Retried).
 	Panics int64
@@ -89,7 +89,7 @@ type Pool struct {
 
 	running atomic.Bool
 	stats   struct {
-		started, completed, stale, failed, retried, unknown, panics, reclaimed, replaced atomic.Int64
+		started, completed, stale, failed, retried, interrupted, unknown, panics, reclaimed, replaced atomic.Int64
 	}
 }
 
@@ -126,7 +126,7 @@ func (p *Pool) Stats() Stats {
 	s := &p.stats
 	return Stats{
 		Started: s.started.Load(), Completed: s.completed.Load(), Stale: s.stale.Load(),
-		Failed: s.failed.Load(), Retried: s.retried.Load(), Unknown: s.unknown.Load(),
+		Failed: s.failed.Load(), Retried: s.retried.Load(), Interrupted: s.interrupted.Load(), Unknown: s.unknown.Load(),
 		Panics: s.panics.Load(), Reclaimed: s.reclaimed.Load(), SessionsReplaced: s.replaced.Load(),
 	}
 }

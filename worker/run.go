@@ -452,6 +452,7 @@ func (r *run) handle(l *lease.Lease) {
 	start := time.Now()
 	status, err := r.call(hctx, l)
 	took := time.Since(start)
+	interrupted, cause := hctx.Err() != nil, context.Cause(hctx)
 	unstop()
 	cancel(nil)
 
@@ -483,6 +484,16 @@ func (r *run) handle(l *lease.Lease) {
 		}
 	}
 	var perr *PanicError
+	if interrupted && !errors.As(err, &perr) {
+		// The lease was lost, or the pool is shutting down: not the
+		// handler's failure, and no attempt is spent.
+		r.release(l)
+		r.p.stats.interrupted.Add(1)
+		obs.TaskEnded(name, Interrupted, took)
+		log.Info("handler stopped: its context ended; released", "cause", cause, "error", err)
+		r.giveBack(name)
+		return
+	}
 	if errors.As(err, &perr) {
 		r.p.stats.panics.Add(1)
 		log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))

@@ -23,11 +23,12 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics holds the collectors. It implements session.Observer and
-// lease.Observer.
+// Metrics holds the collectors. It implements session.Observer,
+// lease.Observer and worker.Observer.
 type Metrics struct {
 	acquisitions *prometheus.CounterVec
 	ended        *prometheus.CounterVec
@@ -36,11 +37,13 @@ type Metrics struct {
 	headroom     prometheus.Histogram
 	sessionsEnd  *prometheus.CounterVec
 	fence        *prometheus.CounterVec
+	worker       workerCollectors
 }
 
 var (
 	_ session.Observer = (*Metrics)(nil)
 	_ lease.Observer   = (*Metrics)(nil)
+	_ worker.Observer  = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them on reg.
@@ -73,7 +76,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "leasehold_fence_decisions_total", Help: "Fence guard decisions (admitted, refused, error).",
 		}, []string{"decision"}),
 	}
-	for _, c := range []prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence} {
+	m.worker = newWorkerCollectors()
+	for _, c := range append([]prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence}, m.worker.all()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

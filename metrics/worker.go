@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/worker"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// workerCollectors count a worker.Pool's tasks and sessions. The result
+// label is worker.Result, a fixed set; resources never become labels.
+type workerCollectors struct {
+	started  prometheus.Counter
+	ended    *prometheus.CounterVec
+	handler  prometheus.Histogram
+	replaced prometheus.Counter
+}
+
+func newWorkerCollectors() workerCollectors {
+	return workerCollectors{
+		started: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_worker_tasks_started_total", Help: "Handler runs a worker pool started, one per lease taken.",
+		}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_worker_tasks_total", Help: "Handler runs by how they ended (completed, stale, failed, retried, interrupted, unknown).",
+		}, []string{"result"}),
+		handler: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasehold_worker_handler_seconds", Help: "How long handlers ran.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		replaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_worker_sessions_replaced_total", Help: "Lost sessions a worker pool replaced with new ones.",
+		}),
+	}
+}
+
+func (w workerCollectors) all() []prometheus.Collector {
+	return []prometheus.Collector{w.started, w.ended, w.handler, w.replaced}
+}
+
+// TaskStarted implements worker.Observer.
+func (m *Metrics) TaskStarted(string) { m.worker.started.Inc() }
+
+// TaskEnded implements worker.Observer.
+func (m *Metrics) TaskEnded(_ string, result worker.Result, handler time.Duration) {
+	m.worker.ended.WithLabelValues(string(result)).Inc()
+	m.worker.handler.Observe(handler.Seconds())
+}
+
+// SessionReplaced implements worker.Observer.
+func (m *Metrics) SessionReplaced(string) { m.worker.replaced.Inc() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/lease"
 )
@@ -80,5 +81,26 @@ func TestRecipeKindIsValidated(t *testing.T) {
 		if _, err := f.reg.Recipe(kind).TryAcquire(context.Background(), f.session("w"), "r"); err == nil || errors.Is(err, lease.ErrHeld) {
 			t.Errorf("Recipe(%q).TryAcquire: %v; want a configuration error", kind, err)
 		}
+	}
+}
+
+// TestRecipeKeepsTheRegistrysBounds: a recipe registry, and one without
+// lock-delay, report the attempt timeout and client of the registry they
+// came from, so recipes bound their own requests alike (semaphore's limit
+// and permit reads use AttemptTimeout).
+func TestRecipeKeepsTheRegistrysBounds(t *testing.T) {
+	f := newFixture(t)
+	reg := lease.NewRegistry(f.cli, lease.WithAttemptTimeout(750*time.Millisecond), lease.WithLockDelay(time.Second))
+	defer reg.Close()
+	for name, r := range map[string]*lease.Registry{"registry": reg, "recipe": reg.Recipe("semaphore"), "without lock-delay": reg.Recipe("semaphore").WithoutLockDelay()} {
+		if got := r.AttemptTimeout(); got != 750*time.Millisecond {
+			t.Errorf("%s: AttemptTimeout = %v, want 750ms", name, got)
+		}
+		if r.Client() != f.cli {
+			t.Errorf("%s: Client is not the registry's client", name)
+		}
+	}
+	if got := lease.NewRegistry(f.cli).AttemptTimeout(); got != lease.DefaultAttemptTimeout {
+		t.Errorf("default AttemptTimeout = %v, want %v", got, lease.DefaultAttemptTimeout)
 	}
 }

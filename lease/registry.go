@@ -69,6 +69,11 @@ func (r *Registry) Namespace() string { return r.space.Namespace() }
 // registry's leases (package worker's Pool) needs no second argument.
 func (r *Registry) Client() *clientv3.Client { return r.cli }
 
+// AttemptTimeout returns the bound of one etcd request of the registry
+// (WithAttemptTimeout, or DefaultAttemptTimeout), for recipes built on it
+// whose own requests should be bounded alike.
+func (r *Registry) AttemptTimeout() time.Duration { return r.attempt }
+
 func (r *Registry) check(op string, s *session.Session, resource string) error {
 	if r.err != nil {
 		return r.err

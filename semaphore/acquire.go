@@ -297,7 +297,7 @@ func (m *Semaphore) read(ctx context.Context, cli *clientv3.Client, turnstile bo
 			clientv3.OpGet(m.space.Lease(m.turnstile), clientv3.WithKeysOnly()),
 			clientv3.OpGet(m.space.QueuePrefix(m.turnstile), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
-	actx, cancel := context.WithTimeout(ctx, lease.DefaultAttemptTimeout)
+	actx, cancel := context.WithTimeout(ctx, m.reg.AttemptTimeout())
 	defer cancel()
 	resp, err := cli.Txn(actx).Then(ops...).Commit()
 	if err != nil {

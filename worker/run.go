@@ -60,16 +60,22 @@ func (r *run) run() error {
 	stop, cancelStop := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelStop(nil)
 	r.stop = stop
-	var graceTimer *time.Timer
-	var graceMu sync.Mutex
+	var (
+		graceMu    sync.Mutex
+		graceTimer *time.Timer
+		over       bool // Run is returning: start no timer
+	)
 	unwatch := context.AfterFunc(ctx, func() {
 		graceMu.Lock()
 		defer graceMu.Unlock()
-		graceTimer = time.AfterFunc(r.p.cfg.grace, func() { cancelStop(ErrShutdown) })
+		if !over {
+			graceTimer = time.AfterFunc(r.p.cfg.grace, func() { cancelStop(ErrShutdown) })
+		}
 	})
 	defer func() {
 		unwatch()
 		graceMu.Lock()
+		over = true
 		if graceTimer != nil {
 			graceTimer.Stop()
 		}

@@ -81,7 +81,7 @@ func shortSeed(t *testing.T, def uint64) uint64 {
 	return s
 }
 
-// TestChaos is the short pass, with the recipe workload: a fixed seed
+// TestChaos is the short pass, with the recipe and pool workloads: a fixed seed
 // (LEASEHOLD_CHAOS_SEED, if set), zero violations. Seed 24 injects
 // pauses, kills, freezes, blackholes, dropped replies, latency,
 // depositions of recipe holders and one member-stop, and now and then a
@@ -93,6 +93,7 @@ func shortSeed(t *testing.T, def uint64) uint64 {
 func TestChaos(t *testing.T) {
 	cfg := shortConfig(t, shortSeed(t, 24), 12*time.Second, ControlNone)
 	cfg.Recipes = 3
+	cfg.PoolWorkers = 2
 	res := Run(t, cfg)
 	summary := res.Summary()
 	t.Log("\n" + summary)
@@ -123,6 +124,9 @@ func TestChaos(t *testing.T) {
 	if rf := res.Recipes; rf == nil || rf.Leaders < 2 || rf.Permits < 2 || rf.Landed == 0 {
 		t.Errorf("the recipe workload did not run its course: %+v", rf)
 	}
+	// And so did the pools: Runs cancelled and started again, handlers
+	// failed and retried, tasks completed.
+	checkPoolRan(t, res)
 }
 
 // TestChaosContended is the short pass of the contended workload: the

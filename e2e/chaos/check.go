@@ -93,6 +93,9 @@ type Result struct {
 	// without one); RecipeOps its operations.
 	Recipes   *RecipeFacts
 	RecipeOps []RecipeOp
+	// Pool is what the pool workload did and its checks found (nil
+	// without one).
+	Pool *PoolFacts
 }
 
 // ViolationsByCheck counts the violations per check.

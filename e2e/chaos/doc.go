@@ -99,6 +99,49 @@
 // one. The summary counts leaders, handoffs, permits granted, the most
 // live at once and the writes by outcome, with each check's violations.
 //
+// # Pool workload
+//
+// Config.PoolWorkers (TestChaos runs two) adds the pool workload (pool.go):
+// in-process workers, each a worker.Pool of three slots in a slot of its
+// own with its own proxies, so that the nemesis's faults of a worker and
+// of a member reach it, on the task workload's tasks beside the
+// hand-written workers. Its source offers the window of tasks its worker
+// does not know to be completed, every 50 ms; its sessions have the
+// suite's TTL; it retries a failed handler up to four times (WithRetry,
+// 50 ms doubling) and gives its handlers a grace of 300 ms (WithGrace).
+// Each Run lasts 3 to 6 s before its context is cancelled and the pool
+// is started again, so that its shutdown — the grace, the completions
+// and releases of what its handlers held, the close of its sessions —
+// happens under the faults too. The handler asks the log whether its task
+// was ever completed, as a hand-written worker does, and fails if so;
+// otherwise it writes an effect to each downstream, through its guard, in
+// one to three steps, and returns the status. One run in ten fails, before
+// some step's writes or after the last, so the pool releases and retries;
+// three in four stop when their lease's context ends, the others write
+// on, and fencing must refuse them.
+//
+// A pool claims, completes and releases by itself, so its worker cannot
+// record those calls around them as a hand-written worker does. Its
+// client's KV records them instead (pool_record.go): every transaction of
+// the lease protocol it sends is an operation of the history, invoked
+// before the transaction is sent and returned with its response — a claim
+// an acquisition (ok with its epoch, held, completed, or fail: it applied
+// nothing), the first transaction of a Complete or Release and each of
+// its stale path's follow-ups a completion or release (ok, stale naming
+// the current epoch its rejection entry records, or fail), any
+// transaction that fails an unknown outcome. Every check below applies to
+// the pools' operations as to the others. Check "pool" adds, per pool,
+// that its stale completions (worker.Stats) are as many as the rejection
+// entries of its Complete attempts in the log, one per epoch, leaving out
+// late ones of completed epochs — or more entries by at most its
+// completions of unknown outcome, which may have been rejected too; that
+// its completions are the epochs its recorded transactions completed;
+// and that the recorder met no transaction it does not know. The summary
+// gives the pools' Runs and restarts, their Stats, why their handlers
+// failed, the stale completions against the rejections per pool, and how
+// many of the tasks the pools claimed completed after healing (check
+// "incomplete" holds every task to that).
+//
 // # Retention
 //
 // Two recorders run with audit.WithRetention of a few seconds
@@ -229,11 +272,16 @@
 // semaphore that misread its limit), and check "semaphore" must see three
 // permits live; ControlRecipeNoFencing writes downstream with a plain put
 // and makes every holder careless, and check "recipe-fencing" must see a
-// deposed holder's write land after its successor's.
+// deposed holder's write land after its successor's. The pool workload
+// has one (TestChaosPoolControl): ControlPoolNoFencing makes the pools'
+// handlers write downstream without the guards and ignore their lease's
+// context, beside one hand-written in-process worker, with freezes and
+// blackholes of their slots as the only faults; check "downstream" must
+// see a pool's write of a deposed epoch land after its successor's.
 //
 // # Running
 //
-//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs (recipes in the first), every control
+//	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs (recipes and pools in the first), every control
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaos$' ./e2e/chaos   # its safe run on another seed
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaosContended$' ./e2e/chaos   # the contended one
 //	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random

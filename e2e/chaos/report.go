@@ -93,6 +93,11 @@ func (r *Result) Summary() string {
 			p("%s", l)
 		}
 	}
+	if r.Pool != nil {
+		for _, l := range r.Pool.lines() {
+			p("%s", l)
+		}
+	}
 	if r.Liveness.Kinds != nil {
 		for _, l := range r.Liveness.lines() {
 			p("%s", l)

@@ -66,6 +66,12 @@ type Config struct {
 	// take permits of one semaphore of RecipeLimit permits (default 2),
 	// writing fenced effects while they lead or hold; 0: none.
 	Recipes, RecipeLimit int
+	// PoolWorkers is the number of pool workers (pool.go): in-process
+	// worker.Pools on the task workload's tasks, each in a slot of its
+	// own that the nemesis's faults of a worker and of a member reach,
+	// their claims, completions and releases recorded from their clients;
+	// 0: none.
+	PoolWorkers int
 	// Faults, if set, are the only fault kinds the nemesis injects.
 	Faults []string
 	// Logf receives progress lines; nil discards them.
@@ -145,6 +151,7 @@ type slot struct {
 	name    string
 	helper  bool
 	recipe  bool // a recipe worker's (recipes.go)
+	pool    bool // a pool worker's (pool.go)
 	proxies []faultProxy
 	gate    *gate // in-process slots
 
@@ -256,6 +263,7 @@ type runner struct {
 	hist    *History
 	recipes *recipeHistory
 	slots   []*slot
+	pools   []*poolWorker
 	revokes int
 	// archived records when the recorders archived each entry; log reads
 	// etcd and the archive as one log.
@@ -363,6 +371,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
 		r.slots = append(r.slots, s)
 	}
+	r.addPoolSlots()
 
 	// Workers. Should the run end early, none outlives it.
 	var inproc sync.WaitGroup
@@ -377,7 +386,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}()
 	for _, s := range r.slots {
-		if s.recipe {
+		if s.recipe || s.pool {
 			continue
 		}
 		if s.helper {
@@ -403,6 +412,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		})
 	}
 	r.startRecipeWorkers(wctx, &inproc)
+	r.startPoolWorkers(wctx, &inproc)
 	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
 	logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
 		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
@@ -474,6 +484,11 @@ func Run(t testing.TB, cfg Config) *Result {
 		var vs []Violation
 		res.Recipes, vs = checkRecipes(cfg.RecipeLimit, res.RecipeOps, rs)
 		res.Recipes.Workers = cfg.Recipes
+		res.Violations = append(res.Violations, vs...)
+	}
+	if cfg.PoolWorkers > 0 {
+		var vs []Violation
+		res.Pool, vs = r.checkPools(res, fs)
 		res.Violations = append(res.Violations, vs...)
 	}
 	res.Faults = faults

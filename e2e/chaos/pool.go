@@ -1,0 +1,288 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	wpool "github.com/leasehold/leasehold/worker"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The pool workload (Config.PoolWorkers): in-process workers, each a
+// worker.Pool in a slot of its own, on the task workload's tasks, beside
+// the hand-written workers and under the same checks. The pool's claims,
+// completions and releases are transactions it sends itself; its client
+// records each of them (txnRecorder) as an operation of the history, so
+// the checker holds them to the same rules as a hand-written worker's.
+const (
+	// ControlPoolNoFencing: the pools' handlers write downstream without
+	// either guard and ignore their lease's context: a deposed epoch's
+	// write lands after its successor's.
+	ControlPoolNoFencing Control = "pool-no-fencing"
+
+	poolSlots   = 3
+	poolRetries = 4 // WithRetry's attempts
+	poolBackoff = 50 * time.Millisecond
+	poolGrace   = 300 * time.Millisecond
+	// A Run lasts poolRunMin to poolRunMax before its context is
+	// cancelled and the pool is started again.
+	poolRunMin = 3 * time.Second
+	poolRunMax = 6 * time.Second
+	// poolPoll is how long the pool's source waits before it offers the
+	// window again.
+	poolPoll = 50 * time.Millisecond
+)
+
+// The errors a pool's handler returns; each releases the lease, and the
+// pool tries the task again per WithRetry.
+var (
+	errInjected  = errors.New("chaos: injected handler failure")
+	errFoundDone = errors.New("chaos: the log says the task was completed")
+	errLogUnread = errors.New("chaos: the log could not be read")
+	errFenced    = errors.New("chaos: a downstream write was fenced")
+)
+
+// poolWorker is one pool of the workload: a worker.Pool whose handler
+// takes the task workload's steps through w, the slot's task worker, which
+// records the handler's operations and follows the completed tasks.
+type poolWorker struct {
+	name    string
+	w       *worker
+	pool    *wpool.Pool
+	rec     *txnRecorder
+	careful bool // ControlPoolNoFencing: false, every handler is careless
+
+	rmu sync.Mutex
+	rng *rand.Rand
+
+	polled   atomic.Bool
+	runs     atomic.Int64
+	restarts atomic.Int64
+	// Why handlers failed: injected, found completed in the log, fenced,
+	// the log unread.
+	injected, foundDone, fenced, unread atomic.Int64
+}
+
+// addPoolSlots adds the pools' slots, each with its own proxies.
+func (r *runner) addPoolSlots() {
+	for i := range r.cfg.PoolWorkers {
+		s := &slot{idx: len(r.slots), name: fmt.Sprintf("p%d", i), pool: true, gate: &gate{}}
+		for _, m := range r.cluster.Members() {
+			s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
+		}
+		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+		r.slots = append(r.slots, s)
+	}
+}
+
+// startPoolWorkers starts a pool in every pool slot; each runs until ctx
+// ends.
+func (r *runner) startPoolWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, s := range r.slots {
+		if !s.pool {
+			continue
+		}
+		p, cli, err := r.newPoolWorker(s)
+		if err != nil {
+			r.t.Fatalf("chaos: pool worker %s: %v", s.name, err)
+		}
+		r.pools = append(r.pools, p)
+		wg.Go(func() {
+			defer cli.Close()
+			p.run(ctx)
+		})
+	}
+}
+
+func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
+	cli, err := newWorkerClient(s.endpoints())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfgW := r.workerConfig(s)
+	cfgW.Name = s.name
+	cfgW.Seed = r.cfg.Seed*1000 + uint64(700+s.idx)
+	if r.cfg.Control == ControlPoolNoFencing {
+		cfgW.Control = ControlNoFencing
+	} else {
+		cfgW.Control = ControlNone
+	}
+	w, err := newWorker(cfgW, cli, r.hist.record)
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	w.gate = s.gate
+	p := &poolWorker{
+		name: s.name, w: w, careful: r.cfg.Control != ControlPoolNoFencing,
+		rng: rand.New(rand.NewPCG(cfgW.Seed, 1)),
+	}
+	// Every transaction through this client is seen by the recorder; it
+	// records those of the lease protocol, which only the pool sends.
+	p.rec = &txnRecorder{w: w}
+	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
+	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
+		wpool.WithSlots(poolSlots), wpool.WithWorker(s.name),
+		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
+		wpool.WithRetry(poolRetries, poolBackoff), wpool.WithGrace(poolGrace))
+	if err != nil {
+		w.close()
+		_ = reg.Close()
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return p, cli, nil
+}
+
+// run runs the pool until ctx ends: Runs of poolRunMin to poolRunMax,
+// each cancelled and the pool started again, so that its shutdown — the
+// grace, the completions and releases of what its handlers held, its
+// sessions' close — happens under the faults too.
+func (p *poolWorker) run(ctx context.Context) {
+	var bg sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(context.Background())
+	bg.Go(func() { p.w.watchDone(wctx) })
+	for ctx.Err() == nil {
+		p.rmu.Lock()
+		d := poolRunMin + time.Duration(p.rng.Int64N(int64(poolRunMax-poolRunMin)))
+		p.rmu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, d)
+		p.runs.Add(1)
+		err := p.pool.Run(rctx)
+		cancel()
+		if ctx.Err() == nil {
+			p.restarts.Add(1)
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			p.rec.problem(fmt.Sprintf("%s: Run returned %v", p.name, err))
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+	stopWatch()
+	bg.Wait()
+	p.w.close()
+}
+
+// next is the pool's source: the worker's window of tasks not known to be
+// completed, offered again every poolPoll.
+func (p *poolWorker) next(ctx context.Context) ([]string, error) {
+	if p.polled.Swap(true) {
+		sleep(ctx, poolPoll)
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return p.w.window(), nil
+}
+
+// window returns the first Window tasks not known to be completed.
+func (w *worker) window() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.advanceLocked()
+	var out []string
+	for i := w.lo; len(out) < w.cfg.Window; i++ {
+		if !w.done[i] {
+			out = append(out, taskName(i))
+		}
+	}
+	return out
+}
+
+// handlerPlan is what one run of the handler will do.
+type handlerPlan struct {
+	careless bool // writes on after its lease's context ended
+	steps    int
+	fail     int // the step before whose writes it fails (steps: after the last); -1: none
+	long     []bool
+}
+
+func (p *poolWorker) plan() handlerPlan {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	hp := handlerPlan{careless: !p.careful || p.rng.IntN(4) == 0, steps: 1 + p.rng.IntN(3), fail: -1}
+	if p.rng.IntN(10) == 0 {
+		hp.fail = p.rng.IntN(hp.steps + 1)
+	}
+	for range hp.steps {
+		hp.long = append(hp.long, p.rng.IntN(4) == 0)
+	}
+	return hp
+}
+
+// handle is the pool's handler: it asks the log whether the task was ever
+// completed (retention prunes done records, so a completed task can be
+// claimed again), and works only on one that never was; it writes an
+// effect to each downstream, through its guard, in one to three steps;
+// and it returns the status. A step takes 10–60 ms, one in four
+// 200–800 ms, so that faults and shutdowns find handlers in flight, past
+// the pool's grace. One run in ten fails, before some step's
+// writes or after the last. Three in four stop when the lease's context
+// ends; the others write on, as a careless worker does, and fencing must
+// refuse them.
+func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
+	w, hp := p.w, p.plan()
+	w.gate.wait()
+	read := w.begin(OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
+	e, done, err := w.completion(l.Resource())
+	switch {
+	case err != nil:
+		read.end(OutFail, 0, 0, err)
+		p.unread.Add(1)
+		return "", errLogUnread
+	case done:
+		read.end(OutOK, 0, e.Epoch, nil)
+		w.markDone(l.Resource())
+		p.foundDone.Add(1)
+		return "", errFoundDone
+	}
+	read.end(OutOK, 0, 0, nil)
+	for i := range hp.steps {
+		d := time.Duration(10+p.randN(50)) * time.Millisecond
+		if hp.long[i] {
+			d = time.Duration(200+p.randN(600)) * time.Millisecond
+		}
+		if hp.careless {
+			time.Sleep(d)
+		} else {
+			sleep(ctx, d)
+		}
+		w.gate.wait()
+		if !hp.careless && ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+		if hp.fail == i {
+			p.injected.Add(1)
+			return "", errInjected
+		}
+		out := w.writeSQL(l)
+		if out != OutRefused {
+			w.gate.wait()
+			out = w.writeEtcd(l)
+		}
+		if out == OutRefused {
+			p.fenced.Add(1)
+			return "", errFenced
+		}
+	}
+	w.gate.wait()
+	if hp.fail == hp.steps {
+		p.injected.Add(1)
+		return "", errInjected
+	}
+	return status, nil
+}
+
+func (p *poolWorker) randN(n int) int {
+	p.rmu.Lock()
+	defer p.rmu.Unlock()
+	return p.rng.IntN(n)
+}

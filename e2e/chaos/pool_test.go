@@ -1,0 +1,59 @@
+package chaos
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkPoolRan fails t unless the pool workload ran its course: its Runs
+// were cancelled and started again, its handlers completed tasks and
+// failed and were retried, its stale completions equal the rejections of
+// its Complete attempts, and every task it claimed completed.
+func checkPoolRan(t *testing.T, res *Result) {
+	t.Helper()
+	pf := res.Pool
+	if pf == nil {
+		t.Fatalf("no pool figures")
+	}
+	s := pf.Stats
+	if pf.Restarts == 0 || s.Started == 0 || s.Completed == 0 || s.Retried == 0 || pf.Injected == 0 {
+		t.Errorf("the pool workload did not run its course: %+v", pf)
+	}
+	if pf.StaleSeen != pf.Rejections && s.Unknown == 0 {
+		t.Errorf("%d stale completions, %d rejections of the pools' Complete attempts", pf.StaleSeen, pf.Rejections)
+	}
+	if pf.Tasks == 0 || pf.Done != pf.Tasks {
+		t.Errorf("%d of the %d tasks the pools claimed completed after healing", pf.Done, pf.Tasks)
+	}
+}
+
+// TestChaosPoolControl proves the checker catches a pool whose handler
+// writes downstream without the guards: with hand-written in-process
+// workers beside two pools, and freezes and blackholes of their slots as
+// the faults, a deposed pool epoch's write lands after its successor's.
+func TestChaosPoolControl(t *testing.T) {
+	cfg := shortConfig(t, shortSeed(t, 8), 6*time.Second, ControlPoolNoFencing)
+	cfg.Helpers, cfg.InProcess, cfg.PoolWorkers = -1, 1, 2
+	cfg.Faults = []string{FaultFreeze, FaultBlackhole}
+	cfg.Quiet = time.Second
+	res := Run(t, cfg)
+	summary := res.Summary()
+	t.Log("\n" + summary)
+	if res.ViolationsByCheck()[CheckDownstream] == 0 {
+		t.Fatalf("control %s: the checker found no %s violation", cfg.Control, CheckDownstream)
+	}
+	// Only the pools write unfenced: the lower epoch that landed late is
+	// a pool's write ("etcd admitted epoch 33 (p0-40, order 107) after
+	// epoch 81 (i0.1-116, order 85)").
+	late := regexp.MustCompile(`admitted epoch \d+ \(p\d+-\d+, order \d+\) after epoch`)
+	if !slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Check == CheckDownstream && late.MatchString(v.Detail) }) {
+		t.Errorf("control %s: no %s violation says a pool's write of a lower epoch landed after a higher one", cfg.Control, CheckDownstream)
+	}
+	if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
+		t.Errorf("the summary does not end with the violations line")
+	}
+}

@@ -14,6 +14,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // abandonTimeout bounds the removal of a queue entry whose Acquire gave up.
@@ -52,7 +54,9 @@ const abandonTimeout = 5 * time.Second
 // a rejected release the caller never made by hand. A grant whose epoch is
 // revoked before the waiter has read it leaves the waiter's entry gone and
 // the key not its own; the call then queues again.
-func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
+	ctx, sp := r.startSpan(ctx, "lease.Acquire", resource, s)
+	defer func() { sp.finish(epochOf(l), err) }()
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err
 	}
@@ -130,6 +134,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		wt.w.Rev = resp.Header.Revision
 		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
+		trace.SpanFromContext(ctx).AddEvent(EventQueued, trace.WithAttributes(attribute.Int64("leasehold.queue_revision", wt.w.Rev)))
 	}
 	l, requeue, err = wt.wait(ctx, p)
 	if err != nil && wt.w.Rev != 0 && !errors.As(err, new(*CompletedError)) {

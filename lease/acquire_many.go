@@ -32,7 +32,9 @@ import (
 // returned. Checked first, sending nothing: as for TryAcquireMany (at most
 // MaxBatch resources, valid and distinct names). An empty list returns
 // nil, nil.
-func (r *Registry) AcquireMany(ctx context.Context, s *session.Session, resources []string) ([]*Lease, error) {
+func (r *Registry) AcquireMany(ctx context.Context, s *session.Session, resources []string) (leases []*Lease, err error) {
+	ctx, sp := r.startSpan(ctx, "lease.AcquireMany", "", s, AttrBatch.Int(len(resources)))
+	defer func() { sp.SetAttributes(AttrClaimed.Int(len(leases))); sp.finish(0, err) }()
 	// TryAcquireMany validates the batch; with it, the fast path.
 	claimed, err := r.TryAcquireMany(ctx, s, resources)
 	if err != nil || len(claimed) == len(resources) {

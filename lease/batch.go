@@ -11,6 +11,8 @@ import (
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Batches: many resources claimed, or many leases completed, in one etcd
@@ -92,7 +94,9 @@ var (
 // refused it whole — permissions, a limit — which applies nothing):
 // resources it claimed stay held by the session, with no Lease, until the
 // session's etcd lease ends.
-func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) ([]*Lease, error) {
+func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) (leases []*Lease, err error) {
+	ctx, sp := r.startSpan(ctx, "lease.TryAcquireMany", "", s, AttrBatch.Int(len(resources)))
+	defer func() { sp.SetAttributes(AttrClaimed.Int(len(leases))); sp.finish(epochOf(first0(leases)), err) }()
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -209,7 +213,7 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 // A per-lease error that matches ErrStale but is not a *StaleError means
 // that lease's CAS failed and writing its rejection in a follow-up
 // transaction had an unknown outcome, as with Complete.
-func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error, error) {
+func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []error, err error) {
 	if err := validateStatus(status); err != nil {
 		return nil, fmt.Errorf("lease: complete batch: %w", err)
 	}
@@ -236,6 +240,19 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 		seen[l.resource] = i
 	}
 	r := leases[0].r
+	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, AttrBatch.Int(len(leases)))
+	defer func() {
+		stale := 0
+		for i, e := range errs {
+			var se *StaleError
+			if errors.As(e, &se) {
+				stale++
+				sp.AddEvent(EventStale, trace.WithAttributes(AttrResource.String(leases[i].resource), AttrEpoch.Int64(se.Epoch), AttrCurrentEpoch.Int64(se.CurrentEpoch)))
+			}
+		}
+		sp.SetAttributes(attribute.Int("leasehold.stale", stale))
+		sp.finish(leases[0].epoch, err)
+	}()
 
 	now := time.Now()
 	attempts := make([]*staleAttempt, len(leases))
@@ -264,7 +281,7 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) ([]error,
 		l.beginEnd()
 	}
 	var results []error
-	err := retryUnknown(ctx, r.log, func() error {
+	err = retryUnknown(ctx, r.log, func() error {
 		var err error
 		results, err = completeMany(ctx, r, attempts, cas)
 		return err

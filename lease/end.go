@@ -57,7 +57,9 @@ const maxGuesses = 8
 // committed; calling Complete again with the same status resolves it — and
 // an error matching outcome.ErrRefused means etcd applied nothing. The
 // resource cannot be acquired again once completed.
-func (l *Lease) Complete(ctx context.Context, status string) error {
+func (l *Lease) Complete(ctx context.Context, status string) (err error) {
+	ctx, sp := l.r.startSpan(ctx, "lease.Complete", l.resource, l.s, AttrEpoch.Int64(l.epoch))
+	defer func() { sp.finish(l.epoch, err) }()
 	if err := validateStatus(status); err != nil {
 		return fmt.Errorf("lease: complete %q: %w", l.resource, err)
 	}
@@ -66,7 +68,7 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 	}
 	l.beginEnd()
 	e := l.newEnd(audit.Completed, status, time.Now())
-	err := retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
+	err = retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
 	if err == nil {
 		l.log.Debug("completed", "status", status)
@@ -101,7 +103,9 @@ func (l *Lease) Complete(ctx context.Context, status string) error {
 // attempt committed — returns a *StaleError and is audited as a rejection,
 // once per epoch however often it is retried. Errors are classified as for
 // Complete.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) (err error) {
+	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, AttrEpoch.Int64(l.epoch))
+	defer func() { sp.finish(l.epoch, err) }()
 	l.beginEnd()
 	e := l.newEnd(audit.Released, "", time.Now())
 	if l.r.lockDelay > 0 && errors.Is(l.s.Err(), session.ErrLost) {
@@ -110,7 +114,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	} else {
 		e.Next = l.queueHead(ctx)
 	}
-	err := l.end(ctx, "release", e)
+	err = l.end(ctx, "release", e)
 	if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The head's session lease is gone, and its entry with it (etcd
 		// deletes what is attached): etcd refused the transaction whole.

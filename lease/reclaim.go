@@ -42,7 +42,9 @@ var ErrAlreadyTracked = errors.New("the epoch already has a Lease in this regist
 // CAS on its epoch, and it ends with the session. Two registries over the
 // same session can each reclaim the epoch; only one of the Leases can
 // complete it, the other's Complete is stale.
-func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
+	ctx, sp := r.startSpan(ctx, "lease.Reclaim", resource, s)
+	defer func() { sp.finish(epochOf(l), err) }()
 	if err := r.check("reclaim", s, resource); err != nil {
 		return nil, err
 	}

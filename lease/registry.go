@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Registry acquires and tracks leases in one namespace. For each session
@@ -29,6 +30,7 @@ type Registry struct {
 	space    keys.Space
 	log      hclog.Logger
 	observer Observer
+	tracer   trace.Tracer  // WithTracerProvider; nil: otel's global provider
 	attempt  time.Duration // bound of one etcd request (WithAttemptTimeout)
 	err      error         // configuration error, returned by every method
 	kind     string        // the recipe's kind (Recipe); empty for tasks
@@ -123,7 +125,9 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // audit.RunRecorder then writes its Expired entry. Reclaim tells which,
 // and returns the Lease of a claim that was applied (ErrNotHeld: it was
 // not, and TryAcquire may be called again).
-func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
+	ctx, sp := r.startSpan(ctx, "lease.TryAcquire", resource, s)
+	defer func() { sp.finish(epochOf(l), err) }()
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err
 	}
@@ -242,7 +246,9 @@ func claimError(err error) error {
 // from the revocation, however long the holder's session lives on. A
 // resource nobody holds gives ErrNotHeld. A failed transaction matches
 // outcome.ErrRefused or outcome.ErrUnknown.
-func (r *Registry) Revoke(ctx context.Context, resource, reason string) error {
+func (r *Registry) Revoke(ctx context.Context, resource, reason string) (err error) {
+	ctx, sp := r.startSpan(ctx, "lease.Revoke", resource, nil)
+	defer func() { sp.finish(0, err) }()
 	if r.err != nil {
 		return r.err
 	}

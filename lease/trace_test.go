@@ -1,0 +1,168 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/lease"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// TestTraceOfATakeover: the spans of a takeover, from the SDK's in-memory
+// recorder. The old holder's TryAcquire and the new one's carry their
+// epochs and workers; the operator's Revoke is ok; the old holder's
+// Complete is stale, with an event carrying the epoch that holds the
+// resource now; a third worker's Acquire is queued (an event) and ends ok
+// at a higher epoch once the second releases; a held TryAcquire is
+// "held", not an error.
+func TestTraceOfATakeover(t *testing.T) {
+	f := newFixture(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	reg := lease.NewRegistry(f.cli, lease.WithTracerProvider(tp))
+	t.Cleanup(func() { _ = reg.Close() })
+	ctx := t.Context()
+	old, next, third := f.session("old"), f.session("new"), f.session("third")
+
+	l1, err := reg.TryAcquire(ctx, old, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Revoke(ctx, "job", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := reg.TryAcquire(ctx, next, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.TryAcquire(ctx, third, "job"); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("TryAcquire while held: %v", err)
+	}
+	if err := l1.Complete(ctx, "done"); !errors.Is(err, lease.ErrStale) {
+		t.Fatalf("old Complete: %v, want stale", err)
+	}
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		l3, err := reg.Acquire(ctx, third, "job")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l3
+	}()
+	for {
+		n, err := reg.Waiters(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := <-got
+	if l3 == nil {
+		t.FailNow()
+	}
+
+	type want struct {
+		name, worker, result string
+		epoch                int64
+	}
+	wants := []want{
+		{"lease.TryAcquire", "old", lease.ResultOK, l1.Epoch()},
+		{"lease.Revoke", "", lease.ResultOK, 0},
+		{"lease.TryAcquire", "new", lease.ResultOK, l2.Epoch()},
+		{"lease.TryAcquire", "third", lease.ResultHeld, 0},
+		{"lease.Complete", "old", lease.ResultStale, l1.Epoch()},
+		{"lease.Release", "new", lease.ResultOK, l2.Epoch()},
+		{"lease.Acquire", "third", lease.ResultOK, l3.Epoch()},
+	}
+	spans := rec.Ended()
+	// Spans end in call order, except the Acquire, which ends after the
+	// Release that granted it.
+	if len(spans) != len(wants) {
+		for _, s := range spans {
+			t.Logf("span %s %v", s.Name(), s.Attributes())
+		}
+		t.Fatalf("%d spans, want %d", len(spans), len(wants))
+	}
+	for i, w := range wants {
+		s := spans[i]
+		a := attrs(s)
+		if s.Name() != w.name || a[lease.AttrResult].AsString() != w.result || a[lease.AttrWorker].AsString() != w.worker ||
+			a[lease.AttrEpoch].AsInt64() != w.epoch || a[lease.AttrResource].AsString() != "job" {
+			t.Errorf("span %d: %s %v; want %+v", i, s.Name(), s.Attributes(), w)
+		}
+		if w.result == lease.ResultOK || w.result == lease.ResultHeld || w.result == lease.ResultStale {
+			if s.Status().Code != 0 {
+				t.Errorf("span %d (%s, %s) has status %v; an outcome of the protocol is not an error", i, w.name, w.result, s.Status())
+			}
+		}
+	}
+	if !(l1.Epoch() < l2.Epoch() && l2.Epoch() < l3.Epoch()) {
+		t.Errorf("epochs %d, %d, %d, want increasing", l1.Epoch(), l2.Epoch(), l3.Epoch())
+	}
+	stale := spans[4].Events()
+	if len(stale) != 1 || stale[0].Name != lease.EventStale {
+		t.Fatalf("the stale Complete's events: %v", stale)
+	}
+	ev := map[attribute.Key]attribute.Value{}
+	for _, kv := range stale[0].Attributes {
+		ev[kv.Key] = kv.Value
+	}
+	if ev[lease.AttrCurrentEpoch].AsInt64() != l2.Epoch() || ev[lease.AttrEpoch].AsInt64() != l1.Epoch() {
+		t.Errorf("stale event %v; want epoch %d, current epoch %d", stale[0].Attributes, l1.Epoch(), l2.Epoch())
+	}
+	queued := spans[6].Events()
+	if len(queued) != 1 || queued[0].Name != lease.EventQueued || queued[0].Time.Before(spans[6].StartTime()) || queued[0].Time.After(spans[5].StartTime()) {
+		t.Errorf("the Acquire's events %v: want one %s, after its start and before the Release began", queued, lease.EventQueued)
+	}
+}
+
+// TestTracesJoinTheCallersTrace: a lease span is a child of the span in
+// the caller's context, so a worker's own trace shows its claims.
+func TestTracesJoinTheCallersTrace(t *testing.T) {
+	f := newFixture(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	reg := lease.NewRegistry(f.cli, lease.WithTracerProvider(tp))
+	t.Cleanup(func() { _ = reg.Close() })
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "handle order")
+	l, err := reg.TryAcquire(ctx, f.session("w"), "order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Complete(ctx, "shipped"); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	spans := rec.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	for _, s := range spans[:2] {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+			t.Errorf("%s is not a child of the caller's span", s.Name())
+		}
+	}
+	if _, err := lease.NewRegistry(f.cli, lease.WithTracerProvider(nil)).TryAcquire(t.Context(), f.session("x"), "y"); err == nil {
+		t.Error("WithTracerProvider(nil) accepted")
+	}
+}

@@ -158,7 +158,9 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // always safe (an equal epoch is admitted again); retrying AdmitOps applies
 // ops again if the first attempt committed, so make them idempotent or
 // guard them with a nested compare.
-func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
+	ctx, sp := startAdmit(ctx, "fence.EtcdGuard.AdmitOps", "etcd", t)
+	defer func() { sp.finish(err) }()
 	if err := refuseEarly(ctx, g.err, t); err != nil {
 		return nil, err
 	}
@@ -203,7 +205,7 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 		append([]clientv3.Op{record}, ops...),
 	)
 	actx, cancel := g.cfg.bound(ctx)
-	resp, err := g.cli.Txn(actx).
+	resp, err = g.cli.Txn(actx).
 		If(superseded).
 		Then(getCurrent).
 		Else(admit).
@@ -495,7 +497,9 @@ func (g *LeaseGuard) Admit(ctx context.Context, t Token) error {
 // outcome.ErrUnknown), are as for EtcdGuard.AdmitOps: a missing read
 // permission on the lease key, or a missing permission on an op's key, is
 // ErrRefused.
-func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
+	ctx, sp := startAdmit(ctx, "fence.LeaseGuard.AdmitOps", "lease", t)
+	defer func() { sp.finish(err) }()
 	if err := refuseEarly(ctx, g.err, t); err != nil {
 		return nil, err
 	}
@@ -511,7 +515,7 @@ func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) 
 	// not needed), to report it without a second round trip.
 	getLive := clientv3.OpGet(leaseKey, clientv3.WithKeysOnly())
 	actx, cancel := g.cfg.bound(ctx)
-	resp, err := g.cli.Txn(actx).If(live).Then(ops...).Else(getLive).Commit()
+	resp, err = g.cli.Txn(actx).If(live).Then(ops...).Else(getLive).Commit()
 	cancel()
 	if err != nil {
 		return nil, txnError(t, err)

@@ -159,7 +159,9 @@ func (g *MemoryGuard) admitLocked(st *resourceState, t Token) error {
 // returning and the write landing, a newer holder may be admitted and write,
 // and the older write then overwrites it. Use Do when the write happens in
 // this process.
-func (g *MemoryGuard) Admit(ctx context.Context, t Token) error {
+func (g *MemoryGuard) Admit(ctx context.Context, t Token) (err error) {
+	ctx, sp := startAdmit(ctx, "fence.MemoryGuard.Admit", "memory", t)
+	defer func() { sp.finish(err) }()
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -185,7 +187,9 @@ func (g *MemoryGuard) Admit(ctx context.Context, t Token) error {
 // not its write succeeded. Effects for different resources run
 // concurrently. effect must not call Admit or Do for the same resource on
 // the same guard, which would deadlock until ctx is done.
-func (g *MemoryGuard) Do(ctx context.Context, t Token, effect func(ctx context.Context) error) error {
+func (g *MemoryGuard) Do(ctx context.Context, t Token, effect func(ctx context.Context) error) (err error) {
+	ctx, sp := startAdmit(ctx, "fence.MemoryGuard.Do", "memory", t)
+	defer func() { sp.finish(err) }()
 	if effect == nil {
 		return errors.New("fence: Do called with a nil effect")
 	}

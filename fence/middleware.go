@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MiddlewareOption configures NewMiddleware and the gRPC server
@@ -218,6 +222,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx := r.Context()
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		// No server span (otelhttp) took the caller's trace: take it
+		// here, through the program's propagator, so the admission's span
+		// and the handler's join the sender's trace.
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
 	release, err := admit(ctx, m.guard, t)
 	if err != nil {
 		p := ProblemFor(err)

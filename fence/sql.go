@@ -333,7 +333,9 @@ func (g *SQLGuard) Table() string { return g.table }
 // ErrMalformedToken before any SQL runs, and a done ctx returns ctx's error
 // without touching tx. Other errors come from the database, wrapped; after
 // one of those, tx may be aborted and must be rolled back.
-func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) error {
+func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) (err error) {
+	ctx, sp := startAdmit(ctx, "fence.SQLGuard.AdmitTx", "sql", t)
+	defer func() { sp.finish(err) }()
 	if err := t.Validate(); err != nil {
 		return err
 	}

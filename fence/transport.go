@@ -3,6 +3,9 @@ package fence
 import (
 	"fmt"
 	"net/http"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // NewTransport returns an http.RoundTripper that sends the token and the
@@ -59,6 +62,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if setKey {
 		out.Header.Set(IdempotencyHeader, key)
 	}
+	// The trace travels with the token, through the program's propagator
+	// (otel.SetTextMapPropagator; a no-op until one is set), so that the
+	// receiver's admission joins the sender's trace.
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(out.Header))
 	return t.base.RoundTrip(out)
 }
 

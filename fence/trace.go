@@ -1,0 +1,73 @@
+package fence
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracerName is the instrumentation scope of the guards' spans.
+const TracerName = "github.com/leasehold/leasehold/fence"
+
+// EventFenced is the span event of a refused token; it carries the
+// refused epoch and the current one (leasehold.epoch,
+// leasehold.current_epoch).
+const EventFenced = "leasehold.fenced"
+
+// The results of an admission, the values of a guard span's
+// leasehold.result attribute.
+const (
+	ResultAdmitted  = "admitted"
+	ResultFenced    = "fenced"
+	ResultMalformed = "malformed"
+	ResultError     = "error"
+)
+
+// admitSpan is the span of one admission. Guards take no tracer option:
+// an admission is part of the caller's work, so its span goes to the
+// tracer provider of the recording span in ctx (an HTTP or gRPC server
+// span, a worker pool's handler span), or to otel's global provider when
+// ctx has none (a no-op unless the program sets one) — as a child of the
+// span in ctx, also of a remote one the middleware extracted.
+type admitSpan struct{ trace.Span }
+
+func startAdmit(ctx context.Context, op, guard string, t Token) (context.Context, admitSpan) {
+	tp := otel.GetTracerProvider()
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		tp = sp.TracerProvider()
+	}
+	ctx, sp := tp.Tracer(TracerName).Start(ctx, op, trace.WithAttributes(
+		attribute.String("leasehold.guard", guard),
+		attribute.String("leasehold.resource", t.Resource),
+		attribute.Int64("leasehold.epoch", t.Epoch)))
+	return ctx, admitSpan{sp}
+}
+
+func (sp admitSpan) finish(err error) {
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
+	var fenced *FencedError
+	switch {
+	case err == nil:
+		sp.SetAttributes(attribute.String("leasehold.result", ResultAdmitted))
+	case errors.As(err, &fenced):
+		sp.SetAttributes(attribute.String("leasehold.result", ResultFenced))
+		sp.AddEvent(EventFenced, trace.WithAttributes(
+			attribute.Int64("leasehold.epoch", fenced.Token.Epoch),
+			attribute.Int64("leasehold.current_epoch", fenced.Current)))
+	case errors.Is(err, ErrMalformedToken):
+		sp.SetAttributes(attribute.String("leasehold.result", ResultMalformed))
+		sp.SetStatus(codes.Error, err.Error())
+	default:
+		sp.SetAttributes(attribute.String("leasehold.result", ResultError))
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}

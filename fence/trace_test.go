@@ -1,0 +1,146 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/leasehold/leasehold/fence"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestAdmissionSpans: each guard's admission is a child span of the
+// caller's, on the caller's tracer provider; a refused token's span has
+// result "fenced" and an event carrying the refused and the current epoch.
+func TestAdmissionSpans(t *testing.T) {
+	f := newEtcdFixture(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "handler")
+
+	etcd := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+	mem := fence.NewMemoryGuard()
+	for _, admit := range []func(context.Context, fence.Token) error{etcd.Admit, mem.Admit} {
+		if err := admit(ctx, fence.Token{Resource: "r", Epoch: 9}); err != nil {
+			t.Fatal(err)
+		}
+		if err := admit(ctx, fence.Token{Resource: "r", Epoch: 4}); !errors.Is(err, fence.ErrFenced) {
+			t.Fatalf("epoch 4 after 9: %v", err)
+		}
+	}
+	if err := mem.Do(ctx, fence.Token{Resource: "r", Epoch: 3}, func(context.Context) error { return nil }); !errors.Is(err, fence.ErrFenced) {
+		t.Fatalf("Do: %v", err)
+	}
+	parent.End()
+
+	type want struct {
+		name, result string
+		epoch        int64
+	}
+	wants := []want{
+		{"fence.EtcdGuard.AdmitOps", fence.ResultAdmitted, 9},
+		{"fence.EtcdGuard.AdmitOps", fence.ResultFenced, 4},
+		{"fence.MemoryGuard.Admit", fence.ResultAdmitted, 9},
+		{"fence.MemoryGuard.Admit", fence.ResultFenced, 4},
+		{"fence.MemoryGuard.Do", fence.ResultFenced, 3},
+	}
+	spans := rec.Ended()
+	if len(spans) != len(wants)+1 {
+		t.Fatalf("%d spans, want %d", len(spans), len(wants)+1)
+	}
+	for i, w := range wants {
+		s := spans[i]
+		a := map[attribute.Key]attribute.Value{}
+		for _, kv := range s.Attributes() {
+			a[kv.Key] = kv.Value
+		}
+		if s.Name() != w.name || a["leasehold.result"].AsString() != w.result || a["leasehold.epoch"].AsInt64() != w.epoch || a["leasehold.resource"].AsString() != "r" {
+			t.Errorf("span %d: %s %v; want %+v", i, s.Name(), s.Attributes(), w)
+		}
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %d (%s) is not a child of the caller's span", i, s.Name())
+		}
+		if w.result != fence.ResultFenced {
+			if len(s.Events()) != 0 {
+				t.Errorf("span %d: events %v on an admission", i, s.Events())
+			}
+			continue
+		}
+		ev := s.Events()
+		if len(ev) != 1 || ev[0].Name != fence.EventFenced {
+			t.Errorf("span %d: events %v, want one %s", i, ev, fence.EventFenced)
+			continue
+		}
+		for _, kv := range ev[0].Attributes {
+			if kv.Key == "leasehold.current_epoch" && kv.Value.AsInt64() != 9 {
+				t.Errorf("span %d: current epoch %d, want 9", i, kv.Value.AsInt64())
+			}
+		}
+	}
+}
+
+// TestHTTPCarriesTheTrace: the transport sends the trace with the token
+// through the program's propagator, and the middleware's admission joins
+// it: the server's admission span has the client's trace and the client's
+// span as parent, with no server instrumentation of its own. A refused
+// token's admission span has the fenced event.
+func TestHTTPCarriesTheTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+
+	srv := httptest.NewServer(fence.NewMiddleware(fence.NewMemoryGuard())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	t.Cleanup(srv.Close)
+	client := &http.Client{Transport: fence.NewTransport(nil)}
+	send := func(epoch int64) (int, trace.SpanContext) {
+		ctx, sp := tp.Tracer("worker").Start(t.Context(), "write")
+		defer sp.End()
+		req, err := http.NewRequestWithContext(fence.WithToken(ctx, fence.Token{Resource: "doc", Epoch: epoch}), http.MethodPut, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, sp.SpanContext()
+	}
+	okCode, okSpan := send(7)
+	refusedCode, refusedSpan := send(6)
+	if okCode != http.StatusNoContent || refusedCode != http.StatusPreconditionFailed {
+		t.Fatalf("status codes %d, %d", okCode, refusedCode)
+	}
+	var admissions []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "fence.MemoryGuard.Admit" {
+			admissions = append(admissions, s)
+		}
+	}
+	if len(admissions) != 2 {
+		t.Fatalf("%d admission spans", len(admissions))
+	}
+	for i, parent := range []trace.SpanContext{okSpan, refusedSpan} {
+		s := admissions[i]
+		if s.SpanContext().TraceID() != parent.TraceID() || s.Parent().SpanID() != parent.SpanID() || !s.Parent().IsRemote() {
+			t.Errorf("admission %d: trace %s parent %s; want the client's trace %s, span %s (remote)", i, s.SpanContext().TraceID(), s.Parent().SpanID(), parent.TraceID(), parent.SpanID())
+		}
+	}
+	if ev := admissions[1].Events(); len(ev) != 1 || ev[0].Name != fence.EventFenced {
+		t.Errorf("the refused admission's events: %v", ev)
+	}
+}

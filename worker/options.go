@@ -8,6 +8,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of a Pool's options.
@@ -41,6 +43,34 @@ type config struct {
 	observer       Observer
 	sessionBackoff time.Duration // the first wait after a failed session.New
 	errorBackoff   time.Duration // the first wait after a failed TryAcquire
+	tp             trace.TracerProvider
+}
+
+// TracerName is the instrumentation scope of a pool's spans.
+const TracerName = "github.com/leasehold/leasehold/worker"
+
+func (c *config) tracer() trace.Tracer {
+	if c.tp == nil {
+		return otel.GetTracerProvider().Tracer(TracerName)
+	}
+	return c.tp.Tracer(TracerName)
+}
+
+// WithTracerProvider sets where the pool's spans go: one "worker.handle"
+// span per handler run, with the resource, epoch, worker and Result, a
+// "worker.panic" event for a panic, and as its children the spans the
+// handler's context reaches (lease and fence operations) and the Complete
+// or Release after it. Give the registry the same provider
+// (lease.WithTracerProvider) for the claims' spans. The default is otel's
+// global provider, a no-op unless the program sets one.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return errors.New("worker: WithTracerProvider(nil)")
+		}
+		c.tp = tp
+		return nil
+	}
 }
 
 func defaults() config {

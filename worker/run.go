@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // run is one Run of a pool. Its contexts:
@@ -452,29 +455,41 @@ func (r *run) handle(l *lease.Lease) {
 	r.p.stats.started.Add(1)
 	obs.TaskStarted(name)
 	log.Debug("task started")
+	// The handler's span: the lease's and the guards' spans under the
+	// handler's context, and the Complete or Release after it, are its
+	// children.
+	_, sp := r.p.cfg.tracer().Start(r.ctx, "worker.handle", trace.WithAttributes(
+		lease.AttrResource.String(name), lease.AttrEpoch.Int64(l.Epoch()), lease.AttrWorker.String(l.Worker())))
+	spanned := func(ctx context.Context) context.Context { return trace.ContextWithSpan(ctx, sp) }
+	var took time.Duration
+	ended := func(res Result) {
+		obs.TaskEnded(name, res, took)
+		sp.SetAttributes(lease.AttrResult.String(string(res)))
+		sp.End()
+	}
 
-	hctx, cancel := context.WithCancelCause(l.Context())
+	hctx, cancel := context.WithCancelCause(spanned(l.Context()))
 	unstop := context.AfterFunc(r.stop, func() { cancel(context.Cause(r.stop)) })
 	start := time.Now()
 	status, err := r.call(hctx, l)
-	took := time.Since(start)
+	took = time.Since(start)
 	interrupted, cause := hctx.Err() != nil, context.Cause(hctx)
 	unstop()
 	cancel(nil)
 
 	if err == nil {
-		err = l.Complete(r.stop, status)
+		err = l.Complete(spanned(r.stop), status)
 		var stale *lease.StaleError
 		switch {
 		case err == nil:
 			r.p.stats.completed.Add(1)
-			obs.TaskEnded(name, Completed, took)
+			ended(Completed)
 			log.Debug("task completed", "status", status, "took", took)
 			r.finished(name)
 			return
 		case errors.As(err, &stale):
 			r.p.stats.stale.Add(1)
-			obs.TaskEnded(name, Stale, took)
+			ended(Stale)
 			log.Warn("completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
 			r.giveBack(name)
 			return
@@ -483,7 +498,7 @@ func (r *run) handle(l *lease.Lease) {
 			// A failure of the handler's: release, and retry per policy.
 		default:
 			r.p.stats.unknown.Add(1)
-			obs.TaskEnded(name, Unknown, took)
+			ended(Unknown)
 			log.Error("completion not decided before the pool stopped; the session's end will settle it", "error", err)
 			r.giveBack(name)
 			return
@@ -493,9 +508,9 @@ func (r *run) handle(l *lease.Lease) {
 	if interrupted && !errors.As(err, &perr) {
 		// The lease was lost, or the pool is shutting down: not the
 		// handler's failure, and no attempt is spent.
-		r.release(l)
+		r.releaseCtx(spanned(r.stop), l)
 		r.p.stats.interrupted.Add(1)
-		obs.TaskEnded(name, Interrupted, took)
+		ended(Interrupted)
 		log.Info("handler stopped: its context ended; released", "cause", cause, "error", err)
 		r.giveBack(name)
 		return
@@ -503,8 +518,9 @@ func (r *run) handle(l *lease.Lease) {
 	if errors.As(err, &perr) {
 		r.p.stats.panics.Add(1)
 		log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))
+		sp.AddEvent("worker.panic", trace.WithAttributes(attribute.String("worker.panic", fmt.Sprint(perr.Value))))
 	}
-	r.release(l)
+	r.releaseCtx(spanned(r.stop), l)
 	r.mu.Lock()
 	r.failures[name]++
 	n := r.failures[name]
@@ -518,12 +534,12 @@ func (r *run) handle(l *lease.Lease) {
 	r.mu.Unlock()
 	if retry {
 		r.p.stats.retried.Add(1)
-		obs.TaskEnded(name, Retried, took)
+		ended(Retried)
 		log.Warn("handler failed; released, will retry", "attempt", n, "error", err)
 		return
 	}
 	r.p.stats.failed.Add(1)
-	obs.TaskEnded(name, Failed, took)
+	ended(Failed)
 	log.Error("handler failed; released, giving up on it for this run", "attempts", n, "error", err)
 	r.finished(name)
 }
@@ -540,8 +556,10 @@ func (r *run) call(ctx context.Context, l *lease.Lease) (status string, err erro
 
 // release releases l under the stop context; a stale Release (the epoch
 // ended first) is audited by the Release itself and needs nothing more.
-func (r *run) release(l *lease.Lease) {
-	err := l.Release(r.stop)
+func (r *run) release(l *lease.Lease) { r.releaseCtx(r.stop, l) }
+
+func (r *run) releaseCtx(ctx context.Context, l *lease.Lease) {
+	err := l.Release(ctx)
 	if err != nil && !errors.Is(err, lease.ErrStale) {
 		r.log.Warn("release failed; the session's end will free the resource", "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker(), "error", err)
 	}

@@ -45,17 +45,21 @@ type PoolWorkerFacts struct {
 }
 
 // checkPools gathers the pools' figures and checks them against the
-// audit log (fs.Audit, etcd and the archive as one) and the history: per
-// pool, its stale completions — Complete calls that returned a
-// *lease.StaleError — against the rejection entries of its Complete
-// attempts, each epoch's counted once, leaving out late ones (above); at
-// least as many entries as stale completions, and no more than those
-// plus the completions whose outcome the pool never learned
-// (Stats.Unknown), which may have been rejected too. Its completions
-// against the epochs its recorded transactions completed, which must be
-// equal; and every task it claimed completed after the faults were
-// healed (check "incomplete" holds every task to that; this counts the
-// pools' part).
+// audit log (fs.Audit, etcd and the archive as one) and the history. Per
+// pool:
+//
+//   - its stale completions — Complete calls that returned a
+//     *lease.StaleError — are at most the rejection entries of its
+//     Complete attempts, each epoch's counted once and late ones (above)
+//     left out, and those entries at most its stale completions plus its
+//     completions of unknown outcome (Stats.Unknown), which may have been
+//     rejected too;
+//   - its completions are the epochs its recorded transactions completed;
+//   - no Run gave up early (returned an error other than its context's),
+//     and its recorder met no transaction it does not know.
+//
+// It also counts the tasks the pools claimed that completed after the
+// faults were healed; check "incomplete" holds every task to that.
 func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation) {
 	pf := &PoolFacts{Workers: len(r.pools), Slots: poolSlots}
 	var vs []Violation

@@ -136,6 +136,7 @@
 // late ones of completed epochs — or more entries by at most its
 // completions of unknown outcome, which may have been rejected too; that
 // its completions are the epochs its recorded transactions completed;
+// that no Run gave up early, returning an error other than its context's;
 // and that the recorder met no transaction it does not know. The summary
 // gives the pools' Runs and restarts, their Stats, why their handlers
 // failed, the stale completions against the rejections per pool, and how

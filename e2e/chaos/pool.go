@@ -55,6 +55,7 @@ var (
 type poolWorker struct {
 	name    string
 	w       *worker
+	reg     *lease.Registry // the pool's
 	pool    *wpool.Pool
 	rec     *txnRecorder
 	careful bool // ControlPoolNoFencing: false, every handler is careless
@@ -129,6 +130,7 @@ func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
 	p.rec = &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
 	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	p.reg = reg
 	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
 		wpool.WithSlots(poolSlots), wpool.WithWorker(s.name),
 		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
@@ -162,12 +164,15 @@ func (p *poolWorker) run(ctx context.Context) {
 			p.restarts.Add(1)
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// The pool gave up on its own: no fault of the suite's is
+			// one it should not outlast.
 			p.rec.problem(fmt.Sprintf("%s: Run returned %v", p.name, err))
 			sleep(ctx, 100*time.Millisecond)
 		}
 	}
 	stopWatch()
 	bg.Wait()
+	_ = p.reg.Close()
 	p.w.close()
 }
 

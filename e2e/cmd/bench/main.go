@@ -40,6 +40,11 @@
 //     Unlock on one lock, released at once and held for 5 ms —
 //     acquisitions per second, their ratio, the longest wait, and the etcd
 //     requests per acquisition.
+//  13. worker pool: 1 000 fresh tasks completed by a worker.Pool of 16
+//     slots over worker.Static (claiming one by one, and in batches of 4)
+//     against 16 hand-written goroutines looping TryAcquire + Complete on
+//     one session — tasks per second, their ratio, and the etcd requests
+//     per task.
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -140,6 +145,11 @@ type config struct {
 	electionSamples int // section 11, per contender
 	electionGroup   int // pairs run concurrently
 	electionTTL     time.Duration
+
+	poolTasks  int // section 13: fresh tasks per run
+	poolSlots  int // the pool's slots, and the hand-written loop's goroutines
+	poolBatch  int // WithBatch of the second pool
+	poolRounds int // rounds of two runs per contender (after a warm-up round)
 }
 
 func fullConfig() config {
@@ -158,6 +168,7 @@ func fullConfig() config {
 		contendedWorkers: 32, contendedClients: 8, contendedRounds: 3, contendedRunFor: 5 * time.Second,
 		semaphoreWorkers: 16, semaphoreLimit: 3, semaphoreClients: 8, semaphoreRounds: 3, semaphoreRunFor: 3 * time.Second, semaphoreWork: 5 * time.Millisecond,
 		electionSamples: 30, electionGroup: 10, electionTTL: 2 * time.Second,
+		poolTasks: 1000, poolSlots: 16, poolBatch: 4, poolRounds: 8,
 	}
 }
 
@@ -177,11 +188,12 @@ func smokeConfig() config {
 		contendedWorkers: 4, contendedClients: 2, contendedRounds: 1, contendedRunFor: 300 * time.Millisecond,
 		semaphoreWorkers: 6, semaphoreLimit: 3, semaphoreClients: 2, semaphoreRounds: 1, semaphoreRunFor: 300 * time.Millisecond, semaphoreWork: 5 * time.Millisecond,
 		electionSamples: 2, electionGroup: 2, electionTTL: time.Second,
+		poolTasks: 100, poolSlots: 16, poolBatch: 4, poolRounds: 1,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true, 13: true}
 }
 
 func main() {
@@ -189,7 +201,7 @@ func main() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -416,6 +428,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{10, b.contended},
 		{11, b.electionFailover},
 		{12, b.semaphoreSection},
+		{13, b.poolSection},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

@@ -115,10 +115,11 @@
 // happens under the faults too. The handler asks the log whether its task
 // was ever completed, as a hand-written worker does, and fails if so;
 // otherwise it writes an effect to each downstream, through its guard, in
-// one to three steps, and returns the status. One run in ten fails, before
-// some step's writes or after the last, so the pool releases and retries;
-// three in four stop when their lease's context ends, the others write
-// on, and fencing must refuse them.
+// one to three steps, and returns the status. One run in ten fails (and
+// every run until the pool's first such failure), before some step's
+// writes or after the last, so the pool releases and retries; three in
+// four stop when their lease's context ends, the others write on, and
+// fencing must refuse them.
 //
 // A pool claims, completes and releases by itself, so its worker cannot
 // record those calls around them as a hand-written worker does. Its

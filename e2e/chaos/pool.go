@@ -214,7 +214,7 @@ func (p *poolWorker) plan() handlerPlan {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
 	hp := handlerPlan{careless: !p.careful || p.rng.IntN(4) == 0, steps: 1 + p.rng.IntN(3), fail: -1}
-	if p.rng.IntN(10) == 0 {
+	if p.rng.IntN(10) == 0 || p.injected.Load() == 0 {
 		hp.fail = p.rng.IntN(hp.steps + 1)
 	}
 	for range hp.steps {
@@ -229,10 +229,10 @@ func (p *poolWorker) plan() handlerPlan {
 // effect to each downstream, through its guard, in one to three steps;
 // and it returns the status. A step takes 10–60 ms, one in four
 // 200–800 ms, so that faults and shutdowns find handlers in flight, past
-// the pool's grace. One run in ten fails, before some step's
-// writes or after the last. Three in four stop when the lease's context
-// ends; the others write on, as a careless worker does, and fencing must
-// refuse them.
+// the pool's grace. One run in ten fails, and every run until the pool's
+// first such failure, before some step's writes or after the last. Three in four stop when the
+// lease's context ends; the others write on, as a careless worker does,
+// and fencing must refuse them.
 func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
 	w, hp := p.w, p.plan()
 	w.gate.wait()

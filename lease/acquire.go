@@ -56,7 +56,13 @@ const abandonTimeout = 5 * time.Second
 // the key not its own; the call then queues again.
 func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
 	ctx, sp := r.startSpan(ctx, "lease.Acquire", resource, s)
-	defer func() { sp.finish(epochOf(l), err) }()
+	start := time.Now()
+	defer func() {
+		sp.finish(epochOf(l), err)
+		if wo, ok := r.observer.(WaitObserver); ok && err == nil {
+			wo.AcquireWaited(time.Since(start))
+		}
+	}()
 	if err := r.check("acquire", s, resource); err != nil {
 		return nil, err
 	}
@@ -135,6 +141,10 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
 		trace.SpanFromContext(ctx).AddEvent(EventQueued, trace.WithAttributes(attribute.Int64("leasehold.queue_revision", wt.w.Rev)))
+		if wo, ok := r.observer.(WaitObserver); ok {
+			wo.AcquireWaiting(1)
+			defer wo.AcquireWaiting(-1)
+		}
 	}
 	l, requeue, err = wt.wait(ctx, p)
 	if err != nil && wt.w.Rev != 0 && !errors.As(err, new(*CompletedError)) {

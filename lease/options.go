@@ -50,6 +50,19 @@ type Observer interface {
 	LeaseEnded(resource, op, result string)
 }
 
+// WaitObserver is implemented by an Observer that also counts contention
+// (package metrics does): the registry calls it when the Observer given to
+// WithObserver implements it. Its methods must not block.
+type WaitObserver interface {
+	// AcquireWaiting reports an Acquire call entering (+1) or leaving
+	// (−1) a resource's queue: their sum is the number waiting.
+	AcquireWaiting(delta int)
+	// AcquireWaited reports how long a successful Acquire call took,
+	// waiting in the queue included (about one round trip when the
+	// resource was free).
+	AcquireWaited(wait time.Duration)
+}
+
 // WithObserver sets an observer of acquisitions and endings (see package
 // metrics). The default observes nothing.
 func WithObserver(o Observer) Option {

@@ -38,6 +38,7 @@ type Metrics struct {
 	sessionsEnd  *prometheus.CounterVec
 	fence        *prometheus.CounterVec
 	worker       workerCollectors
+	contention   contentionCollectors
 }
 
 var (
@@ -77,7 +78,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"decision"}),
 	}
 	m.worker = newWorkerCollectors()
-	for _, c := range append([]prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence}, m.worker.all()...) {
+	m.contention = newContentionCollectors()
+	for _, c := range append([]prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence}, append(m.worker.all(), m.contention.all()...)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -18,7 +17,9 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/metrics"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
+	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
@@ -109,7 +110,7 @@ type demoStore struct {
 	record    map[string]int64  // task → the epoch whose effect the record holds
 	history   []downstreamWrite // every write that landed, in order
 
-	completedTasks map[string]bool // tasks whose Complete returned nil
+	completedTasks map[string]bool // tasks whose Complete committed (demoTasks)
 }
 
 // downstreamWrite is one write that landed in the downstream.
@@ -136,24 +137,25 @@ func (s *demoStore) write(ctx context.Context, t fence.Token) error {
 	return s.guard.Do(ctx, t, effect)
 }
 
-// startDemoSession starts a worker's session; tests replace it to inject
-// failures.
-var startDemoSession = session.New
-
-type demoStats struct {
-	completed, staleCompletes, refusedWrites, acquisitions atomic.Int64
-	// sessions counts the sessions started, sessionsLost those that ended
-	// while a worker still needed them, sessionStartsFailed the attempts
-	// to start one that failed and were retried.
-	sessions, sessionsLost, sessionStartsFailed atomic.Int64
-	// orphans counts claims found held by the worker's own session with
-	// no Lease (an acquire whose outcome was unknown, applied after all)
-	// and reclaimed.
-	orphans atomic.Int64
+// grantDemoLease grants the etcd lease a worker's session starts with;
+// tests replace it to inject failures, as a cluster with no leader refuses
+// grants.
+var grantDemoLease = func(ctx context.Context, l clientv3.Lease, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	return l.Grant(ctx, ttl)
 }
 
-// sessionEnd is a session that ended other than by Close, seen the moment
-// its context was cancelled.
+// demoStats is what the demo counts itself. What the workers' pools did —
+// tasks started, completed and rejected as stale, sessions replaced,
+// claims reclaimed — is in their Stats (demoRun.poolStats).
+type demoStats struct {
+	refusedWrites atomic.Int64
+	// sessions counts the sessions the pools started, sessionStartsFailed
+	// the attempts to start one that failed and were retried.
+	sessions, sessionStartsFailed atomic.Int64
+}
+
+// sessionEnd is a session that ended other than by Close, as its observer
+// saw it end.
 type sessionEnd struct {
 	worker string
 	at     time.Time
@@ -218,43 +220,127 @@ func longestStall(start, end time.Time, completions []time.Time, finished bool) 
 	return longest
 }
 
-// startSession starts a session for worker, retrying until ctx ends: on a
-// real cluster a start fails while there is no leader (an election after
-// the leader died or stalled), and a worker then waits and tries again.
-func (d *demoRun) startSession(ctx context.Context, worker string, cli *clientv3.Client, opts []session.Option) (*session.Session, error) {
-	backoff := 50 * time.Millisecond
-	for {
-		s, err := startDemoSession(ctx, cli, opts...)
-		if err == nil {
-			d.stats.sessions.Add(1)
-			d.watchSession(ctx, worker, s)
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("start a session: %w (last attempt: %v)", context.Cause(ctx), err)
-		}
-		d.stats.sessionStartsFailed.Add(1)
-		d.g.log.Warn("starting a session failed; retrying", "worker", worker, "error", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+// demoLease is a worker's client's Lease. It counts the session starts
+// that failed: the pool retries them, with backoff, and logs them, but its
+// Stats do not count them. A session starts with a Grant on the worker's
+// own client, and the demo sets no lock-delay (whose trailing leases are
+// granted too), so a Grant that fails here is a session start that failed.
+type demoLease struct {
+	clientv3.Lease
+	d *demoRun
+}
+
+// Grant counts a failure that session.New returns and the pool retries:
+// one whose attempt had not timed out (session.New sends a timed-out
+// attempt again itself) and that etcd did not refuse (a refusal ends Run).
+func (l demoLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := grantDemoLease(ctx, l.Lease, ttl)
+	if err != nil && ctx.Err() == nil && !outcome.Refused(err) {
+		l.d.stats.sessionStartsFailed.Add(1)
+	}
+	return resp, err
+}
+
+// demoSessions observes a worker's sessions: it counts them, records each
+// that ends other than by Close, and passes the events on to the metrics,
+// if any.
+type demoSessions struct {
+	d       *demoRun
+	ctx     context.Context  // the run's
+	metrics session.Observer // nil: no metrics
+}
+
+func (o demoSessions) SessionRenewed(worker string, rtt, headroom time.Duration) {
+	if o.metrics != nil {
+		o.metrics.SessionRenewed(worker, rtt, headroom)
 	}
 }
 
-// watchSession records s's end the moment it happens, whether or not its
-// worker still needs it — unless Close ended it, or the run was already
-// over (ctx done: the worker's client closes with it).
-func (d *demoRun) watchSession(ctx context.Context, worker string, s *session.Session) {
-	context.AfterFunc(s.Context(), func() {
-		cause := context.Cause(s.Context())
-		if errors.Is(cause, session.ErrClosed) || ctx.Err() != nil {
-			return
-		}
-		forced := worker == "worker-1" && d.victimPaused.Load()
-		d.timeline.ended(sessionEnd{worker: worker, at: time.Now(), cause: cause, forced: forced})
-	})
+// SessionEnded is called once for each session, as it ends; a pool's Run
+// closes its sessions before it returns, so once every Run has returned
+// the ends count the sessions started. An end is recorded unless Close
+// ended the session, or the run was already over (ctx done: the pools are
+// shutting down).
+func (o demoSessions) SessionEnded(worker string, cause error) {
+	if o.metrics != nil {
+		o.metrics.SessionEnded(worker, cause)
+	}
+	o.d.stats.sessions.Add(1)
+	if errors.Is(cause, session.ErrClosed) || o.ctx.Err() != nil {
+		return
+	}
+	forced := worker == "worker-1" && o.d.victimPaused.Load()
+	o.d.timeline.ended(sessionEnd{worker: worker, at: time.Now(), cause: cause, forced: forced})
+}
+
+// demoTasks observes a worker's pool: each completion that committed is
+// timed for the timeline, and marked for worker-1's pause, which waits for
+// another worker to complete the task it lost. The events are passed on to
+// the metrics, if any.
+type demoTasks struct {
+	d       *demoRun
+	metrics worker.Observer // nil: no metrics
+}
+
+func (o demoTasks) TaskStarted(task string) {
+	if o.metrics != nil {
+		o.metrics.TaskStarted(task)
+	}
+}
+
+func (o demoTasks) TaskEnded(task string, result worker.Result, handler time.Duration) {
+	if o.metrics != nil {
+		o.metrics.TaskEnded(task, result, handler)
+	}
+	if result != worker.Completed {
+		return
+	}
+	o.d.timeline.completed(time.Now())
+	o.d.store.mu.Lock()
+	o.d.store.completedTasks[task] = true
+	o.d.store.mu.Unlock()
+}
+
+func (o demoTasks) SessionReplaced(worker string) {
+	if o.metrics != nil {
+		o.metrics.SessionReplaced(worker)
+	}
+}
+
+// startGate holds each worker's first task until every worker has one, so
+// that the workers start together: a worker whose first session was slow to
+// start would otherwise find the tasks taken, and worker-1 might never
+// reach its victim task. A worker that stops before its first task counts
+// as arrived, and the gate also opens once every task is held at it (fewer
+// tasks than workers).
+type startGate struct {
+	mu               sync.Mutex
+	workers, tasks   int
+	arrived, holding int
+	open             chan struct{} // closed when the gate opens
+}
+
+func newStartGate(workers, tasks int) *startGate {
+	return &startGate{workers: workers, tasks: tasks, open: make(chan struct{})}
+}
+
+// arrive counts a worker at the gate, holding its first task or stopped
+// before it had one, and opens the gate if nobody else can come.
+func (g *startGate) arrive(holding bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		return
+	default:
+	}
+	g.arrived++
+	if holding {
+		g.holding++
+	}
+	if g.arrived == g.workers || g.holding == g.tasks {
+		close(g.open)
+	}
 }
 
 type demoRun struct {
@@ -271,8 +357,32 @@ type demoRun struct {
 	// demo's own doing.
 	victimPaused atomic.Bool
 	timeline     demoTimeline
-	badTasks     []string       // tasks whose downstream checks failed, set by report
-	ready        sync.WaitGroup // done when every worker has its first session
+	badTasks     []string   // tasks whose downstream checks failed, set by report
+	gate         *startGate // opens when every worker has its first task
+
+	poolsMu sync.Mutex
+	pools   []*worker.Pool // the workers' pools, as they are made
+}
+
+// poolStats returns the sum of the workers' pools' Stats so far.
+func (d *demoRun) poolStats() worker.Stats {
+	d.poolsMu.Lock()
+	defer d.poolsMu.Unlock()
+	var sum worker.Stats
+	for _, p := range d.pools {
+		s := p.Stats()
+		sum.Started += s.Started
+		sum.Completed += s.Completed
+		sum.Stale += s.Stale
+		sum.Failed += s.Failed
+		sum.Retried += s.Retried
+		sum.Interrupted += s.Interrupted
+		sum.Unknown += s.Unknown
+		sum.Panics += s.Panics
+		sum.Reclaimed += s.Reclaimed
+		sum.SessionsReplaced += s.SessionsReplaced
+	}
+	return sum
 }
 
 func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err error) {
@@ -335,7 +445,7 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		defer srv.Close()
 		fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
 	}
-	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing)}
+	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing), gate: newStartGate(cfg.workers, cfg.tasks)}
 	for i := 0; i < cfg.tasks; i++ {
 		d.tasks = append(d.tasks, fmt.Sprintf("task-%04d", i))
 	}
@@ -344,7 +454,6 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
-	d.ready.Add(cfg.workers)
 	errs := make(chan error, cfg.workers)
 	for w := 1; w <= cfg.workers; w++ {
 		wg.Add(1)
@@ -368,7 +477,7 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	if err := errors.Join(runErrs...); err != nil {
 		// No report: the invariants are not checked on an unfinished run,
 		// but how it went over time is worth seeing.
-		fmt.Fprintf(g.out, "\nrun failed after %v: %d/%d tasks completed\n", time.Since(start).Round(time.Millisecond), d.stats.completed.Load(), cfg.tasks)
+		fmt.Fprintf(g.out, "\nrun failed after %v: %d/%d tasks completed\n", time.Since(start).Round(time.Millisecond), d.poolStats().Completed, cfg.tasks)
 		d.printTimeline(time.Now())
 		return err
 	}
@@ -397,8 +506,9 @@ func (d *demoRun) progress(done <-chan struct{}) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	line := func() string {
+		ps := d.poolStats()
 		return fmt.Sprintf("progress: %d/%d completed, %d stale completions rejected, %d stale writes refused",
-			d.stats.completed.Load(), d.cfg.tasks, d.stats.staleCompletes.Load(), d.stats.refusedWrites.Load())
+			ps.Completed, d.cfg.tasks, ps.Stale, d.stats.refusedWrites.Load())
 	}
 	for n := 0; ; n++ {
 		select {
@@ -419,15 +529,17 @@ func (d *demoRun) progress(done <-chan struct{}) {
 	}
 }
 
-// worker takes tasks until all are completed. Worker 1 reaches etcd
-// through a fault proxy and, at its victim-th task, writes the effect under
-// its live lease, then pauses past its lease with its connection cut before
-// it can complete, then carries on as if it still held the task: it writes
-// again (refused) and completes (rejected).
+// worker runs one worker: a pool with one slot over every task, until all
+// are completed. Worker 1 reaches etcd through a fault proxy and, at its
+// victim-th task, writes the effect under its live lease, then pauses past
+// its lease with its connection cut before it can complete, then carries on
+// as if it still held the task: it writes again (refused) and returns
+// "done", and the pool's Complete is rejected as stale.
 func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	name := fmt.Sprintf("worker-%d", id)
-	ready := sync.OnceFunc(d.ready.Done)
-	defer ready() // a worker that fails to start does not hold the others back
+	var arrived sync.Once
+	// A worker that stops before its first task does not hold the others back.
+	defer arrived.Do(func() { d.gate.arrive(false) })
 	var proxy *e2e.Proxy
 	wg := *g
 	if id == 1 {
@@ -445,104 +557,107 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 		return err
 	}
 	defer cli.Close()
+	cli.Lease = demoLease{Lease: cli.Lease, d: d}
 	regOpts := []lease.Option{lease.WithNamespace(d.ns), lease.WithLogger(g.log)}
-	sessOpts := []session.Option{session.WithWorker(name), session.WithTTL(d.cfg.ttl), session.WithLogger(g.log)}
+	sessObs, taskObs := demoSessions{d: d, ctx: ctx}, demoTasks{d: d}
 	if d.metrics != nil {
 		regOpts = append(regOpts, lease.WithObserver(d.metrics))
-		sessOpts = append(sessOpts, session.WithObserver(d.metrics))
+		sessObs.metrics, taskObs.metrics = d.metrics, d.metrics
 	}
 	reg := lease.NewRegistry(cli, regOpts...)
 	defer reg.Close()
-	newSession := func() (*session.Session, error) { return d.startSession(ctx, name, cli, sessOpts) }
-	s, err := newSession()
+
+	taken := 0 // the handler's runs so far; with one slot they run one at a time
+	handler := func(lctx context.Context, l *lease.Lease) (string, error) {
+		if taken == 0 {
+			// Start together (see startGate).
+			arrived.Do(func() { d.gate.arrive(true) })
+			select {
+			case <-d.gate.open:
+			case <-lctx.Done():
+				return "", context.Cause(lctx)
+			}
+			d.timeline.started(time.Now())
+		}
+		taken++
+		if proxy != nil && taken == d.cfg.victim && d.takenOver.Load() == nil {
+			return d.victimTask(ctx, proxy, l)
+		}
+		return d.task(lctx, l)
+	}
+	p, err := worker.New(reg, worker.Static(d.tasks...), handler,
+		worker.WithSlots(1),
+		worker.WithWorker(name),
+		worker.WithSessionOptions(session.WithTTL(d.cfg.ttl), session.WithLogger(g.log), session.WithObserver(sessObs)),
+		worker.WithObserver(taskObs),
+		worker.WithLogger(g.log),
+	)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = s.Close(context.Background()) }() // s is the session in use at the end
-	// Start together: a worker whose first session was slow to start would
-	// otherwise find the tasks taken, and worker-1 might never reach its
-	// victim task.
-	ready()
-	d.ready.Wait()
-	d.timeline.started(time.Now())
+	d.poolsMu.Lock()
+	d.pools = append(d.pools, p)
+	d.poolsMu.Unlock()
+	return p.Run(ctx) // nil once every task is completed
+}
 
-	order := rand.Perm(len(d.tasks))
-	taken := 0
-	for {
-		remaining := 0
-		for _, i := range order {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			if s.Err() != nil { // a lost session never recovers: start a new one
-				d.stats.sessionsLost.Add(1)
-				_ = s.Close(ctx)
-				next, err := newSession()
-				if err != nil {
-					return err
-				}
-				s = next
-			}
-			task := d.tasks[i]
-			l, err := reg.TryAcquire(ctx, s, task)
-			var done *lease.CompletedError
-			var held *lease.HeldError
-			switch {
-			case errors.As(err, &done):
-				continue
-			case errors.As(err, &held) && !held.Queued && held.Holder == name:
-				// An earlier TryAcquire of this task had an unknown
-				// outcome and was applied after all: this worker's
-				// session holds the task with no Lease. Reclaim gives
-				// that epoch's Lease back (docs/protocol.md §3.10).
-				rl, rerr := reg.Reclaim(ctx, s, task)
-				if rerr != nil {
-					remaining++ // not ours after all, or the read failed: next pass
-					continue
-				}
-				d.stats.orphans.Add(1)
-				d.g.log.Warn("reclaimed a claim of ours with no Lease (an acquire with an unknown outcome was applied)", "worker", name, "task", task, "epoch", rl.Epoch())
-				l = rl
-			case errors.Is(err, lease.ErrHeld), errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost):
-				remaining++
-				continue
-			case err != nil:
-				remaining++ // a transient etcd error: try again on the next pass
-				continue
-			}
-			d.stats.acquisitions.Add(1)
-			taken++
-			if proxy != nil && taken == d.cfg.victim && d.takenOver.Load() == nil {
-				// The effect lands under the live lease; then the worker
-				// loses its connection before it can complete.
-				if err := d.write(ctx, l); err != nil {
-					return err
-				}
-				if err := d.pause(ctx, proxy, reg, l); err != nil {
-					return err
-				}
-			}
-			if err := d.doTask(ctx, l); err != nil {
-				return err
-			}
-			remaining++ // re-check it on the next pass; completed tasks drop out
+// task is a task's work under its lease, the handler's usual run: the work,
+// then the effect written downstream with the lease's token, and "done" for
+// the pool to complete it with. It stops when ctx, the lease's, ends; a
+// write the fence refuses fails it, and the pool releases the lease.
+func (d *demoRun) task(ctx context.Context, l *lease.Lease) (string, error) {
+	if d.cfg.work > 0 {
+		t := time.NewTimer(d.cfg.work)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", context.Cause(ctx)
 		}
-		if remaining == 0 {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	if err := d.write(ctx, l); err != nil {
+		return "", err
+	}
+	return "done", nil
+}
+
+// victimTask is worker-1's run of its victim task. The effect lands under
+// the live lease; then the worker loses its connection and is paused before
+// it can complete. It ignores the lease's context on purpose, as a paused
+// process would, and runs under the run's ctx: after the pause it carries
+// on as if it still held the task, writes again (refused) and returns
+// "done", so the pool's Complete is rejected as stale.
+func (d *demoRun) victimTask(ctx context.Context, proxy *e2e.Proxy, l *lease.Lease) (string, error) {
+	if err := d.write(ctx, l); err != nil {
+		return "", err
+	}
+	if err := d.pause(ctx, proxy, l); err != nil {
+		return "", err
+	}
+	if d.cfg.work > 0 {
+		time.Sleep(d.cfg.work)
+	}
+	if err := d.write(ctx, l); err != nil && !errors.Is(err, fence.ErrFenced) {
+		return "", err
+	}
+	return "done", nil
 }
 
 // pause is the injected fault: the worker stops (as in a long GC pause)
 // while its connection is cut, until etcd has expired its lease and
 // another worker has completed the task.
-func (d *demoRun) pause(ctx context.Context, proxy *e2e.Proxy, reg *lease.Registry, l *lease.Lease) error {
+func (d *demoRun) pause(ctx context.Context, proxy *e2e.Proxy, l *lease.Lease) error {
 	d.takenOver.Store(l.Resource())
 	d.victimPaused.Store(true)
 	defer d.victimPaused.Store(false)
 	proxy.Blackhole()
-	<-l.Context().Done() // the safe deadline passes: the session tells the work to stop,
+	defer proxy.Heal()
+	// The safe deadline passes: the session tells the work to stop, ...
+	select {
+	case <-l.Context().Done():
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 	// ... but this worker is "paused" and does not look. It wakes up only
 	// after etcd expired its lease and another worker completed the task.
 	for !d.isCompleted(l.Resource()) {
@@ -551,7 +666,6 @@ func (d *demoRun) pause(ctx context.Context, proxy *e2e.Proxy, reg *lease.Regist
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	proxy.Heal()
 	return nil
 }
 
@@ -562,48 +676,13 @@ func (d *demoRun) isCompleted(task string) bool {
 }
 
 // write writes the task's effect downstream with the lease's token. A
-// refused write is counted, not an error: that is the fence working.
+// write the fence refuses is counted: that is the fence working.
 func (d *demoRun) write(ctx context.Context, l *lease.Lease) error {
 	err := d.store.write(ctx, l.Token())
 	if errors.Is(err, fence.ErrFenced) {
 		d.stats.refusedWrites.Add(1)
-		return nil
 	}
 	return err
-}
-
-// doTask writes the task's effect downstream with the lease's token, then
-// completes. A refused write or a stale completion is counted, not fatal:
-// that is the system working.
-func (d *demoRun) doTask(ctx context.Context, l *lease.Lease) error {
-	if d.cfg.work > 0 {
-		time.Sleep(d.cfg.work)
-	}
-	if err := d.write(ctx, l); err != nil {
-		return err
-	}
-	for attempt := 0; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := l.Complete(cctx, "done")
-		cancel()
-		var stale *lease.StaleError
-		switch {
-		case err == nil:
-			d.timeline.completed(time.Now())
-			d.stats.completed.Add(1)
-			d.store.mu.Lock()
-			d.store.completedTasks[l.Resource()] = true
-			d.store.mu.Unlock()
-			return nil
-		case errors.As(err, &stale):
-			d.stats.staleCompletes.Add(1)
-			return nil
-		case attempt < 20 && ctx.Err() == nil:
-			continue // unknown outcome: retrying with the same status is safe
-		default:
-			return err
-		}
-	}
 }
 
 func firstURL(ep string) string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -158,9 +157,10 @@ func TestDemoFailedRunKeepsNamespace(t *testing.T) {
 }
 
 // TestDemoRetriesFailedSessionStart: against a real cluster, starting a
-// session fails while the cluster has no leader. A worker whose first
-// session, or the one replacing a lost session (worker-1's, after its
-// pause), fails to start keeps trying instead of failing the run.
+// session fails while the cluster has no leader (its lease grant is
+// refused). A worker whose first session, or the one replacing a lost
+// session (worker-1's, after its pause), fails to start keeps trying
+// instead of failing the run.
 func TestDemoRetriesFailedSessionStart(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -172,7 +172,9 @@ func TestDemoRetriesFailedSessionStart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			calls, failed := 0, 0
-			startDemoSession = func(ctx context.Context, c *clientv3.Client, opts ...session.Option) (*session.Session, error) {
+			saved := grantDemoLease
+			t.Cleanup(func() { grantDemoLease = saved })
+			grantDemoLease = func(ctx context.Context, l clientv3.Lease, ttl int64) (*clientv3.LeaseGrantResponse, error) {
 				mu.Lock()
 				calls++
 				fail := tc.fail(calls)
@@ -181,11 +183,10 @@ func TestDemoRetriesFailedSessionStart(t *testing.T) {
 				}
 				mu.Unlock()
 				if fail {
-					return nil, errors.New("etcdserver: no leader")
+					return nil, rpctypes.ErrNoLeader
 				}
-				return session.New(ctx, c, opts...)
+				return l.Grant(ctx, ttl)
 			}
-			t.Cleanup(func() { startDemoSession = session.New })
 			code, out, errOut := cli(t, "demo", "--workers", "2", "--tasks", "6", "--log-level", "off")
 			if code != 0 || !strings.Contains(out, "all invariants hold") {
 				t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)

@@ -45,7 +45,12 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 			completedPer[e.Resource]++
 			completedEpoch[e.Resource] = e.Epoch
 		case audit.Rejected:
-			rejections++
+			// A pool also releases leases (a handler that stopped or
+			// failed), and a stale Release is audited as a rejection too:
+			// only the rejected completions pair with the stale ones.
+			if e.Attempted == audit.Completed {
+				rejections++
+			}
 		}
 	}
 	exactlyOnce := 0
@@ -59,13 +64,14 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 	d.store.mu.Unlock()
 	d.badTasks = badTasks
 
-	stale := d.stats.staleCompletes.Load()
+	ps := d.poolStats()
+	stale := ps.Stale
 	checks := []check{
 		{"every task completed exactly once", exactlyOnce == len(d.tasks), fmt.Sprintf("%d/%d", exactlyOnce, len(d.tasks))},
 		{"stale completions rejected and audited (one entry each)", stale >= 1 && int64(rejections) == stale, fmt.Sprintf("%d rejected, %d audit entries", stale, rejections)},
 		{"stale downstream writes refused", d.stats.refusedWrites.Load() >= 1, fmt.Sprintf("%d refused", d.stats.refusedWrites.Load())},
 		downstream[0], downstream[1],
-		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", d.stats.acquisitions.Load(), len(open))},
+		{"every epoch has one start and one end entry", len(open) == 0, fmt.Sprintf("%d acquisitions, %d open", ps.Started, len(open))},
 	}
 	fmt.Fprintf(d.g.out, "\nreport (wall time %v)\n", wall.Round(time.Millisecond))
 	d.printTimeline(time.Now())
@@ -177,8 +183,9 @@ const maxEndsListed = 10
 // (other than by Close), each of them, and the longest interval in which
 // no task was completed (up to now if some task never was).
 func (d *demoRun) printTimeline(now time.Time) {
+	ps := d.poolStats()
 	fmt.Fprintf(d.g.out, "  sessions: %d started, %d lost and replaced, %d failed to start (retried); %d claims of a worker's own with no Lease reclaimed\n",
-		d.stats.sessions.Load(), d.stats.sessionsLost.Load(), d.stats.sessionStartsFailed.Load(), d.stats.orphans.Load())
+		d.stats.sessions.Load(), ps.SessionsReplaced, d.stats.sessionStartsFailed.Load(), ps.Reclaimed)
 	t := &d.timeline
 	t.mu.Lock()
 	defer t.mu.Unlock()

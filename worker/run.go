@@ -493,7 +493,10 @@ func (r *run) handle(l *lease.Lease) {
 			log.Warn("completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
 			r.giveBack(name)
 			return
-		case errors.Is(err, lease.ErrInvalidStatus):
+		case errors.Is(err, lease.ErrInvalidStatus), outcome.Refused(err) && r.stop.Err() == nil:
+			// A refused Complete applied nothing (a missing permission,
+			// a limit): treat it as the handler's failure — release, and
+			// retry per policy — rather than hold the resource.
 			log.Error("the handler returned a status that is not valid", "status", status, "error", err)
 			// A failure of the handler's: release, and retry per policy.
 		default:

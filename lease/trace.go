@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -118,13 +117,6 @@ func (sp span) finish(epoch int64, err error) {
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	sp.End()
-}
-
-// event adds a span event now.
-func (sp span) event(name string, attrs ...attribute.KeyValue) {
-	if sp.IsRecording() {
-		sp.AddEvent(name, trace.WithAttributes(attrs...), trace.WithTimestamp(time.Now()))
-	}
 }
 
 // resultOf names the outcome err stands for.

@@ -36,15 +36,26 @@ func checkPoolRan(t *testing.T, res *Result) {
 // workers beside two pools, and freezes and blackholes of their slots as
 // the faults, a deposed pool epoch's write lands after its successor's.
 func TestChaosPoolControl(t *testing.T) {
-	cfg := shortConfig(t, shortSeed(t, 8), 6*time.Second, ControlPoolNoFencing)
-	cfg.Helpers, cfg.InProcess, cfg.PoolWorkers = -1, 1, 2
-	cfg.Faults = []string{FaultFreeze, FaultBlackhole}
-	cfg.Quiet = time.Second
-	res := Run(t, cfg)
+	// Whether a deposed pool epoch writes late depends on where the
+	// faults fall in its handlers: up to three seeds, each a run that
+	// would pass with the guards on; one must be caught.
+	var res *Result
+	var cfg Config
+	for attempt := range 3 {
+		cfg = shortConfig(t, shortSeed(t, 8)+uint64(attempt), 6*time.Second, ControlPoolNoFencing)
+		cfg.Helpers, cfg.InProcess, cfg.PoolWorkers = -1, 1, 2
+		cfg.Faults = []string{FaultFreeze, FaultBlackhole}
+		cfg.Quiet = time.Second
+		res = Run(t, cfg)
+		if res.ViolationsByCheck()[CheckDownstream] > 0 {
+			break
+		}
+		t.Logf("seed %d: no downstream violation caught; next seed", cfg.Seed)
+	}
 	summary := res.Summary()
 	t.Log("\n" + summary)
 	if res.ViolationsByCheck()[CheckDownstream] == 0 {
-		t.Fatalf("control %s: the checker found no %s violation", cfg.Control, CheckDownstream)
+		t.Fatalf("control %s: the checker found no %s violation in three seeds", cfg.Control, CheckDownstream)
 	}
 	// Only the pools write unfenced: the lower epoch that landed late is
 	// a pool's write ("etcd admitted epoch 33 (p0-40, order 107) after

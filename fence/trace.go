@@ -13,6 +13,17 @@ import (
 // TracerName is the instrumentation scope of the guards' spans.
 const TracerName = "github.com/leasehold/leasehold/fence"
 
+// The attributes of leasehold's spans, here because every package that
+// traces imports fence; package lease re-exports them (lease.AttrResource,
+// …) beside its own.
+const (
+	AttrResource     = attribute.Key("leasehold.resource")
+	AttrEpoch        = attribute.Key("leasehold.epoch")
+	AttrCurrentEpoch = attribute.Key("leasehold.current_epoch")
+	AttrResult       = attribute.Key("leasehold.result")
+	AttrGuard        = attribute.Key("leasehold.guard")
+)
+
 // EventFenced is the span event of a refused token; it carries the
 // refused epoch and the current one (leasehold.epoch,
 // leasehold.current_epoch).
@@ -41,9 +52,7 @@ func startAdmit(ctx context.Context, op, guard string, t Token) (context.Context
 		tp = sp.TracerProvider()
 	}
 	ctx, sp := tp.Tracer(TracerName).Start(ctx, op, trace.WithAttributes(
-		attribute.String("leasehold.guard", guard),
-		attribute.String("leasehold.resource", t.Resource),
-		attribute.Int64("leasehold.epoch", t.Epoch)))
+		AttrGuard.String(guard), AttrResource.String(t.Resource), AttrEpoch.Int64(t.Epoch)))
 	return ctx, admitSpan{sp}
 }
 
@@ -55,17 +64,16 @@ func (sp admitSpan) finish(err error) {
 	var fenced *FencedError
 	switch {
 	case err == nil:
-		sp.SetAttributes(attribute.String("leasehold.result", ResultAdmitted))
+		sp.SetAttributes(AttrResult.String(ResultAdmitted))
 	case errors.As(err, &fenced):
-		sp.SetAttributes(attribute.String("leasehold.result", ResultFenced))
+		sp.SetAttributes(AttrResult.String(ResultFenced))
 		sp.AddEvent(EventFenced, trace.WithAttributes(
-			attribute.Int64("leasehold.epoch", fenced.Token.Epoch),
-			attribute.Int64("leasehold.current_epoch", fenced.Current)))
+			AttrEpoch.Int64(fenced.Token.Epoch), AttrCurrentEpoch.Int64(fenced.Current)))
 	case errors.Is(err, ErrMalformedToken):
-		sp.SetAttributes(attribute.String("leasehold.result", ResultMalformed))
+		sp.SetAttributes(AttrResult.String(ResultMalformed))
 		sp.SetStatus(codes.Error, err.Error())
 	default:
-		sp.SetAttributes(attribute.String("leasehold.result", ResultError))
+		sp.SetAttributes(AttrResult.String(ResultError))
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	"go.opentelemetry.io/otel"
@@ -17,12 +18,12 @@ const TracerName = "github.com/leasehold/leasehold/lease"
 
 // The attributes of leasehold's spans and span events.
 const (
-	AttrResource     = attribute.Key("leasehold.resource")
-	AttrEpoch        = attribute.Key("leasehold.epoch")
+	AttrResource     = fence.AttrResource
+	AttrEpoch        = fence.AttrEpoch
 	AttrWorker       = attribute.Key("leasehold.worker")
 	AttrNamespace    = attribute.Key("leasehold.namespace")
-	AttrResult       = attribute.Key("leasehold.result")
-	AttrCurrentEpoch = attribute.Key("leasehold.current_epoch")
+	AttrResult       = fence.AttrResult
+	AttrCurrentEpoch = fence.AttrCurrentEpoch
 	AttrBatch        = attribute.Key("leasehold.batch")
 	AttrClaimed      = attribute.Key("leasehold.claimed")
 )

@@ -12,6 +12,19 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
+// queueWatch is an Observer that signals an Acquire call entering a
+// queue (lease.WaitObserver).
+type queueWatch struct{ entered chan struct{} }
+
+func (*queueWatch) LeaseAcquired(string)              {}
+func (*queueWatch) LeaseEnded(string, string, string) {}
+func (*queueWatch) AcquireWaited(time.Duration)       {}
+func (q *queueWatch) AcquireWaiting(delta int) {
+	if delta > 0 {
+		q.entered <- struct{}{}
+	}
+}
+
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
 	for _, kv := range s.Attributes() {
@@ -32,7 +45,8 @@ func TestTraceOfATakeover(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	reg := lease.NewRegistry(f.cli, lease.WithTracerProvider(tp))
+	queued := &queueWatch{entered: make(chan struct{}, 1)}
+	reg := lease.NewRegistry(f.cli, lease.WithTracerProvider(tp), lease.WithObserver(queued))
 	t.Cleanup(func() { _ = reg.Close() })
 	ctx := t.Context()
 	old, next, third := f.session("old"), f.session("new"), f.session("third")
@@ -62,16 +76,9 @@ func TestTraceOfATakeover(t *testing.T) {
 		}
 		got <- l3
 	}()
-	for {
-		n, err := reg.Waiters(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The waiter is counted after its queued event: only then may the
+	// Release begin, or the event could follow it.
+	<-queued.entered
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +139,9 @@ func TestTraceOfATakeover(t *testing.T) {
 	if ev[lease.AttrCurrentEpoch].AsInt64() != l2.Epoch() || ev[lease.AttrEpoch].AsInt64() != l1.Epoch() {
 		t.Errorf("stale event %v; want epoch %d, current epoch %d", stale[0].Attributes, l1.Epoch(), l2.Epoch())
 	}
-	queued := spans[6].Events()
-	if len(queued) != 1 || queued[0].Name != lease.EventQueued || queued[0].Time.Before(spans[6].StartTime()) || queued[0].Time.After(spans[5].StartTime()) { // the Release starts after the waiter is counted
-		t.Errorf("the Acquire's events %v: want one %s, after its start and before the Release began", queued, lease.EventQueued)
+	queuedEv := spans[6].Events()
+	if len(queuedEv) != 1 || queuedEv[0].Name != lease.EventQueued || queuedEv[0].Time.Before(spans[6].StartTime()) || queuedEv[0].Time.After(spans[5].StartTime()) { // the Release starts after the waiter is counted
+		t.Errorf("the Acquire's events %v: want one %s, after its start and before the Release began", queuedEv, lease.EventQueued)
 	}
 }
 

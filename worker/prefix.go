@@ -65,7 +65,7 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 				if ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
-				backoff = min(max(2*backoff, minIdle), 5*time.Second)
+				backoff = grow(backoff, minIdle, 5*time.Second)
 				if !sleep(ctx, backoff) {
 					return nil, context.Cause(ctx)
 				}
@@ -80,7 +80,7 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 			return fresh, nil
 		}
 		if wait == nil {
-			p.idle = min(max(2*p.idle, minIdle), maxIdle)
+			p.idle = grow(p.idle, minIdle, maxIdle)
 			wait = time.After(p.idle)
 		}
 		p.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -255,7 +257,7 @@ func (r *run) slot(i int) {
 	if sess == nil {
 		name := r.p.cfg.worker
 		if name != "" {
-			name = name + "/" + itoa(i)
+			name = name + "/" + strconv.Itoa(i)
 		}
 		sess = r.newSessions(name)
 		defer sess.close()
@@ -282,7 +284,7 @@ func (r *run) slot(i int) {
 		}
 		leases, transient := r.claim(sess, batch)
 		if transient {
-			backoff = min(max(2*backoff, r.p.cfg.errorBackoff), maxIdle)
+			backoff = grow(backoff, r.p.cfg.errorBackoff, maxIdle)
 			sleep(r.ctx, backoff)
 		} else {
 			backoff = 0
@@ -436,7 +438,7 @@ func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 			r.finished(name)
 			return nil
 		case errors.Is(err, outcome.ErrUnknown), errors.Is(err, outcome.ErrRefused) && !errors.Is(err, session.ErrExpired):
-			backoff = min(max(2*backoff, r.p.cfg.errorBackoff), maxIdle)
+			backoff = grow(backoff, r.p.cfg.errorBackoff, maxIdle)
 			sleep(r.stop, backoff)
 		default: // not ours: not applied, held by another, tracked already
 			r.giveBack(name)
@@ -551,7 +553,7 @@ func (r *run) handle(l *lease.Lease) {
 func (r *run) call(ctx context.Context, l *lease.Lease) (status string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &PanicError{Resource: l.Resource(), Value: v, Stack: stack()}
+			err = &PanicError{Resource: l.Resource(), Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return r.p.h(ctx, l)

@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -68,7 +66,7 @@ func (ss *sessions) get(ctx context.Context) (*session.Session, error) {
 			ss.r.log.Error("cannot start a session", "worker", ss.worker, "error", err)
 			return nil, err
 		}
-		ss.backoff = min(max(2*ss.backoff, ss.r.p.cfg.sessionBackoff), 5*time.Second)
+		ss.backoff = grow(ss.backoff, ss.r.p.cfg.sessionBackoff, 5*time.Second)
 		ss.r.log.Warn("cannot start a session; retrying", "worker", ss.worker, "in", ss.backoff, "error", err)
 		if !sleep(ctx, ss.backoff) {
 			return nil, context.Cause(ctx)
@@ -95,6 +93,6 @@ func (ss *sessions) close() {
 	}
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }
-
-func stack() []byte { return debug.Stack() }
+// grow is the next wait of an exponential backoff after d: twice d, at
+// least lo, at most hi.
+func grow(d, lo, hi time.Duration) time.Duration { return min(max(2*d, lo), hi) }

@@ -81,7 +81,7 @@ func (s *static) Next(ctx context.Context) ([]string, error) {
 	s.mu.Lock()
 	wait := time.Duration(0)
 	if s.calls > 0 && !s.progress {
-		s.idle = min(max(2*s.idle, minIdle), maxIdle)
+		s.idle = grow(s.idle, minIdle, maxIdle)
 		wait = s.idle
 	} else {
 		s.idle = 0
@@ -148,7 +148,7 @@ func (f *funcSource) Next(ctx context.Context) ([]string, error) {
 			f.idle = 0
 			return names, err
 		}
-		f.idle = min(max(2*f.idle, minIdle), maxIdle)
+		f.idle = grow(f.idle, minIdle, maxIdle)
 		t := time.NewTimer(f.idle)
 		select {
 		case <-t.C:

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type demoConfig struct {
 	// keep leaves the scratch namespace in etcd after a run that passed;
 	// a failed run always leaves it.
 	keep bool
+	// svg, if set, is where the picture of the taken-over task's timeline
+	// is written.
+	svg string
 }
 
 // endpointsTTL is the demo's session TTL against --endpoints: the embedded
@@ -93,6 +97,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	f.BoolVar(&cfg.noFencing, "control-no-fencing", false, "control run: the downstream ignores tokens (the report must fail)")
 	_ = f.MarkHidden("control-no-fencing")
 	f.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics while the demo runs")
+	f.StringVar(&cfg.svg, "svg", filepath.Join(os.TempDir(), "leasehold-demo-takeover.svg"), "write the picture of the taken-over task's timeline to FILE (empty: none)")
 	f.BoolVar(&cfg.keep, "keep", false, "with --endpoints: keep the scratch namespace in etcd and print how to inspect it (a failed run always keeps it)")
 	cfg.victim = 2
 	return cmd

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -94,9 +97,31 @@ func scratchNamespace(t *testing.T, out string) string {
 func TestDemoKeep(t *testing.T) {
 	c := e2e.NewCluster(t)
 	ep := c.Endpoints()[0]
-	code, out, errOut := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--keep")
+	svg := filepath.Join(t.TempDir(), "takeover.svg")
+	code, out, errOut := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--keep", "--svg", svg)
 	if code != 0 || !strings.Contains(out, "all invariants hold") {
 		t.Fatalf("demo --keep exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The picture of the taken-over task matches its audit entries, which
+	// the kept namespace still holds.
+	if !strings.Contains(out, "picture of this timeline (open it in a browser): "+svg) {
+		t.Errorf("the demo does not say where the picture is:\n%s", out)
+	}
+	_, rest, ok := strings.Cut(out, "timeline of the task taken over from worker-1 (")
+	task, _, _ := strings.Cut(rest, ")")
+	if !ok || task == "" {
+		t.Fatalf("no taken-over task named:\n%s", out)
+	}
+	picture, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := audit.New(c.Client(t), audit.WithNamespace(scratchNamespace(t, out))).List(context.Background(), audit.Filter{Resource: task})
+	if err != nil || len(entries) < 4 {
+		t.Fatalf("audit of %s: %v %+v", task, err, entries)
+	}
+	for _, p := range checkPicture(t, picture, entries) {
+		t.Errorf("picture of %s: %s", task, p)
 	}
 	ns := scratchNamespace(t, out)
 	resp, err := c.Client(t).Get(context.Background(), ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -144,7 +169,7 @@ func checkKeptCommands(t *testing.T, out, ep, ns string, withEtcdctl bool) {
 func TestDemoFailedRunKeepsNamespace(t *testing.T) {
 	c := e2e.NewCluster(t)
 	ep := c.Endpoints()[0]
-	code, out, _ := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--control-no-fencing")
+	code, out, _ := cli(t, "demo", "--endpoints", ep, "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--control-no-fencing", "--svg", "")
 	if code != 1 {
 		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
 	}
@@ -187,7 +212,7 @@ func TestDemoRetriesFailedSessionStart(t *testing.T) {
 				}
 				return l.Grant(ctx, ttl)
 			}
-			code, out, errOut := cli(t, "demo", "--workers", "2", "--tasks", "6", "--log-level", "off")
+			code, out, errOut := cli(t, "demo", "--workers", "2", "--tasks", "6", "--log-level", "off", "--svg", "")
 			if code != 0 || !strings.Contains(out, "all invariants hold") {
 				t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
 			}

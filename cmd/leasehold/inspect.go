@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -291,16 +292,23 @@ func timeline(entries []audit.Entry) []epochJSON {
 }
 
 func newTimelineCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var svgFile, htmlFile string
+	cmd := &cobra.Command{
 		Use:   "timeline <resource>",
 		Short: "Show each epoch of a resource: who, acquired, how it ended, rejections against it",
 		Long: "Show each epoch of a resource: who acquired it and when, how and when it ended, and the\n" +
-			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" + currentHelp + "\n\n" + archiveHelp,
+			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" +
+			"--svg FILE (or --html FILE) also draws it: one bar per epoch on a time axis, coloured by how\n" +
+			"it ended, each rejected attempt marked at its time. FILE - writes the picture to stdout\n" +
+			"instead of the table.\n\n" + currentHelp + "\n\n" + archiveHelp,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := args[0]
 			if err := keys.ValidateResource(res); err != nil {
 				return usageError{err}
+			}
+			if svgFile != "" && htmlFile != "" {
+				return usagef("--svg and --html are exclusive")
 			}
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				log, closeArchive, err := g.auditLog(cli)
@@ -321,6 +329,12 @@ func newTimelineCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("unknown resource %q: no audit entries under namespace %s", res, g.namespace)
 				}
 				tl := timeline(entries)
+				if svgFile != "" || htmlFile != "" {
+					drawn, err := g.drawTimeline(res, tl, svgFile, htmlFile)
+					if drawn || err != nil {
+						return err
+					}
+				}
 				if g.output == "json" {
 					return writeJSON(g.out, map[string]any{"resource": res, "epochs": tl})
 				}
@@ -344,6 +358,36 @@ func newTimelineCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().StringVar(&svgFile, "svg", "", "also draw the timeline as an SVG picture into FILE (- for stdout)")
+	cmd.Flags().StringVar(&htmlFile, "html", "", "also draw the timeline as an HTML page into FILE (- for stdout)")
+	return cmd
+}
+
+// drawTimeline writes the picture of a resource's timeline to svgFile, or
+// as a page to htmlFile. It reports whether the picture went to stdout (and
+// so took the place of the table).
+func (g *globals) drawTimeline(res string, tl []epochJSON, svgFile, htmlFile string) (stdout bool, err error) {
+	draw, file := writeTimelineSVG, svgFile
+	if htmlFile != "" {
+		draw, file = writeTimelineHTML, htmlFile
+	}
+	now := time.Now()
+	if file == "-" {
+		return true, draw(g.out, res, tl, now)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return false, err
+	}
+	if err := draw(f, res, tl, now); err != nil {
+		f.Close()
+		return false, fmt.Errorf("writing %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return false, fmt.Errorf("writing %s: %w", file, err)
+	}
+	fmt.Fprintf(g.errOut, "wrote the picture of %q's timeline to %s\n", res, file)
+	return false, nil
 }
 
 func newRevokeCmd(g *globals) *cobra.Command {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -219,9 +221,21 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 }
 
 func TestDemoInvariants(t *testing.T) {
-	code, out, errOut := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off")
+	svg := filepath.Join(t.TempDir(), "takeover.svg")
+	code, out, errOut := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off", "--svg", svg)
 	if code != 0 {
 		t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The embedded etcd is gone: TestDemoKeep compares the picture with
+	// the audit trail; here it is drawn, and shows the takeover.
+	picture, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`data-end="expired"`, `data-end="completed"`, `class="rejection"`, `data-worker="worker-1"`} {
+		if !strings.Contains(string(picture), want) {
+			t.Errorf("picture of the takeover lacks %s:\n%s", want, picture)
+		}
 	}
 	for _, want := range []string{
 		"ok    every task completed exactly once                          12/12",
@@ -246,7 +260,7 @@ func TestDemoInvariants(t *testing.T) {
 // TestDemoControlIsCaught turns fencing off: the stale worker's write lands,
 // and the report must say so and exit 1.
 func TestDemoControlIsCaught(t *testing.T) {
-	code, out, _ := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off", "--control-no-fencing")
+	code, out, _ := cli(t, "demo", "--workers", "3", "--tasks", "12", "--log-level", "off", "--control-no-fencing", "--svg", "")
 	if code != 1 {
 		t.Fatalf("control run exit %d, want 1:\n%s", code, out)
 	}
@@ -424,7 +438,7 @@ func TestAuditFollowStreams(t *testing.T) {
 // a cluster it did not start, and leaves nothing behind.
 func TestDemoAgainstExistingCluster(t *testing.T) {
 	c := e2e.NewCluster(t)
-	code, out, errOut := cli(t, "demo", "--endpoints", c.Endpoints()[0], "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off")
+	code, out, errOut := cli(t, "demo", "--endpoints", c.Endpoints()[0], "--ttl", "2s", "--workers", "2", "--tasks", "6", "--log-level", "off", "--svg", "")
 	if code != 0 || !strings.Contains(out, "all invariants hold") || !strings.Contains(out, "scratch namespace") {
 		t.Fatalf("demo exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -86,6 +87,11 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 		fmt.Fprintf(d.g.out, "\ntimeline of the task taken over from worker-1 (%s):\n", task)
 		if err := table(d.g.out, entryHeader, rows); err != nil {
 			return err
+		}
+		if d.cfg.svg != "" {
+			if err := d.drawTakeover(task, entries); err != nil {
+				fmt.Fprintln(d.g.errOut, "warning: no picture of the timeline:", err)
+			}
 		}
 	}
 	if failed > 0 {
@@ -215,4 +221,28 @@ func (d *demoRun) printTimeline(now time.Time) {
 	fmt.Fprintf(d.g.out, "  longest stall with no task completed: %v (+%v to +%v, %s to %s); %d completions from %s\n",
 		st.length().Round(time.Millisecond), st.from.Sub(start).Round(time.Millisecond), st.to.Sub(start).Round(time.Millisecond),
 		st.from.Format("15:04:05.000"), st.to.Format("15:04:05.000"), len(t.completions), start.Format("15:04:05.000"))
+}
+
+// drawTakeover writes the picture of task's timeline to the --svg file
+// and says where it is.
+func (d *demoRun) drawTakeover(task string, entries []audit.Entry) error {
+	var mine []audit.Entry
+	for _, e := range entries {
+		if e.Resource == task {
+			mine = append(mine, e)
+		}
+	}
+	f, err := os.Create(d.cfg.svg)
+	if err != nil {
+		return err
+	}
+	if err := writeTimelineSVG(f, task, timeline(mine), time.Now()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.g.out, "picture of this timeline (open it in a browser): %s\n", d.cfg.svg)
+	return nil
 }

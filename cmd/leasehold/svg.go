@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"html"
+	"io"
+	"strings"
+	"time"
+)
+
+// This file draws a resource's timeline (see timeline in inspect.go) as an
+// SVG picture: one bar per epoch on a shared time axis, coloured by how the
+// epoch ended, with the stale attempts rejected against it marked where
+// they happened. The picture carries its own data: every bar and marker has
+// data-* attributes (epoch, worker, times), so a test, or a user's script,
+// can read it back without measuring pixels.
+
+// The picture's geometry, in SVG user units.
+const (
+	svgWidth    = 960
+	svgPlotX0   = 190 // left edge of the time axis; lane labels sit left of it
+	svgPlotX1   = 700 // right edge; how each epoch ended is written right of it
+	svgEndX     = 724 // the column saying how each epoch ended
+	svgTop      = 64  // first lane's top
+	svgLaneH    = 30
+	svgBarH     = 16
+	svgMaxLanes = 40 // the latest epochs drawn; older ones are counted, not drawn
+	svgMinBarW  = 2.0
+)
+
+// endColours are the bar colours, by how the epoch ended ("held" while it
+// has not). They are the legend's order too.
+var endColours = []struct{ end, colour, meaning string }{
+	{"completed", "#2e7d32", "completed"},
+	{"released", "#1e88e5", "released"},
+	{"expired", "#ef6c00", "expired (session lost)"},
+	{"revoked", "#8e24aa", "revoked by an operator"},
+	{"held", "#9e9e9e", "still held"},
+}
+
+const rejectionColour = "#d32f2f"
+
+func endColour(end string) string {
+	for _, c := range endColours {
+		if c.end == end {
+			return c.colour
+		}
+	}
+	return "#616161"
+}
+
+// timelineSpan is the time axis: the earliest and the latest instant the
+// drawn epochs mention; a held epoch runs to now.
+func timelineSpan(epochs []epochJSON, now time.Time) (t0, t1 time.Time) {
+	see := func(t time.Time) {
+		if t.IsZero() {
+			return
+		}
+		if t0.IsZero() || t.Before(t0) {
+			t0 = t
+		}
+		if t.After(t1) {
+			t1 = t
+		}
+	}
+	for _, ep := range epochs {
+		see(ep.AcquiredAt)
+		if ep.EndedAt != nil {
+			see(*ep.EndedAt)
+		} else {
+			see(now)
+		}
+		for _, r := range ep.Rejections {
+			see(r.Time)
+		}
+	}
+	if t0.IsZero() {
+		t0 = now
+	}
+	if !t1.After(t0) {
+		t1 = t0.Add(time.Second)
+	}
+	return t0, t1
+}
+
+// tickStep picks a round step that puts about six ticks on span.
+func tickStep(span time.Duration) time.Duration {
+	for _, s := range []time.Duration{
+		time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
+		10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
+		time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute,
+		time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
+	} {
+		if span/s <= 8 {
+			return s
+		}
+	}
+	return span / 6
+}
+
+// writeTimelineSVG draws epochs (timeline's output for resource, in epoch
+// order) as a standalone SVG document. now ends the bars of epochs still
+// held. At most svgMaxLanes epochs, the latest, are drawn.
+func writeTimelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time) error {
+	omitted := 0
+	if len(epochs) > svgMaxLanes {
+		omitted = len(epochs) - svgMaxLanes
+		epochs = epochs[omitted:]
+	}
+	t0, t1 := timelineSpan(epochs, now)
+	span := t1.Sub(t0)
+	x := func(t time.Time) float64 {
+		return svgPlotX0 + float64(t.Sub(t0))/float64(span)*(svgPlotX1-svgPlotX0)
+	}
+	axisY := svgTop + len(epochs)*svgLaneH + 8
+	height := axisY + 90
+
+	b := bufio.NewWriter(w)
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	esc := html.EscapeString
+	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+	p(`<?xml version="1.0" encoding="UTF-8"?>`+"\n")
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"`,
+		svgWidth, height, svgWidth, height)
+	p(` data-resource="%s" data-t0="%s" data-t1="%s" data-x0="%d" data-x1="%d" data-omitted="%d">`+"\n",
+		esc(resource), stamp(t0), stamp(t1), svgPlotX0, svgPlotX1, omitted)
+	p(`<title>timeline of %s</title>`+"\n", esc(resource))
+	p(`<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`+"\n", svgWidth, height)
+	p(`<text x="16" y="26" font-size="16" font-weight="600">timeline of %s</text>`+"\n", esc(resource))
+	sub := fmt.Sprintf("%d epoch(s) from %s UTC over %s", len(epochs), t0.UTC().Format("2006-01-02 15:04:05.000"), shortDuration(span))
+	if omitted > 0 {
+		sub += fmt.Sprintf("; %d earlier epoch(s) not drawn", omitted)
+	}
+	p(`<text x="16" y="46" fill="#555">%s</text>`+"\n", esc(sub))
+
+	// Grid and axis.
+	step := tickStep(span)
+	p(`<g class="axis" stroke="#e0e0e0">`+"\n")
+	for d := time.Duration(0); d <= span; d += step {
+		tx := x(t0.Add(d))
+		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`+"\n", tx, svgTop-6, tx, axisY)
+	}
+	p(`</g>`+"\n")
+	p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#424242"/>`+"\n", svgPlotX0, axisY, svgPlotX1, axisY)
+	for d := time.Duration(0); d <= span; d += step {
+		p(`<text x="%.1f" y="%d" text-anchor="middle" fill="#555">+%s</text>`+"\n", x(t0.Add(d)), axisY+16, d)
+	}
+
+	for i, ep := range epochs {
+		top := svgTop + i*svgLaneH
+		barY := top + (svgLaneH-svgBarH)/2
+		mid := barY + svgBarH/2
+		start, startKnown := ep.AcquiredAt, !ep.AcquiredAt.IsZero()
+		if !startKnown {
+			start = t0
+		}
+		end := now
+		if ep.EndedAt != nil {
+			end = *ep.EndedAt
+		}
+		bx, ex := x(start), x(end)
+		width := max(ex-bx, svgMinBarW)
+		worker := ep.Worker
+		if worker == "" {
+			worker = "(unknown worker)"
+		}
+		p(`<text x="%d" y="%d" text-anchor="end" dominant-baseline="middle"><tspan font-weight="600">epoch %d</tspan> <tspan fill="#333">%s</tspan></text>`+"\n",
+			svgPlotX0-10, mid, ep.Epoch, esc(truncate(worker, 18)))
+
+		endedAttr := ""
+		if ep.EndedAt != nil {
+			endedAttr = stamp(*ep.EndedAt)
+		}
+		startAttr := ""
+		if startKnown {
+			startAttr = stamp(ep.AcquiredAt)
+		}
+		p(`<rect class="epoch" data-epoch="%d" data-worker="%s" data-end="%s" data-start="%s" data-ended="%s" x="%.2f" y="%d" width="%.2f" height="%d" rx="3" fill="%s"`,
+			ep.Epoch, esc(ep.Worker), esc(ep.End), startAttr, endedAttr, bx, barY, width, svgBarH, endColour(ep.End))
+		if !startKnown {
+			// The acquisition is older than the audit trail keeps.
+			p(` stroke="#424242" stroke-dasharray="3 2"`)
+		}
+		p(`><title>%s</title></rect>`+"\n", esc(epochTitle(ep, startKnown)))
+
+		// The expiry's reason is always the same sentence; the colour
+		// says it.
+		label := ep.End
+		switch {
+		case ep.Reason != "" && ep.End != "expired":
+			label += ": " + ep.Reason
+		case ep.Status != "":
+			label += " " + ep.Status
+		}
+		switch {
+		case !startKnown:
+			label += " (acquired before the oldest entry)"
+		case ep.EndedAt != nil:
+			label += " after " + shortDuration(ep.EndedAt.Sub(ep.AcquiredAt))
+		}
+		p(`<text x="%d" y="%d" dominant-baseline="middle" fill="%s">%s</text>`+"\n", svgEndX, mid, endColour(ep.End), esc(truncate(label, 34)))
+
+		for _, r := range ep.Rejections {
+			rx := x(r.Time)
+			cur := int64(0)
+			if r.CurrentEpoch != nil {
+				cur = *r.CurrentEpoch
+			}
+			p(`<g class="rejection" data-epoch="%d" data-worker="%s" data-time="%s" data-attempted="%s" data-current-epoch="%d">`,
+				r.Epoch, esc(r.Worker), stamp(r.Time), esc(r.Attempted), cur)
+			p(`<title>%s</title>`, esc(rejectionTitle(r, cur)))
+			p(`<circle cx="%.2f" cy="%d" r="8" fill="#ffffff" stroke="%s" stroke-width="2"/>`, rx, mid, rejectionColour)
+			p(`<path d="M%.2f %d l8 8 M%.2f %d l-8 8" stroke="%s" stroke-width="2.5" stroke-linecap="round"/>`,
+				rx-4, mid-4, rx+4, mid-4, rejectionColour)
+			p(`</g>` + "\n")
+		}
+	}
+
+	// Legend.
+	ly := axisY + 44
+	lx := 16
+	for _, c := range endColours {
+		p(`<rect x="%d" y="%d" width="14" height="10" rx="2" fill="%s"/>`, lx, ly-8, c.colour)
+		p(`<text x="%d" y="%d" fill="#333">%s</text>`+"\n", lx+20, ly+1, esc(c.meaning))
+		lx += 40 + 6*len(c.meaning)
+	}
+	p(`<circle cx="%d" cy="%d" r="6" fill="#ffffff" stroke="%s" stroke-width="2"/>`, lx+6, ly-3, rejectionColour)
+	p(`<path d="M%d %d l6 6 M%d %d l-6 6" stroke="%s" stroke-width="2" stroke-linecap="round"/>`, lx+3, ly-6, lx+9, ly-6, rejectionColour)
+	p(`<text x="%d" y="%d" fill="#333">stale attempt rejected</text>`+"\n", lx+18, ly+1)
+	p(`<text x="16" y="%d" fill="#777" font-size="11">A rejected attempt sits on the lane of the epoch it was made with. Hover a bar or a mark for its details;`+
+		` leasehold timeline %s -o json gives the same data.</text>`+"\n", ly+26, esc(shellQuote(resource)))
+	p("</svg>\n")
+	return b.Flush()
+}
+
+func epochTitle(ep epochJSON, startKnown bool) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "epoch %d, worker %s", ep.Epoch, ep.Worker)
+	if startKnown {
+		fmt.Fprintf(&s, "\nacquired %s", ep.AcquiredAt.UTC().Format("15:04:05.000"))
+	}
+	if ep.EndedAt != nil {
+		fmt.Fprintf(&s, "\n%s %s", ep.End, ep.EndedAt.UTC().Format("15:04:05.000"))
+	} else {
+		s.WriteString("\nstill held")
+	}
+	if ep.Status != "" {
+		fmt.Fprintf(&s, ", status %s", ep.Status)
+	}
+	if ep.Reason != "" {
+		fmt.Fprintf(&s, ", reason %q", ep.Reason)
+	}
+	if n := len(ep.Rejections); n > 0 {
+		fmt.Fprintf(&s, "\n%d stale attempt(s) with this epoch rejected", n)
+	}
+	return s.String()
+}
+
+func rejectionTitle(r entryJSON, cur int64) string {
+	what := r.Attempted
+	if r.Status != "" {
+		what += " (" + r.Status + ")"
+	}
+	return fmt.Sprintf("rejected at %s: %s tried %s with epoch %d; %s",
+		r.Time.UTC().Format("15:04:05.000"), r.Worker, what, r.Epoch, current(cur))
+}
+
+// shortDuration prints d to the millisecond under a second, to the tenth
+// of a second above.
+func shortDuration(d time.Duration) string {
+	if d < time.Second {
+		return max(d, 0).Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// truncate shortens s to n runes, marking the cut.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// writeTimelineHTML wraps the SVG picture in a page a browser opens on its
+// own.
+func writeTimelineHTML(w io.Writer, resource string, epochs []epochJSON, now time.Time) error {
+	if _, err := fmt.Fprintf(w, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>timeline of %s</title>\n"+
+		"<style>body{margin:24px;background:#fafafa}svg{background:#fff;box-shadow:0 1px 3px rgba(0,0,0,.2)}</style></head><body>\n",
+		html.EscapeString(resource)); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	if err := writeTimelineSVG(&svg, resource, epochs, now); err != nil {
+		return err
+	}
+	// An inline <svg> needs no XML declaration.
+	body := strings.TrimPrefix(svg.String(), `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
+	if _, err := io.WriteString(w, body); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "</body></html>\n")
+	return err
+}

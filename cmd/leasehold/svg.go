@@ -123,7 +123,7 @@ func writeTimelineSVG(w io.Writer, resource string, epochs []epochJSON, now time
 	esc := html.EscapeString
 	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-	p(`<?xml version="1.0" encoding="UTF-8"?>`+"\n")
+	p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"`,
 		svgWidth, height, svgWidth, height)
 	p(` data-resource="%s" data-t0="%s" data-t1="%s" data-x0="%d" data-x1="%d" data-omitted="%d">`+"\n",
@@ -139,12 +139,12 @@ func writeTimelineSVG(w io.Writer, resource string, epochs []epochJSON, now time
 
 	// Grid and axis.
 	step := tickStep(span)
-	p(`<g class="axis" stroke="#e0e0e0">`+"\n")
+	p(`<g class="axis" stroke="#e0e0e0">` + "\n")
 	for d := time.Duration(0); d <= span; d += step {
 		tx := x(t0.Add(d))
 		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`+"\n", tx, svgTop-6, tx, axisY)
 	}
-	p(`</g>`+"\n")
+	p(`</g>` + "\n")
 	p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#424242"/>`+"\n", svgPlotX0, axisY, svgPlotX1, axisY)
 	for d := time.Duration(0); d <= span; d += step {
 		p(`<text x="%.1f" y="%d" text-anchor="middle" fill="#555">+%s</text>`+"\n", x(t0.Add(d)), axisY+16, d)

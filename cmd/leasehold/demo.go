@@ -449,6 +449,14 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
+		// Takeovers and handoffs are counted from the audit log.
+		wctx, stopWatch := context.WithCancel(ctx)
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			_ = obs.WatchAudit(wctx, audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)), 0)
+		}()
+		defer func() { stopWatch(); <-watchDone }()
 	}
 	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing), gate: newStartGate(cfg.workers, cfg.tasks)}
 	for i := 0; i < cfg.tasks; i++ {

@@ -50,8 +50,8 @@ func endColour(end string) string {
 	return "#616161"
 }
 
-// timelineSpan is the time axis: the earliest and the latest instant the
-// drawn epochs mention; a held epoch runs to now.
+// timelineSpan is the time axis: from the earliest to just after the
+// latest instant the drawn epochs mention; a held epoch runs to now.
 func timelineSpan(epochs []epochJSON, now time.Time) (t0, t1 time.Time) {
 	see := func(t time.Time) {
 		if t.IsZero() {
@@ -81,7 +81,8 @@ func timelineSpan(epochs []epochJSON, now time.Time) (t0, t1 time.Time) {
 	if !t1.After(t0) {
 		t1 = t0.Add(time.Second)
 	}
-	return t0, t1
+	// A little room after the last instant, so a mark there is whole.
+	return t0, t1.Add(t1.Sub(t0) / 25)
 }
 
 // tickStep picks a round step that puts about six ticks on span.

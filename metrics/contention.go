@@ -73,6 +73,11 @@ func (m *Metrics) AcquireWaited(wait time.Duration) { m.contention.wait.Observe(
 // set: clock skew between hosts shifts it.
 func (m *Metrics) WatchAudit(ctx context.Context, l *audit.Log, from int64) error {
 	ns := l.Namespace()
+	// The namespace's series exist from the start, at 0 (see zeroSeries).
+	m.contention.takeovers.WithLabelValues(ns)
+	for _, end := range []audit.Kind{audit.Released, audit.Expired, audit.Revoked} {
+		m.contention.handoff.WithLabelValues(ns, string(end))
+	}
 	type end struct {
 		kind audit.Kind
 		at   time.Time

@@ -79,12 +79,36 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.worker = newWorkerCollectors()
 	m.contention = newContentionCollectors()
+	m.zeroSeries()
 	for _, c := range append([]prometheus.Collector{m.acquisitions, m.ended, m.stale, m.renewRTT, m.headroom, m.sessionsEnd, m.fence}, append(m.worker.all(), m.contention.all()...)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// zeroSeries creates every labelled series whose label values are known
+// in advance, at 0. A series that first appears at 1 has no earlier
+// sample for rate() or increase() to compare with, so the first event of
+// its kind — often the only one: a lost session, a stale completion —
+// would never show on a graph.
+func (m *Metrics) zeroSeries() {
+	for _, op := range []string{"complete", "release"} {
+		for _, result := range []string{"ok", "stale", "unknown"} {
+			m.ended.WithLabelValues(op, result)
+		}
+	}
+	for _, cause := range []string{"lost", "expired", "closed", "other"} {
+		m.sessionsEnd.WithLabelValues(cause)
+	}
+	for _, decision := range []string{"admitted", "refused", "error"} {
+		m.fence.WithLabelValues(decision)
+	}
+	for _, r := range []worker.Result{worker.Completed, worker.Stale, worker.Failed, worker.Retried, worker.Interrupted, worker.Unknown} {
+		m.worker.ended.WithLabelValues(string(r))
+	}
+	m.acquisitions.WithLabelValues()
 }
 
 // SessionRenewed implements session.Observer.
@@ -128,13 +152,23 @@ type countingGuard struct {
 
 func (c *countingGuard) Admit(ctx context.Context, t fence.Token) error {
 	err := c.g.Admit(ctx, t)
+	c.m.FenceDecided(err)
+	return err
+}
+
+// FenceDecided counts one fence decision by its result: nil is admitted,
+// an error matching fence.ErrFenced refused, any other error an error.
+// Guard counts Admit calls this way; call it with the result of the
+// admissions that run an effect and so cannot be wrapped —
+// MemoryGuard.Do, SQLGuard.AdmitTx, EtcdGuard.AdmitOps — where an error
+// the effect itself returned counts as an error too.
+func (m *Metrics) FenceDecided(err error) {
 	switch {
 	case err == nil:
-		c.m.fence.WithLabelValues("admitted").Inc()
+		m.fence.WithLabelValues("admitted").Inc()
 	case errors.Is(err, fence.ErrFenced):
-		c.m.fence.WithLabelValues("refused").Inc()
+		m.fence.WithLabelValues("refused").Inc()
 	default:
-		c.m.fence.WithLabelValues("error").Inc()
+		m.fence.WithLabelValues("error").Inc()
 	}
-	return err
 }

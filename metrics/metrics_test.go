@@ -28,6 +28,33 @@ func TestCollectorsCountRealOperations(t *testing.T) {
 	if _, err := metrics.New(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
+	// Every labelled series whose values are known exists from the start,
+	// at 0: a series that first appears at 1 shows no increase to rate(),
+	// and the first lost session or stale completion would never show on
+	// a graph.
+	zero := `
+# HELP leasehold_fence_decisions_total Fence guard decisions (admitted, refused, error).
+# TYPE leasehold_fence_decisions_total counter
+leasehold_fence_decisions_total{decision="admitted"} 0
+leasehold_fence_decisions_total{decision="error"} 0
+leasehold_fence_decisions_total{decision="refused"} 0
+# HELP leasehold_worker_tasks_total Handler runs by how they ended (completed, stale, failed, retried, interrupted, unknown).
+# TYPE leasehold_worker_tasks_total counter
+leasehold_worker_tasks_total{result="completed"} 0
+leasehold_worker_tasks_total{result="failed"} 0
+leasehold_worker_tasks_total{result="interrupted"} 0
+leasehold_worker_tasks_total{result="retried"} 0
+leasehold_worker_tasks_total{result="stale"} 0
+leasehold_worker_tasks_total{result="unknown"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(zero), "leasehold_fence_decisions_total", "leasehold_worker_tasks_total"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"leasehold_lease_endings_total": 6, "leasehold_sessions_ended_total": 4, "leasehold_acquisitions_total": 1} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != want {
+			t.Errorf("%s: %d series at the start (%v), want %d", name, n, err, want)
+		}
+	}
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	ctx := context.Background()
@@ -62,6 +89,11 @@ func TestCollectorsCountRealOperations(t *testing.T) {
 	_ = g.Admit(ctx, fence.Token{Resource: "t", Epoch: 5})
 	_ = g.Admit(ctx, fence.Token{Resource: "t", Epoch: 4})
 	_ = g.Admit(ctx, fence.Token{Resource: "t", Epoch: 0})
+	// Admissions that run an effect are counted by their result.
+	mg := fence.NewMemoryGuard()
+	noop := func(context.Context) error { return nil }
+	m.FenceDecided(mg.Do(ctx, fence.Token{Resource: "t", Epoch: 7}, noop))
+	m.FenceDecided(mg.Do(ctx, fence.Token{Resource: "t", Epoch: 6}, noop))
 
 	want := `
 # HELP leasehold_acquisitions_total Leases acquired.
@@ -69,16 +101,23 @@ func TestCollectorsCountRealOperations(t *testing.T) {
 leasehold_acquisitions_total 2
 # HELP leasehold_fence_decisions_total Fence guard decisions (admitted, refused, error).
 # TYPE leasehold_fence_decisions_total counter
-leasehold_fence_decisions_total{decision="admitted"} 1
+leasehold_fence_decisions_total{decision="admitted"} 2
 leasehold_fence_decisions_total{decision="error"} 1
-leasehold_fence_decisions_total{decision="refused"} 1
+leasehold_fence_decisions_total{decision="refused"} 2
 # HELP leasehold_lease_endings_total Complete and Release calls by op and result (ok, stale, unknown).
 # TYPE leasehold_lease_endings_total counter
 leasehold_lease_endings_total{op="complete",result="ok"} 1
 leasehold_lease_endings_total{op="complete",result="stale"} 1
+leasehold_lease_endings_total{op="complete",result="unknown"} 0
+leasehold_lease_endings_total{op="release",result="ok"} 0
+leasehold_lease_endings_total{op="release",result="stale"} 0
+leasehold_lease_endings_total{op="release",result="unknown"} 0
 # HELP leasehold_sessions_ended_total Sessions ended, by cause (lost, expired, closed).
 # TYPE leasehold_sessions_ended_total counter
 leasehold_sessions_ended_total{cause="closed"} 1
+leasehold_sessions_ended_total{cause="expired"} 0
+leasehold_sessions_ended_total{cause="lost"} 0
+leasehold_sessions_ended_total{cause="other"} 0
 # HELP leasehold_stale_rejections_total Stale Complete or Release attempts rejected and audited.
 # TYPE leasehold_stale_rejections_total counter
 leasehold_stale_rejections_total 1

@@ -50,7 +50,11 @@ leasehold_worker_tasks_started_total 6
 # HELP leasehold_worker_tasks_total Handler runs by how they ended (completed, stale, failed, retried, interrupted, unknown).
 # TYPE leasehold_worker_tasks_total counter
 leasehold_worker_tasks_total{result="completed"} 5
+leasehold_worker_tasks_total{result="failed"} 0
+leasehold_worker_tasks_total{result="interrupted"} 0
 leasehold_worker_tasks_total{result="retried"} 1
+leasehold_worker_tasks_total{result="stale"} 0
+leasehold_worker_tasks_total{result="unknown"} 0
 # HELP leasehold_acquisitions_total Leases acquired.
 # TYPE leasehold_acquisitions_total counter
 leasehold_acquisitions_total 6

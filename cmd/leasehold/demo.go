@@ -110,6 +110,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 // overwrites that effect; a lower epoch never overwrites a higher one.
 type demoStore struct {
 	guard     *fence.MemoryGuard
+	metrics   *metrics.Metrics // nil: none; counts the guard's decisions
 	noFencing bool
 	mu        sync.Mutex
 	record    map[string]int64  // task → the epoch whose effect the record holds
@@ -124,8 +125,8 @@ type downstreamWrite struct {
 	epoch int64
 }
 
-func newDemoStore(noFencing bool) *demoStore {
-	return &demoStore{guard: fence.NewMemoryGuard(), noFencing: noFencing, record: map[string]int64{}, completedTasks: map[string]bool{}}
+func newDemoStore(noFencing bool, m *metrics.Metrics) *demoStore {
+	return &demoStore{guard: fence.NewMemoryGuard(), metrics: m, noFencing: noFencing, record: map[string]int64{}, completedTasks: map[string]bool{}}
 }
 
 func (s *demoStore) write(ctx context.Context, t fence.Token) error {
@@ -139,7 +140,11 @@ func (s *demoStore) write(ctx context.Context, t fence.Token) error {
 	if s.noFencing {
 		return effect(ctx)
 	}
-	return s.guard.Do(ctx, t, effect)
+	err := s.guard.Do(ctx, t, effect)
+	if s.metrics != nil {
+		s.metrics.FenceDecided(err)
+	}
+	return err
 }
 
 // grantDemoLease grants the etcd lease a worker's session starts with;
@@ -458,7 +463,7 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		}()
 		defer func() { stopWatch(); <-watchDone }()
 	}
-	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing), gate: newStartGate(cfg.workers, cfg.tasks)}
+	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing, obs), gate: newStartGate(cfg.workers, cfg.tasks)}
 	for i := 0; i < cfg.tasks; i++ {
 		d.tasks = append(d.tasks, fmt.Sprintf("task-%04d", i))
 	}

@@ -44,16 +44,7 @@ func newWorld(t *testing.T) world {
 	ctx := context.Background()
 	reg := lease.NewRegistry(client)
 	t.Cleanup(func() { _ = reg.Close() })
-	s1, err := session.New(ctx, client, session.WithWorker("alice"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s1.Close(context.Background()) })
-	s2, err := session.New(ctx, client, session.WithWorker("bob"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s2.Close(context.Background()) })
+	s1, s2 := newSession(t, client, "alice"), newSession(t, client, "bob")
 
 	done, err := reg.TryAcquire(ctx, s1, "jobs/done")
 	if err != nil {
@@ -84,6 +75,18 @@ func newWorld(t *testing.T) world {
 		t.Fatal("stale completion accepted")
 	}
 	return world{endpoint: c.Endpoints()[0], heldEpoch: held.Epoch(), oldEpoch: old.Epoch(), newEpoch: nw.Epoch()}
+}
+
+// newSession starts a session of worker (TTL 5 s), closed when the test
+// ends.
+func newSession(t *testing.T, client *clientv3.Client, worker string) *session.Session {
+	t.Helper()
+	s, err := session.New(context.Background(), client, session.WithWorker(worker), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
 }
 
 func TestHoldersTableAndJSON(t *testing.T) {

@@ -209,15 +209,7 @@ func story(t *testing.T) (endpoint string, entries func(resource string) []audit
 	ctx := context.Background()
 	reg := lease.NewRegistry(client)
 	t.Cleanup(func() { _ = reg.Close() })
-	newSession := func(worker string) *session.Session {
-		s, err := session.New(ctx, client, session.WithWorker(worker), session.WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		return s
-	}
-	alice, bob, carol := newSession("alice"), newSession("bob"), newSession("carol")
+	alice, bob, carol := newSession(t, client, "alice"), newSession(t, client, "bob"), newSession(t, client, "carol")
 	acquire := func(s *session.Session, res string) *lease.Lease {
 		l, err := reg.TryAcquire(ctx, s, res)
 		if err != nil {

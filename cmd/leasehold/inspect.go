@@ -291,6 +291,38 @@ func timeline(entries []audit.Entry) []epochJSON {
 	return out
 }
 
+var timelineHeader = []string{"EPOCH", "WORKER", "ACQUIRED", "ENDED", "STATUS/REASON", "REJECTIONS"}
+
+// timelineRows is the timeline table: a row per epoch, and under it a row
+// per rejected attempt made with it.
+func timelineRows(tl []epochJSON) [][]string {
+	var rows [][]string
+	for _, ep := range tl {
+		ended := ep.End
+		// An epoch whose acquisition is older than the audit
+		// trail's oldest entry has no start to measure from.
+		acquired := "-"
+		if !ep.AcquiredAt.IsZero() {
+			acquired = ep.AcquiredAt.UTC().Format("15:04:05.000")
+		}
+		switch {
+		case ep.EndedAt != nil && ep.AcquiredAt.IsZero():
+			ended = fmt.Sprintf("%s %s", ep.End, ep.EndedAt.UTC().Format("15:04:05.000"))
+		case ep.EndedAt != nil:
+			ended = fmt.Sprintf("%s +%s", ep.End, shortDuration(ep.EndedAt.Sub(ep.AcquiredAt)))
+		}
+		extra := ep.Status
+		if ep.Reason != "" {
+			extra = fmt.Sprintf("%q", ep.Reason)
+		}
+		rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, acquired, ended, extra, fmt.Sprint(len(ep.Rejections))})
+		for _, r := range ep.Rejections {
+			rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, current(*r.CurrentEpoch)})
+		}
+	}
+	return rows
+}
+
 func newTimelineCmd(g *globals) *cobra.Command {
 	var svgFile, htmlFile string
 	cmd := &cobra.Command{
@@ -338,23 +370,8 @@ func newTimelineCmd(g *globals) *cobra.Command {
 				if g.output == "json" {
 					return writeJSON(g.out, map[string]any{"resource": res, "epochs": tl})
 				}
-				var rows [][]string
-				for _, ep := range tl {
-					ended := ep.End
-					if ep.EndedAt != nil {
-						ended = fmt.Sprintf("%s +%s", ep.End, age(ep.EndedAt.Sub(ep.AcquiredAt)))
-					}
-					extra := ep.Status
-					if ep.Reason != "" {
-						extra = fmt.Sprintf("%q", ep.Reason)
-					}
-					rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, ep.AcquiredAt.UTC().Format("15:04:05.000"), ended, extra, fmt.Sprint(len(ep.Rejections))})
-					for _, r := range ep.Rejections {
-						rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, current(*r.CurrentEpoch)})
-					}
-				}
 				fmt.Fprintf(g.out, "timeline of %q\n", res)
-				return table(g.out, []string{"EPOCH", "WORKER", "ACQUIRED", "ENDED", "STATUS/REASON", "REJECTIONS"}, rows)
+				return table(g.out, timelineHeader, timelineRows(tl))
 			})
 		},
 	}

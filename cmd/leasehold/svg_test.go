@@ -404,6 +404,11 @@ func TestTimelinePictureEscapes(t *testing.T) {
 	if !strings.Contains(pic.String(), `stroke-dasharray`) {
 		t.Error("an epoch acquired before the oldest entry is not marked")
 	}
+	// The table has no start for it either, rather than year 1.
+	rows := timelineRows(timeline(es))
+	if len(rows) != 3 || rows[0][2] != "-" || rows[0][3] != "completed 03:04:05.000" || rows[2][2] != "03:04:06.000" {
+		t.Errorf("timeline table of an epoch with no acquisition entry: %q", rows)
+	}
 }
 
 // TestTimelinePictureBounded draws a resource with more epochs than the

@@ -7,7 +7,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -timeout 15m
 FUZZTIME    ?= 30s
 
-.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control bench
+.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control bench dashboard-preview
 
 ## demo: workers on a batch of tasks against an embedded etcd, a forced expiry, and the invariants report
 demo:
@@ -49,6 +49,10 @@ e2e:
 ## bench: leasehold side by side with bare clientv3, concurrency.Mutex and raw Txns on one embedded etcd, fsync on and off (under 10 minutes; see BENCHMARKS.md)
 bench:
 	$(GO) run ./e2e/cmd/bench
+
+## dashboard-preview: redraw docs/grafana/preview.{svg,png}: the dashboard's queries on a real Prometheus (Debian: prometheus) over a demo run; Chromium for the PNG
+dashboard-preview:
+	$(GO) run ./e2e/cmd/dashpreview -png docs/grafana/preview.png
 
 ## fuzz: run every fuzz target for FUZZTIME
 fuzz:

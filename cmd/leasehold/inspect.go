@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -384,7 +383,7 @@ func newTimelineCmd(g *globals) *cobra.Command {
 // as a page to htmlFile. It reports whether the picture went to stdout (and
 // so took the place of the table).
 func (g *globals) drawTimeline(res string, tl []epochJSON, svgFile, htmlFile string) (stdout bool, err error) {
-	draw, file := writeTimelineSVG, svgFile
+	draw, file := drawFunc(writeTimelineSVG), svgFile
 	if htmlFile != "" {
 		draw, file = writeTimelineHTML, htmlFile
 	}
@@ -392,16 +391,8 @@ func (g *globals) drawTimeline(res string, tl []epochJSON, svgFile, htmlFile str
 	if file == "-" {
 		return true, draw(g.out, res, tl, now)
 	}
-	f, err := os.Create(file)
-	if err != nil {
+	if err := writeTimelineFile(file, draw, res, tl, now); err != nil {
 		return false, err
-	}
-	if err := draw(f, res, tl, now); err != nil {
-		f.Close()
-		return false, fmt.Errorf("writing %s: %w", file, err)
-	}
-	if err := f.Close(); err != nil {
-		return false, fmt.Errorf("writing %s: %w", file, err)
 	}
 	fmt.Fprintf(g.errOut, "wrote the picture of %q's timeline to %s\n", res, file)
 	return false, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -78,9 +77,11 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 	d.printTimeline(time.Now())
 	failed := printChecks(d.g.out, 58, checks)
 	if task, ok := d.takenOver.Load().(string); ok {
+		var mine []audit.Entry
 		var rows [][]string
 		for _, e := range entries {
 			if e.Resource == task {
+				mine = append(mine, e)
 				rows = append(rows, entryRow(e))
 			}
 		}
@@ -89,8 +90,10 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 			return err
 		}
 		if d.cfg.svg != "" {
-			if err := d.drawTakeover(task, entries); err != nil {
+			if err := writeTimelineFile(d.cfg.svg, writeTimelineSVG, task, timeline(mine), time.Now()); err != nil {
 				fmt.Fprintln(d.g.errOut, "warning: no picture of the timeline:", err)
+			} else {
+				fmt.Fprintf(d.g.out, "picture of this timeline (open it in a browser): %s\n", d.cfg.svg)
 			}
 		}
 	}
@@ -221,28 +224,4 @@ func (d *demoRun) printTimeline(now time.Time) {
 	fmt.Fprintf(d.g.out, "  longest stall with no task completed: %v (+%v to +%v, %s to %s); %d completions from %s\n",
 		st.length().Round(time.Millisecond), st.from.Sub(start).Round(time.Millisecond), st.to.Sub(start).Round(time.Millisecond),
 		st.from.Format("15:04:05.000"), st.to.Format("15:04:05.000"), len(t.completions), start.Format("15:04:05.000"))
-}
-
-// drawTakeover writes the picture of task's timeline to the --svg file
-// and says where it is.
-func (d *demoRun) drawTakeover(task string, entries []audit.Entry) error {
-	var mine []audit.Entry
-	for _, e := range entries {
-		if e.Resource == task {
-			mine = append(mine, e)
-		}
-	}
-	f, err := os.Create(d.cfg.svg)
-	if err != nil {
-		return err
-	}
-	if err := writeTimelineSVG(f, task, timeline(mine), time.Now()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	fmt.Fprintf(d.g.out, "picture of this timeline (open it in a browser): %s\n", d.cfg.svg)
-	return nil
 }

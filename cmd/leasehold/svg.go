@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -102,10 +103,39 @@ func tickStep(span time.Duration) time.Duration {
 	return span / 6
 }
 
+// drawFunc draws a resource's timeline picture to w (writeTimelineSVG,
+// writeTimelineHTML).
+type drawFunc func(w io.Writer, resource string, epochs []epochJSON, now time.Time) error
+
+// writeTimelineFile draws the picture into file, which it creates.
+func writeTimelineFile(file string, draw drawFunc, resource string, epochs []epochJSON, now time.Time) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := draw(f, resource, epochs, now); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return nil
+}
+
 // writeTimelineSVG draws epochs (timeline's output for resource, in epoch
-// order) as a standalone SVG document. now ends the bars of epochs still
-// held. At most svgMaxLanes epochs, the latest, are drawn.
+// order) as a standalone SVG document: the XML declaration, then
+// timelineSVG.
 func writeTimelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time) error {
+	if _, err := io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"); err != nil {
+		return err
+	}
+	return timelineSVG(w, resource, epochs, now)
+}
+
+// timelineSVG draws epochs as one <svg> element. now ends the bars of
+// epochs still held. At most svgMaxLanes epochs, the latest, are drawn.
+func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time) error {
 	omitted := 0
 	if len(epochs) > svgMaxLanes {
 		omitted = len(epochs) - svgMaxLanes
@@ -124,7 +154,6 @@ func writeTimelineSVG(w io.Writer, resource string, epochs []epochJSON, now time
 	esc := html.EscapeString
 	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-	p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"`,
 		svgWidth, height, svgWidth, height)
 	p(` data-resource="%s" data-t0="%s" data-t1="%s" data-x0="%d" data-x1="%d" data-omitted="%d">`+"\n",
@@ -296,13 +325,8 @@ func writeTimelineHTML(w io.Writer, resource string, epochs []epochJSON, now tim
 		html.EscapeString(resource)); err != nil {
 		return err
 	}
-	var svg strings.Builder
-	if err := writeTimelineSVG(&svg, resource, epochs, now); err != nil {
-		return err
-	}
 	// An inline <svg> needs no XML declaration.
-	body := strings.TrimPrefix(svg.String(), `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
-	if _, err := io.WriteString(w, body); err != nil {
+	if err := timelineSVG(w, resource, epochs, now); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, "</body></html>\n")

@@ -495,12 +495,14 @@ func (r *run) handle(l *lease.Lease) {
 			log.Warn("completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
 			r.giveBack(name)
 			return
-		case errors.Is(err, lease.ErrInvalidStatus), outcome.Refused(err) && r.stop.Err() == nil:
+		case errors.Is(err, lease.ErrInvalidStatus):
+			log.Error("the handler returned a status that is not valid", "status", status, "error", err)
+			// A failure of the handler's: release, and retry per policy.
+		case outcome.Refused(err) && r.stop.Err() == nil:
 			// A refused Complete applied nothing (a missing permission,
 			// a limit): treat it as the handler's failure — release, and
 			// retry per policy — rather than hold the resource.
-			log.Error("the handler returned a status that is not valid", "status", status, "error", err)
-			// A failure of the handler's: release, and retry per policy.
+			log.Error("the completion was refused (nothing applied); releasing", "status", status, "error", err)
 		default:
 			r.p.stats.unknown.Add(1)
 			ended(Unknown)

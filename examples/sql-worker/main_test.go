@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/examples/internal/etcdflags"
+	"github.com/leasehold/leasehold/examples/internal/exampletest"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/leaktest"
 	"github.com/leasehold/leasehold/internal/sqltest"
 	"github.com/leasehold/leasehold/lease"
-	"github.com/leasehold/leasehold/rbac"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
@@ -134,22 +133,7 @@ func TestProgram(t *testing.T) {
 // with mutual TLS and auth, as a user with only the leasehold-worker role,
 // from the same flags a user would pass.
 func TestProgramWithTLSAndAuth(t *testing.T) {
-	c := e2e.NewCluster(t, e2e.WithMutualTLS(), e2e.WithAuth("root-pw"))
-	if err := rbac.Apply(context.Background(), c.Client(t), "/leasehold"); err != nil {
-		t.Fatal(err)
-	}
-	c.AddUser(t, "example", "example-pw", rbac.Worker)
-	pw := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(pw, []byte("example-pw\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cn, err := etcdflags.Flags{
-		Endpoints: c.Endpoints()[0], CACert: c.CAFile(), Cert: c.ClientCertFile(), Key: c.ClientKeyFile(),
-		User: "example", PasswordFile: pw,
-	}.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cn := exampletest.WorkerConn(t)
 	if err := program("", cn, 20, 4); err != nil {
 		t.Fatal(err)
 	}

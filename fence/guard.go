@@ -221,11 +221,15 @@ func (g *MemoryGuard) Do(ctx context.Context, t Token, effect func(ctx context.C
 // Choose floor below the epoch of every lease that may still write: a
 // holder whose epoch is at or below the floor is refused from then on, as
 // if it had been superseded. Epochs are etcd revisions, one increasing
-// order over all resources, so the lowest epoch among the leases still
-// live, minus one, is safe, and so is a revision older than the longest a
-// lease can live (its TTL plus the safety margin the workers use). Pruning
-// never re-admits a superseded holder: every dropped record was at or below
-// the floor, so every token it would have refused is refused by the floor.
+// order over all resources, so the floor must lie below every epoch still
+// live: take it from SafeFloor, which reads the lowest epoch among the live
+// leases and returns it minus one (or, with nothing held, the revision it
+// read at). Do not derive the floor from time, such as a revision older
+// than a lease's TTL plus a margin: an epoch lasts as long as its session
+// keeps renewing, an election's leader for weeks, so such a floor refuses
+// holders that are still live. Pruning never re-admits a superseded
+// holder: every dropped record was at or below the floor, so every token
+// it would have refused is refused by the floor.
 //
 // The floor is raised before any state is dropped. A resource whose
 // admission is held (an Admit in progress, or a Do running its effect) is

@@ -445,9 +445,13 @@ func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) 
 // whose epoch is at or below the floor is refused from then on, exactly as
 // if it had been superseded, even though nothing superseded it. Epochs are
 // etcd revisions of the lease keys, one increasing order over all
-// resources, so safe choices are the lowest epoch among the live leases
-// minus one, or a revision older than the longest a lease can live (its TTL
-// plus the safety margin the workers use). The floor is the table's, not one
+// resources, so the floor must lie below every epoch still live: take it
+// from SafeFloor, which reads the lowest epoch among the live leases and
+// returns it minus one (or, with nothing held, the revision it read at).
+// Do not derive the floor from time, such as a revision older than a
+// lease's TTL plus a margin: an epoch lasts as long as its session keeps
+// renewing, an election's leader for weeks, so such a floor refuses
+// holders that are still live. The floor is the table's, not one
 // resource's: it applies to every resource fenced in the table.
 //
 // Pruning never re-admits a superseded holder: every row it deletes held an

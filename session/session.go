@@ -10,13 +10,21 @@
 // measured on the monotonic clock. The send time, not the reply's arrival,
 // is what bounds the server's view: the server started the new TTL no
 // earlier than when the request left, so a slow reply can only make the
-// local deadline earlier than the server's, never later. A leader change
-// only extends leases on the server, so it keeps the deadline conservative.
-// The margin absorbs clock-rate drift between this process and the etcd
-// leader and the time work takes to notice cancellation. The grant counts
-// as the first renewal: its send time starts the first deadline, and New
-// fails (with an error matching ErrLost) if the grant's reply arrives
-// after that deadline.
+// local deadline earlier than the server's, never later. The margin
+// absorbs clock-rate drift between this process and the etcd leader and the
+// time work takes to notice cancellation. The grant counts as the first
+// renewal: its send time starts the first deadline, and New fails (with an
+// error matching ErrLost) if the grant's reply arrives after that deadline.
+//
+// The deadline covers this session's own renewal failures and the lease's
+// ordinary expiry on the etcd leader's clock, while clock-rate drift stays
+// within the margin. A leader change normally only extends leases (the new
+// leader refreshes their remaining TTLs), but a known etcd bug can end a
+// lease before the deadline: a leader that stalled and was deposed may, on
+// resuming, revoke leases it believes expired (etcd-io/etcd#15247).
+// Fencing keeps that safe, since the stale holder's writes are refused
+// downstream; the deadline only makes it rare. docs/protocol.md §4 has the
+// full account.
 //
 // A renewal is due one renew interval after the send time of the last
 // successful one (the grant's, at first), and is sent at once when that

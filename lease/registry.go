@@ -136,8 +136,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	c := claimant.NewClaim(r.space, resource)
+	cond := protocol.Condition(ctx) // a recipe's own compares (protocol.WithCondition)
 	actx, cancel := r.attemptCtx(ctx)
-	resp, err := r.cli.Txn(actx).If(c.If...).Then(c.Then...).Else(c.Else...).Commit()
+	resp, err := r.cli.Txn(actx).If(append(c.If, cond...)...).Then(c.Then...).Else(c.Else...).Commit()
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
@@ -147,6 +148,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	}
 	if _, err := r.whyNot(ctx, resource, resp.Responses); err != nil {
 		return nil, err
+	}
+	if len(cond) > 0 {
+		return nil, fmt.Errorf("lease: acquire %q: %w", resource, protocol.ErrConditionFailed)
 	}
 	return nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -43,7 +44,12 @@ const cleanupTimeout = 5 * time.Second
 // the *lease.LockDelayError that ends first.
 //
 // The first TryAcquire or Acquire of a Semaphore stores its limit in etcd,
-// or checks it against the stored one (ErrLimitMismatch).
+// or checks it against the stored one (ErrLimitMismatch). Every claim
+// then requires, in its own transaction, that the stored limit is still
+// this one: a claim that finds another limit stored since (an operator
+// deleted the key, and a semaphore of another limit stored its own) fails
+// with ErrLimitMismatch, and one that finds the key absent stores it
+// again before it claims.
 func (m *Semaphore) TryAcquire(ctx context.Context, s *session.Session) (*lease.Lease, error) {
 	if err := m.ready(ctx, s); err != nil {
 		return nil, err
@@ -354,26 +360,42 @@ func (m *Semaphore) claimAny(ctx context.Context, s *session.Session, free []int
 	return nil, delay, nil
 }
 
-// claim takes permit i with lease's TryAcquire (docs/protocol.md §3.1).
-// (nil, nil, nil): another caller holds it. A permit in a lock-delay (an
-// involuntary end of its last epoch through a registry WithLockDelay,
-// §3.13) is not free: claim returns the delay and no error.
+// claim takes permit i with lease's TryAcquire (docs/protocol.md §3.1),
+// whose transaction also requires the limit key to hold this semaphore's
+// limit (limitHeld, §3.12): a claim never lands against a limit another
+// semaphore stored since this one confirmed it. (nil, nil, nil): another
+// caller holds it. A permit in a lock-delay (an involuntary end of its
+// last epoch through a registry WithLockDelay, §3.13) is not free: claim
+// returns the delay and no error.
+//
+// A claim whose limit compare failed confirms the limit again (confirm):
+// another stored limit is ErrLimitMismatch, and an absent key is stored
+// again with this semaphore's limit — no permit can be held while it is
+// absent — before the permit is claimed again.
 func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*lease.Lease, *lease.LockDelayError, error) {
 	res := PermitResource(m.name, i)
-	l, err := m.permits.TryAcquire(ctx, s, res)
-	var delay *lease.LockDelayError
-	switch {
-	case err == nil:
-		return l, nil, nil
-	case errors.Is(err, lease.ErrHeld):
-		return nil, nil, nil
-	case errors.As(err, &delay):
-		return nil, delay, nil
-	case errors.Is(err, outcome.ErrUnknown):
-		l, err := m.reclaim(ctx, s, res, err)
-		return l, nil, err
+	for range maxRounds {
+		l, err := m.permits.TryAcquire(protocol.WithCondition(ctx, m.limitHeld...), s, res)
+		var delay *lease.LockDelayError
+		switch {
+		case err == nil:
+			return l, nil, nil
+		case errors.Is(err, protocol.ErrConditionFailed):
+			if err := m.confirm(ctx, s.Client(), true); err != nil {
+				return nil, nil, err
+			}
+			continue
+		case errors.Is(err, lease.ErrHeld):
+			return nil, nil, nil
+		case errors.As(err, &delay):
+			return nil, delay, nil
+		case errors.Is(err, outcome.ErrUnknown):
+			l, err := m.reclaim(ctx, s, res, err)
+			return l, nil, err
+		}
+		return nil, nil, fmt.Errorf("semaphore %q: take permit %d: %w", m.name, i, err)
 	}
-	return nil, nil, fmt.Errorf("semaphore %q: take permit %d: %w", m.name, i, err)
+	return nil, nil, fmt.Errorf("semaphore %q: take permit %d: the stored limit changed under %d claims in a row", m.name, i, maxRounds)
 }
 
 // reclaim resolves a claim of res whose outcome was unknown with lease's

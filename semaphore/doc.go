@@ -25,7 +25,12 @@
 //   - Every Semaphore of a name has the same limit. The first TryAcquire or
 //     Acquire of a name stores its limit in etcd; a Semaphore with another
 //     limit fails with ErrLimitMismatch, so processes that disagree cannot
-//     together exceed the limit.
+//     together exceed the limit. Every claim of a permit compares the
+//     stored limit with the claimer's in the claim's own transaction, so
+//     at most the stored limit of permits are held even after an operator
+//     deletes the limit key (allowed while no permit is held) and a
+//     Semaphore of another limit stores its own: one that confirmed the
+//     old limit fails its next claim with ErrLimitMismatch.
 //   - A permit is not a task. Complete is refused with
 //     lease.ErrNotCompletable and writes nothing; Release returns it, and a
 //     stale Release (the permit was revoked or its session expired) is a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -22,8 +23,24 @@ func (m *Semaphore) ready(ctx context.Context, s *session.Session) error {
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("semaphore %q: %w", m.name, err)
 	}
+	return m.confirm(ctx, s.Client(), false)
+}
+
+// confirm confirms this semaphore's limit as the one stored for its name
+// (storeLimit), once: the confirmation is remembered, a failure is not.
+// With stale — a permit's claim found the limit key no longer holding
+// this limit (limitHeld) — it forgets the confirmation and confirms again:
+// ErrLimitMismatch if another limit is stored now, and the limit stored
+// again if the key is absent (docs/protocol.md §3.12).
+//
+// The remembered confirmation only saves the round trip: what keeps "at
+// most the stored limit of permits held" is the compare in every claim.
+func (m *Semaphore) confirm(ctx context.Context, cli *clientv3.Client, stale bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if stale {
+		m.confirmed = false
+	}
 	if m.confirmed {
 		return nil
 	}
@@ -33,11 +50,23 @@ func (m *Semaphore) ready(ctx context.Context, s *session.Session) error {
 	if _, err := m.reg.Holder(ctx, m.turnstile); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 		return fmt.Errorf("semaphore %q: %w", m.name, err)
 	}
-	if err := m.storeLimit(ctx, s.Client()); err != nil {
+	if err := m.storeLimit(ctx, cli); err != nil {
 		return err
 	}
 	m.confirmed = true
 	return nil
+}
+
+// limitHeld is the compare every claim of a permit of the semaphore name
+// with limit carries in its transaction (claim, docs/protocol.md §3.12):
+//
+//	Value(N/lease/%limit/semaphore%2F<name>) = "<limit>"
+//
+// It fails when the key holds another limit, and when it is absent (etcd
+// fails a value compare on a missing key), so a permit is only ever
+// claimed while the stored limit is the claimer's.
+func limitHeld(space keys.Space, name string, limit int) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(space.Limit(limitResource(name))), "=", strconv.Itoa(limit))
 }
 
 // storeLimit stores the semaphore's limit for its name, or compares it
@@ -47,10 +76,13 @@ func (m *Semaphore) ready(ctx context.Context, s *session.Session) error {
 //	Then(Put N/lease/%limit/semaphore%2F<name> "<limit>")
 //	Else(Get N/lease/%limit/semaphore%2F<name>)
 //
-// The key is created once and never changed, so every semaphore of a name
-// that passes this check has the same limit: that is what makes "at most
-// limit permits" hold across processes. Sending it again after an unknown
-// outcome is safe: a retry finds its own value.
+// The SDK creates the key and never changes or deletes it; an operator
+// may delete it while no permit of the name is held, and the next
+// semaphore to confirm stores its own. Every claim of a permit requires
+// the key to hold the claimer's limit (limitHeld), so "at most limit
+// permits" holds across processes even when a semaphore confirmed an
+// earlier limit. Sending it again after an unknown outcome is safe: a
+// retry finds its own value.
 func (m *Semaphore) storeLimit(ctx context.Context, cli *clientv3.Client) error {
 	key := m.space.Limit(limitResource(m.name))
 	want := strconv.Itoa(m.limit)

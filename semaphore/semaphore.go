@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // MaxLimit is the largest limit a semaphore may have. TryAcquire and
@@ -30,7 +31,9 @@ var (
 	// for one, which it does not go ahead of.
 	ErrFull = errors.New("semaphore: every permit is held or waited for")
 	// ErrLimitMismatch: the semaphore's limit differs from the one stored
-	// in etcd for its name by the first semaphore of that name to be used.
+	// in etcd for its name by the first semaphore of that name to be used
+	// (or the first since an operator deleted the limit key), found on
+	// first use or by a permit's claim (docs/protocol.md §3.12).
 	ErrLimitMismatch = errors.New("semaphore: the limit differs from the one stored for this name")
 )
 
@@ -48,8 +51,13 @@ type Semaphore struct {
 	turnstile  string // the turnstile's resource
 	permitKeys string // the prefix of the permits' lease keys
 
+	// limitHeld is the condition of every permit claim: the limit key
+	// holds this semaphore's limit (docs/protocol.md §3.12). Nil only in a
+	// test's deliberately unchecked semaphore.
+	limitHeld []clientv3.Cmp
+
 	mu        sync.Mutex
-	confirmed bool // the limit stored in etcd is this one's
+	confirmed bool // the limit stored in etcd was this one's when last read
 }
 
 // New returns the semaphore name with limit permits, in reg's namespace.
@@ -88,6 +96,7 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 		name:       name,
 		limit:      limit,
 		turnstile:  TurnstileResource(name),
+		limitHeld:  []clientv3.Cmp{limitHeld(space, name, limit)},
 		// Escape works byte by byte, so this prefixes every permit's key
 		// (and those of any semaphore whose name extends name with
 		// "/permit/…", which ParsePermit tells apart).

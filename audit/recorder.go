@@ -40,9 +40,9 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 // which deletes an epoch's start and end entries together.
 //
 // With WithRetention the recorder also moves the entries of epochs that
-// ended more than the retention ago, and their done records, into the
-// archive and out of etcd, every half retention (at most every minute):
-// see WithRetention and docs/protocol.md §3.9.
+// ended more than the retention ago on etcd's clock, and their done
+// records, into the archive and out of etcd, every half retention (at
+// most every minute): see WithRetention and docs/protocol.md §3.9.
 func (l *Log) RunRecorder(ctx context.Context) error {
 	if l.err != nil {
 		return l.err

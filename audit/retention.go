@@ -16,8 +16,8 @@ import (
 
 // Retention (docs/protocol.md §3.9): the recorder moves out of etcd what
 // coordination no longer needs — the entries of epochs that ended more
-// than the retention ago, and the done records of those completed —
-// archive first, delete second.
+// than the retention ago on etcd's clock (clock.go), and the done records
+// of those completed — archive first, delete second.
 
 // maxPruneOps bounds the guarded deletes of one prune transaction: each is
 // a nested transaction of one compare and one delete, so the deepest path
@@ -49,7 +49,7 @@ type pruneGroup struct {
 	start   bool // an Acquired entry is among entries
 	end     *Entry
 	done    *mvccpb.KeyValue // the done record this epoch wrote, if still there
-	newest  time.Time        // the latest Time of the group's entries
+	newest  int64            // the highest revision of the group's entries
 }
 
 // keys returns the group's keys with the mod revision each must still
@@ -71,11 +71,15 @@ type guardedKey struct {
 }
 
 // prune runs one retention pass and returns how many keys it deleted. It
-// reads the audit and done prefixes at one revision R; an epoch is due
-// when it has an end entry older than the retention (by the entry's Time)
-// — or, for rejections written after their epoch was pruned, when every
-// one of them is older. Due entries go to the archive first; then each
-// group is deleted with one guarded delete per key,
+// reads etcd's clock (readClock): the revision C up to which every entry
+// is older than the retention on etcd's clock, whatever its Time says —
+// an entry's Time is its writer's wall clock and decides nothing here.
+// It reads the audit and done prefixes at one revision R; an epoch is due
+// when it has an end entry at a revision ≤ C — or, for rejections written
+// after their epoch was pruned, when the newest of them is. If an ended
+// epoch is not due yet, the pass advances the clock (advanceClock). Due
+// entries go to the archive first; then each group is deleted with one
+// guarded delete per key,
 //
 //	Txn() Then( Txn(If(ModRev(k_1) = rev_1) Then(Delete k_1)), …, Txn(If(ModRev(k_n) = rev_n) Then(Delete k_n)) )
 //
@@ -91,8 +95,10 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	// throughout, and a second pass at once would only repeat its work.
 	l.pruneCache.mu.Lock()
 	defer l.pruneCache.mu.Unlock()
-	now := time.Now()
-	cutoff := now.Add(-l.retention)
+	clock, err := l.readClock(ctx)
+	if err != nil {
+		return 0, err
+	}
 	groups := map[epochID]*pruneGroup{}
 	group := func(id epochID) *pruneGroup {
 		g := groups[id]
@@ -109,9 +115,7 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	for _, e := range entries {
 		g := group(epochID{e.Resource, e.Epoch})
 		g.entries = append(g.entries, e)
-		if e.Time.After(g.newest) {
-			g.newest = e.Time
-		}
+		g.newest = max(g.newest, e.Revision)
 		switch {
 		case e.Kind == Acquired:
 			g.start = true
@@ -127,14 +131,22 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	}
 
 	var due []*pruneGroup
+	var pending int64 // the highest revision an ended epoch not yet due waits for
 	for _, g := range groups {
+		var at int64 // the revision that makes the group due once old enough
 		switch {
-		case g.end != nil && g.end.Time.Before(cutoff):
-		case g.end == nil && !g.start && g.newest.Before(cutoff):
+		case g.end != nil:
+			at = g.end.Revision
+		case !g.start:
 			// Only rejections: their epoch was pruned before they were
 			// written (a stale call after the retention), or its start
 			// entry is corrupt.
+			at = g.newest
 		default:
+			continue // live, or its expiry is not recorded yet
+		}
+		if at > clock {
+			pending = max(pending, at)
 			continue
 		}
 		if g.done != nil && (g.end == nil || g.end.Kind != Completed) {
@@ -142,8 +154,11 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 		}
 		due = append(due, g)
 	}
+	// A clock that cannot advance now delays pruning, never hastens it:
+	// what is due is pruned all the same, and the error reported after.
+	clockErr := l.advanceClock(ctx, pending)
 	if len(due) == 0 {
-		return 0, nil
+		return 0, clockErr
 	}
 	slices.SortFunc(due, func(a, b *pruneGroup) int {
 		return cmp.Or(cmp.Compare(a.id.epoch, b.id.epoch), cmp.Compare(a.id.res, b.id.res))
@@ -222,7 +237,7 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	if deleted > 0 {
 		l.log.Debug("pruned", "keys", deleted, "epochs", len(due), "archived", l.archive != nil)
 	}
-	return deleted, nil
+	return deleted, clockErr
 }
 
 // guardedDelete deletes k only while it has the mod revision read.
@@ -242,6 +257,7 @@ type pruneCache struct {
 	rev     int64      // the revision entries and dones are complete at; 0: empty
 	entries map[string]Entry
 	dones   map[string]doneRecord
+	clock   etcdClock // the markers known, and the clock's reading (clock.go)
 }
 
 // doneRecord is a done key and the epoch its record names.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,25 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// pruneUntil runs retention passes until done holds after one, and
+// returns the keys they deleted. Retention ages entries on etcd's clock
+// (docs/protocol.md §3.9): a pass finds an epoch due only once etcd has
+// expired a clock marker granted after the epoch ended, at least the
+// retention later; until then passes delete nothing of it.
+func pruneUntil(t *testing.T, log *audit.Log, what string, done func() (bool, string)) int {
+	t.Helper()
+	total := 0
+	eventually(t, what, func() (bool, string) {
+		n, err := log.PruneOnce(bg(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		return done()
+	})
+	return total
+}
 
 // countKeys returns how many keys lie under prefix.
 func countKeys(t *testing.T, cli *clientv3.Client, prefix string) int64 {
@@ -72,11 +92,13 @@ func TestRetentionPrunesEndedEpochs(t *testing.T) {
 		t.Fatalf("pass before the retention: %d keys, %v", n, err)
 	}
 	before := countKeys(t, cli, "/leasehold/audit/")
-	time.Sleep(1100 * time.Millisecond)
-	n, err := log.PruneOnce(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := pruneUntil(t, log, "every ended epoch pruned", func() (bool, string) {
+		left := list(t, log, audit.Filter{})
+		if !slices.ContainsFunc(left, func(e audit.Entry) bool { return e.Kind == audit.Acquired && e.Epoch == live.Epoch() }) {
+			t.Fatalf("the live epoch's start entry was pruned; etcd keeps %+v", left)
+		}
+		return len(left) == 1, fmt.Sprintf("%d entries left", len(left))
+	})
 	left := list(t, log, audit.Filter{})
 	if len(left) != 1 || left[0].Kind != audit.Acquired || left[0].Epoch != live.Epoch() {
 		t.Fatalf("after pruning %d of %d audit keys, etcd keeps %+v; want only the live epoch's start", n, before, left)
@@ -114,9 +136,11 @@ func TestLateDeletionOfPrunedEpochIsNotRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
-	time.Sleep(1100 * time.Millisecond)
-	if n, err := log.PruneOnce(ctx); err != nil || n != 3 {
-		t.Fatalf("pruned %d keys, %v; want start, end and done", n, err)
+	if n := pruneUntil(t, log, "the epoch pruned", func() (bool, string) {
+		n := countKeys(t, cli, "/leasehold/audit/")
+		return n == 0, fmt.Sprintf("%d audit keys left", n)
+	}); n != 3 {
+		t.Fatalf("pruned %d keys; want start, end and done", n)
 	}
 	if err := log.SeeDeletion(ctx, "t", l.Epoch(), "w1"); err != nil {
 		t.Fatal(err)
@@ -163,7 +187,6 @@ func TestRetentionKeepsNewEntriesOfOldKeys(t *testing.T) {
 	if len(rej) != 1 {
 		t.Fatalf("rejections %+v", rej)
 	}
-	time.Sleep(1100 * time.Millisecond)
 	arch.hook = func(entries []audit.Entry) {
 		// Between the pass's read and its delete, the rejection key is
 		// deleted and written again (a newer entry under the same key).
@@ -178,12 +201,7 @@ func TestRetentionKeepsNewEntriesOfOldKeys(t *testing.T) {
 			}
 		}
 	}
-	if _, err := log.PruneOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !rewrote {
-		t.Fatal("the hook never ran")
-	}
+	pruneUntil(t, log, "the pass that archives the rejection", func() (bool, string) { return rewrote, "the hook never ran" })
 	kept := list(t, audit.New(cli), audit.Filter{Resource: "t"})
 	if len(kept) != 1 || kept[0].Key != rej[0].Key || kept[0].Revision == rej[0].Revision {
 		t.Fatalf("etcd keeps %+v; want only the re-written rejection", kept)

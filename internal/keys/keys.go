@@ -14,6 +14,9 @@
 //	N/lease/%delay/<res>                  a lock-delay: while it exists nobody may claim res;
 //	                                      attached to a lease that outlives the holder's
 //	                                      session (or to one granted by Revoke)
+//	N/lease/%clock/<lease id>             a retention clock marker: the revision current when
+//	                                      its etcd lease was granted, and the lease's TTL;
+//	                                      attached to that lease, so etcd ends it
 //	N/done/<res>                          terminal record (status, epoch, worker)
 //	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
 //	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
@@ -372,6 +375,28 @@ func (s Space) IsDelay(key string) bool {
 	return strings.HasPrefix(key, s.LeasePrefix()+delaySegment)
 }
 
+// clockSegment starts the keys of retention's clock markers under
+// LeasePrefix. Like revokedSegment, no lease key starts with it.
+const clockSegment = "%clock/"
+
+// ClockPrefix is the prefix of retention's clock markers,
+// "N/lease/%clock/" (docs/protocol.md §3.9).
+func (s Space) ClockPrefix() string { return s.LeasePrefix() + clockSegment }
+
+// Clock is the key of the retention clock marker attached to etcd lease
+// id, "N/lease/%clock/<id, 16 hex digits>": its value is the revision
+// current when the lease was granted, so once etcd has expired the lease
+// every revision up to that one is at least the lease's TTL old on etcd's
+// clock (docs/protocol.md §3.9). It lives under LeasePrefix so that the
+// permissions a recorder already has cover it.
+func (s Space) Clock(id int64) string {
+	return fmt.Sprintf("%s%016x", s.ClockPrefix(), uint64(id))
+}
+
+// IsClock reports whether key is a retention clock marker of this
+// namespace.
+func (s Space) IsClock(key string) bool { return strings.HasPrefix(key, s.ClockPrefix()) }
+
 // ControlRange is the key range [from, to) of LeasePrefix that holds every
 // control key and no lease key: "N/lease/%a" up to "N/lease/%{". Every
 // control segment is '%' and a lowercase letter; a resource's key segment
@@ -385,11 +410,12 @@ func (s Space) ControlRange() (from, to string) {
 
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
 // control keys kept there rather than a lease key: a revocation signal, a
-// queue entry, a "gave up" marker, a recipe's limit or a lock-delay. A scan
-// or watch of LeasePrefix sees them; skip them with it.
+// queue entry, a "gave up" marker, a recipe's limit, a lock-delay or a
+// retention clock marker. A scan or watch of LeasePrefix sees them; skip
+// them with it.
 func (s Space) IsControl(key string) bool {
 	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment) || s.IsLimit(key) ||
-		s.IsDelay(key)
+		s.IsDelay(key) || s.IsClock(key)
 }
 
 // Done is the done record key of a resource.

@@ -250,12 +250,12 @@ func TestControlRange(t *testing.T) {
 		s := keys.MustNew(ns)
 		from, to := s.ControlRange()
 		in := func(k string) bool { return k >= from && k < to }
-		for _, k := range []string{s.Revocation(7, "r"), s.Queue("r", "t"), s.Gone("t"), s.Limit("semaphore/a"), s.Delay("r"), s.Delay("%")} {
+		for _, k := range []string{s.Revocation(7, "r"), s.Queue("r", "t"), s.Gone("t"), s.Limit("semaphore/a"), s.Delay("r"), s.Delay("%"), s.Clock(1)} {
 			if !s.IsControl(k) || !in(k) {
 				t.Errorf("namespace %q: control key %q: IsControl %v, in [%q, %q) %v", ns, k, s.IsControl(k), from, to, in(k))
 			}
 		}
-		for _, res := range []string{"%", "%a", "%queue/x", "%revoked/1", "%delay/r", "%{", "%~", "a", "A", "$", "&", "z", "{", "~", "\u00e9", "semaphore/a/permit/0", "/lead"} {
+		for _, res := range []string{"%", "%a", "%queue/x", "%revoked/1", "%delay/r", "%clock/1", "%{", "%~", "a", "A", "$", "&", "z", "{", "~", "\u00e9", "semaphore/a/permit/0", "/lead"} {
 			k := s.Lease(res)
 			if in(k) || s.IsControl(k) || !strings.HasPrefix(k, s.LeasePrefix()) {
 				t.Errorf("namespace %q: the lease key %q of %q lies in the control range [%q, %q)", ns, k, res, from, to)

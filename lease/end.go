@@ -99,10 +99,17 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 // the session's trailing lease, which expires about the delay after the
 // session's — and hands nothing over (docs/protocol.md §3.13).
 //
-// A stale Release — including a second Release, and a retry whose first
-// attempt committed — returns a *StaleError and is audited as a rejection,
-// once per epoch however often it is retried. Errors are classified as for
-// Complete.
+// Like Complete, Release resolves an unknown outcome itself: it sends the
+// same release again until it is decided or ctx ends. A retry whose first
+// try committed finds the epoch's end entry to be its own, byte for byte
+// (protocol.End.Same), and returns nil — so a Release that committed a
+// handoff is not left looking undecided, with the old holder's context
+// live. A stale Release — including a second Release of the epoch —
+// returns a *StaleError and is audited as a rejection, once per epoch
+// however often it is retried. Errors are classified as for Complete:
+// with ctx ended first, outcome.ErrUnknown (a later Release of the Lease
+// then returns nil if this one turned out not to commit, a *StaleError if
+// it did).
 func (l *Lease) Release(ctx context.Context) (err error) {
 	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
@@ -114,14 +121,18 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	} else {
 		e.Next = l.queueHead(ctx)
 	}
-	err = l.end(ctx, "release", e)
-	if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		// The head's session lease is gone, and its entry with it (etcd
-		// deletes what is attached): etcd refused the transaction whole.
-		// Release without handing over; the next waiter claims.
-		e.Next = nil
-		err = l.end(ctx, "release", e)
-	}
+	err = retryUnknown(ctx, l.log, func() error {
+		err := l.end(ctx, "release", e)
+		if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The head's session lease is gone, and its entry with it
+			// (etcd deletes what is attached): etcd refused the
+			// transaction whole. Release without handing over; the next
+			// waiter claims.
+			e.Next = nil
+			err = l.end(ctx, "release", e)
+		}
+		return err
+	})
 	l.endDone("release", ErrReleased, err)
 	if err == nil {
 		l.log.Debug("released")

@@ -226,7 +226,7 @@ func (e End) done() string {
 // handoff) ends the epoch and begins the next one, for the queue's head,
 // at the same revision.
 func (e End) Then() ([]clientv3.Op, error) {
-	entry, err := audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
+	entry, err := e.endEntry()
 	if err != nil {
 		return nil, err
 	}
@@ -258,14 +258,30 @@ func (e End) deleteKeys() clientv3.Op {
 	}, nil)
 }
 
-// Same is Complete's idempotency compare — the done record is this
-// call's own, so a retry of a committed call is recognised — or nil for
-// Release, which leaves no such mark.
+// endEntry is the end entry the end writes. Its bytes are a function of
+// the End, Time included, so every try of one call writes the same bytes.
+func (e End) endEntry() (string, error) {
+	return audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
+}
+
+// Same is the idempotency compare of the stale path: it holds when the
+// call being retried committed. For Complete the done record is this
+// call's own (its bytes are a function of status, epoch and worker, so a
+// second Complete with the same status is recognised too). For Release
+// the epoch's end entry is this call's own, byte for byte: a Release
+// leaves no done record, and its end entry carries the call's time, so
+// only a retry of the same call matches — a second Release of the epoch
+// is stale, as before (docs/protocol.md §3.4).
 func (e End) Same() *clientv3.Cmp {
-	if e.Attempted != audit.Completed {
-		return nil
+	if e.Attempted == audit.Completed {
+		c := clientv3.Compare(clientv3.Value(e.Space.Done(e.Resource)), "=", e.done())
+		return &c
 	}
-	c := clientv3.Compare(clientv3.Value(e.Space.Done(e.Resource)), "=", e.done())
+	entry, err := e.endEntry()
+	if err != nil {
+		return nil // Then fails with the same error
+	}
+	c := clientv3.Compare(clientv3.Value(e.Space.AuditEnd(e.Resource, e.Epoch)), "=", entry)
 	return &c
 }
 

@@ -61,7 +61,7 @@ func TestOpsShape(t *testing.T) {
 		e    protocol.End
 		then int
 		same bool
-	}{{end(audit.Completed, "ok", 7), 3, true}, {end(audit.Released, "", 7), 2, false}} {
+	}{{end(audit.Completed, "ok", 7), 3, true}, {end(audit.Released, "", 7), 2, true}} {
 		then, err := tc.e.Then()
 		if err != nil || len(then) != tc.then {
 			t.Errorf("%s: %d then ops, %v; want %d", tc.e.Attempted, len(then), err, tc.then)

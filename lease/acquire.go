@@ -181,8 +181,11 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 		case wt.granted(p.lease):
 			return r.acquired(wt.s, wt.resource, p.lease.ModRevision, "handed over"), false, nil
 		case p.done != nil:
-			if p.entry != nil || p.ahead != nil {
-				wt.dropQueue(ctx)
+			// Empty the queue, so that the others learn it at once; if
+			// that fails, this waiter's own entry must still go, or a
+			// waiter behind it waits for it (docs/protocol.md §3.2).
+			if (p.entry != nil || p.ahead != nil) && !wt.dropQueue(ctx) && p.entry != nil {
+				wt.abandon(ctx, "the resource was completed")
 			}
 			return nil, false, completedError(wt.resource, p.done)
 		case p.entry == nil:
@@ -302,42 +305,112 @@ func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 }
 
 // dropQueue empties the queue of a completed resource (protocol.DropQueue),
-// so the other waiters learn it at once. Best effort: each waiter finds
-// the done record itself when its turn comes.
-func (wt *waiter) dropQueue(ctx context.Context) {
+// so the other waiters learn it at once, and reports whether it did. Best
+// effort for the others: each finds the done record itself when its turn
+// comes.
+func (wt *waiter) dropQueue(ctx context.Context) bool {
 	cmp, del := protocol.DropQueue(wt.r.space, wt.resource)
 	actx, cancel := wt.r.attemptCtx(ctx)
 	defer cancel()
-	if _, err := wt.r.cli.Txn(actx).If(cmp).Then(del).Commit(); err != nil {
+	resp, err := wt.r.cli.Txn(actx).If(cmp).Then(del).Commit()
+	if err != nil {
 		wt.log().Debug("could not empty the queue of a completed resource", "error", err)
+		return false
 	}
+	return resp.Succeeded
 }
 
 // abandon removes the waiter's entry when its Acquire gives up
-// (protocol.Dequeue), on a context of its own. If a handoff made the
-// waiter the holder meanwhile, it releases that epoch — audited, and
-// handed to the next waiter — rather than leave the resource held by a
-// session that does not know it.
+// (protocol.Dequeue). If a handoff made the waiter the holder meanwhile —
+// or its queueing transaction, whose reply was lost, claimed the resource
+// directly (the claim carries the call's ticket) — it releases that epoch,
+// audited and handed to the next waiter, rather than leave the resource
+// held by a session that has no Lease for it (docs/protocol.md §3.2).
+//
+// The first try runs before Acquire returns, bounded by abandonTimeout on
+// a context of its own. An entry left in the queue would be handed the
+// resource by the holder's next Release, and every waiter behind it would
+// wait for a session that will never take it — for as long as that
+// session lives. So when the first try does not decide (a network fault,
+// or a reply lost after the Dequeue committed: Dequeue and the Release
+// after it are safe to send again), the rest runs in the background
+// (tracker.goLeave) and keeps trying, backing off to a second, until it
+// is decided, the session ends (etcd then deletes the entry with the
+// session's lease), or the registry closes.
 func (wt *waiter) abandon(ctx context.Context, why string) {
-	r := wt.r
+	lv := &leaver{wt: wt, why: why}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-	defer cancel()
-	cmp, del, els := protocol.Dequeue(r.space, wt.resource, wt.w)
-	resp, err := r.cli.Txn(actx).If(cmp).Then(del).Else(els...).Commit()
-	if err != nil {
-		if wt.s.Err() == nil {
-			wt.log().Warn("could not leave the queue; the entry stays until the session ends", "why", why, "error", err)
-		}
+	err := lv.try(actx)
+	cancel()
+	if err == nil {
 		return
 	}
-	if resp.Succeeded {
-		return
+	if wt.s.Err() != nil {
+		return // the entry goes with the session's etcd lease
 	}
-	if kv := first(resp.Responses[0]); wt.granted(kv) {
-		l := r.newLease(wt.s, wt.resource, kv.ModRevision)
-		if err := l.Release(actx); err != nil {
-			wt.log().Warn("handed the lease while giving up, and could not release it; it stays held until the session ends", "epoch", kv.ModRevision, "error", err)
+	wt.log().Warn("could not leave the queue; trying again in the background while the session lives", "why", why, "error", err)
+	wt.r.tracker.goLeave(wt.s, lv.retry)
+}
+
+// leaver is the removal of one waiter's queue entry, tried until decided.
+type leaver struct {
+	wt  *waiter
+	why string
+	// held is the Lease of an epoch granted to the waiter as it gave up,
+	// made once so that a retried release does not make a second Lease of
+	// the same epoch.
+	held *Lease
+}
+
+// try sends the Dequeue (or, once an epoch was found granted, its
+// release) once. nil: decided — the entry is gone and nothing granted to
+// the call is left held.
+func (lv *leaver) try(ctx context.Context) error {
+	wt, r := lv.wt, lv.wt.r
+	if lv.held == nil {
+		cmp, del, els := protocol.Dequeue(r.space, wt.resource, wt.w)
+		actx, cancel := r.attemptCtx(ctx)
+		resp, err := r.cli.Txn(actx).If(cmp).Then(del).Else(els...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("lease: acquire %q: leave the queue: %w", wt.resource, outcome.Classify(err))
 		}
+		if resp.Succeeded {
+			return nil
+		}
+		kv := first(resp.Responses[0])
+		if !wt.granted(kv) {
+			return nil
+		}
+		lv.held = r.newLease(wt.s, wt.resource, kv.ModRevision)
+		lv.held.log.Debug("granted while giving up; releasing", "why", lv.why)
+	}
+	// Release resolves its own unknown outcome while ctx lasts; a stale
+	// one means the epoch ended some other way (revoked, or the session's
+	// lease expired), which leaves nothing held either.
+	if err := lv.held.Release(ctx); err != nil && !errors.Is(err, ErrStale) {
+		return err
+	}
+	return nil
+}
+
+// retry tries until decided or ctx ends (the session ended, or the
+// registry closed), backing off from 50 ms to a second.
+func (lv *leaver) retry(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		err := lv.try(ctx)
+		if err == nil {
+			lv.wt.log().Info("left the queue after retrying", "why", lv.why)
+			return
+		}
+		lv.wt.log().Debug("could not leave the queue; trying again", "error", err)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -43,6 +43,14 @@ type Lease struct {
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {
+	l, _ := r.trackLease(s, resource, epoch, false)
+	return l
+}
+
+// trackLease makes and tracks the Lease of an epoch of the session. With
+// unique it makes none, and reports false, when a live Lease of the
+// registry already serves that epoch (Reclaim).
+func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, unique bool) (*Lease, bool) {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	l := &Lease{
 		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind,
@@ -59,8 +67,12 @@ func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *L
 		}
 		return nil
 	})
-	r.tracker.add(l)
-	return l
+	if !r.tracker.add(l, unique) {
+		l.stopClose()
+		cancel(ErrAlreadyTracked)
+		return nil, false
+	}
+	return l, true
 }
 
 // Resource returns the resource name.

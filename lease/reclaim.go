@@ -70,8 +70,10 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: held as %s, reclaimed through a registry for %s: %w",
 			resource, lkv.ModRevision, kindName(h.Kind), kindName(r.kind), ErrKindMismatch)
 	}
-	if r.tracker.tracks(s.LeaseID(), resource, lkv.ModRevision) {
+	l, ok := r.trackLease(s, resource, lkv.ModRevision, true)
+	if !ok {
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: %w", resource, lkv.ModRevision, ErrAlreadyTracked)
 	}
-	return r.acquired(s, resource, lkv.ModRevision, "reclaimed"), nil
+	r.noteAcquired(l, "reclaimed")
+	return l, nil
 }

@@ -173,9 +173,14 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 // acquired makes the Lease of an epoch the session just began.
 func (r *Registry) acquired(s *session.Session, resource string, epoch int64, how string) *Lease {
 	l := r.newLease(s, resource, epoch)
-	r.observer.LeaseAcquired(resource)
-	l.log.Debug("acquired", "how", how)
+	r.noteAcquired(l, how)
 	return l
+}
+
+// noteAcquired tells the observer and the log that l began.
+func (r *Registry) noteAcquired(l *Lease, how string) {
+	r.observer.LeaseAcquired(l.resource)
+	l.log.Debug("acquired", "how", how)
 }
 
 // whyNot reads a failed claim's Else (protocol.Claim): a *HeldError naming

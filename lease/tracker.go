@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -28,6 +29,13 @@ type tracker struct {
 	mu       sync.Mutex
 	sessions map[clientv3.LeaseID]*sessionWatch
 	closed   bool
+
+	// The background removals of queue entries whose Acquire gave up
+	// (waiter.abandon): they run until decided, their session ends, or
+	// the registry closes, which cancels them and waits.
+	leaving     sync.WaitGroup
+	stopLeaving context.CancelFunc
+	leavingCtx  context.Context
 }
 
 // sessionWatch is the watch of one session's revocation signals, and the
@@ -49,6 +57,27 @@ type sessionWatch struct {
 func (t *tracker) init(r *Registry) {
 	t.r = r
 	t.sessions = make(map[clientv3.LeaseID]*sessionWatch)
+	t.leavingCtx, t.stopLeaving = context.WithCancel(context.Background())
+}
+
+// goLeave runs f in the background on a context that ends with the
+// session s or when the registry closes. A closed registry runs nothing:
+// the entry then goes when the session ends.
+func (t *tracker) goLeave(s *session.Session, f func(context.Context)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.leaving.Add(1)
+	go func() {
+		defer t.leaving.Done()
+		ctx, cancel := context.WithCancel(t.leavingCtx)
+		defer cancel()
+		stop := context.AfterFunc(s.Context(), cancel)
+		defer stop()
+		f(ctx)
+	}()
 }
 
 func (t *tracker) closedErr() error {
@@ -60,12 +89,16 @@ func (t *tracker) closedErr() error {
 	return nil
 }
 
-func (t *tracker) add(l *Lease) {
+// add tracks l. With unique, it does not when a live Lease of the same
+// session already serves l's epoch, and reports false: the check and the
+// registration are one step under t.mu, so two concurrent Reclaims of one
+// epoch cannot both register a Lease.
+func (t *tracker) add(l *Lease, unique bool) bool {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		l.cancel(ErrRegistryClosed)
-		return
+		return true
 	}
 	sid := l.s.LeaseID()
 	sw := t.sessions[sid]
@@ -79,6 +112,14 @@ func (t *tracker) add(l *Lease) {
 		go t.run(ctx, sw)
 	}
 	set := sw.leases[l.resource]
+	if unique {
+		for other := range set {
+			if other.epoch == l.epoch && other.ctx.Err() == nil {
+				t.mu.Unlock()
+				return false
+			}
+		}
+	}
 	if set == nil {
 		set = make(map[*Lease]struct{})
 		sw.leases[l.resource] = set
@@ -94,6 +135,7 @@ func (t *tracker) add(l *Lease) {
 	case reread:
 		t.verify(l)
 	}
+	return true
 }
 
 // verify reads l's key and ends l if the key no longer has its epoch: for
@@ -157,6 +199,8 @@ func (t *tracker) close() {
 		sw.cancel()
 		<-sw.done
 	}
+	t.stopLeaving()
+	t.leaving.Wait()
 	// The leases stay registered with their sessions, so Session.Close
 	// still releases them with an audit entry.
 	for _, l := range all {
@@ -242,21 +286,4 @@ func (t *tracker) signal(sw *sessionWatch, key string, value []byte) {
 	for _, l := range revoked {
 		l.observed(0)
 	}
-}
-
-// tracks reports whether a live Lease of the session holds resource at
-// epoch.
-func (t *tracker) tracks(sid clientv3.LeaseID, resource string, epoch int64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	sw := t.sessions[sid]
-	if sw == nil {
-		return false
-	}
-	for l := range sw.leases[resource] {
-		if l.epoch == epoch && l.ctx.Err() == nil {
-			return true
-		}
-	}
-	return false
 }

@@ -16,8 +16,10 @@ type QueueFacts struct {
 	// holder record): Handoffs by a Release, in the transaction that ended
 	// the epoch before, and HeadClaims by the first waiter once the lease
 	// key was gone (an expiry, a revocation, a handoff whose waiter had
-	// left). Direct counts the grants without a ticket: TryAcquire,
-	// TryAcquireMany, or an Acquire that found nobody holding or waiting.
+	// left). Direct counts the direct claims: TryAcquire and
+	// TryAcquireMany, whose holder records have no ticket, and an Acquire
+	// that found nobody holding or waiting, whose record carries the
+	// ticket of a call that never queued.
 	Queued     int
 	Handoffs   int
 	HeadClaims int
@@ -81,8 +83,9 @@ type waiting struct {
 
 // checkFairness checks the queue's invariant (docs/protocol.md §3.2): every
 // grant — a put of a lease key, which begins an epoch — at revision R goes
-// either to a direct claim (no ticket in the holder record) while the
-// task's queue is empty just before R, or to the ticket of the entry with
+// either to a direct claim (no ticket in the holder record, or the ticket
+// of an Acquire call that never queued) while the task's queue is empty
+// just before R, or to the ticket of the entry with
 // the lowest create revision among those that exist just before R, whose
 // entry is deleted at R, with that entry's holder (worker and session
 // lease). A grant that breaks it is an unfair grant: a claim that went
@@ -96,6 +99,7 @@ func (c *checker) checkFairness() {
 	queues := map[string][]waiting{} // task → its entries, in queue order
 	live := map[string]bool{}        // task → its lease key exists
 	granted := map[string]int64{}    // ticket → the revision it was granted at
+	queuedEver := map[string]bool{}  // tickets whose call put a queue entry
 	les, qes := c.fs.LeaseEvents, c.fs.QueueEvents
 	unfair := func(task, format string, args ...any) {
 		f.Unfair++
@@ -128,7 +132,7 @@ func (c *checker) checkFairness() {
 			handoff := live[g.Task]
 			live[g.Task] = true
 			q := queues[g.Task]
-			if g.Ticket == "" {
+			if g.Ticket == "" || (!handoff && !queuedEver[g.Ticket]) {
 				f.Direct++
 				if len(q) > 0 {
 					unfair(g.Task, "epoch %d was claimed directly by %s while %d Acquire calls waited, the first (ticket %s of %s) since revision %d: a claim went ahead of the queue",
@@ -197,6 +201,7 @@ func (c *checker) checkFairness() {
 				queues[qe.Task] = append(q[:i:i], q[i+1:]...)
 				continue
 			}
+			queuedEver[qe.Ticket] = true
 			e := waiting{ticket: qe.Ticket, created: qe.CreateRev, worker: qe.Worker, leaseID: qe.LeaseID}
 			if i >= 0 {
 				q[i] = e // rewritten in place: its place in the queue is its create revision still

@@ -82,7 +82,7 @@ func lastBefore(space keys.Space, res string, rev int64) clientv3.Op {
 //
 //	If(   <the claim's compares>,                  // free, not done, nobody queued, no lock-delay
 //	      CreateRev(gone) = 0 )                     // the call has not given up
-//	Then( <the claim's ops> )
+//	Then( <the claim's ops>, the holder record carrying the call's ticket )
 //	Else( Get lease, Get done,
 //	      Get the queue's last entry,               // the one to wait behind
 //	      Get delay,
@@ -113,6 +113,12 @@ func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	claim := c.NewClaim(space, resource)
 	h := c.record(ticket)
 	w := Waiter{Key: space.Queue(resource, ticket), Holder: h}
+	// The direct claim writes the call's ticket too, so that a claim
+	// whose reply was lost is recognised as the call's own by its
+	// Dequeue (granted by ticket, as a handoff is) and released, rather
+	// than left held by the session with no Lease.
+	claim.Then[0] = clientv3.OpPut(space.Lease(resource), h.Encode(), clientv3.WithLease(c.LeaseID))
+	claim.Size += len(ticket)
 	doneKey := space.Done(resource)
 	// The call has not given up: a transaction that lands after the call
 	// left (cut short, delivered late) neither claims nor queues.

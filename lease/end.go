@@ -68,6 +68,7 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 	}
 	l.beginEnd()
 	e := l.newEnd(audit.Completed, status, time.Now())
+	e.Extra = protocol.CompletionOps(ctx) // a source's own ops (package worker's Prefix)
 	err = retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -510,5 +511,92 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	close(block)
 	if err := <-done; err != nil {
 		t.Errorf("first Run = %v", err)
+	}
+}
+
+// TestPrefixCompletedStaysCompletedAfterRetention: a completed task's key
+// leaves the Prefix source in the transaction that completes it, so once
+// retention has pruned the task's done record, a restarted pool does not
+// run the task again (docs/protocol.md §3.14); a new key still runs.
+func TestPrefixCompletedStaysCompletedAfterRetention(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	const prefix = "/jobs/"
+	for _, k := range []string{"a", "b"} {
+		if _, err := f.cli.Put(ctx, prefix+k, "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handler := func(ctx context.Context, l *lease.Lease) (string, error) {
+		mu.Lock()
+		runs[l.Resource()]++
+		mu.Unlock()
+		return "done", nil
+	}
+	runPool := func(until func() bool) {
+		t.Helper()
+		p, err := worker.New(f.reg, worker.Prefix(f.cli, prefix), handler, worker.WithSlots(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(pctx) }()
+		deadline := time.Now().Add(15 * time.Second)
+		for !until() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v", err)
+		}
+	}
+	ran := func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[name]
+	}
+	runPool(func() bool { return ran("a") == 1 && ran("b") == 1 })
+	if ran("a") != 1 || ran("b") != 1 {
+		t.Fatalf("first run: %v", runs)
+	}
+	if resp, err := f.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("%v task keys left after their completion (%v), want none", resp.Count, err)
+	}
+
+	// Retention prunes the epochs and done records.
+	rctx, stop := context.WithCancel(ctx)
+	recorder := audit.New(f.cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	recorded := make(chan error, 1)
+	go func() { recorded <- recorder.RunRecorder(rctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, errA := f.reg.Holder(ctx, "a")
+		_, errB := f.reg.Holder(ctx, "b")
+		if !errors.Is(errA, lease.ErrCompleted) && !errors.Is(errB, lease.ErrCompleted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention did not prune the done records: %v, %v", errA, errB)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if err := <-recorded; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("recorder: %v", err)
+	}
+
+	// A restarted pool: a new task runs, the completed ones do not.
+	if _, err := f.cli.Put(ctx, prefix+"c", "{}"); err != nil {
+		t.Fatal(err)
+	}
+	runPool(func() bool { return ran("c") == 1 })
+	// The new task ran, so the pool had every key offered; give it one
+	// more pass over what it knows before judging.
+	time.Sleep(200 * time.Millisecond)
+	if ran("c") != 1 || ran("a") != 1 || ran("b") != 1 {
+		t.Fatalf("after retention and a restart: runs %v; want a and b once (completed), c once", runs)
 	}
 }

@@ -16,10 +16,17 @@ const prefixPage = 1000
 
 // Prefix returns a Source over the task keys under an etcd prefix: each
 // key's name after the prefix is a resource (a key "<prefix>invoice-7" is
-// the resource "invoice-7"). The keys are the caller's, not the SDK's:
-// put one to add a task; delete it when the task is done, or it stays
-// listed, and every Run offers it once more (its claim then finds it
-// completed, one read).
+// the resource "invoice-7"). Put a key to add a task. The pool deletes a
+// task's key in the transaction that completes it (docs/protocol.md
+// §3.14), so a completed task leaves the source exactly when it is
+// completed, and no later Run offers it again — whatever retention has
+// since pruned of its done record. The pool's etcd user needs write
+// access to the prefix for that. A key put again under a completed name
+// is a new task of that name: its claim finds the resource completed
+// while the done record is in etcd (within the retention), and runs it
+// once that record has been pruned. A task completed outside the pool
+// (Lease.Complete by hand) keeps its key: delete it in the same
+// transaction as the completion's effect.
 //
 // The source lists the prefix once, keys only, in pages of 1000, and then
 // watches it from the revision it read at, so a new task starts without
@@ -174,4 +181,10 @@ func (p *prefixSource) Finished(resource string) {
 		p.finished[resource] = true
 	}
 	p.mu.Unlock()
+}
+
+// completionOps is what the pool commits in a task's Complete
+// (protocol.WithCompletionOps): the deletion of its task key.
+func (p *prefixSource) completionOps(resource string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpDelete(p.prefix + resource)}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -480,7 +481,11 @@ func (r *run) handle(l *lease.Lease) {
 	cancel(nil)
 
 	if err == nil {
-		err = l.Complete(spanned(r.stop), status)
+		cctx := spanned(r.stop)
+		if cs, ok := r.p.src.(completingSource); ok {
+			cctx = protocol.WithCompletionOps(cctx, cs.completionOps(name)...)
+		}
+		err = l.Complete(cctx, status)
 		var stale *lease.StaleError
 		switch {
 		case err == nil:

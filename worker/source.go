@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrExhausted is returned by a Source's Next when no resource will come
@@ -23,6 +25,15 @@ var ErrExhausted = errors.New("worker: source exhausted")
 // or a while before offering the same names again) rather than returning
 // at once.
 //
+// A completed resource is refused by its done record only while that
+// record is in etcd: retention (audit.WithRetention) prunes it after the
+// window, and the resource can then be acquired again. So a Source must
+// not offer a completed task again: the task must leave the source no
+// later than it is completed. Prefix does so in the completing
+// transaction itself. Static offers each name once per Run; across
+// restarts, the list given to Static (and what a Func returns) must leave
+// out the tasks already completed, as your own record of them says.
+//
 // To take tasks from your own database, implement Source: Next selects a
 // page of pending rows' ids (waiting on a notification, or a poll
 // interval, when there are none), and the handler updates the row in the
@@ -38,6 +49,14 @@ type Source interface {
 	// handler failed on its last attempt. The source need not offer it
 	// again.
 	Finished(resource string)
+}
+
+// completingSource is a Source that takes part in a task's completion:
+// the pool commits its ops in the Complete's own transaction, so the task
+// leaves the source exactly when it is completed (Prefix deletes the task
+// key).
+type completingSource interface {
+	completionOps(resource string) []clientv3.Op
 }
 
 // Idle waits of the Static and Func sources: after a pass that finished

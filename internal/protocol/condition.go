@@ -33,3 +33,26 @@ func Condition(ctx context.Context) []clientv3.Cmp {
 	cmps, _ := ctx.Value(conditionKey{}).([]clientv3.Cmp)
 	return cmps
 }
+
+type completionOpsKey struct{}
+
+// WithCompletionOps returns ctx carrying ops, which the Complete that
+// lease's Lease.Complete sends under it adds to its Then (End.Extra,
+// docs/protocol.md §3.3): what must happen exactly when the task is
+// completed, in the same transaction. Package worker's Prefix source
+// deletes the task key this way (§3.14), so a completed task leaves the
+// source atomically. Only Lease.Complete honours it — not Release or
+// CompleteMany. No ops: ctx itself.
+func WithCompletionOps(ctx context.Context, ops ...clientv3.Op) context.Context {
+	if len(ops) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, completionOpsKey{}, ops)
+}
+
+// CompletionOps returns the ops WithCompletionOps put in ctx, nil for
+// none.
+func CompletionOps(ctx context.Context) []clientv3.Op {
+	ops, _ := ctx.Value(completionOpsKey{}).([]clientv3.Op)
+	return ops
+}

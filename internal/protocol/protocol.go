@@ -196,6 +196,9 @@ type End struct {
 	// was already lost, which ends the epoch on behalf of that involuntary
 	// end (docs/protocol.md §3.13).
 	KeepDelay bool
+	// Extra are ops a Complete commits with the completion, in its Then
+	// (WithCompletionOps): nil for Release, and for a Complete with none.
+	Extra []clientv3.Op
 }
 
 // LeaseKey is the lease key the end is about.
@@ -214,7 +217,7 @@ func (e End) done() string {
 
 // Then is what the end commits while the epoch holds:
 //
-//	Complete: Put done, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed)
+//	Complete: Put done, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed), [Extra…]
 //	Release:            Txn() Then(Delete lease, Delete delay), CreateOnly(end, released)
 //	Release to Next:    <handoff>,                              CreateOnly(end, released)
 //	Release, KeepDelay:  Delete lease,                           CreateOnly(end, released)
@@ -245,6 +248,7 @@ func (e End) Then() ([]clientv3.Op, error) {
 	}
 	if e.Attempted == audit.Completed {
 		ops = append([]clientv3.Op{clientv3.OpPut(e.Space.Done(e.Resource), e.done())}, ops...)
+		ops = append(ops, e.Extra...)
 	}
 	return ops, nil
 }

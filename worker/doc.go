@@ -24,15 +24,20 @@
 //
 // Static offers a fixed list until every resource is finished; Func calls
 // a function for each batch; Prefix lists and then watches an etcd prefix
-// of task keys. Any other store — a SQL table of jobs, a queue — is a
-// Source of your own: see the Source interface.
+// of task keys, and deletes a task's key in the transaction that
+// completes it. Any other store — a SQL table of jobs, a queue — is a
+// Source of your own: see the Source interface, and what it must do so
+// that a completed task is not run again once retention has pruned its
+// done record.
 //
 // # Delivery
 //
 // A resource's handler runs at least once per epoch that claims it, and
 // more than once only when an epoch ended without a Complete: the handler
 // failed (WithRetry), the session was lost, or the pool shut down before
-// the handler returned. Exactly-once effects come from fencing: write
+// the handler returned. A completed task is not run again: Prefix removes
+// its key with the completion, and a Source of your own must leave it out
+// (see Source). Exactly-once effects come from fencing: write
 // downstream through a fence guard with the lease's token, in the same
 // transaction as the effect (fence.SQLGuard), and an epoch that lost the
 // resource can no longer land anything.

@@ -67,8 +67,8 @@ const MinRetention = time.Second
 // writer's wall clock and decides nothing. The recorder times d with etcd
 // leases it grants and never renews (clock markers, N/lease/%clock/), so
 // an epoch is pruned no sooner than d after etcd committed its end, and
-// in practice within about d + d/8 + a few passes (§3.9); etcd's minimum
-// lease TTL (2 s by default) may make a short d longer.
+// within about d + d/8 + three passes (§3.9); etcd's minimum lease TTL
+// (2 s by default) may make a short d longer.
 //
 // Once a resource's done record is pruned, the resource can be acquired
 // again: "completed stays completed" holds within the retention window,

@@ -38,10 +38,11 @@ import (
 // N/lease/%clock/ each pass and remembers the markers it finds, so a
 // recorder that restarts, or runs beside others, uses theirs. A marker is
 // granted only while some ended epoch waits for a revision no outstanding
-// marker covers, and at most every markerInterval per recorder (a marker
-// any recorder granted counts from when this one first saw it): an idle
-// namespace gets none, and a busy one about d / markerInterval + 1 per
-// recorder, each gone with its lease.
+// marker covers, and at most one a pass and one every markerInterval per
+// recorder (a marker any recorder granted counts from when this one first
+// saw it): an idle namespace gets none, and a busy one about
+// d / max(markerInterval, pass interval) + 1 per recorder, each gone with
+// its lease.
 
 // clockMarker is what a recorder knows of one marker.
 type clockMarker struct {
@@ -69,7 +70,11 @@ type markerValue struct {
 func markerTTL(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // markerInterval is the least time between two markers this Log grants.
-func markerInterval(d time.Duration) time.Duration { return max(d/8, pruneInterval(d)) }
+// A pass grants at most one, so for a retention under 8 min, whose passes
+// are further apart than d/8, it is the pass interval; it is not that
+// interval itself, which a ticker's pass may fall short of by a hair and
+// grant only every other pass.
+func markerInterval(d time.Duration) time.Duration { return d / 8 }
 
 // readClock reads the markers under N/lease/%clock/, learns the ones it
 // did not know, and asks etcd about each known marker whose key is gone:

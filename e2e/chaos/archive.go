@@ -24,9 +24,10 @@ import (
 // goes through audit.Log with the archive, as one log.
 //
 // The recorders' archive is wrapped (recordingArchive) to learn, for every
-// entry, when it was first archived: the wall time the Append began (the
-// retention pass chose its entries before that) and an etcd revision read
-// after the Append returned (the pass deletes after that). With etcd's
+// entry, when it was first archived: the time the Append began on the
+// run's one clock, CLOCK_MONOTONIC (the retention pass chose its entries
+// before that), and an etcd revision read after the Append returned (the
+// pass deletes after that). With etcd's
 // history of the audit keys, read after the run (the embedded cluster never
 // compacts), the checker then knows of every pruned entry whether it was
 // archived before it was deleted.
@@ -71,9 +72,10 @@ type archiveRecord struct {
 	// the entry returned: a deletion that follows the archiving has a
 	// higher revision.
 	Rev int64
-	// Began is the wall time at which the earliest Append of the entry was
-	// called: the retention pass chose the entry before it.
-	Began time.Time
+	// Began is when the earliest Append of the entry was called, a
+	// CLOCK_MONOTONIC reading like the operations' (clock.go): the
+	// retention pass chose the entry before it.
+	Began int64
 }
 
 // archiveLog collects what every recordingArchive of a run archived.
@@ -85,7 +87,7 @@ type archiveLog struct {
 
 func newArchiveLog() *archiveLog { return &archiveLog{first: map[entryID]archiveRecord{}} }
 
-func (l *archiveLog) add(entries []audit.Entry, rev int64, began time.Time) {
+func (l *archiveLog) add(entries []audit.Entry, rev, began int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.appends++
@@ -96,10 +98,7 @@ func (l *archiveLog) add(entries []audit.Entry, rev int64, began time.Time) {
 			l.first[id] = archiveRecord{Rev: rev, Began: began}
 			continue
 		}
-		r.Rev = min(r.Rev, rev)
-		if began.Before(r.Began) {
-			r.Began = began
-		}
+		r.Rev, r.Began = min(r.Rev, rev), min(r.Began, began)
 		l.first[id] = r
 	}
 }
@@ -127,7 +126,7 @@ type recordingArchive struct {
 }
 
 func (a *recordingArchive) Append(ctx context.Context, namespace string, entries []audit.Entry) error {
-	began := time.Now()
+	began := now()
 	if err := a.inner.Append(ctx, namespace, entries); err != nil {
 		return err
 	}
@@ -143,19 +142,26 @@ func (a *recordingArchive) List(ctx context.Context, namespace string, f audit.F
 	return a.inner.List(ctx, namespace, f)
 }
 
-// rawPruner is ControlDeleteFirst's retention pass: it selects what
-// audit's pass selects (the epochs whose end entry is older than the
-// retention, with their rejections and the done record of a completed one;
-// the rejections of epochs already pruned once all are older), but deletes
-// before it archives — and every third pass "crashes" between the two
-// steps, so what it deleted is never archived. It is the order §3.9 of the
-// protocol rules out, run so that the checker must catch it.
+// rawPruner is the retention pass of two controls. It selects what
+// audit's pass once selected — the epochs whose end entry's Time is older
+// than the retention, with their rejections and the done record of a
+// completed one; the rejections of epochs already pruned once all are
+// older — aging entries on their writers' wall clocks.
+//
+// Under ControlDeleteFirst it deletes before it archives, and every third
+// pass "crashes" between the two steps, so what it deleted is never
+// archived: the order §3.9 of the protocol rules out. Under
+// controlWriterClocks (archiveFirst) it archives first and deletes second,
+// as audit's pass does, and only its clock is wrong: the slow clock's
+// epochs (skew.go) are due the moment they end. Either way the checker
+// must catch it.
 type rawPruner struct {
-	cli       *clientv3.Client
-	space     keys.Space
-	archive   audit.Archive
-	retention time.Duration
-	passes    int
+	cli          *clientv3.Client
+	space        keys.Space
+	archive      audit.Archive
+	retention    time.Duration
+	archiveFirst bool
+	passes       int
 }
 
 func (p *rawPruner) run(ctx context.Context) {
@@ -232,7 +238,16 @@ func (p *rawPruner) pass(ctx context.Context) error {
 		return nil
 	}
 	p.passes++
-	// Delete first: one transaction per group, as audit's pass.
+	if p.archiveFirst {
+		var archive []audit.Entry
+		for _, g := range due {
+			archive = append(archive, g.entries...)
+		}
+		if err := p.append(ctx, archive); err != nil {
+			return err
+		}
+	}
+	// One transaction per group, as audit's pass.
 	var archive []audit.Entry
 	for _, g := range due {
 		var ops []clientv3.Op
@@ -249,13 +264,18 @@ func (p *rawPruner) pass(ctx context.Context) error {
 		}
 		archive = append(archive, g.entries...)
 	}
-	if p.passes%3 == 0 {
-		return nil // the crash between deleting and archiving
+	if p.archiveFirst || p.passes%3 == 0 {
+		return nil // archived already; or the crash between deleting and archiving
 	}
-	slices.SortFunc(archive, func(a, b audit.Entry) int {
+	return p.append(ctx, archive)
+}
+
+// append archives entries in revision order.
+func (p *rawPruner) append(ctx context.Context, entries []audit.Entry) error {
+	slices.SortFunc(entries, func(a, b audit.Entry) int {
 		return cmp.Or(cmp.Compare(a.Revision, b.Revision), cmp.Compare(a.Key, b.Key))
 	})
-	return p.archive.Append(ctx, p.space.Namespace(), archive)
+	return p.archive.Append(ctx, p.space.Namespace(), entries)
 }
 
 // guarded is a key with the mod revision it must still have to be deleted.

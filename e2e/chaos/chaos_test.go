@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,8 +116,10 @@ func TestChaos(t *testing.T) {
 		t.Errorf("no batches in the history: %d batched epochs, %d batched completions", res.BatchEpochs, res.BatchCompleted)
 	}
 	// So did retention: entries and done records moved to the archive,
-	// and tasks whose done record was pruned were taken again.
-	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 {
+	// and tasks whose done record was pruned were taken again — those of
+	// the workers whose clocks are two days behind and two days ahead too,
+	// on etcd's clock (skew.go).
+	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.slowArchived == 0 || rf.fastArchived == 0 {
 		t.Errorf("retention did not run its course: %+v", rf)
 	}
 	// And so did the recipes: leaders followed one another, permits were
@@ -154,18 +157,23 @@ func TestChaosContended(t *testing.T) {
 }
 
 // TestChaosControl proves the checker can fail: with fencing off, with
-// the CAS off, with a retention pass that deletes before it archives, and
-// with a Release that hands the lease to the second waiter (contended), it
-// must report violations.
+// the CAS off, with a retention pass that deletes before it archives, with
+// a Release that hands the lease to the second waiter (contended), and
+// with a retention pass that ages entries on their writers' clocks, one of
+// them two days behind (a short run: the slow clock's first epochs are
+// pruned within a pass of their end), it must report violations.
 func TestChaosControl(t *testing.T) {
 	for _, c := range []struct {
 		control Control
 		seed    uint64
-	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}} {
+	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}, {controlWriterClocks, 6}} {
 		t.Run(string(c.control), func(t *testing.T) {
 			cfg := shortConfig(t, c.seed, 8*time.Second, c.control)
-			if c.control == ControlUnfair {
+			switch c.control {
+			case ControlUnfair:
 				cfg = contendedConfig(t, c.seed, 4*time.Second, c.control)
+			case controlWriterClocks:
+				cfg = shortConfig(t, c.seed, 3*time.Second, c.control)
 			}
 			res := Run(t, cfg)
 			summary := res.Summary()
@@ -185,8 +193,13 @@ func TestChaosControl(t *testing.T) {
 			if res.ViolationsByCheck()[CheckLinearizable] > 0 {
 				files = append(files, "porcupine-*.html")
 			}
-			if c.control == ControlDeleteFirst && res.ViolationsByCheck()[CheckRetention] == 0 {
+			if (c.control == ControlDeleteFirst || c.control == controlWriterClocks) && res.ViolationsByCheck()[CheckRetention] == 0 {
 				t.Errorf("control %s: no %s violation", c.control, CheckRetention)
+			}
+			if c.control == controlWriterClocks && !slices.ContainsFunc(res.Violations, func(v Violation) bool {
+				return v.Check == CheckRetention && strings.Contains(v.Detail, "within the retention")
+			}) {
+				t.Errorf("control %s: no violation says something left etcd within the retention", c.control)
 			}
 			if c.control == ControlUnfair && (res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0) {
 				t.Errorf("control %s: no %s violation", c.control, CheckFairness)

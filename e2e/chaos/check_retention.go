@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
@@ -35,6 +37,78 @@ type RetentionFacts struct {
 	// succeeded, after retention deleted its done record (checkRejections).
 	RejectionsRewritten int
 	LateRejections      int
+	// slowArchived and fastArchived count the archived entries the
+	// workers whose clocks are behind and ahead (skew.go) wrote themselves,
+	// with their clocks' times (not the expired and revoked entries of their
+	// epochs, which the recorder and the operator write): retention prunes
+	// both, whatever those times say.
+	slowArchived, fastArchived int
+}
+
+// The workers whose clocks are skewed (skew.go), by the prefix of their
+// names: the slot, then its generation.
+const (
+	slowClockWorker = "h0."
+	fastClockWorker = "i0."
+)
+
+// commitBounds bound, on the run's one clock (CLOCK_MONOTONIC), when etcd
+// committed a revision, from the acquisitions whose reply named their
+// epoch: an acquisition invoked at I and granted epoch e means revision e
+// was committed after I and before it returned. Pools and hand-written
+// workers acquire all the time, so the bounds are tight to a few
+// operations.
+type commitBounds struct {
+	revs        []int64 // ascending epochs of acquisitions with an ok reply
+	afterPrefix []int64 // afterPrefix[i]: the latest invocation among revs[:i+1]
+	byRev       []int64 // byRev[i]: the earliest return among revs[i:]
+}
+
+func (c *checker) commitBounds() *commitBounds {
+	type acq struct{ rev, inv, ret int64 }
+	var as []acq
+	for i := range c.ops {
+		op := &c.ops[i]
+		if op.Type == OpAcquire && !op.Internal && op.Outcome == OutOK && op.Epoch > 0 && op.Return > 0 {
+			as = append(as, acq{op.Epoch, op.Invoke, op.Return})
+		}
+	}
+	slices.SortFunc(as, func(a, b acq) int { return compareInt(a.rev, b.rev) })
+	b := &commitBounds{revs: make([]int64, len(as)), afterPrefix: make([]int64, len(as)), byRev: make([]int64, len(as))}
+	for i, a := range as {
+		b.revs[i] = a.rev
+		b.afterPrefix[i] = a.inv
+		if i > 0 {
+			b.afterPrefix[i] = max(a.inv, b.afterPrefix[i-1])
+		}
+	}
+	for i := len(as) - 1; i >= 0; i-- {
+		b.byRev[i] = as[i].ret
+		if i+1 < len(as) {
+			b.byRev[i] = min(as[i].ret, b.byRev[i+1])
+		}
+	}
+	return b
+}
+
+// after returns a time before which revision rev was certainly not yet
+// committed (0: none known).
+func (b *commitBounds) after(rev int64) int64 {
+	i := sort.Search(len(b.revs), func(i int) bool { return b.revs[i] > rev })
+	if i == 0 {
+		return 0
+	}
+	return b.afterPrefix[i-1]
+}
+
+// by returns a time by which revision rev was certainly committed (ok:
+// one is known).
+func (b *commitBounds) by(rev int64) (int64, bool) {
+	i := sort.Search(len(b.revs), func(i int) bool { return b.revs[i] >= rev })
+	if i == len(b.revs) {
+		return 0, false
+	}
+	return b.byRev[i], true
 }
 
 // indexHistories reads etcd's history of the audit keys and done records:
@@ -69,6 +143,15 @@ func (c *checker) indexHistories() {
 		c.deletedAt[entryID{cur, ev.Key}] = ev.Rev
 		holds[ev.Key] = 0
 	}
+	for _, e := range c.fs.Archive {
+		switch {
+		case e.Kind == audit.Expired || e.Kind == audit.Revoked:
+		case strings.HasPrefix(e.Worker, slowClockWorker):
+			c.res.Retention.slowArchived++
+		case strings.HasPrefix(e.Worker, fastClockWorker):
+			c.res.Retention.fastArchived++
+		}
+	}
 	for _, ev := range c.fs.DoneEvents {
 		if ev.Put {
 			c.donePut[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
@@ -97,9 +180,13 @@ func (c *checker) indexHistories() {
 //   - Every entry deleted from etcd is in the archive, and was archived
 //     before it was deleted: a recorder's Append of it returned before the
 //     revision of the deletion (recordingArchive).
-//   - Nothing is archived early: an entry is archived only after its
+//   - Nothing is archived early: an entry is archived only once its
 //     epoch's end entry is older than the retention (for the rejections of
-//     an epoch whose end is not in the log, after the entry itself is).
+//     an epoch whose end is not in the log, once the entry itself is) on
+//     the run's one clock — the pass that archived it began at least the
+//     retention after etcd committed that entry (commitBounds.after). An
+//     entry's Time is its writer's wall clock, and some writers' are days
+//     off (skew.go): it plays no part.
 //   - An epoch leaves etcd whole: its start and end entries are deleted at
 //     one revision, and a done record only at the revision that deletes
 //     the completed entry of the epoch it names.
@@ -166,6 +253,7 @@ func (c *checker) checkRetention() {
 		}
 	}
 	ret := c.cfg.Retention
+	bounds := c.commitBounds()
 	for id, rec := range c.fs.Archived {
 		e, ok := inLog[id]
 		if !ok {
@@ -174,15 +262,17 @@ func (c *checker) checkRetention() {
 		te := taskEpoch{e.Resource, e.Epoch}
 		end, ended := ends[te]
 		_, started := starts[te]
+		due := e // the entry whose age makes e due
 		switch {
-		case ended && !end.Time.Add(ret).Before(rec.Began):
-			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, when its epoch's end (%s) was only %v old, within the retention of %v",
-				e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano), end.Time.Format(time.RFC3339Nano), rec.Began.Sub(end.Time), ret)
-		case !ended && started:
-			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, while the epoch had no end entry", e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano))
-		case !ended && !e.Time.Add(ret).Before(rec.Began):
-			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived at %s, only %v after it was written, within the retention of %v",
-				e.Kind, e.Epoch, rec.Began.Format(time.RFC3339Nano), rec.Began.Sub(e.Time), ret)
+		case ended:
+			due = end
+		case started:
+			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d archived while the epoch had no end entry", e.Kind, e.Epoch)
+			continue
+		}
+		if after := bounds.after(due.Revision); rec.Began-after < int64(ret) {
+			c.fail(CheckRetention, e.Resource, "%s entry of epoch %d (by %s) archived at most %v after etcd committed the %s entry at revision %d, within the retention of %v (that entry's time, its writer's clock, says %s)",
+				e.Kind, e.Epoch, e.Worker, time.Duration(rec.Began-after), due.Kind, due.Revision, ret, due.Time.Format(time.RFC3339))
 		}
 	}
 	for te, s := range starts {
@@ -209,9 +299,13 @@ func (c *checker) checkRetention() {
 // while it stands the task is not acquired and the record not rewritten —
 // "completed stays completed" within the retention window. An epoch that
 // begins after the record's deletion is a re-acquisition, which the SDK
-// allows; checkRetention checks that the deletion came after the
-// completion was archived and older than the retention, and
-// checkCompletion that no re-acquisition completes the task again.
+// allows once the retention has passed on etcd's clock: the first epoch
+// after a deletion must begin at least the retention after etcd committed
+// the completion, on the run's one clock — checked with the bounds
+// commitBounds knows, so a violation is certain (check "retention").
+// checkRetention checks that the deletion came after the completion was
+// archived and older than the retention, and checkCompletion that no
+// re-acquisition completes the task again.
 func (c *checker) checkDoneRecords() {
 	type change struct {
 		rev   int64
@@ -227,16 +321,24 @@ func (c *checker) checkDoneRecords() {
 	for _, ev := range c.fs.DoneEvents {
 		byTask[ev.Task] = append(byTask[ev.Task], change{rev: ev.Rev, done: ev})
 	}
+	bounds := c.commitBounds()
+	ret := int64(c.cfg.Retention)
 	for task, chs := range byTask {
 		slices.SortStableFunc(chs, func(a, b change) int { return compareInt(a.rev, b.rev) })
-		var standing int64 // the epoch of the done record in etcd (0: none)
-		pruned := false    // a done record of the task was deleted
+		var standing int64   // the epoch of the done record in etcd (0: none)
+		pruned := false      // a done record of the task was deleted
+		var completion int64 // the revision of the deleted record's put, until an epoch begins after it
 		for _, ch := range chs {
 			switch {
 			case ch.lease && standing != 0:
 				c.fail(CheckCompletion, task, "epoch %d began while the done record of epoch %d stood", ch.rev, standing)
 			case ch.lease && pruned:
 				c.res.Retention.Reacquired++
+				if by, ok := bounds.by(ch.rev); ok && completion != 0 && by-bounds.after(completion) < ret {
+					c.fail(CheckRetention, task, "epoch %d began at most %v after etcd committed the task's completion (its done record, at revision %d), within the retention of %v",
+						ch.rev, time.Duration(by-bounds.after(completion)), completion, c.cfg.Retention)
+				}
+				completion = 0
 			case ch.done.Put && standing != 0:
 				c.fail(CheckCompletion, task, "the done record of epoch %d was overwritten at revision %d by epoch %d's", standing, ch.rev, ch.done.Epoch)
 				standing = ch.done.Epoch
@@ -247,6 +349,7 @@ func (c *checker) checkDoneRecords() {
 					c.fail(CheckCompletion, task, "deletion at revision %d of a done record of epoch %d; etcd held epoch %d's", ch.rev, ch.done.Epoch, standing)
 				}
 				standing, pruned = 0, true
+				completion = c.donePut[taskEpoch{task, ch.done.Epoch}]
 			}
 		}
 	}

@@ -112,10 +112,14 @@ func (s *scenario) wrote(e audit.Entry) {
 	s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: e.Key, Rev: e.Revision, Put: true, CreateRev: e.Revision})
 }
 
+// later is when the pruned scenario's retention (2 s) has passed since
+// everything before it, on the operations' clock.
+const later = int64(3 * time.Second)
+
 // prune moves entries out of etcd as retention does: archived (the append
-// returned after revision rev-1, began at wall time began), then deleted
-// at revision rev.
-func (s *scenario) prune(rev int64, began time.Time, entries ...audit.Entry) {
+// returned after revision rev-1, began at time began on the operations'
+// clock), then deleted at revision rev.
+func (s *scenario) prune(rev int64, began int64, entries ...audit.Entry) {
 	if s.fs.Archived == nil {
 		s.fs.Archived = map[entryID]archiveRecord{}
 	}
@@ -350,11 +354,11 @@ func TestArtifacts(t *testing.T) {
 	}
 }
 
-// pruned is the scenario with retention (2 s) at work: epoch 10's entries
-// are archived and deleted at revision 15; epoch 14's, with the done
-// record, at revision 20; then w3 takes the task again at epoch 21 (the
-// done record is gone), reads the log, finds it completed by epoch 14 and
-// releases it.
+// pruned is the scenario with retention (2 s) at work, 3 s after the
+// rest (later): epoch 10's entries are archived and deleted at revision
+// 15; epoch 14's, with the done record, at revision 20; then w3 takes the
+// task again at epoch 21 (the done record is gone), reads the log, finds
+// it completed by epoch 14 and releases it.
 func (s *scenario) pruned() {
 	find := func(kind audit.Kind, epoch int64) audit.Entry {
 		for _, e := range s.fs.Audit {
@@ -364,15 +368,15 @@ func (s *scenario) pruned() {
 		}
 		panic(fmt.Sprintf("no %s entry of epoch %d", kind, epoch))
 	}
-	s.prune(15, timeAt(15).Add(500*time.Millisecond), find(audit.Acquired, 10), find(audit.Expired, 10))
-	s.prune(20, timeAt(19).Add(500*time.Millisecond), find(audit.Acquired, 14), find(audit.Completed, 14))
+	s.prune(15, later, find(audit.Acquired, 10), find(audit.Expired, 10))
+	s.prune(20, later+100, find(audit.Acquired, 14), find(audit.Completed, 14))
 	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task0, Rev: 20, Epoch: 14, Worker: "w2"})
 	delete(s.fs.Done, task0)
 
 	s.ops = append(s.ops,
-		Op{ID: "a6", Type: OpAcquire, Task: task0, Worker: "w3", Epoch: 21, Invoke: 500, Return: 510, Outcome: OutOK},
-		Op{ID: "r6", Type: OpDoneRead, Task: task0, Worker: "w3", Epoch: 21, Invoke: 520, Return: 530, Outcome: OutOK, Current: 14},
-		Op{ID: "l6", Type: OpRelease, Task: task0, Worker: "w3", Epoch: 21, Invoke: 540, Return: 550, Outcome: OutOK},
+		Op{ID: "a6", Type: OpAcquire, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 500, Return: later + 510, Outcome: OutOK},
+		Op{ID: "r6", Type: OpDoneRead, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 520, Return: later + 530, Outcome: OutOK, Current: 14},
+		Op{ID: "l6", Type: OpRelease, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 540, Return: later + 550, Outcome: OutOK},
 	)
 	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
 		leaseEvent{Task: task0, Rev: 21, Put: true, CreateRev: 21, Worker: "w3"},
@@ -402,15 +406,27 @@ func TestCheckerPassesPrunedHistory(t *testing.T) {
 	if res.Porcupine.Result != porcupine.Ok || rf.Archived != 4 || rf.PrunedAudit != 4 || rf.PrunedDone != 1 || rf.Reacquired != 1 || rf.FoundCompleted != 1 || rf.AuditLeft != 3 {
 		t.Fatalf("porcupine %v, retention facts %+v", res.Porcupine.Result, rf)
 	}
+	// The entries' times are their writers' clocks, which may be days
+	// off either way: the checks never read them.
+	for _, skew := range []time.Duration{-48 * time.Hour, 48 * time.Hour} {
+		s := newScenario()
+		s.pruned()
+		for i := range s.fs.Audit {
+			s.fs.Audit[i].Time = s.fs.Audit[i].Time.Add(skew)
+		}
+		if res := s.check(t); len(res.Violations) > 0 {
+			t.Fatalf("violations on a good pruned history written by a clock %v off: %v", skew, res.Violations)
+		}
+	}
 	// A stale attempt retried after retention pruned its rejection writes
 	// it again: accepted, once the first was deleted.
 	rej := s.fs.Audit[4]
-	s.prune(19, timeAt(19).Add(500*time.Millisecond), rej)
+	s.prune(19, later+150, rej)
 	again := rej
 	again.Revision, again.Time = 23, timeAt(23)
 	s.fs.Audit = append(s.fs.Audit, again)
 	s.wrote(again)
-	s.ops = append(s.ops, Op{ID: "c1r", Type: OpComplete, Task: task0, Worker: "w1", Epoch: 10, Invoke: 600, Return: 610, Outcome: OutStale})
+	s.ops = append(s.ops, Op{ID: "c1r", Type: OpComplete, Task: task0, Worker: "w1", Epoch: 10, Invoke: later + 600, Return: later + 610, Outcome: OutStale})
 	res = s.check(t)
 	if len(res.Violations) > 0 || res.Retention.RejectionsRewritten != 1 {
 		t.Fatalf("rejection written again after pruning: %d rewritten, violations %v", res.Retention.RejectionsRewritten, res.Violations)
@@ -440,7 +456,7 @@ func TestCheckerCatchesRetention(t *testing.T) {
 	}{
 		{"deleted before it was archived", []string{CheckRetention}, func(s *scenario) {
 			for _, e := range epoch10(s) {
-				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 15, Began: timeAt(16)}
+				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 15, Began: later}
 			}
 		}},
 		{"deleted and never archived", []string{CheckRetention, CheckForensics}, func(s *scenario) {
@@ -452,8 +468,24 @@ func TestCheckerCatchesRetention(t *testing.T) {
 		}},
 		{"archived within the retention", []string{CheckRetention}, func(s *scenario) {
 			for _, e := range epoch10(s) {
-				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: timeAt(14)}
+				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: 1000}
 			}
+		}},
+		{"archived within the retention, by a writer's clock two days behind", []string{CheckRetention}, func(s *scenario) {
+			// The entries say they are two days old; etcd committed them
+			// moments before the pass that archived them.
+			for i := range s.fs.Audit {
+				s.fs.Audit[i].Time = s.fs.Audit[i].Time.Add(-48 * time.Hour)
+			}
+			for _, e := range epoch10(s) {
+				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: 1000}
+			}
+		}},
+		{"acquired again within the retention", []string{CheckRetention, CheckLinearizable}, func(s *scenario) {
+			// The done record of epoch 14 (revision 17, committed after
+			// 300) was pruned, and epoch 21 acquired by 510.
+			a6 := s.op("a6")
+			a6.Invoke, a6.Return = 500, 510
 		}},
 		{"an epoch left etcd in pieces", []string{CheckRetention}, func(s *scenario) {
 			s.fs.AuditEvents = slices.DeleteFunc(s.fs.AuditEvents, func(ev auditEvent) bool {

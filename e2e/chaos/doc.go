@@ -159,6 +159,13 @@
 // path. Helpers learn of completed tasks from the log, not only from the
 // done records.
 //
+// Retention ages entries on etcd's clock, not on the wall clocks of the
+// workers that wrote them (docs/protocol.md §3.9), so two workers' clocks
+// are skewed by far more than the retention (skew.go): the first helper
+// slot's two days behind, the first in-process slot's two days ahead.
+// Their audit entries carry those times; the checks below never read an
+// entry's time, and the summary counts both workers' entries archived.
+//
 // # Nemesis
 //
 // Faults are drawn from a seeded random source: SIGSTOP a helper past its
@@ -229,8 +236,14 @@
 // lost, listed twice or rewritten in place; every pruned entry archived
 // before its deletion and only once its epoch's end was older than the
 // retention; an epoch's start and end entries, and its done record, deleted
-// in one transaction; no epoch begun while a done record stood; and no task
-// completed twice, even after its done record was pruned. On a violation
+// in one transaction; no epoch begun while a done record stood, nor within
+// the retention after the completion whose record was pruned (completed
+// stays completed within the window); and no task completed twice, even
+// after its done record was pruned. "Older" is on the run's one clock:
+// when etcd committed a revision is bounded by the acquisitions whose
+// replies named their epochs (invoked before it, returned after), and the
+// porcupine model lets retention delete a done record only from the
+// retention after its completion. On a violation
 // the seed, fault log, history, the workers' sessions, violations and
 // porcupine's HTML visualisation are written to a folder; so they are when
 // a liveness goal is missed (below), to find out why.
@@ -266,8 +279,11 @@
 // compare — a batch's completions in one such transaction), replaces
 // retention with a pass that deletes before it archives and now and then
 // never archives, as one that crashed between the two steps would, or
-// (ControlUnfair, contended) releases with a raw handoff to the second
-// waiter instead of the first; the checker must then report violations.
+// with one that archives first but ages entries on their writers' clocks
+// (controlWriterClocks, run by the tests only: the slow clock's epochs are
+// pruned within a pass of their end), or (ControlUnfair, contended)
+// releases with a raw handoff to the second waiter instead of the first;
+// the checker must then report violations.
 // The recipe workload has two controls, run with recipe workers alone and
 // depositions as the only fault (TestChaosRecipeControl): ControlOverLimit
 // claims, beside each permit, the permit index the limit leaves out (a

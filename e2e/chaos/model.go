@@ -45,9 +45,11 @@ import (
 // Retention: the state also keeps the epoch that ever completed the task,
 // which pruning does not forget. prune(e) — retention deleting the done
 // record epoch e wrote, at a revision read back from etcd's history; a
-// synthetic operation that may take effect at any time after the first
-// completion of e was invoked — clears the done record, after which the
-// task can be acquired again. A worker's read of the log (OpDoneRead)
+// synthetic operation that may take effect at any time from the retention
+// after e's completion was committed, on the run's one clock (the later of
+// the first invocation of a completion by e and commitBounds.after of the
+// done record's revision), since retention ages entries on etcd's clock —
+// clears the done record, after which the task can be acquired again. A worker's read of the log (OpDoneRead)
 // returns the epoch that ever completed the task, pruned or not.
 
 type dInput struct {
@@ -307,8 +309,9 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 			})
 		}
 	}
-	// Retention's deletions of done records, each from the first
-	// invocation of a completion by the epoch that wrote it to the end.
+	// Retention's deletions of done records, each from the retention after
+	// the epoch that wrote it completed to the end.
+	bounds := c.commitBounds()
 	firstComplete := map[taskEpoch]int64{}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -321,9 +324,11 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 		if ev.Put {
 			continue
 		}
+		te := taskEpoch{ev.Task, ev.Epoch}
+		call := max(firstComplete[te], bounds.after(c.donePut[te])) + int64(c.cfg.Retention)
 		compBy[ev.Task] = append(compBy[ev.Task], porcupine.Operation{
 			ClientId: client("retention"), Input: cInput{Task: ev.Task, Kind: opPrune, Epoch: ev.Epoch},
-			Call: firstComplete[taskEpoch{ev.Task, ev.Epoch}], Output: cOutput{Out: OutOK}, Return: c.end,
+			Call: min(call, c.end), Output: cOutput{Out: OutOK}, Return: c.end,
 			Metadata: fmt.Sprintf("done record of epoch %d deleted at revision %d", ev.Epoch, ev.Rev),
 		})
 	}

@@ -52,6 +52,7 @@ func RunWorkerProcess() int {
 		return 1
 	}
 	defer cli.Close()
+	skewClock(cli, cfg.ClockSkew)
 	sink := &lineSink{w: os.Stdout}
 	w, err := newWorker(cfg, cli, sink.emit)
 	if err != nil {

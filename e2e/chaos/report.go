@@ -77,13 +77,18 @@ func (r *Result) Summary() string {
 		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)
 	rf := r.Retention
 	pruner := "2 recorders pruning at once"
-	if cfg.Control == ControlDeleteFirst {
+	switch cfg.Control {
+	case ControlDeleteFirst:
 		pruner = "a pruner that deletes before it archives"
+	case controlWriterClocks:
+		pruner = "a pruner that ages entries on their writers' clocks"
 	}
 	p("retention: %v into an SQLite archive (%s): %d entries archived (%d appends); pruned from etcd: %d audit keys, %d done records; left in etcd at the end: %d audit keys, %d done records",
 		rf.Retention, pruner, rf.Archived, rf.Appends, rf.PrunedAudit, rf.PrunedDone, rf.AuditLeft, rf.DoneLeft)
 	p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning; %d written by a late attempt of a successful completion after its done record was pruned",
 		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten, rf.LateRejections)
+	p("  skewed clocks: %d archived entries of the worker %v behind (%s*), %d of the worker %v ahead (%s*)",
+		rf.slowArchived, -clockBehind, slowClockWorker, rf.fastArchived, clockAhead, fastClockWorker)
 	p("downstream effects: sql %d, etcd %d", r.Effects[OpSQL], r.Effects[OpEtcd])
 	pr := r.Porcupine
 	p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",

@@ -294,7 +294,23 @@ func (r *runner) workerConfig(s *slot) workerConfig {
 		Window:    r.cfg.Window,
 		Control:   r.cfg.Control,
 		Contended: r.cfg.Contended,
+		ClockSkew: r.clockSkew(s),
 	}
+}
+
+// clockSkew is how far slot s's wall clock is off (skew.go): the first
+// helper slot's is clockBehind, the first in-process slot's clockAhead,
+// the others' are true.
+func (r *runner) clockSkew(s *slot) time.Duration {
+	switch {
+	case s.recipe || s.pool:
+		return 0
+	case s.helper && s.idx == 0:
+		return clockBehind
+	case !s.helper && s.idx == r.cfg.Helpers:
+		return clockAhead
+	}
+	return 0
 }
 
 // restartHelper fills s with a new helper process.
@@ -400,6 +416,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		if err != nil {
 			t.Fatalf("chaos: %v", err)
 		}
+		skewClock(cli, cfgW.ClockSkew)
 		w, err := newWorker(cfgW, cli, r.hist.record)
 		if err != nil {
 			_ = cli.Close()
@@ -517,7 +534,8 @@ func Run(t testing.TB, cfg Config) *Result {
 // startRecorders starts the run's two recorders, each on its own client
 // and its own handle on the archive, and returns the function that stops
 // them (idempotent). They prune with the run's retention, concurrently;
-// under ControlDeleteFirst they do not, and a rawPruner prunes instead.
+// under ControlDeleteFirst and controlWriterClocks they do not, and a
+// rawPruner prunes instead.
 func (r *runner) startRecorders() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -534,10 +552,11 @@ func (r *runner) startRecorders() (stop func()) {
 		}
 		rec := &recordingArchive{inner: archive, cli: cli, log: r.archived}
 		opts := []audit.Option{audit.WithArchive(rec)}
-		if r.cfg.Control != ControlDeleteFirst {
+		if r.cfg.Control != ControlDeleteFirst && r.cfg.Control != controlWriterClocks {
 			opts = append(opts, audit.WithRetention(r.cfg.Retention))
 		} else if i == 0 {
-			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention}
+			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention,
+				archiveFirst: r.cfg.Control == controlWriterClocks}
 			wg.Go(func() { p.run(ctx) })
 		}
 		log := audit.New(cli, opts...)

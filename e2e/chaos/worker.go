@@ -45,7 +45,21 @@ const (
 	// to the second entry) — whenever two or more wait. It implies
 	// Config.Contended, so that queues form (unfairRelease).
 	ControlUnfair Control = "unfair"
+	// controlWriterClocks: retention ages entries on their writers' wall
+	// clocks — an epoch is due once its end entry's Time is older than the
+	// retention — as audit's pass did before it used etcd's clock;
+	// archive first, delete second, as audit's (rawPruner). The slow
+	// clock's epochs (skew.go) are then pruned at once. Unexported: only
+	// this suite's tests run it.
+	controlWriterClocks Control = "writer-clocks"
 )
+
+// redeliverable is how far below the window a redelivery reaches (pick):
+// several retentions' worth of completions at the suite's pace, so that
+// some redeliveries find their task's done record standing and some find
+// it pruned — which retention does only a retention, a pass or two and
+// etcd's lease expiry after the completion (docs/protocol.md §3.9).
+const redeliverable = 256
 
 // status is the terminal status every completion writes: a retry of the
 // same completion then compares equal.
@@ -88,6 +102,10 @@ type workerConfig struct {
 	Window    int           `json:"window"` // how many open tasks a thread chooses from
 	Control   Control       `json:"control"`
 	Contended bool          `json:"contended"` // the contended workload (Config.Contended)
+	// ClockSkew is how far the worker's wall clock is ahead of the
+	// others' (behind, negative): the times of its audit entries are
+	// moved by it (skew.go).
+	ClockSkew time.Duration `json:"clock_skew,omitempty"`
 }
 
 // worker runs threads that take tasks, write effects and complete them.
@@ -317,16 +335,17 @@ func taskIndex(name string) (int, bool) {
 
 // pick chooses a task among the first Window tasks not known to be done,
 // skipping the ones this worker is on and those recently found held. One
-// pick in 16 is a redelivery instead: a task below the window, which the
-// worker knows to be done, is taken again, as a queue that delivers a task
-// twice would — refused while its done record lasts, acquirable once
-// retention pruned it, and then found completed in the log.
+// pick in 16 is a redelivery instead: one of the last redeliverable tasks
+// below the window, which the worker knows to be done, is taken again, as
+// a queue that delivers a task twice would — refused while its done record
+// lasts, acquirable once retention pruned it, and then found completed in
+// the log.
 func (w *worker) pick(rng *rand.Rand) (int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advanceLocked()
 	if w.lo > 0 && rng.IntN(16) == 0 {
-		if i := w.lo - 1 - rng.IntN(min(w.lo, 64)); !w.busy[i] {
+		if i := w.lo - 1 - rng.IntN(min(w.lo, redeliverable)); !w.busy[i] {
 			w.busy[i] = true
 			return i, true
 		}

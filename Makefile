@@ -70,6 +70,6 @@ SEED     ?=
 chaos:
 	LEASEHOLD_CHAOS_DURATION=$(DURATION) LEASEHOLD_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 0 -tags chaoslong -run '^TestChaosLong$$' -v ./e2e/chaos
 
-## chaos-control: the control runs (fencing off, CAS off, retention deleting before archiving) for DURATION on seeds SEED, SEED+1, …; each must be caught
+## chaos-control: the control runs (fencing off, CAS off, retention deleting before archiving or ageing entries on writers' clocks) for DURATION on seeds SEED, SEED+1, …; each must be caught
 chaos-control:
 	LEASEHOLD_CHAOS_CONTROL_DURATION=$(DURATION) LEASEHOLD_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 0 -tags chaoslong -run '^TestChaosControlLong$$' -v ./e2e/chaos

@@ -45,6 +45,14 @@
 //     against 16 hand-written goroutines looping TryAcquire + Complete on
 //     one session — tasks per second, their ratio, and the etcd requests
 //     per task.
+//  14. fleet (issue 25): pools sharing one worker.Prefix, each on its own
+//     client — 3 000 tasks of 5 ms by 1 pool × 32 slots, 8 × 4 and
+//     32 × 1 (tasks per second, write transactions per task); the takeover
+//     of a killed pool's tasks by a steady pool over a backlog; one pool
+//     over a prefix of a million keys (time to the first handler call, the
+//     pool's heap, in a child process); and the recorder: 10 000
+//     simultaneous expiries, and its heap beside a pool at full speed for
+//     -fleet-recorder-duration (10 minutes: this part is long by design).
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -57,6 +65,7 @@
 // Usage:
 //
 //	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-fanout-idle 32] [-cpuprofile cpu.out]
+//	go run ./e2e/cmd/bench -sections 14 [-fleet-backlog 100000] [-fleet-big 1000000] [-fleet-recorder-duration 10m]
 //
 // -smoke runs every section with tiny sizes (the test suite does, so this
 // program cannot rot).
@@ -150,6 +159,20 @@ type config struct {
 	poolSlots  int // the pool's slots, and the hand-written loop's goroutines
 	poolBatch  int // WithBatch of the second pool
 	poolRounds int // rounds of two runs per contender (after a warm-up round)
+
+	fleetTasks         int           // section 14, part 1: task keys per run
+	fleetWork          time.Duration // the handler's sleep in parts 1–3
+	fleetRounds        int           // part 1: rounds of two runs per shape (after a warm-up round)
+	fleetBacklog       int           // part 2: task keys behind the steady and victim pools
+	fleetTTL           time.Duration // part 2: the pools' session TTL
+	fleetTakeoverWait  time.Duration // part 2: how long to wait for the takeovers
+	fleetBig           int           // part 3: task keys under the big prefix
+	fleetBigWindow     time.Duration // part 3: how long the pool's heap is sampled
+	fleetExpiries      int           // part 4(a): leases expiring at once
+	fleetExpiryWait    time.Duration // part 4(a): how long to wait for their Expired entries
+	fleetRecorderFor   time.Duration // part 4(b): the long run
+	fleetRecorderEvery time.Duration // part 4(b): the recorder's heap sampling interval
+	fleetRetention     time.Duration // part 4(b): the recorder's retention
 }
 
 func fullConfig() config {
@@ -169,6 +192,9 @@ func fullConfig() config {
 		semaphoreWorkers: 16, semaphoreLimit: 3, semaphoreClients: 8, semaphoreRounds: 3, semaphoreRunFor: 3 * time.Second, semaphoreWork: 5 * time.Millisecond,
 		electionSamples: 30, electionGroup: 10, electionTTL: 2 * time.Second,
 		poolTasks: 1000, poolSlots: 16, poolBatch: 4, poolRounds: 8,
+		fleetTasks: 3000, fleetWork: 5 * time.Millisecond, fleetRounds: 3, fleetBacklog: 100000, fleetTTL: 2 * time.Second, fleetTakeoverWait: 90 * time.Second,
+		fleetBig: 1000000, fleetBigWindow: 20 * time.Second, fleetExpiries: 10000, fleetExpiryWait: 3 * time.Minute,
+		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second,
 	}
 }
 
@@ -189,19 +215,22 @@ func smokeConfig() config {
 		semaphoreWorkers: 6, semaphoreLimit: 3, semaphoreClients: 2, semaphoreRounds: 1, semaphoreRunFor: 300 * time.Millisecond, semaphoreWork: 5 * time.Millisecond,
 		electionSamples: 2, electionGroup: 2, electionTTL: time.Second,
 		poolTasks: 100, poolSlots: 16, poolBatch: 4, poolRounds: 1,
+		fleetTasks: 100, fleetWork: 5 * time.Millisecond, fleetRounds: 1, fleetBacklog: 300, fleetTTL: time.Second, fleetTakeoverWait: 10 * time.Second,
+		fleetBig: 5000, fleetBigWindow: time.Second, fleetExpiries: 200, fleetExpiryWait: 30 * time.Second,
+		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true, 13: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true, 13: true, 14: true}
 }
 
 func main() {
-	if runChild() || runFanoutChild() {
+	if runChild() || runFanoutChild() || runFleetChild() {
 		return
 	}
 	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13", "sections to run")
+	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13,14", "sections to run")
 	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
@@ -213,6 +242,9 @@ func main() {
 	batchWorkers := flag.Int("batch-workers", 0, "workers in section 7 (default 16)")
 	longCycles := flag.Int("retention-long", -1, "task cycles of section 8's long run (default 100000; 0 skips it)")
 	fanoutIdle := flag.Int("fanout-idle", 0, "idle worker processes in section 9 (default 32)")
+	fleetBacklog := flag.Int("fleet-backlog", 0, "task keys behind section 14's takeover (default 100000)")
+	fleetBig := flag.Int("fleet-big", 0, "task keys under section 14's big prefix (default 1000000)")
+	fleetRecorderFor := flag.Duration("fleet-recorder-duration", 0, "section 14's run of the recorder beside a busy pool (default 10m; 20s with -smoke)")
 	flag.Parse()
 
 	cfg := fullConfig()
@@ -248,6 +280,15 @@ func main() {
 	}
 	if *fanoutIdle > 0 {
 		cfg.fanoutIdle = *fanoutIdle
+	}
+	if *fleetBacklog > 0 {
+		cfg.fleetBacklog = *fleetBacklog
+	}
+	if *fleetBig > 0 {
+		cfg.fleetBig = *fleetBig
+	}
+	if *fleetRecorderFor > 0 {
+		cfg.fleetRecorderFor = *fleetRecorderFor
 	}
 	cfg.sections = map[int]bool{}
 	for _, f := range strings.Split(*sections, ",") {
@@ -429,6 +470,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{11, b.electionFailover},
 		{12, b.semaphoreSection},
 		{13, b.poolSection},
+		{14, b.fleetSection},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if runChild() || runFanoutChild() { // sections 5 and 9 re-execute this binary
+	if runChild() || runFanoutChild() || runFleetChild() { // sections 5, 9 and 14 re-execute this binary
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
@@ -30,14 +30,16 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	rep, err := run(ctx, smokeConfig(), io.MultiWriter(&out, testWriter{t}))
+	cfg := smokeConfig()
+	cfg.fleetRecorderFor = time.Second // -smoke runs 20 s
+	rep, err := run(ctx, cfg, io.MultiWriter(&out, testWriter{t}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.table != out.String() {
 		t.Fatal("the report's table differs from what was printed")
 	}
-	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "10. contended handoff", "13. worker pool", "== fsync on ==", "== fsync off =="} {
+	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "10. contended handoff", "13. worker pool", "14. fleet", "== fsync on ==", "== fsync off =="} {
 		if !strings.Contains(rep.table, title) {
 			t.Errorf("table lacks %q", title)
 		}
@@ -56,7 +58,8 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s (%s) = %v", m.name, m.kind, m.value)
 		}
 	}
-	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle", "contended lh/Mutex", "contended longest lh/Mutex", "contended handoff leasehold p99", "contended txns/handoff leasehold", "contended reads/handoff Mutex", "contended events/handoff leasehold", "pool/hand-written", "pool batch/hand-written", "pool txns/task"} {
+	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle", "contended lh/Mutex", "contended longest lh/Mutex", "contended handoff leasehold p99", "contended txns/handoff leasehold", "contended reads/handoff Mutex", "contended events/handoff leasehold", "pool/hand-written", "pool batch/hand-written", "pool txns/task",
+		"fleet B/A", "fleet C writes/task", "fleet big first handler", "fleet expiries", "fleet recorder heap last"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}
@@ -75,6 +78,10 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s = %v", m.name, m.value)
 		case m.name == "fanout idle live" && m.value != 1:
 			t.Errorf("%s = %v, want every idle lease live", m.name, m.value)
+		case strings.HasPrefix(m.name, "fleet ") && strings.HasSuffix(m.name, " writes/task") && m.value < 2:
+			// Section 14: every task is claimed and completed, two
+			// writes, whatever else the fleet sends.
+			t.Errorf("%s = %v, want at least 2", m.name, m.value)
 		case m.name == "pool started/completed" && m.value != 1:
 			// Section 13: fresh tasks, no faults: every handler run
 			// the pools started ended in a completion.

@@ -17,6 +17,9 @@
 //	N/lease/%clock/<lease id>             a retention clock marker: the revision current when
 //	                                      its etcd lease was granted, and the lease's TTL;
 //	                                      attached to that lease, so etcd ends it
+//	N/lease/%live/<lease id>              a worker pool's session is alive: the pool's worker,
+//	                                      attached to the session's etcd lease, so its deletion
+//	                                      is the session's end (docs/protocol.md §3.14)
 //	N/done/<res>                          terminal record (status, epoch, worker)
 //	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
 //	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
@@ -397,6 +400,39 @@ func (s Space) Clock(id int64) string {
 // namespace.
 func (s Space) IsClock(key string) bool { return strings.HasPrefix(key, s.ClockPrefix()) }
 
+// liveSegment starts the keys of worker pools' session markers under
+// LeasePrefix. Like revokedSegment, no lease key starts with it.
+const liveSegment = "%live/"
+
+// LivePrefix is the prefix of the worker pools' session markers,
+// "N/lease/%live/" (docs/protocol.md §3.14).
+func (s Space) LivePrefix() string { return s.LeasePrefix() + liveSegment }
+
+// Live is the key of the marker of a pool session whose etcd lease is id,
+// "N/lease/%live/<id, 16 hex digits>", attached to that lease: etcd
+// deletes it with the session's lease keys, at the same revision, which
+// tells the other pools which tasks that session held.
+func (s Space) Live(id int64) string {
+	return fmt.Sprintf("%s%016x", s.LivePrefix(), uint64(id))
+}
+
+// LiveLeaseID returns the etcd lease id a Live key names.
+func (s Space) LiveLeaseID(key string) (int64, error) {
+	hex, ok := strings.CutPrefix(key, s.LivePrefix())
+	if !ok || len(hex) != 16 {
+		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, s.ns)
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, s.ns)
+	}
+	return int64(id), nil
+}
+
+// IsLive reports whether key is a pool session's marker of this
+// namespace.
+func (s Space) IsLive(key string) bool { return strings.HasPrefix(key, s.LivePrefix()) }
+
 // ControlRange is the key range [from, to) of LeasePrefix that holds every
 // control key and no lease key: "N/lease/%a" up to "N/lease/%{". Every
 // control segment is '%' and a lowercase letter; a resource's key segment
@@ -411,11 +447,11 @@ func (s Space) ControlRange() (from, to string) {
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
 // control keys kept there rather than a lease key: a revocation signal, a
 // queue entry, a "gave up" marker, a recipe's limit, a lock-delay or a
-// retention clock marker. A scan or watch of LeasePrefix sees them; skip
+// retention clock marker or a pool session's marker. A scan or watch of LeasePrefix sees them; skip
 // them with it.
 func (s Space) IsControl(key string) bool {
 	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment) || s.IsLimit(key) ||
-		s.IsDelay(key) || s.IsClock(key)
+		s.IsDelay(key) || s.IsClock(key) || s.IsLive(key)
 }
 
 // Done is the done record key of a resource.

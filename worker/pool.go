@@ -55,6 +55,16 @@ type Stats struct {
 	Reclaimed int64
 	// SessionsReplaced counts lost sessions replaced by new ones.
 	SessionsReplaced int64
+	// SkippedHeld, SkippedCompleted and SkippedLockDelayed count the
+	// offers the pool did not run because the resource was held by
+	// another epoch, completed, or within a lock-delay: found by the read
+	// that screens offers before they are claimed, or by a claim that
+	// failed (docs/protocol.md §3.14).
+	SkippedHeld, SkippedCompleted, SkippedLockDelayed int64
+	// TakenOver counts the tasks offered at once because the session
+	// that held them ended (another pool's process died, or this pool's
+	// own session was lost).
+	TakenOver int64
 }
 
 // Pool runs a handler over the resources a Source offers, in a number of
@@ -63,8 +73,14 @@ type Stats struct {
 // the loop every worker program needs, with the cases a hand-written one
 // tends to get wrong:
 //
-//   - Held, completed and lock-delayed resources are skipped, quietly; a
-//     completed one is Finished in the source.
+//   - Held, completed and lock-delayed resources are skipped, counted in
+//     Stats, and a completed one is Finished in the source; the offers
+//     are screened with one read before they are claimed, so a claim that
+//     cannot succeed costs a read, not a write.
+//   - Pools sharing a source stay out of each other's way: each offers
+//     first the tasks it owns by rendezvous hashing over the live pools'
+//     sessions, and takes over the tasks of a session that ended as soon
+//     as etcd ends it, whatever the backlog.
 //   - A claim whose outcome is unknown is resolved with Reclaim, so it
 //     never leaves a resource held with no Lease until the session ends.
 //   - A Complete whose outcome is unknown is retried until it is decided
@@ -90,6 +106,7 @@ type Pool struct {
 	running atomic.Bool
 	stats   struct {
 		started, completed, stale, failed, retried, interrupted, unknown, panics, reclaimed, replaced atomic.Int64
+		skippedHeld, skippedCompleted, skippedDelayed, takenOver                                      atomic.Int64
 	}
 }
 
@@ -128,6 +145,8 @@ func (p *Pool) Stats() Stats {
 		Started: s.started.Load(), Completed: s.completed.Load(), Stale: s.stale.Load(),
 		Failed: s.failed.Load(), Retried: s.retried.Load(), Interrupted: s.interrupted.Load(), Unknown: s.unknown.Load(),
 		Panics: s.panics.Load(), Reclaimed: s.reclaimed.Load(), SessionsReplaced: s.replaced.Load(),
+		SkippedHeld: s.skippedHeld.Load(), SkippedCompleted: s.skippedCompleted.Load(), SkippedLockDelayed: s.skippedDelayed.Load(),
+		TakenOver: s.takenOver.Load(),
 	}
 }
 

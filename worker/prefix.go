@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -28,33 +29,41 @@ const prefixPage = 1000
 // (Lease.Complete by hand) keeps its key: delete it in the same
 // transaction as the completion's effect.
 //
-// The source lists the prefix once, keys only, in pages of 1000, and then
-// watches it from the revision it read at, so a new task starts without
-// polling:
+// The source reads the prefix in pages of 1000 keys (keys only), each
+// page in a random order, so that it starts offering after its first
+// read, whatever the number of keys, and holds one page in memory; at the
+// end of the prefix it starts again from the beginning, after a wait (10
+// ms doubling to 1 s) unless new keys came. A watch of the prefix (puts
+// only, filtered by etcd) offers new keys at once, without polling:
 //
-//	Get <prefix> WithPrefix WithKeysOnly WithLimit(1000)   (and the next pages)
-//	Watch <prefix> WithPrefix WithRev(rev+1) WithRequireLeader
+//	Get <cursor> WithRange(end of prefix) WithKeysOnly WithLimit(1000)
+//	Watch <prefix> WithPrefix WithFilterDelete WithRequireLeader
 //
 // The watch runs under the context of the Next call that started it (the
-// pool's Run) and is started again, with a new listing, if it fails or is
-// compacted. Next returns new keys at once; with nothing new it waits (10
-// ms doubling to 1 s, or until a key is added) and then offers the keys
-// not finished again, so a task held by a worker that dies is taken once
-// its lease ends. A prefix never runs dry: Next returns only when ctx ends.
+// pool's Run) and is started again if it fails. The pool screens each
+// offer with one read before it claims (docs/protocol.md §3.14), and a
+// claim of a Prefix task requires its key to exist, in the claim's own
+// transaction. A task held by a session that ends is taken over by the
+// pools at once (its session's marker tells them), not on the next pass.
+// A prefix never runs dry: Next returns only when ctx ends.
 func Prefix(cli *clientv3.Client, prefix string) Source {
-	return &prefixSource{cli: cli, prefix: prefix, known: make(map[string]bool), finished: make(map[string]bool)}
+	return &prefixSource{cli: cli, prefix: prefix}
 }
+
+// maxFresh bounds the new keys a Prefix source remembers between two
+// Next calls; beyond it, new keys are found by the pass over the prefix.
+const maxFresh = 10 * prefixPage
 
 type prefixSource struct {
 	cli    *clientv3.Client
 	prefix string
 
-	mu       sync.Mutex      // Finished runs beside Next
-	known    map[string]bool // the task keys' resources
-	finished map[string]bool // finished while their keys remain
-	fresh    []string        // added since the last Next
-	wch      clientv3.WatchChan
-	idle     time.Duration
+	mu     sync.Mutex // the watch's events arrive beside Next
+	fresh  []string   // keys put since the last Next, at most maxFresh
+	wch    clientv3.WatchChan
+	cursor string // where the next page starts; "" from the prefix
+	ended  bool   // the pass reached the end of the prefix
+	idle   time.Duration
 }
 
 func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
@@ -65,10 +74,17 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 		return nil, errors.New("worker: Prefix: empty prefix (it would list the whole keyspace)")
 	}
 	backoff := time.Duration(0)
-	var wait <-chan time.Time
 	for {
 		if p.wch == nil {
-			if err := p.list(ctx); err != nil {
+			p.wch = p.cli.Watch(clientv3.WithRequireLeader(ctx), p.prefix, clientv3.WithPrefix(), clientv3.WithFilterDelete())
+		}
+		if fresh := p.takeFresh(); len(fresh) > 0 {
+			p.idle = 0
+			return fresh, nil
+		}
+		if !p.ended {
+			names, err := p.page(ctx)
+			if err != nil {
 				if ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
@@ -78,109 +94,114 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 				}
 				continue
 			}
+			backoff = 0
+			if len(names) > 0 {
+				return names, nil
+			}
+			continue
 		}
-		p.mu.Lock()
-		if len(p.fresh) > 0 {
-			fresh := p.fresh
-			p.fresh, p.idle = nil, 0
-			p.mu.Unlock()
-			return fresh, nil
-		}
-		if wait == nil {
-			p.idle = grow(p.idle, minIdle, maxIdle)
-			wait = time.After(p.idle)
-		}
-		p.mu.Unlock()
+		// The end of a pass: wait, or until a key is added, then start
+		// the next pass from the beginning.
+		p.idle = grow(p.idle, minIdle, maxIdle)
+		t := time.NewTimer(p.idle)
 		select {
 		case resp, ok := <-p.wch:
+			t.Stop()
 			if !ok || resp.Err() != nil {
-				p.wch = nil // compacted, cancelled, no leader: list again
+				p.wch = nil // cancelled, no leader: watch again
 				continue
 			}
 			p.apply(resp.Events)
-		case <-wait:
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			var all []string
-			for name := range p.known {
-				if !p.finished[name] {
-					all = append(all, name)
-				}
-			}
-			return all, nil
+			continue
+		case <-t.C:
+			p.cursor, p.ended = "", false
 		case <-ctx.Done():
+			t.Stop()
 			return nil, context.Cause(ctx)
 		}
 	}
 }
 
-// list reads every task key and starts the watch after them, under ctx.
-func (p *prefixSource) list(ctx context.Context) error {
-	known := make(map[string]bool)
-	end := clientv3.GetPrefixRangeEnd(p.prefix)
-	from, rev := p.prefix, int64(0)
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(prefixPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev)) // every page at the first page's revision
-		}
-		resp, err := p.cli.Get(ctx, from, opts...)
-		if err != nil {
-			return fmt.Errorf("worker: Prefix: list %q: %w", p.prefix, err)
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			known[strings.TrimPrefix(string(kv.Key), p.prefix)] = true
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+// page reads the next page of task keys from the cursor and returns their
+// names in a random order, and notes the end of the pass at the end of
+// the prefix. Events the watch delivered meanwhile are taken in.
+func (p *prefixSource) page(ctx context.Context) ([]string, error) {
+	p.drain()
+	from := p.cursor
+	if from == "" {
+		from = p.prefix
 	}
-	p.wch = p.cli.Watch(clientv3.WithRequireLeader(ctx), p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.fresh = p.fresh[:0]
-	for name := range known {
-		if !p.finished[name] {
-			p.fresh = append(p.fresh, name)
-		}
+	resp, err := p.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(p.prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(prefixPage))
+	if err != nil {
+		return nil, fmt.Errorf("worker: Prefix: list %q: %w", p.prefix, err)
 	}
-	for name := range p.finished {
-		if !known[name] {
-			delete(p.finished, name)
-		}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		names = append(names, strings.TrimPrefix(string(kv.Key), p.prefix))
 	}
-	p.known = known
-	return nil
+	if resp.More && len(resp.Kvs) > 0 {
+		p.cursor = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	} else {
+		p.ended = true
+	}
+	rand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	return names, nil
 }
 
-// apply records the watch's events: added keys are fresh, deleted ones
-// forgotten.
+// drain takes in the events the watch has delivered, without waiting.
+func (p *prefixSource) drain() {
+	for {
+		select {
+		case resp, ok := <-p.wch:
+			if !ok || resp.Err() != nil {
+				p.wch = nil
+				return
+			}
+			p.apply(resp.Events)
+		default:
+			return
+		}
+	}
+}
+
+// apply records the watch's events: a key created is a new task (at most
+// maxFresh are kept; the pass finds the rest). The watch filters out
+// deletions; a key rewritten is no new task.
 func (p *prefixSource) apply(events []*clientv3.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ev := range events {
-		name := strings.TrimPrefix(string(ev.Kv.Key), p.prefix)
-		switch {
-		case ev.Type == clientv3.EventTypeDelete:
-			delete(p.known, name)
-			delete(p.finished, name)
-		case !p.known[name]:
-			p.known[name] = true
-			p.fresh = append(p.fresh, name)
+		if ev.IsCreate() && len(p.fresh) < maxFresh {
+			p.fresh = append(p.fresh, strings.TrimPrefix(string(ev.Kv.Key), p.prefix))
 		}
 	}
 }
 
-func (p *prefixSource) Finished(resource string) {
-	p.mu.Lock()
-	if p.known[resource] {
-		p.finished[resource] = true
+func (p *prefixSource) takeFresh() []string {
+	if p.wch != nil {
+		p.drain()
 	}
-	p.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fresh := p.fresh
+	p.fresh = nil
+	return fresh
+}
+
+// Finished does nothing: a completed task's key is gone with its
+// completion, a task completed elsewhere is screened out with a read, and
+// the pool itself remembers what it gave up on for the rest of the Run.
+// So the source holds no per-task state beyond one page.
+func (p *prefixSource) Finished(string) {}
+
+// owns reports that a name may be one of the prefix's tasks: the claim's
+// condition (claimCondition) checks that its key exists.
+func (p *prefixSource) owns(string) bool { return true }
+
+// claimCondition is the compare a claim of a Prefix task carries: its
+// task key exists. A task that left the source is never claimed.
+func (p *prefixSource) claimCondition(resource string) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.prefix+resource), ">", 0)}
 }
 
 // completionOps is what the pool commits in a task's Complete

@@ -7,10 +7,12 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -43,6 +45,9 @@ type run struct {
 
 	shared  *sessions      // the pool's session, unless WithSessionPerSlot
 	closing sync.WaitGroup // lost sessions being closed
+
+	fleet          *fleet      // the pools sharing the namespace (fleet.go)
+	firstCompleted atomic.Bool // a completed resource was skipped in this Run
 }
 
 func newRun(ctx context.Context, p *Pool) *run {
@@ -88,10 +93,12 @@ func (r *run) run() error {
 		graceMu.Unlock()
 	}()
 
+	r.fleet = newFleet(r)
 	if !r.p.cfg.perSlot {
 		r.shared = r.newSessions(r.p.cfg.worker)
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { r.fleet.watch(ctx) })
 	wg.Go(r.dispatch)
 	for i := range r.p.cfg.slots {
 		wg.Go(func() { r.slot(i) })
@@ -162,25 +169,45 @@ func (r *run) dispatch() {
 				return
 			}
 		}
-		now := time.Now()
-		names = append(names, r.dueRetries(now)...)
-		var batch []string
-		for _, name := range names {
-			if !r.take(name, now) {
-				continue
+		names = append(r.fleet.order(names), r.dueRetries(time.Now())...)
+		chunk := min(screenChunk, max(4, r.p.cfg.slots*r.p.cfg.batch))
+		for len(names) > 0 {
+			n := min(len(names), chunk)
+			if !r.offerScreened(names[:n]) {
+				return
 			}
-			batch = append(batch, name)
-			if len(batch) == r.p.cfg.batch {
-				if !r.offer(batch) {
-					return
-				}
-				batch = nil
-			}
-		}
-		if len(batch) > 0 && !r.offer(batch) {
-			return
+			names = names[n:]
 		}
 	}
+}
+
+// offerScreened takes the names that may be offered now, screens them
+// (screen) and offers the free ones in batches; false once the Run's
+// context has ended. A chunk is taken and screened just before it is
+// offered, so what the screen read is at most a chunk's claims old.
+func (r *run) offerScreened(names []string) bool {
+	now := time.Now()
+	var taken []string
+	for _, name := range names {
+		if r.take(name, now) {
+			taken = append(taken, name)
+		}
+	}
+	if len(taken) == 0 {
+		return true
+	}
+	free := r.screen(taken)
+	for len(free) > 0 {
+		n := min(len(free), r.p.cfg.batch)
+		if !r.offer(free[:n]) {
+			for _, name := range free[n:] {
+				r.giveBack(name)
+			}
+			return false
+		}
+		free = free[n:]
+	}
+	return true
 }
 
 // dueRetries returns the failed resources whose retry time has come.
@@ -373,13 +400,24 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 
 // claimOne tries TryAcquire once and classifies its failure.
 func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
-	l, err := r.p.reg.TryAcquire(r.ctx, s, name)
-	var held *lease.HeldError
+	ctx := r.ctx
+	if c, ok := r.p.src.(claimConditioner); ok {
+		ctx = protocol.WithCondition(ctx, c.claimCondition(name)...)
+	}
+	l, err := r.p.reg.TryAcquire(ctx, s, name)
+	var (
+		held      *lease.HeldError
+		completed *lease.CompletedError
+	)
 	switch {
 	case err == nil:
 		return l, false
-	case errors.Is(err, lease.ErrCompleted):
-		r.log.Trace("skipping a completed resource", "resource", name, "worker", s.Worker())
+	case errors.As(err, &completed):
+		r.skipCompleted(name, record.Done{Status: completed.Status, Epoch: completed.Epoch, Worker: completed.Worker})
+	case errors.Is(err, protocol.ErrConditionFailed):
+		// The source's condition failed: a Prefix task whose key is gone
+		// (completed, or deleted by its owner). Nothing to run.
+		r.log.Trace("skipping a resource that left its source", "resource", name, "worker", s.Worker())
 		r.finished(name)
 	case errors.As(err, &held) && !held.Queued && held.Holder == s.Worker():
 		// An earlier claim of this session whose outcome was unknown was
@@ -390,6 +428,7 @@ func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
 		}
 	case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrLockDelay):
 		r.log.Trace("skipping a held resource", "resource", name, "worker", s.Worker(), "error", err)
+		r.countSkip(err)
 		r.giveBack(name)
 	case errors.Is(err, lease.ErrInvalidResource):
 		r.log.Error("skipping a resource whose name is not valid", "resource", name, "error", err)
@@ -520,10 +559,10 @@ func (r *run) handle(l *lease.Lease) {
 	if interrupted && !errors.As(err, &perr) {
 		// The lease was lost, or the pool is shutting down: not the
 		// handler's failure, and no attempt is spent.
-		r.releaseCtx(spanned(r.stop), l)
+		released := r.releaseCtx(spanned(r.stop), l)
 		r.p.stats.interrupted.Add(1)
 		ended(Interrupted)
-		log.Info("handler stopped: its context ended; released", "cause", cause, "error", err)
+		log.Info("handler stopped: its context ended; "+released, "cause", cause, "error", err)
 		r.giveBack(name)
 		return
 	}
@@ -532,7 +571,7 @@ func (r *run) handle(l *lease.Lease) {
 		log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))
 		sp.AddEvent("worker.panic", trace.WithAttributes(attribute.String("worker.panic", fmt.Sprint(perr.Value))))
 	}
-	r.releaseCtx(spanned(r.stop), l)
+	released := r.releaseCtx(spanned(r.stop), l)
 	r.mu.Lock()
 	r.failures[name]++
 	n := r.failures[name]
@@ -547,12 +586,12 @@ func (r *run) handle(l *lease.Lease) {
 	if retry {
 		r.p.stats.retried.Add(1)
 		ended(Retried)
-		log.Warn("handler failed; released, will retry", "attempt", n, "error", err)
+		log.Warn("handler failed; "+released+", will retry", "attempt", n, "error", err)
 		return
 	}
 	r.p.stats.failed.Add(1)
 	ended(Failed)
-	log.Error("handler failed; released, giving up on it for this run", "attempts", n, "error", err)
+	log.Error("handler failed; "+released+", giving up on it for this run", "attempts", n, "error", err)
 	r.finished(name)
 }
 
@@ -568,12 +607,31 @@ func (r *run) call(ctx context.Context, l *lease.Lease) (status string, err erro
 
 // release releases l under the stop context; a stale Release (the epoch
 // ended first) is audited by the Release itself and needs nothing more.
-func (r *run) release(l *lease.Lease) { r.releaseCtx(r.stop, l) }
+func (r *run) release(l *lease.Lease) {
+	if outcome := r.releaseCtx(r.stop, l); outcome == releaseUndecided {
+		r.log.Warn("a claimed lease not run: "+outcome, "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker())
+	}
+}
 
-func (r *run) releaseCtx(ctx context.Context, l *lease.Lease) {
-	err := l.Release(ctx)
-	if err != nil && !errors.Is(err, lease.ErrStale) {
-		r.log.Warn("release failed; the session's end will free the resource", "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker(), "error", err)
+// The outcomes of a release, as the pool's logs say them: one line per
+// lease, with the release's real outcome.
+const (
+	released         = "released"
+	releasedStale    = "its epoch had already ended (the stale release is audited)"
+	releaseUndecided = "the release is undecided: the session's end will free the resource"
+)
+
+// releaseCtx releases l and says how that ended. A failed release is
+// logged once, by its caller, with that outcome.
+func (r *run) releaseCtx(ctx context.Context, l *lease.Lease) string {
+	switch err := l.Release(ctx); {
+	case err == nil:
+		return released
+	case errors.Is(err, lease.ErrStale):
+		return releasedStale
+	default:
+		r.log.Debug("release failed", "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker(), "error", err)
+		return releaseUndecided
 	}
 }
 

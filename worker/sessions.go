@@ -47,6 +47,7 @@ func (ss *sessions) get(ctx context.Context) (*session.Session, error) {
 		ss.r.p.stats.replaced.Add(1)
 		ss.r.p.cfg.observer.SessionReplaced(old.Worker())
 		ss.r.log.Warn("session ended; starting a new one", "worker", old.Worker(), "cause", context.Cause(old.Context()))
+		ss.r.fleet.leave(old)
 		ss.closeLater(old)
 	}
 	opts := ss.r.p.cfg.sessionOpts
@@ -57,6 +58,7 @@ func (ss *sessions) get(ctx context.Context) (*session.Session, error) {
 		s, err := session.New(ctx, ss.r.p.reg.Client(), opts...)
 		if err == nil {
 			ss.cur, ss.backoff = s, 0
+			ss.r.fleet.join(ctx, s)
 			return s, nil
 		}
 		if ctx.Err() != nil {

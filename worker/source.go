@@ -51,6 +51,15 @@ type Source interface {
 	Finished(resource string)
 }
 
+// claimConditioner is a Source whose claims carry a condition of its own,
+// checked in the claim's transaction (protocol.WithCondition): Prefix
+// requires the task key to exist, so a task that left the source — its
+// key deleted with its completion — is never claimed from an old page,
+// whatever retention has pruned since.
+type claimConditioner interface {
+	claimCondition(resource string) []clientv3.Cmp
+}
+
 // completingSource is a Source that takes part in a task's completion:
 // the pool commits its ops in the Complete's own transaction, so the task
 // leaves the source exactly when it is completed (Prefix deletes the task
@@ -75,11 +84,10 @@ const (
 // pass in which nothing finished waits first (10 ms, doubling to 1 s), or
 // until something finishes. Duplicates are offered once.
 func Static(resources ...string) Source {
-	s := &static{finished: make(map[string]bool), wake: make(chan struct{}, 1)}
-	seen := make(map[string]bool, len(resources))
+	s := &static{finished: make(map[string]bool), wake: make(chan struct{}, 1), set: make(map[string]bool, len(resources))}
 	for _, r := range resources {
-		if !seen[r] {
-			seen[r] = true
+		if !s.set[r] {
+			s.set[r] = true
 			s.names = append(s.names, r)
 		}
 	}
@@ -89,6 +97,7 @@ func Static(resources ...string) Source {
 type static struct {
 	mu       sync.Mutex
 	names    []string
+	set      map[string]bool // names, for owns
 	finished map[string]bool
 	calls    int
 	progress bool // something finished since the last Next
@@ -132,6 +141,14 @@ func (s *static) Next(ctx context.Context) ([]string, error) {
 	}
 	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 	return rest, nil
+}
+
+// owns reports whether resource is one of the list's, not finished: a
+// task of an ended session the pool may take over (fleet.go).
+func (s *static) owns(resource string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.set[resource] && !s.finished[resource]
 }
 
 func (s *static) Finished(resource string) {

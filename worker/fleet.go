@@ -1,0 +1,345 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A fleet is the pools, in any number of processes, that share a
+// registry's namespace (docs/protocol.md §3.14). What keeps a task's cost
+// independent of how many there are:
+//
+//   - Every session a pool starts puts a marker N/lease/%live/<session
+//     lease>, attached to the session's etcd lease (sessions.get): the
+//     fleet's membership, one put per session.
+//   - Each pool watches the markers (fleet.watch). A put or a deletion is
+//     a session starting or ending: rare events, whatever the task rate.
+//   - Each pool offers first the tasks it owns: the live session whose
+//     rendezvous hash with the task's name is highest is the owner
+//     (fleet.order). Pools over one source then claim disjoint tasks, and
+//     the rest of an offer — other owners' tasks — comes after, when it
+//     is likely held or done already, which the screen finds with a read.
+//   - Offers are screened before they are claimed (run.screen): one
+//     read-only, serializable transaction per chunk reads the chunk's lease
+//     and done keys, so a claim that cannot succeed costs part of a read,
+//     not a raft write.
+//   - When a marker is deleted, etcd ended that session's lease and
+//     deleted the session's lease keys at the same revision R. One read of
+//     the lease prefix at R − 1 (each key's etcd lease says whose it is)
+//     names the tasks the session held, and the
+//     pool offers those of its source at once (run.takeOver), whatever the
+//     backlog: a dead process's tasks are taken about when etcd expires
+//     its lease.
+type fleet struct {
+	r     *run
+	space keys.Space
+
+	mu      sync.Mutex
+	members []int64        // the live sessions' etcd lease ids, sorted
+	own     map[int64]bool // this pool's sessions among them
+}
+
+func newFleet(r *run) *fleet {
+	space, err := keys.New(r.p.reg.Namespace())
+	if err != nil {
+		space = keys.MustNew(keys.DefaultNamespace) // the registry validated it
+	}
+	return &fleet{r: r, space: space, own: make(map[int64]bool)}
+}
+
+// join records a session of this pool, and puts its marker (one put,
+// attached to the session's lease). A failed put costs only the prompt
+// takeover of that session's tasks by other pools: they are offered again
+// on their sources' next pass.
+func (f *fleet) join(ctx context.Context, s *session.Session) {
+	id := int64(s.LeaseID())
+	f.mu.Lock()
+	f.own[id] = true
+	f.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+	defer cancel()
+	if _, err := f.r.p.reg.Client().Put(actx, f.space.Live(id), s.Worker(), clientv3.WithLease(s.LeaseID())); err != nil {
+		f.r.log.Debug("could not mark the session live; other pools take its tasks over on their next pass", "worker", s.Worker(), "error", err)
+	}
+	f.add(id)
+}
+
+// leave forgets a session of this pool that ended.
+func (f *fleet) leave(s *session.Session) {
+	id := int64(s.LeaseID())
+	f.mu.Lock()
+	delete(f.own, id)
+	f.mu.Unlock()
+}
+
+func (f *fleet) add(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i, found := slices.BinarySearch(f.members, id); !found {
+		f.members = slices.Insert(f.members, i, id)
+	}
+}
+
+func (f *fleet) remove(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i, found := slices.BinarySearch(f.members, id); found {
+		f.members = slices.Delete(f.members, i, i+1)
+	}
+}
+
+// score is the rendezvous hash of a task's name with a session.
+func score(name string, id int64) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(id))
+	_, _ = h.Write(b[:])
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// order returns names with the tasks this pool owns first, each part in
+// the order given. With no membership known (the watch has not read it
+// yet) it returns names as they are.
+func (f *fleet) order(names []string) []string {
+	f.mu.Lock()
+	members := f.members
+	own := len(f.own) > 0
+	f.mu.Unlock()
+	if len(members) < 2 || !own {
+		return names
+	}
+	mine := make([]string, 0, len(names))
+	var others []string
+	for _, name := range names {
+		best, owner := uint64(0), int64(0)
+		for _, id := range members {
+			if sc := score(name, id); sc >= best {
+				best, owner = sc, id
+			}
+		}
+		f.mu.Lock()
+		owned := f.own[owner]
+		f.mu.Unlock()
+		if owned {
+			mine = append(mine, name)
+		} else {
+			others = append(others, name)
+		}
+	}
+	return append(mine, others...)
+}
+
+// watch follows the fleet's membership until ctx ends: it lists the
+// markers, then watches them from the revision after; a deletion takes
+// over the ended session's tasks. A broken watch lists again (a session
+// that ended in between is missed: its tasks come back on the sources'
+// passes).
+func (f *fleet) watch(ctx context.Context) {
+	cli := f.r.p.reg.Client()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			backoff = grow(backoff, minIdle, 5*time.Second)
+			sleep(ctx, backoff)
+			continue
+		}
+		f.mu.Lock()
+		f.members = f.members[:0]
+		for id := range f.own {
+			f.members = append(f.members, id)
+		}
+		f.mu.Unlock()
+		for _, kv := range resp.Kvs {
+			if id, err := f.space.LiveLeaseID(string(kv.Key)); err == nil {
+				f.add(id)
+			}
+		}
+		f.mu.Lock()
+		slices.Sort(f.members)
+		f.members = slices.Compact(f.members)
+		f.mu.Unlock()
+		wch := cli.Watch(clientv3.WithRequireLeader(ctx), f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			backoff = 0
+			ended := map[int64][]int64{} // revision → the sessions that ended at it
+			for _, ev := range wr.Events {
+				id, err := f.space.LiveLeaseID(string(ev.Kv.Key))
+				if err != nil {
+					continue
+				}
+				if ev.Type == mvccpb.PUT {
+					f.add(id)
+					continue
+				}
+				f.remove(id)
+				ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
+			}
+			for rev, ids := range ended {
+				f.takeOver(ctx, rev, ids)
+			}
+		}
+		if ctx.Err() == nil {
+			backoff = grow(backoff, minIdle, 5*time.Second)
+			sleep(ctx, backoff)
+		}
+	}
+}
+
+// takeOver offers the tasks the sessions ids held just before rev, the
+// revision at which etcd ended them: one read of the lease prefix at
+// rev − 1, in pages of 1000 keys. A compacted revision skips the takeover:
+// the tasks come back on the sources' passes.
+func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
+	dead := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		dead[id] = true
+	}
+	cli := f.r.p.reg.Client()
+	end := clientv3.GetPrefixRangeEnd(f.space.LeasePrefix())
+	from := f.space.LeasePrefix()
+	var names []string
+	for {
+		actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+		// With values: a keys-only range omits each key's etcd lease.
+		resp, err := cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithRev(rev-1), clientv3.WithLimit(prefixPage))
+		cancel()
+		if err != nil {
+			f.r.log.Debug("could not read what an ended session held; its tasks come back on the next pass", "revision", rev, "error", err)
+			return
+		}
+		for _, kv := range resp.Kvs {
+			if !dead[kv.Lease] || f.space.IsControl(string(kv.Key)) {
+				continue
+			}
+			if name, err := f.space.ResourceFromLease(string(kv.Key)); err == nil {
+				names = append(names, name)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if len(names) > 0 {
+		f.r.takeOver(names)
+	}
+}
+
+// taskOwner is a Source that can tell whether a name is one of its tasks,
+// so that a pool takes over only its own source's tasks from an ended
+// session. Func has no such knowledge: its tasks come back on its passes.
+type taskOwner interface {
+	owns(name string) bool
+}
+
+// takeOver offers, one by one and ahead of the source's backlog, the
+// names of an ended session that are this pool's source's tasks.
+func (r *run) takeOver(names []string) {
+	o, ok := r.p.src.(taskOwner)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	offered := 0
+	for _, name := range names {
+		if !o.owns(name) || !r.take(name, now) {
+			continue
+		}
+		if !r.offer([]string{name}) {
+			return
+		}
+		offered++
+		r.p.stats.takenOver.Add(1)
+	}
+	if offered > 0 {
+		r.log.Info("taking over the tasks of a session that ended", "tasks", offered)
+	}
+}
+
+// screenChunk bounds the names one screening read covers: two gets each,
+// well within etcd's default of 128 operations per transaction. The
+// dispatcher screens as many as the pool's slots claim at once (at least
+// 4), just before it offers them, so that what the read found is still
+// true when they are claimed.
+const screenChunk = 32
+
+// screen reads the lease and done keys of names (taken by the dispatcher)
+// in one read-only transaction of serializable gets — answered by the
+// client's member, no raft write, no round to the leader — and returns
+// the names free to claim. A held name is given back, a completed one
+// finished, each counted. A failed read screens nothing: the claims
+// decide, as without it. A stale answer costs only a failed claim.
+func (r *run) screen(names []string) []string {
+	space := r.fleet.space
+	ops := make([]clientv3.Op, 0, 2*len(names))
+	for _, name := range names {
+		ops = append(ops,
+			clientv3.OpGet(space.Lease(name), clientv3.WithKeysOnly(), clientv3.WithSerializable()),
+			clientv3.OpGet(space.Done(name), clientv3.WithSerializable()))
+	}
+	actx, cancel := context.WithTimeout(r.ctx, r.p.reg.AttemptTimeout())
+	resp, err := r.p.reg.Client().Txn(actx).Then(ops...).Commit()
+	cancel()
+	if err != nil {
+		return names
+	}
+	free := names[:0:0]
+	for i, name := range names {
+		held, done := resp.Responses[2*i].GetResponseRange().GetKvs(), resp.Responses[2*i+1].GetResponseRange().GetKvs()
+		switch {
+		case len(done) > 0:
+			d, _ := record.DecodeDone(done[0].Value) // a corrupt record is still a completion
+			r.skipCompleted(name, d)
+		case len(held) > 0:
+			r.p.stats.skippedHeld.Add(1)
+			r.giveBack(name)
+		default:
+			free = append(free, name)
+		}
+	}
+	return free
+}
+
+// skipCompleted finishes a completed resource, counting it; the first of
+// a Run is logged at info level with who completed it and at which epoch,
+// so that a source that offers completed tasks — names reused after
+// their completion — is visible.
+func (r *run) skipCompleted(name string, d record.Done) {
+	r.p.stats.skippedCompleted.Add(1)
+	level := r.log.Debug
+	if r.firstCompleted.CompareAndSwap(false, true) {
+		level = r.log.Info
+	}
+	level("skipping a completed resource (Stats().SkippedCompleted counts them)", "resource", name, "completed_by", d.Worker, "epoch", d.Epoch, "status", d.Status)
+	r.finished(name)
+}
+
+// countSkip counts a claim that failed because the resource was held or
+// within a lock-delay.
+func (r *run) countSkip(err error) {
+	switch {
+	case errors.Is(err, lease.ErrLockDelay):
+		r.p.stats.skippedDelayed.Add(1)
+	case errors.Is(err, lease.ErrHeld):
+		r.p.stats.skippedHeld.Add(1)
+	}
+}

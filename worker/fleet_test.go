@@ -1,0 +1,273 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	"github.com/leasehold/leasehold/worker"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+)
+
+// writeCounter counts the transactions etcd proposes through raft: those
+// with an op that is not a read, in either branch (etcd serves a
+// transaction of reads alone as a read).
+type writeCounter struct{ n atomic.Int64 }
+
+func readOnly(ops []*pb.RequestOp) bool {
+	for _, op := range ops {
+		switch r := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+		case *pb.RequestOp_RequestTxn:
+			if !readOnly(r.RequestTxn.Success) || !readOnly(r.RequestTxn.Failure) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (w *writeCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	switch r := req.(type) {
+	case *pb.TxnRequest:
+		if !readOnly(r.Success) || !readOnly(r.Failure) {
+			w.n.Add(1)
+		}
+	case *pb.PutRequest, *pb.DeleteRangeRequest:
+		w.n.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// TestFleetCostPerTask: four pools, each with its own client as separate
+// processes have, share one Prefix source. A claim that cannot succeed
+// costs a read, not a write, and the pools claim disjoint tasks first, so
+// a task costs about the two write transactions of one pool (its claim
+// and its Complete), not one more per pool that tried it
+// (docs/protocol.md §3.14). Each task runs once.
+func TestFleetCostPerTask(t *testing.T) {
+	writes := &writeCounter{}
+	c := e2e.NewCluster(t, e2e.WithClientDialOptions(grpc.WithChainUnaryInterceptor(writes.intercept)))
+	setup := c.Client(t)
+	const prefix, n, pools = "/fleet/", 300, 4
+	for i := range n {
+		if _, err := setup.Put(t.Context(), fmt.Sprintf("%stask-%04d", prefix, i), "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var completed atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	start := writes.n.Load()
+	var wg sync.WaitGroup
+	var ps []*worker.Pool
+	for i := range pools {
+		cli := c.Client(t)
+		reg := lease.NewRegistry(cli)
+		t.Cleanup(func() { _ = reg.Close() })
+		p, err := worker.New(reg, worker.Prefix(cli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
+			mu.Lock()
+			runs[l.Resource()]++
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			completed.Add(1)
+			return "done", nil
+		}, worker.WithSlots(2), worker.WithWorker(fmt.Sprintf("pool-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+		wg.Go(func() { _ = p.Run(ctx) })
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for completed.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	total := writes.n.Load() - start
+	cancel()
+	wg.Wait()
+	if got := completed.Load(); got != n {
+		t.Fatalf("%d tasks completed, want %d", got, n)
+	}
+	for name, k := range runs {
+		if k != 1 {
+			t.Errorf("%s ran %d times", name, k)
+		}
+	}
+	var skipped int64
+	for _, p := range ps {
+		skipped += p.Stats().SkippedHeld + p.Stats().SkippedCompleted
+	}
+	// The pools' session starts and markers, and the setup's puts, are
+	// a few writes in all; per task the cost is its claim and Complete.
+	perTask := float64(total) / n
+	t.Logf("%d write transactions for %d tasks over %d pools: %.2f per task; %d offers skipped after the screen read", total, n, pools, perTask, skipped)
+	if perTask > 2.3 {
+		t.Errorf("%.2f write transactions per task with %d pools, want at most 2.3 (2 for one pool)", perTask, pools)
+	}
+}
+
+// TestFleetTakesOverADeadPool: a pool whose process dies (its client
+// closed, no release) while it holds tasks: another pool over the same
+// Prefix takes those tasks as soon as etcd ends the dead session, ahead of
+// its own backlog, rather than when the backlog drains.
+func TestFleetTakesOverADeadPool(t *testing.T) {
+	c := e2e.NewCluster(t)
+	setup := c.Client(t)
+	const prefix, backlog = "/takeover/", 400
+	for i := range backlog {
+		if _, err := setup.Put(t.Context(), fmt.Sprintf("%stask-%04d", prefix, i), "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The victim: 3 slots whose handlers never return.
+	vcli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vreg := lease.NewRegistry(vcli)
+	var held sync.Map
+	var heldN atomic.Int64
+	victim, err := worker.New(vreg, worker.Prefix(vcli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
+		held.Store(l.Resource(), true)
+		heldN.Add(1)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}, worker.WithSlots(3), worker.WithWorker("victim"), worker.WithSessionOptions(session.WithTTL(2*time.Second)), worker.WithGrace(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vctx, vcancel := context.WithCancel(t.Context())
+	vdone := make(chan error, 1)
+	go func() { vdone <- victim.Run(vctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for heldN.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if heldN.Load() < 3 {
+		t.Fatalf("the victim holds %d tasks, want 3", heldN.Load())
+	}
+
+	// The steady pool starts on the backlog; then the victim dies.
+	cli := c.Client(t)
+	reg := lease.NewRegistry(cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	steady, err := worker.New(reg, worker.Prefix(cli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
+		mu.Lock()
+		order = append(order, l.Resource())
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // the backlog takes 10 s, several TTLs
+		return "done", nil
+	}, worker.WithSlots(2), worker.WithWorker("steady"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sdone := make(chan error, 1)
+	go func() { sdone <- steady.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	_ = vcli.Close() // the process dies: nothing is released, nothing renewed
+	vcancel()
+
+	taken := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		k := 0
+		for _, name := range order {
+			if _, ok := held.Load(name); ok {
+				k++
+			}
+		}
+		return k
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for taken() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-sdone
+	<-vdone
+	_ = vreg.Close()
+	if k := taken(); k < 3 {
+		t.Fatalf("the steady pool took %d of the dead pool's 3 tasks", k)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := 0
+	for i, name := range order {
+		if _, ok := held.Load(name); ok {
+			last = i
+		}
+	}
+	// The dead pool's tasks ran while most of the backlog was still
+	// waiting: taken over, not found at the end of a pass.
+	if last+1 >= backlog/2 {
+		t.Errorf("the dead pool's last task ran as the steady pool's task %d: behind the backlog of %d", last+1, backlog)
+	}
+	if s := steady.Stats(); s.TakenOver < 3 {
+		t.Errorf("Stats().TakenOver = %d, want at least 3", s.TakenOver)
+	}
+	t.Logf("the dead pool's tasks ran as the steady pool's task %d at the latest, of %d run", last+1, len(order))
+}
+
+// TestPoolCountsAndLogsSkips: tasks completed earlier are skipped after
+// the screen read, counted in Stats, and the first is logged at info
+// level with who completed it and at which epoch; the rest at debug.
+func TestPoolCountsAndLogsSkips(t *testing.T) {
+	f := newFixture(t)
+	names := tasks(5)
+	first, err := worker.New(f.reg, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
+		return "done", nil
+	}, worker.WithSlots(2), worker.WithWorker("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	var ran atomic.Int64
+	again, err := worker.New(f.reg, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
+		ran.Add(1)
+		return "done", nil
+	}, worker.WithSlots(2), worker.WithWorker("again"),
+		worker.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("%d completed tasks ran again", ran.Load())
+	}
+	if s := again.Stats(); s.SkippedCompleted != int64(len(names)) || s.Started != 0 {
+		t.Errorf("Stats %+v: want %d skipped as completed, none started", s, len(names))
+	}
+	logs := buf.String()
+	if k := strings.Count(logs, "skipping a completed resource"); k != 1 {
+		t.Errorf("%d info lines about skipped completed resources, want 1:\n%s", k, logs)
+	}
+	if !strings.Contains(logs, "completed_by=first") || !strings.Contains(logs, "epoch=") {
+		t.Errorf("the info line does not say who completed it and at which epoch:\n%s", logs)
+	}
+}

@@ -123,6 +123,11 @@ func New(reg *lease.Registry, src Source, h Handler, opts ...Option) (*Pool, err
 	case h == nil:
 		return nil, errors.New("worker: New: nil handler")
 	}
+	if v, ok := src.(validatingSource); ok {
+		if err := v.validate(reg.Namespace()); err != nil {
+			return nil, fmt.Errorf("worker: New: %w", err)
+		}
+	}
 	cfg := defaults()
 	for _, o := range opts {
 		if o == nil {

@@ -462,19 +462,25 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	h := func(context.Context, *lease.Lease) (string, error) { return "done", nil }
 	src := worker.Static("a")
 	for name, build := range map[string]func() (*worker.Pool, error){
-		"nil registry":     func() (*worker.Pool, error) { return worker.New(nil, src, h) },
-		"nil source":       func() (*worker.Pool, error) { return worker.New(f.reg, nil, h) },
-		"nil handler":      func() (*worker.Pool, error) { return worker.New(f.reg, src, nil) },
-		"nil option":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, nil) },
-		"zero slots":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithSlots(0)) },
-		"batch over slots": func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(2)) },
-		"batch too large":  func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(worker.MaxBatch+1)) },
-		"zero attempts":    func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(0, 0)) },
-		"negative backoff": func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(1, -1)) },
-		"negative grace":   func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithGrace(-1)) },
-		"empty worker":     func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithWorker("")) },
-		"nil logger":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithLogger(nil)) },
-		"nil observer":     func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithObserver(nil)) },
+		"nil registry":          func() (*worker.Pool, error) { return worker.New(nil, src, h) },
+		"prefix without client": func() (*worker.Pool, error) { return worker.New(f.reg, worker.Prefix(nil, "/jobs/"), h) },
+		"empty prefix":          func() (*worker.Pool, error) { return worker.New(f.reg, worker.Prefix(f.cli, ""), h) },
+		"prefix in namespace": func() (*worker.Pool, error) {
+			return worker.New(f.reg, worker.Prefix(f.cli, f.reg.Namespace()+"/done/"), h)
+		},
+		"prefix over namespace": func() (*worker.Pool, error) { return worker.New(f.reg, worker.Prefix(f.cli, "/"), h) },
+		"nil source":            func() (*worker.Pool, error) { return worker.New(f.reg, nil, h) },
+		"nil handler":           func() (*worker.Pool, error) { return worker.New(f.reg, src, nil) },
+		"nil option":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, nil) },
+		"zero slots":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithSlots(0)) },
+		"batch over slots":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(2)) },
+		"batch too large":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(worker.MaxBatch+1)) },
+		"zero attempts":         func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(0, 0)) },
+		"negative backoff":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(1, -1)) },
+		"negative grace":        func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithGrace(-1)) },
+		"empty worker":          func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithWorker("")) },
+		"nil logger":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithLogger(nil)) },
+		"nil observer":          func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithObserver(nil)) },
 		"nil session option": func() (*worker.Pool, error) {
 			return worker.New(f.reg, src, h, worker.WithSessionOptions(nil))
 		},

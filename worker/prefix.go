@@ -66,12 +66,32 @@ type prefixSource struct {
 	idle   time.Duration
 }
 
-func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
-	if p.cli == nil {
-		return nil, errors.New("worker: Prefix: nil client")
+// validate reports what makes the source unusable, for New to refuse it
+// when the pool is built rather than on every Next.
+func (p *prefixSource) validate(namespace string) error {
+	if err := p.usable(); err != nil {
+		return err
 	}
-	if p.prefix == "" {
-		return nil, errors.New("worker: Prefix: empty prefix (it would list the whole keyspace)")
+	if strings.HasPrefix(p.prefix, namespace+"/") || strings.HasPrefix(namespace+"/", p.prefix) {
+		return fmt.Errorf("worker: Prefix: %q overlaps the registry's namespace %q: task keys are the caller's, outside it", p.prefix, namespace)
+	}
+	return nil
+}
+
+// usable reports a nil client or an empty prefix.
+func (p *prefixSource) usable() error {
+	switch {
+	case p.cli == nil:
+		return errors.New("worker: Prefix: nil client")
+	case p.prefix == "":
+		return errors.New("worker: Prefix: empty prefix (it would list the whole keyspace)")
+	}
+	return nil
+}
+
+func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
+	if err := p.usable(); err != nil {
+		return nil, err
 	}
 	backoff := time.Duration(0)
 	for {

@@ -51,6 +51,12 @@ type Source interface {
 	Finished(resource string)
 }
 
+// validatingSource is a Source that can say, when the pool is built, what
+// makes it unusable with the registry's namespace (New returns it).
+type validatingSource interface {
+	validate(namespace string) error
+}
+
 // claimConditioner is a Source whose claims carry a condition of its own,
 // checked in the claim's transaction (protocol.WithCondition): Prefix
 // requires the task key to exist, so a task that left the source — its

@@ -78,7 +78,18 @@ type Entry struct {
 	// Completed or Released.
 	Attempted Kind
 	Reason    string
-	Time      time.Time
+	// Time is the writer's wall clock when it wrote the entry. For an
+	// Expired entry that is when the recorder recorded it, which may be
+	// well after the epoch ended (see EndRevision).
+	Time time.Time
+	// EndRevision, for Expired, is the revision at which etcd deleted the
+	// epoch's lease key: when the epoch ended (docs/protocol.md §3.6). It
+	// is 0 when the recorder did not see the deletion (its reconcile found
+	// the epoch ended) and in entries written before the field existed;
+	// the epoch then ended before Revision and before the resource's next
+	// epoch began. Other kinds end their epoch at their own Revision and
+	// leave it 0.
+	EndRevision int64
 	// Revision is the entry's etcd mod revision: a total order of the log.
 	Revision int64
 	// Key is the entry's etcd key.
@@ -101,6 +112,7 @@ type wire struct {
 	Attempted    Kind      `json:"attempted,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
 	Time         time.Time `json:"time"`
+	EndRevision  int64     `json:"end_revision,omitempty"`
 }
 
 // Encode returns the stored value of e. Resource, Revision and Key are not
@@ -112,9 +124,13 @@ func Encode(e Entry) (string, error) {
 	if e.Worker == "" {
 		return "", errors.New("audit: encode: entry without worker") // Decode would reject it
 	}
+	if e.EndRevision != 0 && (e.Kind != Expired || e.EndRevision <= e.Epoch) {
+		return "", fmt.Errorf("audit: encode: end revision %d on a %s entry of epoch %d", e.EndRevision, e.Kind, e.Epoch) // Decode would reject it
+	}
 	b, err := json.Marshal(wire{
 		Kind: e.Kind, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: e.CurrentEpoch, Attempted: e.Attempted, Reason: e.Reason, Time: e.Time.UTC(),
+		EndRevision: e.EndRevision,
 	})
 	if err != nil {
 		return "", fmt.Errorf("audit: encode: %w", err)
@@ -164,10 +180,15 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 	if w.Epoch < 0 || w.CurrentEpoch < 0 {
 		return bad("negative epoch")
 	}
+	// The recorder writes an expired entry after the deletion it saw,
+	// which came after the epoch began.
+	if w.EndRevision != 0 && (w.Kind != Expired || w.EndRevision <= w.Epoch || w.EndRevision >= kv.ModRevision) {
+		return bad("end revision %d on a %s entry of epoch %d at revision %d", w.EndRevision, w.Kind, w.Epoch, kv.ModRevision)
+	}
 	e := Entry{
 		Kind: w.Kind, Resource: ak.Resource, Worker: w.Worker, Epoch: w.Epoch, Status: w.Status,
 		CurrentEpoch: w.CurrentEpoch, Attempted: w.Attempted, Reason: w.Reason, Time: w.Time,
-		Revision: kv.ModRevision, Key: key,
+		EndRevision: w.EndRevision, Revision: kv.ModRevision, Key: key,
 	}
 	switch ak.Kind {
 	case keys.AuditKindStart:

@@ -7,7 +7,8 @@ import "context"
 func (l *Log) PruneOnce(ctx context.Context) (int, error) { return l.prune(ctx) }
 
 // SeeDeletion is what the recorder does when its watch delivers the
-// deletion of (res, epoch)'s lease key, however late.
+// deletion of (res, epoch)'s lease key, however late, with no deletion
+// revision.
 func (l *Log) SeeDeletion(ctx context.Context, res string, epoch int64, worker string) error {
-	return l.deleted(ctx, res, epoch, worker)
+	return l.explain(ctx, []deletion{{epochKey: epochKey{res, epoch}, worker: worker}})
 }

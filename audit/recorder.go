@@ -1,9 +1,12 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
@@ -15,6 +18,36 @@ import (
 // ExpiredReason is the Reason of entries written by the recorder.
 const ExpiredReason = "lease key deleted with no end entry (session lease expired)"
 
+// The recorder's batches (docs/protocol.md §3.6). etcd refuses a
+// transaction with more operations at any level than its --max-txn-ops,
+// 128 by default, counting the compares, Then ops and Else ops of a
+// nested transaction against what its parents left.
+const (
+	// maxPendingDeletions bounds the deletions the recorder takes from its
+	// watch before it explains them: it holds at most this many, or one
+	// watch response's deletions when that is more (etcd never splits a
+	// revision's events, and one lease revocation deletes every key
+	// attached to it at one revision).
+	maxPendingDeletions = 1024
+	// readDeletions is how many deletions one read-only transaction
+	// checks, two Gets each.
+	readDeletions = 64
+	// readStarts is how many start entries one read-only transaction of
+	// reconcile reads.
+	readStarts = 128
+	// writeExpiries is how many expired entries one transaction writes,
+	// each a nested transaction of three compares and a put: 120 + 3 ops
+	// deep, within 128.
+	writeExpiries = 120
+	// writeBytes bounds the keys and values of one such transaction, well
+	// under etcd's default request limit (1.5 MiB) whatever the resource
+	// names' lengths (up to 512 bytes, three times that escaped).
+	writeBytes = 512 << 10
+	// inflight is how many of a batch's reads, and then of its writes, the
+	// recorder sends at once. etcd commits concurrent writes together.
+	inflight = 4
+)
+
 // RunRecorder records Expired entries for lease keys that disappear without
 // an SDK transaction ending their epoch — in practice, etcd expiring a
 // session's lease. It runs until ctx is done and then returns ctx's error.
@@ -24,20 +57,32 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 // happened while no recorder ran are recorded too. Reconciling reads the
 // audit and lease keys without their values and writes only for epochs
 // that ended unexplained, so it costs no writes for leases still held.
-// It then watches the lease keys and records each unexplained deletion as
-// it happens. If the watch breaks (compaction, leader loss) it reconciles
-// again and resumes.
+// It then watches the lease keys and records the unexplained deletions as
+// they happen, a batch at a time: every deletion the watch has delivered
+// (up to a bound) is checked by one read-only transaction per 64
+// deletions, and the Expired entries of those no SDK transaction explains
+// are written 120 to a transaction. The recorder so holds a bounded number
+// of unprocessed deletions and costs O(1) requests per watch response,
+// not one per deletion, which keeps it up with the watch: etcd's client
+// buffers, without bound, whatever a slower consumer has not taken. If the
+// watch breaks (compaction, leader loss) it reconciles again and resumes.
 //
-// Recording is idempotent, so any number of recorders may run: the
+// An Expired entry written for a deletion the watch saw carries the
+// revision of that deletion (EndRevision): the epoch's end. Its Revision
+// and Time are when the recorder wrote it, which may be after the
+// resource's next epoch began.
+//
+// Recording is idempotent, so any number of recorders may run: each
 // Expired entry is written at the epoch's end key, create-only, only while
 // the lease key does not hold that epoch and only while the epoch's start
 // entry is still there —
 //
-//	If(ModRev(lease) != epoch, CreateRev(end) = 0, ModRev(start) = epoch) Then(Put end expired)
+//	Txn(If(ModRev(lease) != epoch, CreateRev(end) = 0, ModRev(start) = epoch) Then(Put end expired))
 //
-// — which an SDK transaction that ended the epoch (and wrote its own end
-// entry in the same transaction) makes a no-op, and so does retention,
-// which deletes an epoch's start and end entries together.
+// nested in the batch's transaction — which an SDK transaction that ended
+// the epoch (and wrote its own end entry in the same transaction) makes a
+// no-op, and so does retention, which deletes an epoch's start and end
+// entries together.
 //
 // With WithRetention the recorder also moves the entries of epochs that
 // ended more than the retention ago on etcd's clock, and their done
@@ -79,6 +124,21 @@ func (l *Log) RunRecorder(ctx context.Context) error {
 	}
 }
 
+// epochKey names an epoch of a resource.
+type epochKey struct {
+	res   string
+	epoch int64
+}
+
+// deletion is an epoch's lease key deleted: what the recorder explains.
+type deletion struct {
+	epochKey
+	worker string // from the deleted holder record; "" if undecodable
+	// at is the revision of the deletion, 0 when the recorder did not see
+	// it (reconcile finds epochs that ended at some revision before).
+	at int64
+}
+
 // reconcile writes the Expired entries missing from the log and returns the
 // revision it read at; watching from the next revision misses nothing.
 //
@@ -88,15 +148,12 @@ func (l *Log) RunRecorder(ctx context.Context) error {
 // entry's epoch is in its key, and a live lease key's epoch is its mod
 // revision. An epoch with a start entry, no end entry and no lease key
 // holding it at R ended unexplained; only for those is the start entry's
-// value read (its worker goes into the Expired entry, and a value that is
-// not a valid Acquired entry is skipped, as List would report it). Epochs
-// still held at R cost nothing — neither a value read nor a transaction —
-// so a restart with many live leases does not send one no-op write each.
+// value read, 128 to a read-only transaction (its worker goes into the
+// Expired entry, and a value that is not a valid Acquired entry is skipped,
+// as List would report it), and their Expired entries are written in
+// batches. Epochs still held at R cost nothing — neither a value read nor
+// a transaction — so a restart with many live leases writes nothing.
 func (l *Log) reconcile(ctx context.Context) (int64, error) {
-	type epochKey struct {
-		res   string
-		epoch int64
-	}
 	open := map[epochKey]string{} // → start entry's key
 	ended := map[epochKey]bool{}
 	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
@@ -109,7 +166,7 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 			open[epochKey{ak.Resource, kv.ModRevision}] = string(kv.Key)
 		case keys.AuditKindEnd:
 			// A corrupt value still occupies the end key, which the
-			// create-only compare of recordExpired would refuse anyway.
+			// create-only compare of the write would refuse anyway.
 			ended[epochKey{ak.Resource, ak.Epoch}] = true
 		}
 	}, clientv3.WithKeysOnly())
@@ -129,24 +186,59 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 	}, clientv3.WithKeysOnly()); err != nil {
 		return 0, err
 	}
-	for k, startKey := range open {
+	type startEntry struct {
+		epochKey
+		key string
+	}
+	starts := make([]startEntry, 0, len(open))
+	for k, key := range open {
+		starts = append(starts, startEntry{k, key})
+	}
+	slices.SortFunc(starts, func(a, b startEntry) int {
+		return cmp.Or(cmp.Compare(a.epoch, b.epoch), cmp.Compare(a.key, b.key))
+	})
+	chunks := slices.Collect(slices.Chunk(starts, readStarts))
+	workers := make([][]string, len(chunks)) // per start entry: its worker, "" if it is gone or corrupt
+	err = inParallel(len(chunks), func(c int) error {
+		chunk := chunks[c]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, s := range chunk {
+			ops[i] = clientv3.OpGet(s.key, clientv3.WithRev(rev))
+		}
 		actx, cancel := l.bound(ctx)
-		resp, err := l.cli.Get(actx, startKey, clientv3.WithRev(rev))
+		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
-			return 0, fmt.Errorf("audit: read %q: %w", startKey, err)
+			return fmt.Errorf("audit: read %d start entries: %w", len(chunk), err)
 		}
-		if len(resp.Kvs) == 0 {
-			continue
+		workers[c] = make([]string, len(chunk))
+		for i, s := range chunk {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue
+			}
+			e, err := decode(l.space, kvs[0])
+			if err != nil || e.Kind != Acquired {
+				l.log.Warn("skipping corrupt start entry", "key", s.key, "error", err)
+				continue
+			}
+			workers[c][i] = e.Worker
 		}
-		e, err := decode(l.space, resp.Kvs[0])
-		if err != nil || e.Kind != Acquired {
-			l.log.Warn("skipping corrupt start entry", "key", startKey, "error", err)
-			continue
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var xs []expiry
+	for c, chunk := range chunks {
+		for i, s := range chunk {
+			if w := workers[c][i]; w != "" {
+				xs = append(xs, expiry{deletion{epochKey: s.epochKey, worker: w}, s.key})
+			}
 		}
-		if err := l.recordExpired(ctx, k.res, k.epoch, e.Worker, startKey); err != nil {
-			return 0, err
-		}
+	}
+	if err := l.writeExpired(ctx, xs); err != nil {
+		return 0, err
 	}
 	return rev, nil
 }
@@ -158,30 +250,8 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 	defer cancel()
 	wch := l.cli.Watch(wctx, l.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev),
 		clientv3.WithPrevKV(), clientv3.WithFilterPut())
-	for resp := range wch {
-		if err := resp.Err(); err != nil {
-			return fmt.Errorf("audit: recorder watch: %w", err)
-		}
-		for _, ev := range resp.Events {
-			if ev.PrevKv == nil {
-				return errors.New("audit: recorder: delete event without previous value")
-			}
-			if l.space.IsControl(string(ev.Kv.Key)) {
-				continue // a revocation signal or a queue entry, not an epoch
-			}
-			res, err := l.space.ResourceFromLease(string(ev.Kv.Key))
-			if err != nil {
-				l.log.Warn("skipping foreign key under the lease prefix", "key", string(ev.Kv.Key), "error", err)
-				continue
-			}
-			worker := ""
-			if h, err := record.DecodeHolder(ev.PrevKv.Value); err == nil {
-				worker = h.Worker
-			}
-			if err := l.deleted(ctx, res, ev.PrevKv.ModRevision, worker); err != nil {
-				return err
-			}
-		}
+	if err := l.batches(wch, func(batch []deletion) error { return l.explain(ctx, batch) }); err != nil {
+		return err
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -189,64 +259,249 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 	return errors.New("audit: recorder watch closed")
 }
 
-// deleted handles the deletion of (res, epoch)'s lease key seen by the
-// watch. One read-only transaction — no proposal — finds the epoch's end
-// entry and its start entry (the start key's mod revision is the epoch):
+// batches hands the deletions wch delivers to explain, a batch at a time,
+// until wch closes (nil) or breaks or explain fails (the error).
 //
-//	Txn() Then(Get N/audit/<res>/start/ WithPrefix WithKeysOnly WithMinModRev(epoch) WithMaxModRev(epoch),
-//	           Get N/audit/<res>/end/<epoch> WithKeysOnly)
+// It takes a response, then every further response the watch has already
+// delivered, until it holds maxPendingDeletions deletions, and explains
+// them together. So it never holds more than that, or one response's
+// deletions when that is more, and the requests explain sends grow only by
+// one per 64 deletions of a batch (reads) and one per 120 unexplained ones
+// (writes), never one per deletion: the recorder keeps up with the watch,
+// and the client, which buffers without bound what its consumer has not
+// taken, holds little.
+func (l *Log) batches(wch clientv3.WatchChan, explain func([]deletion) error) error {
+	var batch []deletion
+	for resp := range wch {
+		var err error
+		batch, err = l.take(batch[:0], resp)
+	more:
+		for err == nil && len(batch) < maxPendingDeletions {
+			select {
+			case next, ok := <-wch:
+				if !ok {
+					break more
+				}
+				batch, err = l.take(batch, next)
+			default:
+				break more
+			}
+		}
+		// What was taken before a broken watch is explained first: a
+		// reconcile would find those epochs ended, not when.
+		if len(batch) > 0 {
+			if xerr := explain(batch); xerr != nil {
+				return errors.Join(err, xerr)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		clear(batch) // the next batch reuses the array; drop the strings
+	}
+	return nil
+}
+
+// take appends the lease-key deletions of a watch response to batch.
+func (l *Log) take(batch []deletion, resp clientv3.WatchResponse) ([]deletion, error) {
+	if err := resp.Err(); err != nil {
+		return batch, fmt.Errorf("audit: recorder watch: %w", err)
+	}
+	for _, ev := range resp.Events {
+		if ev.Type != mvccpb.DELETE {
+			continue // the watch filters puts
+		}
+		if ev.PrevKv == nil {
+			return batch, errors.New("audit: recorder: delete event without previous value")
+		}
+		key := string(ev.Kv.Key)
+		if l.space.IsControl(key) {
+			continue // a revocation signal or a queue entry, not an epoch
+		}
+		res, err := l.space.ResourceFromLease(key)
+		if err != nil {
+			l.log.Warn("skipping foreign key under the lease prefix", "key", key, "error", err)
+			continue
+		}
+		worker := ""
+		if h, err := record.DecodeHolder(ev.PrevKv.Value); err == nil {
+			worker = h.Worker
+		}
+		batch = append(batch, deletion{epochKey: epochKey{res, ev.PrevKv.ModRevision}, worker: worker, at: ev.Kv.ModRevision})
+	}
+	return batch, nil
+}
+
+// explain records the deletions that no SDK transaction explains. For
+// every 64 deletions, one read-only transaction — no proposal — finds each
+// epoch's end entry and its start entry (the start key's mod revision is
+// the epoch):
+//
+//	Txn() Then(Get N/audit/<res_i>/start/ WithPrefix WithKeysOnly WithMinModRev(epoch_i) WithMaxModRev(epoch_i),
+//	           Get N/audit/<res_i>/end/<epoch_i> WithKeysOnly, …)
 //
 // An end entry means an SDK transaction ended the epoch: nothing to do,
 // which is every task cycle's case. No start entry means retention already
 // moved the epoch out of etcd (the watch is behind by more than the
 // retention) or the key was never the SDK's: recording it now would give
-// a pruned epoch a second end. Otherwise the epoch ended unexplained.
-func (l *Log) deleted(ctx context.Context, res string, epoch int64, worker string) error {
-	endKey := l.space.AuditEnd(res, epoch)
-	starts := clientv3.OpGet(l.space.AuditStart(res, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithMinModRev(epoch), clientv3.WithMaxModRev(epoch))
-	actx, cancel := l.bound(ctx)
-	resp, err := l.cli.Txn(actx).Then(starts, clientv3.OpGet(endKey, clientv3.WithKeysOnly())).Commit()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("audit: read the entries of %q epoch %d: %w", res, epoch, err)
-	}
-	if len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+// a pruned epoch a second end. Otherwise the epoch ended unexplained, and
+// writeExpired records it. Up to inflight reads are sent at once.
+func (l *Log) explain(ctx context.Context, dels []deletion) error {
+	chunks := slices.Collect(slices.Chunk(dels, readDeletions))
+	startKeys := make([][]string, len(chunks)) // per deletion: its start key, "" if nothing to record
+	err := inParallel(len(chunks), func(c int) error {
+		chunk := chunks[c]
+		ops := make([]clientv3.Op, 0, 2*len(chunk))
+		for _, d := range chunk {
+			ops = append(ops,
+				clientv3.OpGet(l.space.AuditStart(d.res, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+					clientv3.WithMinModRev(d.epoch), clientv3.WithMaxModRev(d.epoch)),
+				clientv3.OpGet(l.space.AuditEnd(d.res, d.epoch), clientv3.WithKeysOnly()))
+		}
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("audit: read the entries of %d deleted epochs: %w", len(chunk), err)
+		}
+		startKeys[c] = make([]string, len(chunk))
+		for i, d := range chunk {
+			if len(resp.Responses[2*i+1].GetResponseRange().GetKvs()) > 0 {
+				continue
+			}
+			startKvs := resp.Responses[2*i].GetResponseRange().GetKvs()
+			if len(startKvs) == 0 {
+				l.log.Debug("lease key deletion of an epoch with no start entry; not recording it", "resource", d.res, "epoch", d.epoch)
+				continue
+			}
+			startKeys[c][i] = string(startKvs[0].Key)
+		}
 		return nil
-	}
-	startKvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(startKvs) == 0 {
-		l.log.Debug("lease key deletion of an epoch with no start entry; not recording it", "resource", res, "epoch", epoch)
-		return nil
-	}
-	return l.recordExpired(ctx, res, epoch, worker, string(startKvs[0].Key))
-}
-
-// recordExpired writes the Expired end entry of (res, epoch) unless the
-// lease key still holds that epoch, the epoch already has an end entry, or
-// its start entry (startKey) is gone.
-func (l *Log) recordExpired(ctx context.Context, res string, epoch int64, worker, startKey string) error {
-	if worker == "" {
-		worker = "unknown"
-	}
-	leaseKey, endKey := l.space.Lease(res), l.space.AuditEnd(res, epoch)
-	val, err := Encode(Entry{Kind: Expired, Worker: worker, Epoch: epoch, Reason: ExpiredReason, Time: time.Now()})
+	})
 	if err != nil {
 		return err
 	}
-	notHeldAtEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "!=", epoch)
-	noEndYet := clientv3.Compare(clientv3.CreateRevision(endKey), "=", 0)
-	// Retention deletes an epoch's start and end entries together: with
-	// the start entry gone, the epoch already has its end in the archive.
-	started := clientv3.Compare(clientv3.ModRevision(startKey), "=", epoch)
-	actx, cancel := l.bound(ctx)
-	resp, err := l.cli.Txn(actx).If(notHeldAtEpoch, noEndYet, started).Then(clientv3.OpPut(endKey, val)).Commit()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("audit: record expiry of %q epoch %d: %w", res, epoch, err)
+	var xs []expiry
+	for c, chunk := range chunks {
+		for i, d := range chunk {
+			if startKeys[c][i] != "" {
+				xs = append(xs, expiry{d, startKeys[c][i]})
+			}
+		}
 	}
-	if resp.Succeeded {
-		l.log.Info("recorded expiry", "resource", res, "epoch", epoch, "worker", worker)
+	return l.writeExpired(ctx, xs)
+}
+
+// expiry is a deletion to record as Expired, with its start entry's key.
+type expiry struct {
+	deletion
+	startKey string
+}
+
+// writeExpired writes the Expired entries of xs in batches: up to
+// writeExpiries (and writeBytes) to a transaction, each entry a nested
+// transaction that writes it create-only, only while the lease key does
+// not hold the epoch and only while the epoch's start entry is there:
+//
+//	Txn() Then( Txn(If(ModRev(N/lease/<res_i>) != epoch_i,
+//	                   CreateRev(N/audit/<res_i>/end/<epoch_i>) = 0,
+//	                   ModRev(N/audit/<res_i>/start/<id_i>) = epoch_i)
+//	                Then(Put N/audit/<res_i>/end/<epoch_i> expired_i)), … )
+//
+// The outer transaction has no compare, so each entry is decided on its
+// own: an epoch another recorder (or the SDK) ended first is a no-op that
+// stops no other. Up to inflight transactions are sent at once.
+func (l *Log) writeExpired(ctx context.Context, xs []expiry) error {
+	type write struct {
+		ops  []clientv3.Op
+		what []deletion
 	}
-	return nil
+	var (
+		txns  []write
+		bytes int
+		ends  = make(map[string]bool, len(xs)) // etcd refuses a key put twice in a transaction
+	)
+	now := time.Now()
+	for _, x := range xs {
+		if x.worker == "" {
+			x.worker = "unknown"
+		}
+		leaseKey, endKey := l.space.Lease(x.res), l.space.AuditEnd(x.res, x.epoch)
+		if ends[endKey] {
+			continue // the same deletion twice
+		}
+		ends[endKey] = true
+		val, err := Encode(Entry{Kind: Expired, Worker: x.worker, Epoch: x.epoch, EndRevision: x.at, Reason: ExpiredReason, Time: now})
+		if err != nil {
+			return err
+		}
+		size := len(leaseKey) + 2*len(endKey) + len(x.startKey) + len(val) + 64
+		if n := len(txns); n == 0 || len(txns[n-1].ops) == writeExpiries || bytes+size > writeBytes {
+			txns, bytes = append(txns, write{}), 0
+		}
+		notHeldAtEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "!=", x.epoch)
+		noEndYet := clientv3.Compare(clientv3.CreateRevision(endKey), "=", 0)
+		// Retention deletes an epoch's start and end entries together:
+		// with the start entry gone, the epoch already has its end in the
+		// archive.
+		started := clientv3.Compare(clientv3.ModRevision(x.startKey), "=", x.epoch)
+		w := &txns[len(txns)-1]
+		w.ops = append(w.ops, clientv3.OpTxn([]clientv3.Cmp{notHeldAtEpoch, noEndYet, started}, []clientv3.Op{clientv3.OpPut(endKey, val)}, nil))
+		w.what = append(w.what, x.deletion)
+		bytes += size
+	}
+	return inParallel(len(txns), func(i int) error {
+		w := txns[i]
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Txn(actx).Then(w.ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("audit: record the expiry of %d epochs: %w", len(w.ops), err)
+		}
+		for j, d := range w.what {
+			if r := resp.Responses[j].GetResponseTxn(); r != nil && r.Succeeded {
+				l.log.Info("recorded expiry", "resource", d.res, "epoch", d.epoch, "worker", d.worker, "deleted_at", d.at)
+			}
+		}
+		return nil
+	})
+}
+
+// inParallel calls f(0), …, f(n-1), at most inflight at a time, and
+// returns the first error; once a call has failed, no further call starts.
+func inParallel(n int, f func(i int) error) error {
+	if n <= 1 {
+		if n == 1 {
+			return f(0)
+		}
+		return nil
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, inflight)
+	for i := range n {
+		sem <- struct{}{}
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			<-sem
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }

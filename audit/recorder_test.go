@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -59,13 +60,15 @@ func stopRecorder(t *testing.T, stop func() error) {
 // gRPC interceptor on a real client talking to a real etcd; it lets a test
 // wait until a recorder has actually decided about an epoch.
 type txnSpy struct {
-	mu       sync.Mutex
-	attempts map[string]int
-	wins     map[string]int
-	ranges   []rangeCall
-	txnCalls int           // every Txn, whatever its keys
-	watching chan struct{} // closed when the client opens its first watch stream
-	once     sync.Once
+	mu        sync.Mutex
+	attempts  map[string]int
+	wins      map[string]int
+	ranges    []rangeCall
+	txnCalls  int           // every Txn, whatever its keys
+	readTxns  int           // read-only Txns (served without a proposal)
+	writeTxns int           // the other Txns
+	watching  chan struct{} // closed when the client opens its first watch stream
+	once      sync.Once
 }
 
 // interceptStream notes the first watch stream: the recorder opens it only
@@ -123,7 +126,23 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 	if !ok1 || !ok2 {
 		return nil
 	}
-	// The end keys the transaction is about: compared, or put on success.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if txnkind.ReadOnly(tr) {
+		s.readTxns++
+	} else {
+		s.writeTxns++
+	}
+	s.txn(tr, resp)
+	return nil
+}
+
+// txn notes the end keys a transaction (or a nested one) is about: the
+// ones it compares or puts, and whether the put applied.
+func (s *txnSpy) txn(tr *pb.TxnRequest, resp *pb.TxnResponse) {
+	if resp == nil {
+		return
+	}
 	ends := map[string]bool{} // true: the transaction writes it on success
 	mark := func(key []byte, writes bool) {
 		if k := string(key); strings.Contains(k, "/end/") {
@@ -133,33 +152,51 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 	for _, c := range tr.Compare {
 		mark(c.Key, false)
 	}
-	// The recorder's read of an epoch's entries — a range of its start
-	// entries, then a get of its end key — decides the epoch when it finds
-	// an end entry or no start entry: no transaction that writes follows.
-	// Otherwise the write that follows is the decision.
-	if len(tr.Compare) == 0 && len(tr.Success) == 2 && tr.Success[1].GetRequestRange() != nil && len(resp.Responses) == 2 {
-		if endKey := tr.Success[1].GetRequestRange().Key; strings.Contains(string(endKey), "/end/") {
-			foundEnd := len(resp.Responses[1].GetResponseRange().GetKvs()) > 0
-			noStart := len(resp.Responses[0].GetResponseRange().GetKvs()) == 0
+	// The recorder's read of deleted epochs' entries — for each, a range
+	// of its start entries, then a get of its end key — decides an epoch
+	// when it finds an end entry or no start entry: no transaction that
+	// writes follows. Otherwise the write that follows is the decision.
+	if len(tr.Compare) == 0 && len(tr.Success)%2 == 0 && len(resp.Responses) == len(tr.Success) {
+		for i := 0; i+1 < len(tr.Success); i += 2 {
+			get := tr.Success[i+1].GetRequestRange()
+			if get == nil || tr.Success[i].GetRequestRange() == nil || !strings.Contains(string(get.Key), "/end/") {
+				continue
+			}
+			foundEnd := len(resp.Responses[i+1].GetResponseRange().GetKvs()) > 0
+			noStart := len(resp.Responses[i].GetResponseRange().GetKvs()) == 0
 			if foundEnd || noStart {
-				mark(endKey, false)
+				mark(get.Key, false)
 			}
 		}
 	}
-	for _, op := range tr.Success {
+	for i, op := range tr.Success {
 		if put := op.GetRequestPut(); put != nil {
 			mark(put.Key, true)
 		}
+		if nested := op.GetRequestTxn(); nested != nil && resp.Succeeded && i < len(resp.Responses) {
+			s.txn(nested, resp.Responses[i].GetResponseTxn())
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for k, writes := range ends {
 		s.attempts[k]++
 		if writes && resp.Succeeded {
 			s.wins[k]++
 		}
 	}
-	return nil
+}
+
+// reads and writes are the read-only and the writing Txn RPCs the spied
+// client made.
+func (s *txnSpy) reads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readTxns
+}
+
+func (s *txnSpy) writes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeTxns
 }
 
 // txns is the number of Txn RPCs the spied client made.

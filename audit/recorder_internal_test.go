@@ -1,0 +1,98 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestRecorderBatchesAreBounded feeds the recorder's batching a watch that
+// has delivered far more deletions than a batch holds, as a slow consumer
+// would find it: many small responses, then one revision deleting
+// thousands of keys, then a broken watch. Every deletion is explained once
+// and in order, several responses share a batch, and no batch holds more
+// than maxPendingDeletions plus one response (docs/protocol.md §3.6).
+func TestRecorderBatchesAreBounded(t *testing.T) {
+	l := &Log{space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger()}
+	const small, smallN, big = 100, 50, 3000
+	ch := make(chan clientv3.WatchResponse, smallN+2)
+	rev := int64(1000)
+	var want []deletion
+	response := func(n int) clientv3.WatchResponse {
+		var resp clientv3.WatchResponse
+		rev++
+		for i := range n {
+			res := fmt.Sprintf("r/%d/%d", rev, i)
+			epoch := int64(1 + i%999)
+			key := []byte(l.space.Lease(res))
+			resp.Events = append(resp.Events, &clientv3.Event{
+				Type:   mvccpb.DELETE,
+				Kv:     &mvccpb.KeyValue{Key: key, ModRevision: rev},
+				PrevKv: &mvccpb.KeyValue{Key: key, ModRevision: epoch, Value: []byte(record.Holder{Worker: "w"}.Encode())},
+			})
+			want = append(want, deletion{epochKey: epochKey{res, epoch}, worker: "w", at: rev})
+		}
+		// A queue entry's deletion is no epoch's.
+		resp.Events = append(resp.Events, &clientv3.Event{
+			Type:   mvccpb.DELETE,
+			Kv:     &mvccpb.KeyValue{Key: []byte(l.space.Queue("r", "t")), ModRevision: rev},
+			PrevKv: &mvccpb.KeyValue{Key: []byte(l.space.Queue("r", "t")), ModRevision: 1},
+		})
+		return resp
+	}
+	for range smallN {
+		ch <- response(small)
+	}
+	ch <- response(big)
+	ch <- clientv3.WatchResponse{CompactRevision: 5} // the watch breaks
+	close(ch)
+
+	var got []deletion
+	var sizes []int
+	err := l.batches(ch, func(batch []deletion) error {
+		sizes = append(sizes, len(batch))
+		got = append(got, batch...)
+		return nil
+	})
+	if err == nil {
+		t.Fatal("a compacted watch ended the batches without an error")
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d deletions explained, %d delivered", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("deletion %d explained as %+v, delivered %+v", i, got[i], want[i])
+		}
+	}
+	// A batch stops growing once it holds maxPendingDeletions: the last
+	// response it took may overshoot, by less than that response.
+	for i, n := range sizes {
+		last := small
+		if i == len(sizes)-1 {
+			last = big // the big response is in the last batch
+		}
+		if n > maxPendingDeletions-1+last {
+			t.Errorf("batch %d holds %d deletions; the bound is %d plus one response", i, n, maxPendingDeletions)
+		}
+	}
+	if len(sizes) > smallN/2 {
+		t.Errorf("%d batches for %d responses the watch had already delivered: %v", len(sizes), smallN+1, sizes)
+	}
+	t.Logf("batches: %v", sizes)
+
+	// An explanation that fails stops the batches with its error.
+	ch = make(chan clientv3.WatchResponse, 1)
+	ch <- response(3)
+	close(ch)
+	boom := errors.New("boom")
+	if err := l.batches(ch, func([]deletion) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("batches returned %v, want the explanation's error", err)
+	}
+}

@@ -139,9 +139,12 @@ func newAuditCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Print the audit trail, optionally filtered; --follow streams new entries",
-		Long: "Print the audit trail, optionally filtered. --follow (-f) prints the entries so far and then\n" +
-			"streams new ones: a table under one header whose columns keep their widths, or with -o json\n" +
-			"one JSON object per line (without --follow, -o json prints one array).\n\n" + currentHelp + "\n\n" + archiveHelp,
+		Long: "Print the audit trail, optionally filtered, in revision order. --follow (-f) prints the entries\n" +
+			"so far and then streams new ones as they are written: a table under one header whose columns\n" +
+			"keep their widths, or with -o json one JSON object per line (without --follow, -o json prints\n" +
+			"one array).\n\n" + expiredHelp + " The entries so far are listed with an expired entry at that\n" +
+			"revision (or, when the recorder did not see the deletion, before the next epoch's start).\n\n" +
+			currentHelp + "\n\n" + archiveHelp,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.MinRevision < 0 {
@@ -186,6 +189,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 				}
 				from := f
 				if n := len(entries); n > 0 {
+					// List orders by revision; printing places expired
+					// entries at their epochs' ends, earlier.
 					from.MinRevision = entries[n-1].Revision + 1
 				} else if from.MinRevision == 0 {
 					// Start right after what List read, so nothing falls in between.
@@ -227,13 +232,15 @@ func newAuditCmd(g *globals) *cobra.Command {
 func (g *globals) printEntries(entries []audit.Entry, whole bool) error {
 	if g.output == "json" {
 		if whole {
-			out := make([]entryJSON, 0, len(entries))
-			for _, e := range entries {
+			sorted, _ := inRevisionOrder(entries)
+			out := make([]entryJSON, 0, len(sorted))
+			for _, e := range sorted {
 				out = append(out, toJSON(e))
 			}
 			return writeJSON(g.out, out)
 		}
-		for _, e := range entries {
+		sorted, _ := inRevisionOrder(entries)
+		for _, e := range sorted {
 			if err := writeJSONLine(g.out, toJSON(e)); err != nil {
 				return err
 			}
@@ -244,19 +251,33 @@ func (g *globals) printEntries(entries []audit.Entry, whole bool) error {
 }
 
 type epochJSON struct {
-	Epoch      int64       `json:"epoch"`
-	Worker     string      `json:"worker"`
-	AcquiredAt time.Time   `json:"acquired_at"`
-	End        string      `json:"end"` // kind, or "held"
-	EndedAt    *time.Time  `json:"ended_at,omitempty"`
-	Status     string      `json:"status,omitempty"`
-	Reason     string      `json:"reason,omitempty"`
-	Rejections []entryJSON `json:"rejections"`
+	Epoch      int64     `json:"epoch"`
+	Worker     string    `json:"worker"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	End        string    `json:"end"` // kind, "held", or "unrecorded"
+	// EndedAt is the end entry's time: for an expired epoch, when the
+	// recorder recorded it, which may be after the next epoch began.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// EndRevision is the revision at which the epoch ended: its end
+	// entry's, or for an expired epoch the lease key's deletion. With
+	// EndedBefore, the deletion's revision was not recorded, and the epoch
+	// ended before EndRevision: the next epoch's start, or the expiry's
+	// recording. An epoch whose end is not recorded yet ("unrecorded", the
+	// recorder is behind) but that a later epoch followed ended before
+	// that one began.
+	EndRevision int64       `json:"end_revision,omitempty"`
+	EndedBefore bool        `json:"ended_before_revision,omitempty"`
+	Status      string      `json:"status,omitempty"`
+	Reason      string      `json:"reason,omitempty"`
+	Rejections  []entryJSON `json:"rejections"`
 }
 
-// timeline groups a resource's audit entries by epoch.
+// timeline groups a resource's audit entries by epoch, in epoch (start
+// revision) order, each epoch's end placed in revision order (endOf), so
+// no epoch ends after the next one began.
 func timeline(entries []audit.Entry) []epochJSON {
 	byEpoch := map[int64]*epochJSON{}
+	ends := map[int64]audit.Entry{}
 	var order []int64
 	get := func(epoch int64) *epochJSON {
 		if e, ok := byEpoch[epoch]; ok {
@@ -275,6 +296,7 @@ func timeline(entries []audit.Entry) []epochJSON {
 		case e.Kind.IsEnd():
 			t := e.Time
 			ep.End, ep.EndedAt, ep.Status, ep.Reason = string(e.Kind), &t, e.Status, e.Reason
+			ends[e.Epoch] = e
 			if ep.Worker == "" {
 				ep.Worker = e.Worker
 			}
@@ -284,39 +306,63 @@ func timeline(entries []audit.Entry) []epochJSON {
 	}
 	slices.Sort(order)
 	out := make([]epochJSON, 0, len(order))
-	for _, epoch := range order {
-		out = append(out, *byEpoch[epoch])
+	for i, epoch := range order {
+		ep := *byEpoch[epoch]
+		next := int64(0)
+		if i+1 < len(order) {
+			next = order[i+1] // an epoch is the revision at which it began
+		}
+		if end, ok := ends[epoch]; ok {
+			at := endOf(end, next)
+			ep.EndRevision, ep.EndedBefore = at.rev, at.before
+		} else if next > 0 {
+			ep.End, ep.EndRevision, ep.EndedBefore = "unrecorded", next, true
+		}
+		out = append(out, ep)
 	}
 	return out
 }
 
-var timelineHeader = []string{"EPOCH", "WORKER", "ACQUIRED", "ENDED", "STATUS/REASON", "REJECTIONS"}
+var timelineHeader = []string{"EPOCH", "WORKER", "ACQUIRED", "ENDED", "END REV", "STATUS/REASON", "REJECTIONS"}
 
 // timelineRows is the timeline table: a row per epoch, and under it a row
-// per rejected attempt made with it.
+// per rejected attempt made with it. END REV is where the epoch ended in
+// revision order ("<N": before N); an expired epoch's ENDED is when its
+// expiry was recorded, not when it ended.
 func timelineRows(tl []epochJSON) [][]string {
 	var rows [][]string
 	for _, ep := range tl {
 		ended := ep.End
+		if ep.End == "unrecorded" {
+			ended = "ended, not recorded yet"
+		}
 		// An epoch whose acquisition is older than the audit
 		// trail's oldest entry has no start to measure from.
 		acquired := "-"
 		if !ep.AcquiredAt.IsZero() {
 			acquired = ep.AcquiredAt.UTC().Format("15:04:05.000")
 		}
+		how := ep.End
+		if ep.End == "expired" {
+			how = "expired, recorded"
+		}
 		switch {
 		case ep.EndedAt != nil && ep.AcquiredAt.IsZero():
-			ended = fmt.Sprintf("%s %s", ep.End, ep.EndedAt.UTC().Format("15:04:05.000"))
+			ended = fmt.Sprintf("%s %s", how, ep.EndedAt.UTC().Format("15:04:05.000"))
 		case ep.EndedAt != nil:
-			ended = fmt.Sprintf("%s +%s", ep.End, shortDuration(ep.EndedAt.Sub(ep.AcquiredAt)))
+			ended = fmt.Sprintf("%s +%s", how, shortDuration(ep.EndedAt.Sub(ep.AcquiredAt)))
+		}
+		endRev := ""
+		if ep.EndRevision > 0 {
+			endRev = endAt{ep.EndRevision, ep.EndedBefore}.String()
 		}
 		extra := ep.Status
-		if ep.Reason != "" {
+		if ep.Reason != "" && !(ep.End == "expired" && ep.Reason == audit.ExpiredReason) {
 			extra = fmt.Sprintf("%q", ep.Reason)
 		}
-		rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, acquired, ended, extra, fmt.Sprint(len(ep.Rejections))})
+		rows = append(rows, []string{fmt.Sprint(ep.Epoch), ep.Worker, acquired, ended, endRev, extra, fmt.Sprint(len(ep.Rejections))})
 		for _, r := range ep.Rejections {
-			rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, r.Status, current(*r.CurrentEpoch)})
+			rows = append(rows, []string{"", "  rejected", r.Time.UTC().Format("15:04:05.000"), r.Worker + " " + r.Attempted, "", r.Status, current(*r.CurrentEpoch)})
 		}
 	}
 	return rows
@@ -328,9 +374,13 @@ func newTimelineCmd(g *globals) *cobra.Command {
 		Use:   "timeline <resource>",
 		Short: "Show each epoch of a resource: who, acquired, how it ended, rejections against it",
 		Long: "Show each epoch of a resource: who acquired it and when, how and when it ended, and the\n" +
-			"stale attempts rejected against it, listed under the epoch they were made with.\n\n" +
+			"stale attempts rejected against it, listed under the epoch they were made with. Epochs are\n" +
+			"in revision order, and END REV is the revision at which each ended (<N: before N), so no\n" +
+			"epoch ends after the next began.\n\n" + expiredHelp + " ENDED shows\n" +
+			"\"expired, recorded\" and that time.\n\n" +
 			"--svg FILE (or --html FILE) also draws it: one bar per epoch on a time axis, coloured by how\n" +
-			"it ended, each rejected attempt marked at its time. FILE - writes the picture to stdout\n" +
+			"it ended, each rejected attempt marked at its time; a bar whose end entry's time is after the\n" +
+			"next epoch's start ends where that one starts. FILE - writes the picture to stdout\n" +
 			"instead of the table.\n\n" + currentHelp + "\n\n" + archiveHelp,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -39,16 +39,22 @@ type entryJSON struct {
 	Status   string `json:"status,omitempty"`
 	// CurrentEpoch is set on rejections only, and there always: the epoch
 	// that held the resource when the attempt was made, 0 if none did.
-	CurrentEpoch *int64    `json:"current_epoch,omitempty"`
-	Attempted    string    `json:"attempted,omitempty"`
-	Reason       string    `json:"reason,omitempty"`
-	Time         time.Time `json:"time"`
+	CurrentEpoch *int64 `json:"current_epoch,omitempty"`
+	Attempted    string `json:"attempted,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	// Time is the writer's clock; for an expired entry, when the recorder
+	// recorded it, which may be after the next epoch began.
+	Time time.Time `json:"time"`
+	// EndRevision, on an expired entry, is the revision at which etcd
+	// deleted the lease key: when the epoch ended. Absent when the
+	// recorder did not see the deletion.
+	EndRevision int64 `json:"end_revision,omitempty"`
 }
 
 func toJSON(e audit.Entry) entryJSON {
 	j := entryJSON{
 		Revision: e.Revision, Kind: string(e.Kind), Resource: e.Resource, Worker: e.Worker, Epoch: e.Epoch,
-		Status: e.Status, Attempted: string(e.Attempted), Reason: e.Reason, Time: e.Time,
+		Status: e.Status, Attempted: string(e.Attempted), Reason: e.Reason, Time: e.Time, EndRevision: e.EndRevision,
 	}
 	if e.Kind == audit.Rejected {
 		j.CurrentEpoch = &e.CurrentEpoch
@@ -72,10 +78,17 @@ func current(epoch int64) string {
 
 var entryHeader = []string{"REV", "TIME", "KIND", "RESOURCE", "WORKER", "EPOCH", "DETAIL"}
 
-func entryRow(e audit.Entry) []string {
+// expiredHelp explains, for a command's help, where an expired epoch ends.
+const expiredHelp = "An expired entry is written by the recorder after etcd deleted the lease key, so its\n" +
+	"revision and time are when it was recorded, possibly after the resource's next epoch began;\n" +
+	"the epoch ended at the deletion's revision (JSON \"end_revision\"), where the views place it."
+
+// entryRow is an entry's table row; at places an expired entry's end
+// (inRevisionOrder).
+func entryRow(e audit.Entry, at endAt) []string {
 	return []string{
 		fmt.Sprint(e.Revision), e.Time.UTC().Format("15:04:05.000"), string(e.Kind), e.Resource, e.Worker,
-		fmt.Sprint(e.Epoch), detail(e),
+		fmt.Sprint(e.Epoch), detail(e, at),
 	}
 }
 
@@ -125,16 +138,21 @@ func (s *entryStream) row(cells []string) error {
 	return err
 }
 
+// entryRows are the table rows of entries in revision order, an expired
+// entry at the end it places (inRevisionOrder).
 func entryRows(entries []audit.Entry) [][]string {
-	rows := make([][]string, 0, len(entries))
-	for _, e := range entries {
-		rows = append(rows, entryRow(e))
+	sorted, ends := inRevisionOrder(entries)
+	rows := make([][]string, 0, len(sorted))
+	for _, e := range sorted {
+		rows = append(rows, entryRow(e, ends[e.Key]))
 	}
 	return rows
 }
 
-// detail is the human summary of what an entry adds to kind and epoch.
-func detail(e audit.Entry) string {
+// detail is the human summary of what an entry adds to kind and epoch. An
+// expired entry says where its epoch ended (at) and that its TIME is when
+// it was recorded; its reason, always audit.ExpiredReason, is left out.
+func detail(e audit.Entry, at endAt) string {
 	var parts []string
 	if e.Status != "" {
 		parts = append(parts, "status="+e.Status)
@@ -142,7 +160,17 @@ func detail(e audit.Entry) string {
 	if e.Kind == audit.Rejected {
 		parts = append(parts, "attempted="+string(e.Attempted), current(e.CurrentEpoch))
 	}
-	if e.Reason != "" {
+	if e.Kind == audit.Expired {
+		if at.rev == 0 {
+			at = endOf(e, 0)
+		}
+		where := "at"
+		if at.before {
+			where = "before"
+		}
+		parts = append(parts, fmt.Sprintf("lease key deleted %s rev %d (TIME: when recorded)", where, at.rev))
+	}
+	if e.Reason != "" && (e.Kind != audit.Expired || e.Reason != audit.ExpiredReason) {
 		parts = append(parts, fmt.Sprintf("reason=%q", e.Reason))
 	}
 	return strings.Join(parts, " ")

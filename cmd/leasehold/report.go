@@ -78,15 +78,13 @@ func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Du
 	failed := printChecks(d.g.out, 58, checks)
 	if task, ok := d.takenOver.Load().(string); ok {
 		var mine []audit.Entry
-		var rows [][]string
 		for _, e := range entries {
 			if e.Resource == task {
 				mine = append(mine, e)
-				rows = append(rows, entryRow(e))
 			}
 		}
 		fmt.Fprintf(d.g.out, "\ntimeline of the task taken over from worker-1 (%s):\n", task)
-		if err := table(d.g.out, entryHeader, rows); err != nil {
+		if err := table(d.g.out, entryHeader, entryRows(mine)); err != nil {
 			return err
 		}
 		if d.cfg.svg != "" {

@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -13,9 +14,11 @@ import (
 // This file draws a resource's timeline (see timeline in inspect.go) as an
 // SVG picture: one bar per epoch on a shared time axis, coloured by how the
 // epoch ended, with the stale attempts rejected against it marked where
-// they happened. The picture carries its own data: every bar and marker has
-// data-* attributes (epoch, worker, times), so a test, or a user's script,
-// can read it back without measuring pixels.
+// they happened. No bar ends after the next epoch's starts (barEnds): an
+// expired entry's time is when it was recorded, not when the epoch ended.
+// The picture carries its own data: every bar and marker has data-*
+// attributes (epoch, worker, times, the revision an epoch ended at), so a
+// test, or a user's script, can read it back without measuring pixels.
 
 // The picture's geometry, in SVG user units.
 const (
@@ -38,6 +41,7 @@ var endColours = []struct{ end, colour, meaning string }{
 	{"expired", "#ef6c00", "expired (session lost)"},
 	{"revoked", "#8e24aa", "revoked by an operator"},
 	{"held", "#9e9e9e", "still held"},
+	{"unrecorded", "#a1887f", "ended, unrecorded"}, // in the legend only when drawn
 }
 
 const rejectionColour = "#d32f2f"
@@ -51,9 +55,39 @@ func endColour(end string) string {
 	return "#616161"
 }
 
+// barEnd is where an epoch's bar ends on the time axis.
+type barEnd struct {
+	at      time.Time
+	ended   bool // the epoch has ended: an end entry, or a later epoch began
+	clamped bool // at is the next epoch's start, before the end entry's time
+}
+
+// barEnds places the end of each epoch's bar (epochs in epoch order): its
+// end entry's time, or now while it is held — but never after the next
+// epoch's start. The next epoch began at a later revision than this one
+// ended (docs/protocol.md §2), whatever the entries' times say: an expired
+// entry's time is when the recorder recorded it, possibly well after, and
+// the other entries' times are their writers' clocks, which differ.
+func barEnds(epochs []epochJSON, now time.Time) []barEnd {
+	out := make([]barEnd, len(epochs))
+	for i, ep := range epochs {
+		b := barEnd{at: now, ended: ep.EndedAt != nil || ep.End == "unrecorded"}
+		if ep.EndedAt != nil {
+			b.at = *ep.EndedAt
+		}
+		if i+1 < len(epochs) {
+			if next := epochs[i+1].AcquiredAt; !next.IsZero() && b.at.After(next) {
+				b.at, b.clamped = next, true
+			}
+		}
+		out[i] = b
+	}
+	return out
+}
+
 // timelineSpan is the time axis: from the earliest to just after the
-// latest instant the drawn epochs mention; a held epoch runs to now.
-func timelineSpan(epochs []epochJSON, now time.Time) (t0, t1 time.Time) {
+// latest instant the drawn epochs mention (their bars' ends, ends).
+func timelineSpan(epochs []epochJSON, ends []barEnd, now time.Time) (t0, t1 time.Time) {
 	see := func(t time.Time) {
 		if t.IsZero() {
 			return
@@ -65,13 +99,9 @@ func timelineSpan(epochs []epochJSON, now time.Time) (t0, t1 time.Time) {
 			t1 = t
 		}
 	}
-	for _, ep := range epochs {
+	for i, ep := range epochs {
 		see(ep.AcquiredAt)
-		if ep.EndedAt != nil {
-			see(*ep.EndedAt)
-		} else {
-			see(now)
-		}
+		see(ends[i].at)
 		for _, r := range ep.Rejections {
 			see(r.Time)
 		}
@@ -141,7 +171,8 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 		omitted = len(epochs) - svgMaxLanes
 		epochs = epochs[omitted:]
 	}
-	t0, t1 := timelineSpan(epochs, now)
+	ends := barEnds(epochs, now)
+	t0, t1 := timelineSpan(epochs, ends, now)
 	span := t1.Sub(t0)
 	x := func(t time.Time) float64 {
 		return svgPlotX0 + float64(t.Sub(t0))/float64(span)*(svgPlotX1-svgPlotX0)
@@ -188,11 +219,8 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 		if !startKnown {
 			start = t0
 		}
-		end := now
-		if ep.EndedAt != nil {
-			end = *ep.EndedAt
-		}
-		bx, ex := x(start), x(end)
+		end := ends[i]
+		bx, ex := x(start), x(end.at)
 		width := max(ex-bx, svgMinBarW)
 		worker := ep.Worker
 		if worker == "" {
@@ -201,21 +229,27 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 		p(`<text x="%d" y="%d" text-anchor="end" dominant-baseline="middle"><tspan font-weight="600">epoch %d</tspan> <tspan fill="#333">%s</tspan></text>`+"\n",
 			svgPlotX0-10, mid, ep.Epoch, esc(truncate(worker, 18)))
 
-		endedAttr := ""
+		endedAttr, recordedAttr, endRevAttr := "", "", ""
+		if end.ended {
+			endedAttr = stamp(end.at)
+		}
 		if ep.EndedAt != nil {
-			endedAttr = stamp(*ep.EndedAt)
+			recordedAttr = stamp(*ep.EndedAt)
+		}
+		if ep.EndRevision > 0 {
+			endRevAttr = endAt{ep.EndRevision, ep.EndedBefore}.String()
 		}
 		startAttr := ""
 		if startKnown {
 			startAttr = stamp(ep.AcquiredAt)
 		}
-		p(`<rect class="epoch" data-epoch="%d" data-worker="%s" data-end="%s" data-start="%s" data-ended="%s" x="%.2f" y="%d" width="%.2f" height="%d" rx="3" fill="%s"`,
-			ep.Epoch, esc(ep.Worker), esc(ep.End), startAttr, endedAttr, bx, barY, width, svgBarH, endColour(ep.End))
+		p(`<rect class="epoch" data-epoch="%d" data-worker="%s" data-end="%s" data-start="%s" data-ended="%s" data-recorded="%s" data-end-revision="%s" x="%.2f" y="%d" width="%.2f" height="%d" rx="3" fill="%s"`,
+			ep.Epoch, esc(ep.Worker), esc(ep.End), startAttr, endedAttr, recordedAttr, esc(endRevAttr), bx, barY, width, svgBarH, endColour(ep.End))
 		if !startKnown {
 			// The acquisition is older than the audit trail keeps.
 			p(` stroke="#424242" stroke-dasharray="3 2"`)
 		}
-		p(`><title>%s</title></rect>`+"\n", esc(epochTitle(ep, startKnown)))
+		p(`><title>%s</title></rect>`+"\n", esc(epochTitle(ep, startKnown, end)))
 
 		// The expiry's reason is always the same sentence; the colour
 		// says it.
@@ -229,6 +263,11 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 		switch {
 		case !startKnown:
 			label += " (acquired before the oldest entry)"
+		case ep.End == "unrecorded":
+			label = "ended " + where(ep) + ", unrecorded"
+		case ep.End == "expired" || end.clamped:
+			// Its entry's time is not when it ended.
+			label += " " + where(ep)
 		case ep.EndedAt != nil:
 			label += " after " + shortDuration(ep.EndedAt.Sub(ep.AcquiredAt))
 		}
@@ -253,7 +292,11 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 	// Legend.
 	ly := axisY + 44
 	lx := 16
+	unrecorded := slices.ContainsFunc(epochs, func(ep epochJSON) bool { return ep.End == "unrecorded" })
 	for _, c := range endColours {
+		if c.end == "unrecorded" && !unrecorded {
+			continue
+		}
 		p(`<rect x="%d" y="%d" width="14" height="10" rx="2" fill="%s"/>`, lx, ly-8, c.colour)
 		p(`<text x="%d" y="%d" fill="#333">%s</text>`+"\n", lx+20, ly+1, esc(c.meaning))
 		lx += 40 + 6*len(c.meaning)
@@ -267,21 +310,37 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 	return b.Flush()
 }
 
-func epochTitle(ep epochJSON, startKnown bool) string {
+// where says at (or before) which revision ep ended: "at rev 480".
+func where(ep epochJSON) string {
+	if ep.EndedBefore {
+		return fmt.Sprintf("before rev %d", ep.EndRevision)
+	}
+	return fmt.Sprintf("at rev %d", ep.EndRevision)
+}
+
+func epochTitle(ep epochJSON, startKnown bool, end barEnd) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "epoch %d, worker %s", ep.Epoch, ep.Worker)
 	if startKnown {
 		fmt.Fprintf(&s, "\nacquired %s", ep.AcquiredAt.UTC().Format("15:04:05.000"))
 	}
-	if ep.EndedAt != nil {
-		fmt.Fprintf(&s, "\n%s %s", ep.End, ep.EndedAt.UTC().Format("15:04:05.000"))
-	} else {
+	switch {
+	case ep.End == "expired":
+		fmt.Fprintf(&s, "\nexpired: lease key deleted %s; recorded at %s", where(ep), ep.EndedAt.UTC().Format("15:04:05.000"))
+	case ep.EndedAt != nil:
+		fmt.Fprintf(&s, "\n%s %s, %s", ep.End, ep.EndedAt.UTC().Format("15:04:05.000"), where(ep))
+	case ep.End == "unrecorded":
+		fmt.Fprintf(&s, "\nended %s, when the next epoch began; its end is not recorded yet", where(ep))
+	default:
 		s.WriteString("\nstill held")
+	}
+	if end.clamped && ep.EndedAt != nil {
+		s.WriteString("\n(drawn ending where the next epoch began, which was after it ended)")
 	}
 	if ep.Status != "" {
 		fmt.Fprintf(&s, ", status %s", ep.Status)
 	}
-	if ep.Reason != "" {
+	if ep.Reason != "" && ep.End != "expired" {
 		fmt.Fprintf(&s, ", reason %q", ep.Reason)
 	}
 	if n := len(ep.Rejections); n > 0 {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,9 +66,12 @@ func (n svgNode) child(local string) (svgNode, bool) {
 // resource's audit entries, read from etcd apart from the command that
 // drew it. It returns every difference: each epoch has one bar, in epoch
 // order top to bottom, naming its worker, placed on the time axis at its
-// acquisition and ending at its end entry, coloured by that entry's kind
-// (or held); each rejection has one mark at its time on the lane of the
-// epoch it was made with.
+// acquisition and ending at its end entry's time — or at the next epoch's
+// start if that came first (an expired entry's time is when it was
+// recorded) — coloured by that entry's kind (or held, or unrecorded when a
+// later epoch began), saying the revision it ended at; no bar ends after
+// the next one starts; each rejection has one mark at its time on the lane
+// of the epoch it was made with.
 func checkPicture(t *testing.T, picture []byte, entries []audit.Entry) []string {
 	t.Helper()
 	var root svgNode
@@ -117,6 +121,26 @@ func checkPicture(t *testing.T, picture []byte, entries []audit.Entry) []string 
 		}
 	}
 
+	// The resource's epochs, in order, and when each began: an epoch is
+	// the revision at which it began.
+	var order []int64
+	startAt := map[int64]time.Time{}
+	for _, e := range entries {
+		if !slices.Contains(order, e.Epoch) {
+			order = append(order, e.Epoch)
+		}
+		if e.Kind == audit.Acquired {
+			startAt[e.Epoch] = e.Time
+		}
+	}
+	slices.Sort(order)
+	next := func(epoch int64) int64 {
+		if i := slices.Index(order, epoch); i+1 < len(order) {
+			return order[i+1]
+		}
+		return 0
+	}
+
 	epochs := map[int64]bool{}
 	ended := map[int64]bool{}
 	rejections := 0
@@ -147,11 +171,39 @@ func checkPicture(t *testing.T, picture []byte, entries []audit.Entry) []string 
 			if b.attr("fill") != endColour(string(e.Kind)) {
 				badf("epoch %d ended %s: bar coloured %s", e.Epoch, e.Kind, b.attr("fill"))
 			}
-			if en, err := time.Parse(time.RFC3339Nano, b.attr("data-ended")); err != nil || !en.Equal(e.Time) {
-				badf("epoch %d: bar ended %q, audit %v", e.Epoch, b.attr("data-ended"), e.Time)
+			if rt, err := time.Parse(time.RFC3339Nano, b.attr("data-recorded")); err != nil || !rt.Equal(e.Time) {
+				badf("epoch %d: bar's end entry written %q, audit %v", e.Epoch, b.attr("data-recorded"), e.Time)
 			}
-			if want := x(e.Time); !near(bx+bw, want) && !(bw == svgMinBarW && want-bx < svgMinBarW) {
-				badf("epoch %d: bar ends at x=%v, its end entry at x=%v", e.Epoch, bx+bw, want)
+			drawn := e.Time
+			if st, ok := startAt[next(e.Epoch)]; ok && st.Before(drawn) {
+				drawn = st // it ended before the next epoch began
+			}
+			if en, err := time.Parse(time.RFC3339Nano, b.attr("data-ended")); err != nil || !en.Equal(drawn) {
+				badf("epoch %d: bar ended %q, want %v (end entry %v)", e.Epoch, b.attr("data-ended"), drawn, e.Time)
+			}
+			if want := x(drawn); !near(bx+bw, want) && !(bw == svgMinBarW && want-bx < svgMinBarW) {
+				badf("epoch %d: bar ends at x=%v, its end at x=%v", e.Epoch, bx+bw, want)
+			}
+			var endRev string
+			switch n := next(e.Epoch); {
+			case e.Kind != audit.Expired:
+				endRev = fmt.Sprint(e.Revision)
+			case e.EndRevision > 0:
+				endRev = fmt.Sprint(e.EndRevision)
+			case n > 0 && n < e.Revision:
+				endRev = fmt.Sprintf("<%d", n)
+			default:
+				endRev = fmt.Sprintf("<%d", e.Revision)
+			}
+			if b.attr("data-end-revision") != endRev {
+				badf("epoch %d ended %s at revision %q, want %q", e.Epoch, e.Kind, b.attr("data-end-revision"), endRev)
+			}
+			if e.Kind == audit.Expired {
+				for _, c := range b.Children {
+					if want := "recorded at " + e.Time.UTC().Format("15:04:05.000"); c.XMLName.Local == "title" && !strings.Contains(c.Text, want) {
+						badf("epoch %d expired: its title %q does not say %q", e.Epoch, c.Text, want)
+					}
+				}
 			}
 		case e.Kind == audit.Rejected:
 			rejections++
@@ -184,8 +236,24 @@ func checkPicture(t *testing.T, picture []byte, entries []audit.Entry) []string 
 		}
 	}
 	for ep := range epochs {
-		if b := barOf[ep]; !ended[ep] && (b.attr("data-end") != "held" || b.attr("data-ended") != "" || b.num(t, "x")+b.num(t, "width") > x1+0.05) {
+		b := barOf[ep]
+		switch n := next(ep); {
+		case ended[ep]:
+		case n == 0 && (b.attr("data-end") != "held" || b.attr("data-ended") != "" || b.num(t, "x")+b.num(t, "width") > x1+0.05):
 			badf("epoch %d has no end entry: its bar %v should be held and end by the axis' end", ep, b.Attrs)
+		case n > 0 && (b.attr("data-end") != "unrecorded" || b.attr("data-end-revision") != fmt.Sprintf("<%d", n)):
+			badf("epoch %d has no end entry but epoch %d followed: its bar %v should have ended, unrecorded, before %d", ep, n, b.Attrs, n)
+		}
+	}
+	// No epoch's bar ends after the next one's starts: the next began at a
+	// later revision than this one ended.
+	for i := 0; i+1 < len(bars); i++ {
+		b, nb := bars[i], bars[i+1]
+		if nb.attr("data-start") == "" {
+			continue // drawn from the axis' start: its acquisition is not kept
+		}
+		if end, start := b.num(t, "x")+b.num(t, "width"), nb.num(t, "x"); end > start+0.05 && b.num(t, "width") > svgMinBarW {
+			badf("epoch %s's bar ends at x=%v, after epoch %s's starts at x=%v: two epochs overlap", b.attr("data-epoch"), end, nb.attr("data-epoch"), start)
 		}
 	}
 	if len(bars) != len(epochs) {
@@ -380,9 +448,9 @@ func TestTimelinePictureEscapes(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	worker := `<script>alert("x")</script> & 'co'`
 	es := []audit.Entry{
-		{Kind: audit.Completed, Resource: "a&b<c>", Worker: worker, Epoch: 7, Status: `"]]>`, Time: t0},
-		{Kind: audit.Acquired, Resource: "a&b<c>", Worker: "w2", Epoch: 9, Time: t0.Add(time.Second)},
-		{Kind: audit.Rejected, Resource: "a&b<c>", Worker: worker, Epoch: 7, Attempted: audit.Released, CurrentEpoch: 9, Time: t0.Add(1500 * time.Millisecond)},
+		{Kind: audit.Completed, Resource: "a&b<c>", Worker: worker, Epoch: 7, Status: `"]]>`, Time: t0, Revision: 8},
+		{Kind: audit.Acquired, Resource: "a&b<c>", Worker: "w2", Epoch: 9, Time: t0.Add(time.Second), Revision: 9},
+		{Kind: audit.Rejected, Resource: "a&b<c>", Worker: worker, Epoch: 7, Attempted: audit.Released, CurrentEpoch: 9, Time: t0.Add(1500 * time.Millisecond), Revision: 10},
 	}
 	var pic strings.Builder
 	if err := writeTimelineSVG(&pic, "a&b<c>", timeline(es), t0.Add(2*time.Second)); err != nil {
@@ -418,9 +486,10 @@ func TestTimelinePictureBounded(t *testing.T) {
 	var es []audit.Entry
 	for i := range svgMaxLanes + 5 {
 		at := t0.Add(time.Duration(i) * time.Second)
+		epoch := int64(10 + 2*i)
 		es = append(es,
-			audit.Entry{Kind: audit.Acquired, Resource: "r", Worker: "w", Epoch: int64(10 + i), Time: at},
-			audit.Entry{Kind: audit.Released, Resource: "r", Worker: "w", Epoch: int64(10 + i), Time: at.Add(500 * time.Millisecond)})
+			audit.Entry{Kind: audit.Acquired, Resource: "r", Worker: "w", Epoch: epoch, Time: at, Revision: epoch},
+			audit.Entry{Kind: audit.Released, Resource: "r", Worker: "w", Epoch: epoch, Time: at.Add(500 * time.Millisecond), Revision: epoch + 1})
 	}
 	var pic strings.Builder
 	if err := writeTimelineSVG(&pic, "r", timeline(es), t0); err != nil {

@@ -62,7 +62,8 @@ func TestChaosLong(t *testing.T) {
 
 // TestChaosControlLong is `make chaos-control`: control runs, fencing off,
 // CAS off, retention deleting before it archives, the unfair handoff
-// (contended) and retention on the writers' clocks in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
+// (contended), retention on the writers' clocks and queue entries left
+// behind by Acquire calls that gave up (contended) in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m) has passed. Each run has
 // LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
 // run's violations, the total and the detection rate per control, and
@@ -78,7 +79,7 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks}
+	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks, controlStrand}
 	runs, caught := map[Control]int{}, map[Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)

@@ -134,9 +134,9 @@ func TestChaos(t *testing.T) {
 
 // TestChaosContended is the short pass of the contended workload: the
 // waiting queue under the same faults, on a fixed seed
-// (LEASEHOLD_CHAOS_SEED, if set), zero violations — no unfair grant among
-// them — with the queue's paths taken: handoffs, direct grants, blocking
-// Acquire and AcquireMany calls granted.
+// (LEASEHOLD_CHAOS_SEED, if set), zero violations — no unfair grant and
+// no stranded one among them — with the queue's paths taken: handoffs,
+// direct grants, blocking Acquire and AcquireMany calls granted.
 func TestChaosContended(t *testing.T) {
 	res := Run(t, contendedConfig(t, shortSeed(t, 11), 5*time.Second, ControlNone))
 	summary := res.Summary()
@@ -146,6 +146,9 @@ func TestChaosContended(t *testing.T) {
 	}
 	if !strings.Contains(summary, "\nunfair grants: 0\n") {
 		t.Errorf("the summary has no line \"unfair grants: 0\"")
+	}
+	if !strings.Contains(summary, "\nstranded grants: ") || res.Stranded.Over != 0 {
+		t.Errorf("the summary has no line \"stranded grants: …\", or it counts grants over the bound: %+v", res.Stranded)
 	}
 	q := res.Queue
 	if q.Handoffs == 0 || q.Queued == 0 || q.Direct == 0 || q.Enqueued == 0 || q.Waits == 0 || q.ManyWaits == 0 {
@@ -158,15 +161,18 @@ func TestChaosContended(t *testing.T) {
 
 // TestChaosControl proves the checker can fail: with fencing off, with
 // the CAS off, with a retention pass that deletes before it archives, with
-// a Release that hands the lease to the second waiter (contended), and
-// with a retention pass that ages entries on their writers' clocks, one of
+// a Release that hands the lease to the second waiter (contended), with
+// a retention pass that ages entries on their writers' clocks, one of
 // them two days behind (a short run: the slow clock's first epochs are
-// pruned within a pass of their end), it must report violations.
+// pruned within a pass of their end), and with Acquire calls that leave
+// their queue entries behind when they give up (contended: a task handed
+// to one stays with a session that has no Lease for it until the run
+// ends), it must report violations.
 func TestChaosControl(t *testing.T) {
 	for _, c := range []struct {
 		control Control
 		seed    uint64
-	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}, {controlWriterClocks, 6}} {
+	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}, {controlWriterClocks, 6}, {controlStrand, 7}} {
 		t.Run(string(c.control), func(t *testing.T) {
 			cfg := shortConfig(t, c.seed, 8*time.Second, c.control)
 			switch c.control {
@@ -174,6 +180,9 @@ func TestChaosControl(t *testing.T) {
 				cfg = contendedConfig(t, c.seed, 4*time.Second, c.control)
 			case controlWriterClocks:
 				cfg = shortConfig(t, c.seed, 3*time.Second, c.control)
+			case controlStrand:
+				// Its quiet time is raised past the bound (withDefaults).
+				cfg = contendedConfig(t, c.seed, 6*time.Second, c.control)
 			}
 			res := Run(t, cfg)
 			summary := res.Summary()
@@ -203,6 +212,9 @@ func TestChaosControl(t *testing.T) {
 			}
 			if c.control == ControlUnfair && (res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0) {
 				t.Errorf("control %s: no %s violation", c.control, CheckFairness)
+			}
+			if c.control == controlStrand && (res.ViolationsByCheck()[CheckStranded] == 0 || res.Stranded.Over == 0) {
+				t.Errorf("control %s: no %s violation", c.control, CheckStranded)
 			}
 			for _, f := range files {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {

@@ -40,6 +40,7 @@ const (
 	CheckRejectionsCurrent = "rejections-current" // a rejection names the epoch that held then
 	CheckRetention         = "retention"          // archive first, delete second; nothing lost, nothing early
 	CheckFairness          = "unfair-grant"       // every grant goes to a direct claim on an empty queue, or to the queue's first entry
+	CheckStranded          = "stranded-grant"     // no grant stays with a session that has no Lease for it past strandBound
 )
 
 // Result is a checked run.
@@ -65,6 +66,9 @@ type Result struct {
 	Handoffs int
 	// Queue is what the waiting queue did, and what checkFairness found.
 	Queue QueueFacts
+	// Stranded is what checkStranded found: the grants no acquisition was
+	// told of, and how long they lasted.
+	Stranded StrandedFacts
 	// Internal counts the internal operations recorded (Op.Internal: what
 	// Acquire and AcquireMany may do inside a call), kept out of Ops, and
 	// InternalRan those resolved to an epoch, which may have run.
@@ -121,6 +125,7 @@ type checker struct {
 	byID    map[string]*Op
 	touched []string
 	fs      finalState
+	faults  []Fault
 	end     int64 // a time after every operation could have taken effect
 	res     *Result
 
@@ -152,14 +157,14 @@ func (c *checker) fail(check, task, format string, args ...any) {
 	c.res.Violations = append(c.res.Violations, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
 }
 
-// check runs every check on a run's history and final state. end is a
-// time after which no operation can still take effect (it is moved past
-// every invocation and return if need be).
-func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Result {
+// check runs every check on a run's history, final state and fault log.
+// end is a time after which no operation can still take effect (it is
+// moved past every invocation and return if need be).
+func check(cfg Config, ops []Op, touched []string, fs finalState, faults []Fault, end int64) *Result {
 	ops = slices.Clone(ops) // resolveInternal fills epochs in
 	c := &checker{
-		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, end: end,
-		res:    &Result{Config: cfg, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
+		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, faults: faults, end: end,
+		res:    &Result{Config: cfg, Faults: faults, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
 		epochs: map[taskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
 		written: map[entryID]bool{}, deletedAt: map[entryID]int64{}, donePut: map[taskEpoch]int64{}, doneGone: map[taskEpoch]int64{}, completed: map[string][]audit.Entry{},
 	}
@@ -199,6 +204,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, end int64) *Re
 	c.resolveAcquisitions()
 	c.resolveInternal()
 	c.checkAcquisitions()
+	c.checkStranded()
 	c.checkHolders()
 	c.checkCompletion()
 	c.checkRejections()

@@ -25,6 +25,7 @@ type scenario struct {
 	ops     []Op
 	touched []string
 	fs      finalState
+	faults  []Fault
 }
 
 const task0 = "t000000"
@@ -143,7 +144,7 @@ func (s *scenario) op(id string) *Op {
 func (s *scenario) check(t *testing.T) *Result {
 	t.Helper()
 	cfg := Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second}.withDefaults()
-	return check(cfg, s.ops, s.touched, s.fs, 1000)
+	return check(cfg, s.ops, s.touched, s.fs, s.faults, 1000)
 }
 
 func TestCheckerPassesAGoodHistory(t *testing.T) {

@@ -229,7 +229,16 @@
 // "unfair-grant"): a direct claim while the task's queue was empty, or the
 // first waiter's, whose entry went in the same transaction; the summary
 // counts handoffs, grants to queued and to direct claims, the longest
-// granted wait, and "unfair grants: N". A history that etcd compacted
+// granted wait, and "unfair grants: N". From the same history it checks
+// that no task stays granted to a session with no Lease for it (check
+// "stranded-grant", docs/protocol.md §3.2): an epoch whose holder record
+// carries an Acquire call's ticket, which no acquisition was told it
+// holds — Acquire gave up as it was granted, or an entry it left behind
+// was handed the task — must end within the TTL and 3 s after the later
+// of its grant and the last fault of its worker or of an etcd member
+// (check_stranded.go says why), certainly, on the run's one clock; the
+// summary prints "stranded grants: N" with the longest, at least and at
+// most. A history that etcd compacted
 // fails the run: no check passes on part of it. The audit checks read the log as one (etcd and the
 // archive), and etcd's history of the audit keys and done records, with
 // the time each entry was archived, adds the retention checks: no entry
@@ -282,7 +291,11 @@
 // with one that archives first but ages entries on their writers' clocks
 // (controlWriterClocks, run by the tests only: the slow clock's epochs are
 // pruned within a pass of their end), or (ControlUnfair, contended)
-// releases with a raw handoff to the second waiter instead of the first;
+// releases with a raw handoff to the second waiter instead of the first,
+// or (controlStrand, contended, run by the tests only) leaves queue entries
+// behind as Acquire calls that gave up did when they tried to leave only
+// once, for a session that lives until the workers stop, so that a
+// Release hands a task to one and it stays there (strand.go);
 // the checker must then report violations.
 // The recipe workload has two controls, run with recipe workers alone and
 // depositions as the only fault (TestChaosRecipeControl): ControlOverLimit

@@ -72,6 +72,7 @@ func (r *Result) Summary() string {
 	p("waits: %d blocking acquisitions granted (%d by AcquireMany); the longest waited %s", q.Waits, q.ManyWaits, longest)
 	p("internal: %d operations recorded for what Acquire and AcquireMany may do inside a call (claim out of order, give back when giving up), %d of them resolved to an epoch", r.Internal, r.InternalRan)
 	p("unfair grants: %d", q.Unfair)
+	p("%s", r.Stranded.line())
 	p("tasks: %d taken, %d completed (%d by the sweeper after healing)", r.Tasks, r.Done, r.Swept)
 	p("rejections: %d stale attempts seen by workers, %d rejection entries in the audit (%d matched to the %d attempts whose outcome was unknown)",
 		r.StaleSeen, r.Rejections, r.RejectionsUnknown, r.MaybeRejections)

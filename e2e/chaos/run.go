@@ -118,8 +118,15 @@ func (c Config) withDefaults() Config {
 	if c.Recipes > 0 && c.RecipeLimit == 0 {
 		c.RecipeLimit = defaultRecipeLimit
 	}
-	if c.Control == ControlUnfair {
+	if c.Control == ControlUnfair || c.Control == controlStrand {
 		c.Contended = true
+	}
+	if c.Control == controlStrand {
+		// A task handed to a stranded entry by the time the faults end —
+		// the last fault of a member counts against every worker — stays
+		// so past the bound, with a few seconds to spare, before the
+		// workers stop and the entry's session ends.
+		c.Quiet = max(c.Quiet, strandBound(c.TTL)+3*time.Second)
 	}
 	if c.Contended {
 		c.Window = min(c.Window, maxContendedWindow)
@@ -423,6 +430,13 @@ func Run(t testing.TB, cfg Config) *Result {
 			t.Fatalf("chaos: %v", err)
 		}
 		w.gate = s.gate
+		if cfg.Control == controlStrand && s.idx == cfg.Helpers {
+			scli, err := newWorkerClient(r.cluster.Endpoints())
+			if err != nil {
+				t.Fatalf("chaos: %v", err)
+			}
+			w.strand = newStrander(w, scli)
+		}
 		inproc.Go(func() {
 			defer cli.Close()
 			w.run(wctx)
@@ -491,7 +505,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	logf("chaos: final read: %d lease events, %d queue events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
 		len(fs.LeaseEvents), len(fs.QueueEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
 
-	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, settled)
+	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, faults, settled)
 	if cfg.Recipes > 0 {
 		rs, err := readRecipes(r.direct)
 		if err != nil {
@@ -508,7 +522,6 @@ func Run(t testing.TB, cfg Config) *Result {
 		res.Pool, vs = r.checkPools(res, fs)
 		res.Violations = append(res.Violations, vs...)
 	}
-	res.Faults = faults
 	res.Swept = swept
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions

@@ -52,6 +52,12 @@ const (
 	// clock's epochs (skew.go) are then pruned at once. Unexported: only
 	// this suite's tests run it.
 	controlWriterClocks Control = "writer-clocks"
+	// controlStrand: now and then an Acquire that gave up leaves its
+	// queue entry behind for a session that lives on, as Acquire did when
+	// it tried to leave the queue only once, and the holder's next Release
+	// hands the task to it (strand.go). It implies Config.Contended.
+	// Unexported: only this suite's tests run it.
+	controlStrand Control = "strand"
 )
 
 // redeliverable is how far below the window a redelivery reaches (pick):
@@ -120,7 +126,8 @@ type worker struct {
 	adb       *sql.DB
 	log       *audit.Log // etcd and the archive as one log
 	emit      func(event)
-	gate      *gate // in-process freeze; nil for helper processes
+	gate      *gate     // in-process freeze; nil for helper processes
+	strand    *strander // controlStrand's, in the first in-process worker; nil otherwise
 	seq       atomic.Int64
 	stopping  atomic.Bool
 
@@ -161,6 +168,9 @@ func (w *worker) run(ctx context.Context) {
 	wctx, stopWatch := context.WithCancel(context.Background())
 	wg.Go(func() { w.watchDone(wctx) })
 	var threads sync.WaitGroup
+	if w.strand != nil {
+		threads.Go(func() { w.strand.run(ctx) })
+	}
 	for i := range w.cfg.Threads {
 		rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(i)))
 		threads.Go(func() {
@@ -177,6 +187,9 @@ func (w *worker) run(ctx context.Context) {
 
 func (w *worker) close() {
 	w.stopping.Store(true)
+	if w.strand != nil {
+		w.strand.close()
+	}
 	w.mu.Lock()
 	s := w.sess
 	inDoubt := w.inDoubt

@@ -152,7 +152,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if len(cond) > 0 {
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, protocol.ErrConditionFailed)
 	}
-	return nil, fmt.Errorf("lease: acquire %q: audit key %q already exists", resource, c.StartKey)
+	// The Else reads at the compares' revision, so one of them shows why;
+	// nothing else fails a claim.
+	return nil, fmt.Errorf("lease: acquire %q: the claim failed and its reads show no reason", resource)
 }
 
 // claimantFor is who claims through r for the session, with r's
@@ -186,8 +188,8 @@ func (r *Registry) noteAcquired(l *Lease, how string) {
 // whyNot reads a failed claim's Else (protocol.Claim): a *HeldError naming
 // the holder; a *CompletedError; a *LockDelayError when nobody holds the
 // resource but a lock-delay runs; or a *HeldError naming the first waiter
-// when Acquire calls wait for it. None (nil, nil): the claim failed on its
-// start key.
+// when Acquire calls wait for it. None (nil, nil): the claim failed on a
+// condition of its caller's (protocol.WithCondition).
 func (r *Registry) whyNot(ctx context.Context, resource string, els []*pb.ResponseOp) (*HeldError, error) {
 	lease, done, head, delay := els[protocol.ClaimLease], els[protocol.ClaimDone], els[protocol.ClaimHead], els[protocol.ClaimDelay]
 	if kvs := lease.GetResponseRange().Kvs; len(kvs) > 0 {

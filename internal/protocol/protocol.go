@@ -110,7 +110,6 @@ func putDelay(space keys.Space, res string, h record.Holder) *clientv3.Op {
 //
 //	If(   CreateRev(lease) = 0,        // nobody holds it
 //	      CreateRev(done) = 0,         // it was never completed
-//	      CreateRev(start) = 0,        // the audit stays create-only even against planted keys
 //	      CreateRev(queue/<res>/…) = 0,   // nobody waits for it: no barging past the queue (§3.2)
 //	      CreateRev(delay) = 0 )       // no lock-delay is running (§3.13), whoever imposed it
 //	Then( Put lease holder WithLease(session),
@@ -125,7 +124,10 @@ type Claim struct {
 	If   []clientv3.Cmp
 	Then []clientv3.Op
 	Else []clientv3.Op
-	// StartKey is the Acquired entry's key, fresh for every claim.
+	// StartKey is the Acquired entry's key, fresh for every claim: its
+	// id is 96 random bits drawn for this claim, so no other writer can
+	// name it in advance, and the put needs no create-only compare
+	// (docs/protocol.md §3.1).
 	StartKey string
 	// Size approximates the bytes the claim adds to a request.
 	Size int
@@ -139,7 +141,6 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 		If: []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
 			queueEmpty(space, resource),
 			noDelay(space, resource),
 		},
@@ -149,7 +150,7 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 		},
 		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey), firstGet(space, resource), clientv3.OpGet(delayKey)},
 		StartKey: startKey,
-		Size:     2*len(leaseKey) + len(doneKey) + 2*len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
+		Size:     2*len(leaseKey) + len(doneKey) + len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
 	}
 	if put := putDelay(space, resource, c.record("")); put != nil {
 		claim.Then = append(claim.Then, *put)
@@ -217,10 +218,16 @@ func (e End) done() string {
 
 // Then is what the end commits while the epoch holds:
 //
-//	Complete: Put done, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed), [Extra…]
-//	Release:            Txn() Then(Delete lease, Delete delay), CreateOnly(end, released)
-//	Release to Next:    <handoff>,                              CreateOnly(end, released)
-//	Release, KeepDelay:  Delete lease,                           CreateOnly(end, released)
+//	Complete: Put done, Txn() Then(Delete lease, Delete delay), Put end completed, [Extra…]
+//	Release:            Txn() Then(Delete lease, Delete delay), Put end released
+//	Release to Next:    <handoff>,                              Put end released
+//	Release, KeepDelay:  Delete lease,                           Put end released
+//
+// The end entry is a plain put: it runs only while the CAS holds, and
+// every writer of an epoch's end key — Complete, Release, Revoke, each
+// under a CAS on that epoch, and the recorder, create-only, once the lease
+// key no longer has it — excludes the others, so the key is fresh here
+// (docs/protocol.md §3.3).
 //
 // A voluntary end imposes no lock-delay, so it deletes the resource's
 // delay key with the lease key. The two deletes are one nested,
@@ -244,7 +251,7 @@ func (e End) Then() ([]clientv3.Op, error) {
 	}
 	ops := []clientv3.Op{
 		release,
-		audit.CreateOnly(e.Space.AuditEnd(e.Resource, e.Epoch), entry),
+		clientv3.OpPut(e.Space.AuditEnd(e.Resource, e.Epoch), entry),
 	}
 	if e.Attempted == audit.Completed {
 		ops = append([]clientv3.Op{clientv3.OpPut(e.Space.Done(e.Resource), e.done())}, ops...)
@@ -368,7 +375,7 @@ func RevokeRead(space keys.Space, resource string) []clientv3.Op {
 // is told:
 //
 //	If(ModRev(lease) = epoch)
-//	Then(Delete lease, CreateOnly(end, revoked), Put revocation pad20(epoch) WithLease(holder's session),
+//	Then(Delete lease, Put end revoked, Put revocation pad20(epoch) WithLease(holder's session),
 //	     [Put delay {worker, epoch, delay} WithLease(delayLease)])
 //
 // A revocation is an involuntary end: when the epoch was acquired with
@@ -392,7 +399,7 @@ func Revoke(space keys.Space, resource string, epoch int64, worker, reason strin
 	}
 	leaseKey := space.Lease(resource)
 	sameEpoch := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)
-	ops := []clientv3.Op{clientv3.OpDelete(leaseKey), audit.CreateOnly(space.AuditEnd(resource, epoch), entry)}
+	ops := []clientv3.Op{clientv3.OpDelete(leaseKey), clientv3.OpPut(space.AuditEnd(resource, epoch), entry)}
 	if holderLease != 0 {
 		ops = append(ops, clientv3.OpPut(space.Revocation(holderLease, resource), fmt.Sprintf("%020d", epoch), clientv3.WithLease(clientv3.LeaseID(holderLease))))
 	}

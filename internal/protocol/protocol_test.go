@@ -50,11 +50,11 @@ func TestOpsShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := c.NewClaim(keys.MustNew(keys.DefaultNamespace), "orders/42")
-	if len(claim.If) != 5 || len(claim.Then) != 2 || len(claim.Else) != 4 {
+	if len(claim.If) != 4 || len(claim.Then) != 2 || len(claim.Else) != 4 {
 		t.Errorf("claim: %d compares, %d then, %d else", len(claim.If), len(claim.Then), len(claim.Else))
 	}
 	delayed := c.WithLockDelay(9, 2*time.Second).NewClaim(keys.MustNew(keys.DefaultNamespace), "orders/42")
-	if len(delayed.If) != 5 || len(delayed.Then) != 3 || len(delayed.Else) != 4 {
+	if len(delayed.If) != 4 || len(delayed.Then) != 3 || len(delayed.Else) != 4 {
 		t.Errorf("claim with lock-delay: %d compares, %d then, %d else", len(delayed.If), len(delayed.Then), len(delayed.Else))
 	}
 	for _, tc := range []struct {

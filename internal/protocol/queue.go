@@ -164,7 +164,7 @@ func Position(space keys.Space, resource string, w Waiter) []clientv3.Op {
 
 // HeadClaim is the claim of the queue's head, once the lease key is gone:
 //
-//	If(   CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0,
+//	If(   CreateRev(lease) = 0, CreateRev(done) = 0,
 //	      CreateRev(entry) = w.Rev,                  // still queued
 //	      CreateRev(queue/<res>/…) > w.Rev − 1,      // nobody ahead: every entry is w's or later
 //	      CreateRev(delay) = 0 )                     // no lock-delay is running
@@ -186,7 +186,6 @@ func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If [
 	If = []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(w.Key), "=", w.Rev),
 		clientv3.Compare(clientv3.CreateRevision(space.QueuePrefix(resource)), ">", w.Rev-1).WithPrefix(),
 		noDelay(space, resource),
@@ -234,7 +233,7 @@ func DropQueue(space keys.Space, resource string) (clientv3.Cmp, clientv3.Op) {
 // handoff is what a Release commits for the queue's head, nested in its
 // Then (End.Then):
 //
-//	Txn( If(   CreateRev(entry) = next.Rev, CreateRev(start) = 0 )     // the head read is still queued
+//	Txn( If(   CreateRev(entry) = next.Rev )                           // the head read is still queued
 //	     Then( Put lease next.holder WithLease(next's session),      // the next epoch: this revision
 //	           Delete entry,
 //	           Put start acquired(next),
@@ -264,7 +263,6 @@ func (e End) handoff() (clientv3.Op, error) {
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(next.Key), "=", next.Rev),
-			clientv3.Compare(clientv3.CreateRevision(startKey), "=", 0),
 		},
 		[]clientv3.Op{
 			clientv3.OpPut(e.LeaseKey(), h.Encode(), clientv3.WithLease(clientv3.LeaseID(h.LeaseID))),

@@ -202,7 +202,7 @@ func hintBudget(ctx context.Context) time.Duration {
 func (l *Lease) newEnd(attempted audit.Kind, status string, now time.Time) protocol.End {
 	return protocol.End{
 		Space: l.r.space, Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch,
-		Attempted: attempted, Status: status, Time: now,
+		Attempted: attempted, Status: status, Time: now, NoDelay: !l.delayed,
 	}
 }
 

@@ -20,7 +20,12 @@ type Lease struct {
 	epoch    int64
 	leaseKey string
 	kind     string // the recipe's kind (Registry.Recipe); empty for a task
-	log      hclog.Logger
+	// delayed: the epoch began with lock-delay (a claim or handoff through
+	// a registry WithLockDelay, or a reclaimed holder record naming a delay
+	// lease), so the resource may have a delay key while it holds; without
+	// it, the end has no delay key to delete.
+	delayed bool
+	log     hclog.Logger
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -43,17 +48,18 @@ type Lease struct {
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {
-	l, _ := r.trackLease(s, resource, epoch, false)
+	l, _ := r.trackLease(s, resource, epoch, r.lockDelay > 0, false)
 	return l
 }
 
-// trackLease makes and tracks the Lease of an epoch of the session. With
-// unique it makes none, and reports false, when a live Lease of the
-// registry already serves that epoch (Reclaim).
-func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, unique bool) (*Lease, bool) {
+// trackLease makes and tracks the Lease of an epoch of the session, begun
+// with lock-delay or not (delayed). With unique it makes none, and reports
+// false, when a live Lease of the registry already serves that epoch
+// (Reclaim).
+func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, delayed, unique bool) (*Lease, bool) {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	l := &Lease{
-		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind,
+		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind, delayed: delayed,
 		log:     r.log.With("resource", resource, "epoch", epoch, "worker", s.Worker()),
 		ctx:     ctx,
 		cancel:  cancel,

@@ -569,3 +569,32 @@ func TestLockDelayBatchAtMaxSize(t *testing.T) {
 		t.Fatalf("%d delay keys left after CompleteMany, %v", resp.Count, err)
 	}
 }
+
+// TestReclaimedDelayedEpochDeletesItsDelay: a registry without lock-delay
+// that reclaims an epoch begun with lock-delay (the holder record names a
+// delay lease) still deletes the delay key when it completes the epoch, so
+// the resource is not left within a delay that nobody will end.
+func TestReclaimedDelayedEpochDeletesItsDelay(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	delayed := lease.NewRegistry(f.cli, lease.WithLockDelay(time.Minute))
+	t.Cleanup(func() { _ = delayed.Close() })
+	s := f.session("w")
+	if _, err := delayed.TryAcquire(ctx, s, "r"); err != nil {
+		t.Fatal(err)
+	}
+	delayKey := keys.MustNew(keys.DefaultNamespace).Delay("r")
+	if resp, err := f.cli.Get(ctx, delayKey, clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
+		t.Fatalf("the claim with lock-delay put no delay key: %v %v", resp, err)
+	}
+	l, err := f.reg.Reclaim(ctx, s, "r") // f.reg has no lock-delay
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Complete(ctx, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := f.cli.Get(ctx, delayKey, clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("the delay key outlived the epoch's Complete: %v %v", resp, err)
+	}
+}

@@ -70,7 +70,9 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: held as %s, reclaimed through a registry for %s: %w",
 			resource, lkv.ModRevision, kindName(h.Kind), kindName(r.kind), ErrKindMismatch)
 	}
-	l, ok := r.trackLease(s, resource, lkv.ModRevision, true)
+	// The holder record says whether the epoch began with lock-delay,
+	// whatever this registry's option.
+	l, ok := r.trackLease(s, resource, lkv.ModRevision, r.lockDelay > 0 || h.LockDelayLease != 0, true)
 	if !ok {
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: %w", resource, lkv.ModRevision, ErrAlreadyTracked)
 	}

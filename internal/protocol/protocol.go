@@ -197,6 +197,12 @@ type End struct {
 	// was already lost, which ends the epoch on behalf of that involuntary
 	// end (docs/protocol.md §3.13).
 	KeepDelay bool
+	// NoDelay says the epoch began without lock-delay, so the resource
+	// has no delay key while it holds (a claim requires none, and only
+	// the claim or handoff that begins an epoch with lock-delay puts one):
+	// the end deletes the lease key alone, not a delay key that cannot
+	// exist (docs/protocol.md §3.3).
+	NoDelay bool
 	// Extra are ops a Complete commits with the completion, in its Then
 	// (WithCompletionOps): nil for Release, and for a Complete with none.
 	Extra []clientv3.Op
@@ -261,8 +267,12 @@ func (e End) Then() ([]clientv3.Op, error) {
 }
 
 // deleteKeys deletes the epoch's lease key and the resource's delay key:
-// an end that imposes no lock-delay.
+// an end that imposes no lock-delay. An epoch begun without lock-delay
+// has no delay key (NoDelay): the lease key alone.
 func (e End) deleteKeys() clientv3.Op {
+	if e.NoDelay {
+		return clientv3.OpDelete(e.LeaseKey())
+	}
 	return clientv3.OpTxn(nil, []clientv3.Op{
 		clientv3.OpDelete(e.LeaseKey()),
 		clientv3.OpDelete(e.Space.Delay(e.Resource)),

@@ -77,6 +77,11 @@ func TestOpsShape(t *testing.T) {
 				t.Errorf("release with a handoff: %v, %v; want the nested handoff and the end entry", then, err)
 			}
 		}
+		plain := tc.e
+		plain.NoDelay = true
+		if then, err := plain.Then(); err != nil || then[len(then)-2].IsTxn() || !then[len(then)-2].IsDelete() {
+			t.Errorf("%s of an epoch without lock-delay: %v, %v; want the lease key's delete alone, no nested delete of a delay key", tc.e.Attempted, then, err)
+		}
 		stale, err := tc.e.Stale(0, true)
 		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {
 			t.Errorf("%s: stale ops %v, %v", tc.e.Attempted, stale, err)

@@ -23,8 +23,8 @@ const ExpiredReason = "lease key deleted with no end entry (session lease expire
 // 128 by default, counting the compares, Then ops and Else ops of a
 // nested transaction against what its parents left.
 const (
-	// maxPendingDeletions bounds the deletions the recorder takes from its
-	// watch before it explains them: it holds at most this many, or one
+	// maxPendingDeletions bounds the deletions the recorder queues from its
+	// watch while it explains the last batch: at most this many, or one
 	// watch response's deletions when that is more (etcd never splits a
 	// revision's events, and one lease revocation deletes every key
 	// attached to it at one revision).
@@ -58,14 +58,15 @@ const (
 // audit and lease keys without their values and writes only for epochs
 // that ended unexplained, so it costs no writes for leases still held.
 // It then watches the lease keys and records the unexplained deletions as
-// they happen, a batch at a time: every deletion the watch has delivered
-// (up to a bound) is checked by one read-only transaction per 64
-// deletions, and the Expired entries of those no SDK transaction explains
-// are written 120 to a transaction. The recorder so holds a bounded number
-// of unprocessed deletions and costs O(1) requests per watch response,
-// not one per deletion, which keeps it up with the watch: etcd's client
-// buffers, without bound, whatever a slower consumer has not taken. If the
-// watch breaks (compaction, leader loss) it reconciles again and resumes.
+// they happen, a batch at a time: every deletion the watch delivered while
+// the last batch was recorded (up to a bound) is checked by one read-only
+// transaction per 64 deletions, and the Expired entries of those no SDK
+// transaction explains are written 120 to a transaction. The recorder so
+// holds a bounded number of unprocessed deletions and costs a few requests
+// per batch, not one per deletion, which keeps it up with the watch:
+// etcd's client buffers, without bound, whatever a slower consumer has not
+// taken. If the watch breaks (compaction, leader loss) it reconciles again
+// and resumes.
 //
 // An Expired entry written for a deletion the watch saw carries the
 // revision of that deletion (EndRevision): the epoch's end. Its Revision
@@ -250,7 +251,7 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 	defer cancel()
 	wch := l.cli.Watch(wctx, l.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev),
 		clientv3.WithPrevKV(), clientv3.WithFilterPut())
-	if err := l.batches(wch, func(batch []deletion) error { return l.explain(ctx, batch) }); err != nil {
+	if err := l.batches(wch, cancel, func(batch []deletion) error { return l.explain(ctx, batch) }); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -260,46 +261,88 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 }
 
 // batches hands the deletions wch delivers to explain, a batch at a time,
-// until wch closes (nil) or breaks or explain fails (the error).
+// until wch closes (nil) or breaks or explain fails (the error; it then
+// calls stopWatch, which must close wch, and waits for its reader).
 //
-// It takes a response, then every further response the watch has already
-// delivered, until it holds maxPendingDeletions deletions, and explains
-// them together. So it never holds more than that, or one response's
-// deletions when that is more, and the requests explain sends grow only by
-// one per 64 deletions of a batch (reads) and one per 120 unexplained ones
-// (writes), never one per deletion: the recorder keeps up with the watch,
-// and the client, which buffers without bound what its consumer has not
-// taken, holds little.
-func (l *Log) batches(wch clientv3.WatchChan, explain func([]deletion) error) error {
-	var batch []deletion
-	for resp := range wch {
-		var err error
-		batch, err = l.take(batch[:0], resp)
-	more:
-		for err == nil && len(batch) < maxPendingDeletions {
-			select {
-			case next, ok := <-wch:
-				if !ok {
-					break more
-				}
-				batch, err = l.take(batch, next)
-			default:
-				break more
+// A reader goroutine takes every response as soon as the watch delivers
+// it and queues its deletions, up to maxPendingDeletions (or one
+// response's, when that is more: etcd never splits a revision's events);
+// while explain works on one batch, the next accumulates, and explain
+// takes all of it at once. So the recorder holds at most two such batches
+// of deletions, never a response it is done with, and the requests
+// explain sends grow only by one per 64 deletions (reads) and one per 120
+// unexplained ones (writes), never one per deletion: it keeps up with the
+// watch, and etcd's client, which buffers without bound every response
+// its consumer has not taken, holds little. (The client hands responses
+// over one at a time, so the reader, not a poll of the channel, is what
+// lets a batch hold what arrived during the last one.)
+func (l *Log) batches(wch clientv3.WatchChan, stopWatch func(), explain func([]deletion) error) error {
+	var (
+		mu      sync.Mutex
+		changed = sync.NewCond(&mu)
+		pending []deletion
+		ended   bool  // the reader has stopped: wch closed or broke
+		broken  error // why wch broke
+		quit    bool  // explain failed: the reader stops
+	)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		defer func() {
+			mu.Lock()
+			ended = true
+			changed.Broadcast()
+			mu.Unlock()
+		}()
+		for resp := range wch {
+			dels, err := l.take(nil, resp)
+			mu.Lock()
+			for len(pending) >= maxPendingDeletions && !quit {
+				changed.Wait()
+			}
+			if quit {
+				mu.Unlock()
+				return
+			}
+			// What was taken before a broken watch is explained first: a
+			// reconcile would find those epochs ended, not when.
+			pending = append(pending, dels...)
+			broken = err
+			changed.Broadcast()
+			mu.Unlock()
+			if err != nil {
+				return
 			}
 		}
-		// What was taken before a broken watch is explained first: a
-		// reconcile would find those epochs ended, not when.
+	}()
+	var spare []deletion
+	for {
+		mu.Lock()
+		for len(pending) == 0 && !ended {
+			changed.Wait()
+		}
+		batch, done, err := pending, ended, broken
+		pending = spare
+		changed.Broadcast()
+		mu.Unlock()
 		if len(batch) > 0 {
 			if xerr := explain(batch); xerr != nil {
-				return errors.Join(err, xerr)
+				mu.Lock()
+				quit = true
+				changed.Broadcast()
+				mu.Unlock()
+				stopWatch()
+				<-readerDone
+				return xerr
 			}
 		}
-		if err != nil {
+		if done {
+			<-readerDone
 			return err
 		}
-		clear(batch) // the next batch reuses the array; drop the strings
+		clear(batch) // drop the strings; the array is the next spare
+		spare = batch[:0]
 	}
-	return nil
 }
 
 // take appends the lease-key deletions of a watch response to batch.

@@ -185,7 +185,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	// Fence keys: a value that is no epoch and sorts above every epoch
 	// fails closed (nothing applied); one that sorts below is replaced by
 	// the next admission.
-	g := fence.NewEtcdGuard(cli)
+	g := must(fence.NewEtcdGuard(cli))
 	_, err = g.AdmitOps(ctx, fence.Token{Resource: "fenced", Epoch: 5}, clientv3.OpPut("/app/effect", "x"))
 	if err == nil || !strings.Contains(err.Error(), ns+"/fence/fenced") {
 		t.Fatalf("admission against a corrupt fence value: %v", err)

@@ -266,7 +266,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	context.AfterFunc(l1.Context(), func() { lostAt = time.Now(); close(lost) })
 
 	// The downstream: a key in etcd, written only through a guard.
-	guard := fence.NewEtcdGuard(f.cli)
+	guard := must(fence.NewEtcdGuard(f.cli))
 	const downstream = "/downstream/writer"
 	write := func(l *lease.Lease, value string) error {
 		_, err := guard.AdmitOps(ctx, l.Token(), clientv3.OpPut(downstream, value))

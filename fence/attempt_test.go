@@ -25,8 +25,8 @@ func TestAttemptTimeoutBoundsEveryRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := fence.WithAttemptTimeout(200 * time.Millisecond)
-	eg, lg := fence.NewEtcdGuard(cli, opt), fence.NewLeaseGuard(cli, opt)
-	v := fence.NewVerifier(cli, fence.NewMemoryGuard(), opt)
+	eg, lg := must(fence.NewEtcdGuard(cli, opt)), must(fence.NewLeaseGuard(cli, opt))
+	v := must(fence.NewVerifier(cli, fence.NewMemoryGuard(), opt))
 	tok := fence.Token{Resource: "r", Epoch: 7}
 	p.Blackhole()
 	t.Cleanup(p.Heal)
@@ -71,8 +71,7 @@ func TestAttemptTimeoutBoundsEveryRequest(t *testing.T) {
 
 func TestWithAttemptTimeoutValidates(t *testing.T) {
 	c := e2e.NewCluster(t)
-	g := fence.NewEtcdGuard(c.Client(t), fence.WithAttemptTimeout(0))
-	if err := g.Admit(context.Background(), fence.Token{Resource: "r", Epoch: 1}); err == nil {
-		t.Fatal("a guard built with WithAttemptTimeout(0) admitted")
+	if g, err := fence.NewEtcdGuard(c.Client(t), fence.WithAttemptTimeout(0)); err == nil || g != nil {
+		t.Fatalf("NewEtcdGuard with WithAttemptTimeout(0) = %v, %v; want an error and no guard", g, err)
 	}
 }

@@ -65,8 +65,8 @@ func WithEtcdNamespace(ns string) EtcdOption {
 	}
 }
 
-// newEtcdConfig applies opts. Like lease.NewRegistry, the constructors
-// cannot fail: a configuration error is returned by every method instead.
+// newEtcdConfig applies opts and reports the first configuration error,
+// which the constructors return: a guard is never built to fail later.
 func newEtcdConfig(who string, cli *clientv3.Client, opts []EtcdOption) (etcdConfig, error) {
 	c := etcdConfig{space: keys.MustNew(keys.DefaultNamespace), attempt: DefaultAttemptTimeout}
 	var errs []error
@@ -84,10 +84,7 @@ func newEtcdConfig(who string, cli *clientv3.Client, opts []EtcdOption) (etcdCon
 }
 
 // refuseEarly refuses, before anything is sent, what no transaction could admit.
-func refuseEarly(ctx context.Context, cfgErr error, t Token) error {
-	if cfgErr != nil {
-		return cfgErr
-	}
+func refuseEarly(ctx context.Context, t Token) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -113,16 +110,18 @@ type EtcdGuard struct {
 	cli   *clientv3.Client
 	space keys.Space
 	cfg   etcdConfig
-	err   error
 }
 
 var _ Guard = (*EtcdGuard)(nil)
 
-// NewEtcdGuard returns a guard storing its state through cli. A bad option
-// or a nil cli is reported by every method rather than here.
-func NewEtcdGuard(cli *clientv3.Client, opts ...EtcdOption) *EtcdGuard {
+// NewEtcdGuard returns a guard storing its state through cli, or the
+// error of a bad option or a nil cli.
+func NewEtcdGuard(cli *clientv3.Client, opts ...EtcdOption) (*EtcdGuard, error) {
 	c, err := newEtcdConfig("NewEtcdGuard", cli, opts)
-	return &EtcdGuard{cli: cli, space: c.space, cfg: c, err: err}
+	if err != nil {
+		return nil, err
+	}
+	return &EtcdGuard{cli: cli, space: c.space, cfg: c}, nil
 }
 
 // Admit implements Guard: AdmitOps with no ops.
@@ -146,8 +145,8 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // by default) together with the put of the fence key. To make an effect
 // conditional, nest a transaction (clientv3.OpTxn) in ops.
 //
-// Errors: invalid tokens (ErrMalformedToken), configuration errors and a
-// done ctx are returned before anything is sent. An error from etcd matches
+// Errors: invalid tokens (ErrMalformedToken) and a done ctx are returned
+// before anything is sent. An error from etcd matches
 // exactly one of outcome.ErrRefused and outcome.ErrUnknown (see
 // outcome.Classify). ErrRefused: etcd refused the transaction whole and
 // applied nothing, ops included (no permission on the fence key or an op's
@@ -161,7 +160,7 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
 	ctx, sp := startAdmit(ctx, "fence.EtcdGuard.AdmitOps", "etcd", t)
 	defer func() { sp.finish(err) }()
-	if err := refuseEarly(ctx, g.err, t); err != nil {
+	if err := refuseEarly(ctx, t); err != nil {
 		return nil, err
 	}
 	fenceKey := g.space.Fence(t.Resource)
@@ -296,9 +295,6 @@ const (
 // Cost: 1 round trip for the floor, 1 per page of 512 fence keys read, and
 // 1 per 64 keys deleted.
 func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err error) {
-	if g.err != nil {
-		return 0, g.err
-	}
 	if floor < 0 || floor == math.MaxInt64 {
 		return 0, fmt.Errorf("fence: prune: floor %d is not an epoch in [0, %d)", floor, int64(math.MaxInt64))
 	}
@@ -375,9 +371,6 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 // Floor returns the guard's floor, 0 if nothing was ever pruned, with one
 // linearizable read: every token at or below it is refused.
 func (g *EtcdGuard) Floor(ctx context.Context) (int64, error) {
-	if g.err != nil {
-		return 0, g.err
-	}
 	floorKey := g.space.FenceFloor()
 	actx, cancel := g.cfg.bound(ctx)
 	defer cancel()
@@ -399,9 +392,6 @@ func (g *EtcdGuard) Floor(ctx context.Context) (int64, error) {
 // if Prune deleted its key; see Floor), with one linearizable read. It is a snapshot for monitoring and tests, not a
 // basis for admitting writes.
 func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error) {
-	if g.err != nil {
-		return 0, g.err
-	}
 	if err := keys.ValidateResource(resource); err != nil {
 		return 0, fmt.Errorf("fence: current: %w", err)
 	}
@@ -472,17 +462,18 @@ type LeaseGuard struct {
 	cli   *clientv3.Client
 	space keys.Space
 	cfg   etcdConfig
-	err   error
 }
 
 var _ Guard = (*LeaseGuard)(nil)
 
 // NewLeaseGuard returns a guard checking the leases of the namespace set by
-// WithEtcdNamespace. A bad option or a nil cli is reported by every method
-// rather than here.
-func NewLeaseGuard(cli *clientv3.Client, opts ...EtcdOption) *LeaseGuard {
+// WithEtcdNamespace, or the error of a bad option or a nil cli.
+func NewLeaseGuard(cli *clientv3.Client, opts ...EtcdOption) (*LeaseGuard, error) {
 	c, err := newEtcdConfig("NewLeaseGuard", cli, opts)
-	return &LeaseGuard{cli: cli, space: c.space, cfg: c, err: err}
+	if err != nil {
+		return nil, err
+	}
+	return &LeaseGuard{cli: cli, space: c.space, cfg: c}, nil
 }
 
 // Admit implements Guard: AdmitOps with no ops. It is a check only: it says
@@ -504,7 +495,7 @@ func (g *LeaseGuard) Admit(ctx context.Context, t Token) error {
 func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
 	ctx, sp := startAdmit(ctx, "fence.LeaseGuard.AdmitOps", "lease", t)
 	defer func() { sp.finish(err) }()
-	if err := refuseEarly(ctx, g.err, t); err != nil {
+	if err := refuseEarly(ctx, t); err != nil {
 		return nil, err
 	}
 	leaseKey := g.space.Lease(t.Resource)

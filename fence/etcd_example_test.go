@@ -34,7 +34,10 @@ func ExampleEtcdGuard_AdmitOps() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
-	g := fence.NewEtcdGuard(cli)
+	g, err := fence.NewEtcdGuard(cli)
+	if err != nil {
+		panic(err)
+	}
 
 	write := func(t fence.Token, value string) error {
 		_, err := g.AdmitOps(ctx, t, clientv3.OpPut("reports/q1", value))
@@ -70,7 +73,10 @@ func ExampleLeaseGuard_AdmitOps() {
 	defer s.Close(ctx)
 	reg := lease.NewRegistry(cli)
 	defer reg.Close()
-	g := fence.NewLeaseGuard(cli)
+	g, err := fence.NewLeaseGuard(cli)
+	if err != nil {
+		panic(err)
+	}
 
 	l, err := reg.TryAcquire(ctx, s, "invoice/7")
 	if err != nil {
@@ -105,7 +111,10 @@ func ExampleVerifier() {
 	defer reg.Close()
 
 	inner := fence.NewMemoryGuard()
-	v := fence.NewVerifier(cli, inner)
+	v, err := fence.NewVerifier(cli, inner)
+	if err != nil {
+		panic(err)
+	}
 	l, err := reg.TryAcquire(ctx, s, "report")
 	if err != nil {
 		panic(err)

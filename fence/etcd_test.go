@@ -86,7 +86,7 @@ func freshNamespace() string { return fmt.Sprintf("/fence-test-%d", namespaces.A
 func TestEtcdGuardConforms(t *testing.T) {
 	f := newEtcdFixture(t)
 	fencetest.Run(t, func(*testing.T) fence.Guard {
-		return fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+		return must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	})
 }
 
@@ -95,8 +95,8 @@ func TestEtcdGuardConforms(t *testing.T) {
 func TestEtcdGuardFenceKey(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns1"))
-	other := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns2"))
+	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns1")))
+	other := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns2")))
 	res := "orders/42%x"
 	if err := g.Admit(ctx, fence.Token{Resource: res, Epoch: 5}); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestEtcdGuardFenceKey(t *testing.T) {
 func TestEtcdGuardRoundTrips(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	const txn = "/etcdserverpb.KV/Txn"
 	tests := []struct {
 		name string
@@ -208,7 +208,7 @@ func TestEtcdGuardRoundTrips(t *testing.T) {
 func TestEtcdGuardAdmitOps(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	tok := fence.Token{Resource: "invoice/7", Epoch: 10}
 
 	resp, err := g.AdmitOps(ctx, tok, clientv3.OpPut("invoice/7/state", "sent"), clientv3.OpGet("invoice/7/state"))
@@ -256,20 +256,19 @@ func TestEtcdGuardErrors(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
 	tok := fence.Token{Resource: "r", Epoch: 1}
-	for name, g := range map[string]*fence.EtcdGuard{
-		"nil client":    fence.NewEtcdGuard(nil),
-		"bad namespace": fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("no-slash")),
-		"nil option":    fence.NewEtcdGuard(f.cli, nil),
+	// Bad configuration is an error of the constructor, sending nothing:
+	// never a guard that fails later on every call.
+	for name, build := range map[string]func() (*fence.EtcdGuard, error){
+		"nil client": func() (*fence.EtcdGuard, error) { return fence.NewEtcdGuard(nil) },
+		"bad namespace": func() (*fence.EtcdGuard, error) {
+			return fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("no-slash"))
+		},
+		"nil option":  func() (*fence.EtcdGuard, error) { return fence.NewEtcdGuard(f.cli, nil) },
+		"lease guard": func() (*fence.EtcdGuard, error) { _, err := fence.NewLeaseGuard(nil); return nil, err },
 	} {
 		got := f.rpc.count(func() {
-			if err := g.Admit(ctx, tok); err == nil {
-				t.Errorf("%s: Admit = nil", name)
-			}
-			if _, err := g.AdmitOps(ctx, tok); err == nil {
-				t.Errorf("%s: AdmitOps = nil", name)
-			}
-			if _, err := g.Current(ctx, "r"); err == nil {
-				t.Errorf("%s: Current = nil", name)
+			if g, err := build(); err == nil || g != nil {
+				t.Errorf("%s: %v, %v; want an error and no guard", name, g, err)
 			}
 		})
 		if len(got) != 0 {
@@ -278,7 +277,7 @@ func TestEtcdGuardErrors(t *testing.T) {
 	}
 
 	ns := freshNamespace()
-	g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(ns))
+	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(ns)))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	if got := f.rpc.count(func() {
@@ -374,7 +373,7 @@ func effectOrder(t *testing.T, cli *clientv3.Client, res string) (epochs []int64
 func TestEtcdGuardAdmitOpsAtomic(t *testing.T) {
 	f := newEtcdFixture(t)
 	resources := []string{"a", "b"}
-	g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	admitted := effectWorkload(t, func(ctx context.Context, tok fence.Token, effect clientv3.Op) error {
 		_, err := g.AdmitOps(ctx, tok, effect)
 		return err
@@ -399,7 +398,7 @@ func TestEtcdGuardAdmitOpsAtomic(t *testing.T) {
 	// uses fresh resources.
 	for attempt := range 20 {
 		res := []string{fmt.Sprintf("broken-%d", attempt)}
-		g := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+		g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 		effectWorkload(t, func(ctx context.Context, tok fence.Token, effect clientv3.Op) error {
 			if err := g.Admit(ctx, tok); err != nil {
 				return err
@@ -466,7 +465,7 @@ func TestLeaseGuardConforms(t *testing.T) {
 	ns := freshNamespace()
 	issuer := newLeaseIssuer(t, f.cli, ns)
 	fencetest.Run(t, func(*testing.T) fence.Guard {
-		return fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns))
+		return must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns)))
 	}, fencetest.WithLeases(issuer.Issue))
 }
 
@@ -487,7 +486,7 @@ func TestLeaseGuard(t *testing.T) {
 		return s
 	}
 	s1, s2 := newSession("w1"), newSession("w2")
-	g := fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns))
+	g := must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns)))
 	const res = "jobs/nightly"
 	const txn = "/etcdserverpb.KV/Txn"
 
@@ -573,8 +572,5 @@ func TestLeaseGuard(t *testing.T) {
 		}
 	}); len(got) != 0 {
 		t.Errorf("errors before sending sent %v", got)
-	}
-	if err := fence.NewLeaseGuard(nil).Admit(ctx, l2.Token()); err == nil {
-		t.Errorf("nil client: Admit = nil")
 	}
 }

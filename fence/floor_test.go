@@ -59,7 +59,7 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 	}
 	newest := acquire("newest")
 
-	g := fence.NewEtcdGuard(cli)
+	g := must(fence.NewEtcdGuard(cli))
 	for _, l := range []*lease.Lease{ended, oldest, newest} {
 		if err := g.Admit(ctx, l.Token()); err != nil {
 			t.Fatal(err)

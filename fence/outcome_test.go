@@ -77,8 +77,8 @@ func TestAdmitOpsOutcome(t *testing.T) {
 
 	guards := func(cli *clientv3.Client) map[string]admitOpser {
 		return map[string]admitOpser{
-			"EtcdGuard":  fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns)),
-			"LeaseGuard": fence.NewLeaseGuard(cli, fence.WithEtcdNamespace(ns)),
+			"EtcdGuard":  must(fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns))),
+			"LeaseGuard": must(fence.NewLeaseGuard(cli, fence.WithEtcdNamespace(ns))),
 		}
 	}
 

@@ -40,7 +40,10 @@ func ExampleEtcdGuard_Prune() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
-	g := fence.NewEtcdGuard(cli)
+	g, err := fence.NewEtcdGuard(cli)
+	if err != nil {
+		panic(err)
+	}
 	for res, epoch := range map[string]int64{"orders/1": 5, "orders/2": 6, "orders/3": 90} {
 		if err := g.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
 			panic(err)

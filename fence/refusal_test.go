@@ -94,8 +94,8 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 	const res = "orders"
 
 	guards := map[string]fence.Guard{
-		"LeaseGuard": fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns)),
-		"Verifier":   fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns)),
+		"LeaseGuard": must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns))),
+		"Verifier":   must(fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))),
 	}
 	present := map[string]func(fence.Token) (fence.Problem, error){}
 	for name, g := range guards {

@@ -26,7 +26,7 @@ func TestAdmissionSpans(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "handler")
 
-	etcd := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
+	etcd := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	mem := fence.NewMemoryGuard()
 	for _, admit := range []func(context.Context, fence.Token) error{etcd.Admit, mem.Admit} {
 		if err := admit(ctx, fence.Token{Resource: "r", Epoch: 9}); err != nil {

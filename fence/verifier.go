@@ -85,20 +85,22 @@ type Verifier struct {
 	space keys.Space
 	cfg   etcdConfig
 	g     Guard
-	err   error
 }
 
 var _ Guard = (*Verifier)(nil)
 
 // NewVerifier returns a Verifier checking the leases of the namespace set
-// by WithEtcdNamespace before asking g. A bad option, a nil cli or a nil g
-// is reported by every method rather than here.
-func NewVerifier(cli *clientv3.Client, g Guard, opts ...EtcdOption) *Verifier {
+// by WithEtcdNamespace before asking g, or the error of a bad option, a nil
+// cli or a nil g.
+func NewVerifier(cli *clientv3.Client, g Guard, opts ...EtcdOption) (*Verifier, error) {
 	c, err := newEtcdConfig("NewVerifier", cli, opts)
 	if g == nil {
 		err = errors.Join(err, errors.New("fence: NewVerifier: nil guard"))
 	}
-	return &Verifier{cli: cli, space: c.space, cfg: c, g: g, err: err}
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{cli: cli, space: c.space, cfg: c, g: g}, nil
 }
 
 // Admit implements Guard: Verify, then the wrapped guard's Admit.
@@ -115,7 +117,7 @@ func (v *Verifier) Admit(ctx context.Context, t Token) error {
 // live lease epoch at the revision of one linearizable read of the lease
 // key, and a refusal as described on Verifier otherwise.
 func (v *Verifier) Verify(ctx context.Context, t Token) error {
-	if err := refuseEarly(ctx, v.err, t); err != nil {
+	if err := refuseEarly(ctx, t); err != nil {
 		return err
 	}
 	// A linearizable read: a serializable one could come from a member

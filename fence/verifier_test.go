@@ -21,13 +21,13 @@ func TestVerifierConforms(t *testing.T) {
 	issuer := newLeaseIssuer(t, f.cli, ns)
 	t.Run("MemoryGuard", func(t *testing.T) {
 		fencetest.Run(t, func(*testing.T) fence.Guard {
-			return fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))
+			return must(fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns)))
 		}, fencetest.WithLeases(issuer.Issue))
 	})
 	t.Run("EtcdGuard", func(t *testing.T) {
 		fencetest.Run(t, func(*testing.T) fence.Guard {
-			inner := fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))
-			return fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns))
+			inner := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+			return must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
 		}, fencetest.WithLeases(issuer.Issue))
 	})
 }
@@ -51,7 +51,7 @@ func TestVerifierRefusesExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner := fence.NewMemoryGuard()
-	v := fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns))
+	v := must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
 	tok := l.Token()
 
 	if got := f.rpc.count(func() { err = v.Admit(ctx, tok) }); err != nil || sumCalls(got) != 1 || got["/etcdserverpb.KV/Range"] != 1 {
@@ -99,7 +99,7 @@ func TestVerifier(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	inner := fence.NewMemoryGuard()
-	v := fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns))
+	v := must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
 
 	l1, err := reg.TryAcquire(ctx, s, "r")
 	if err != nil {
@@ -142,7 +142,7 @@ func TestVerifier(t *testing.T) {
 	}
 
 	// Over an EtcdGuard: one read plus one transaction.
-	ev := fence.NewVerifier(f.cli, fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())), fence.WithEtcdNamespace(ns))
+	ev := must(fence.NewVerifier(f.cli, must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))), fence.WithEtcdNamespace(ns)))
 	if got := f.rpc.count(func() { err = ev.Admit(ctx, l2.Token()) }); err != nil || got["/etcdserverpb.KV/Range"] != 1 || got["/etcdserverpb.KV/Txn"] != 1 || sumCalls(got) != 2 {
 		t.Errorf("Verifier(EtcdGuard).Admit = %v with calls %v, want nil with one Range and one Txn", err, got)
 	}
@@ -155,11 +155,8 @@ func TestVerifier(t *testing.T) {
 		ctx context.Context
 		tok fence.Token
 	}{
-		"nil guard":     {fence.NewVerifier(f.cli, nil), ctx, l2.Token()},
-		"nil client":    {fence.NewVerifier(nil, inner), ctx, l2.Token()},
-		"bad namespace": {fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace("/a/")), ctx, l2.Token()},
-		"malformed":     {v, ctx, fence.Token{Resource: "r", Epoch: -1}},
-		"done ctx":      {v, done, l2.Token()},
+		"malformed": {v, ctx, fence.Token{Resource: "r", Epoch: -1}},
+		"done ctx":  {v, done, l2.Token()},
 	} {
 		if got := f.rpc.count(func() {
 			if err := c.v.Admit(c.ctx, c.tok); err == nil || errors.Is(err, fence.ErrFenced) {
@@ -167,6 +164,17 @@ func TestVerifier(t *testing.T) {
 			}
 		}); len(got) != 0 {
 			t.Errorf("%s: sent %v", name, got)
+		}
+	}
+	for name, build := range map[string]func() (*fence.Verifier, error){
+		"nil guard":  func() (*fence.Verifier, error) { return fence.NewVerifier(f.cli, nil) },
+		"nil client": func() (*fence.Verifier, error) { return fence.NewVerifier(nil, inner) },
+		"bad namespace": func() (*fence.Verifier, error) {
+			return fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace("/a/"))
+		},
+	} {
+		if v, err := build(); err == nil || v != nil {
+			t.Errorf("%s: %v, %v; want an error and no verifier", name, v, err)
 		}
 	}
 }

@@ -203,10 +203,10 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.NewEtcdGuard(w1, fence.WithEtcdNamespace(ns)).Admit(ctx, l.Token()); err != nil {
+	if err := must(fence.NewEtcdGuard(w1, fence.WithEtcdNamespace(ns))).Admit(ctx, l.Token()); err != nil {
 		t.Fatalf("EtcdGuard as worker: %v", err)
 	}
-	if err := fence.NewVerifier(au, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns)).Verify(ctx, l.Token()); err != nil {
+	if err := must(fence.NewVerifier(au, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))).Verify(ctx, l.Token()); err != nil {
 		t.Fatalf("Verifier as auditor: %v", err)
 	}
 	if err := l.Complete(ctx, "shipped"); err != nil {
@@ -445,7 +445,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	denied("revoke in B", regAinB.Revoke(ctx, "shared/1", "hostile"))
 	_, err = audit.New(alice, audit.WithNamespace(nsB)).List(ctx, audit.Filter{})
 	denied("list B's audit", err)
-	denied("fence in B", fence.NewEtcdGuard(alice, fence.WithEtcdNamespace(nsB)).Admit(ctx, fence.Token{Resource: "shared/1", Epoch: 1 << 40}))
+	denied("fence in B", must(fence.NewEtcdGuard(alice, fence.WithEtcdNamespace(nsB))).Admit(ctx, fence.Token{Resource: "shared/1", Epoch: 1 << 40}))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ev, ok := <-audit.New(alice, audit.WithNamespace(nsB)).Watch(wctx, audit.Filter{})
@@ -478,7 +478,7 @@ func TestOperatorRunsRetention(t *testing.T) {
 	c.AddUser(t, "operator", "pw-op", name(rbac.Operator))
 	w, op := c.ClientAs(t, "worker", "pw-w"), c.ClientAs(t, "operator", "pw-op")
 	reg, s := newWorker(t, w, ns, "worker")
-	g := fence.NewEtcdGuard(w, fence.WithEtcdNamespace(ns))
+	g := must(fence.NewEtcdGuard(w, fence.WithEtcdNamespace(ns)))
 	for _, res := range []string{"a", "b"} {
 		l, err := reg.TryAcquire(ctx, s, res)
 		if err != nil {
@@ -495,7 +495,7 @@ func TestOperatorRunsRetention(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SafeFloor as operator: %v", err)
 	}
-	if n, err := fence.NewEtcdGuard(op, fence.WithEtcdNamespace(ns)).Prune(ctx, floor); err != nil || n != 2 {
+	if n, err := must(fence.NewEtcdGuard(op, fence.WithEtcdNamespace(ns))).Prune(ctx, floor); err != nil || n != 2 {
 		t.Fatalf("Prune as operator: %d, %v", n, err)
 	}
 	if err := g.Admit(ctx, fence.Token{Resource: "a", Epoch: 1}); !errors.Is(err, fence.ErrFenced) {

@@ -82,7 +82,10 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		return err
 	}
 	defer s2.Close(context.Background())
-	guard := fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns))
+	guard, err := fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns))
+	if err != nil {
+		return err
+	}
 	downstream := ns + "/downstream/" + keys.Escape(res) + "/"
 
 	l1, err := reg.TryAcquire(ctx, s1, res)

@@ -149,9 +149,14 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 		_ = reg.Close()
 		return nil, err
 	}
+	guard, err := fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(recipeNamespace))
+	if err != nil {
+		_ = reg.Close()
+		return nil, err
+	}
 	return &recipeWorker{
 		name: name, cli: cli, reg: reg, elect: election.New(reg, recipeName), sem: sem,
-		permits: reg.Recipe(semaphore.PermitKind), guard: fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(recipeNamespace)),
+		permits: reg.Recipe(semaphore.PermitKind), guard: guard,
 		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
 	}, nil
 }

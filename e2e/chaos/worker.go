@@ -153,9 +153,15 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 		_ = db.Close()
 		return nil, err
 	}
+	etcdGuard, err := fence.NewEtcdGuard(cli)
+	if err != nil {
+		_ = db.Close()
+		_ = adb.Close()
+		return nil, err
+	}
 	return &worker{
 		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL))), space: keys.MustNew(keys.DefaultNamespace),
-		db: db, sqlGuard: g, etcdGuard: fence.NewEtcdGuard(cli), emit: emit,
+		db: db, sqlGuard: g, etcdGuard: etcdGuard, emit: emit,
 		adb: adb, log: audit.New(cli, audit.WithArchive(archive)),
 		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
 	}, nil

@@ -31,7 +31,7 @@ func ExampleWithPrune() {
 		n := 0
 		fencetest.Run(t, func(t *testing.T) fence.Guard {
 			n++ // a fresh namespace per check
-			return fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(fmt.Sprintf("/conformance-%d", n)))
+			return must(fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(fmt.Sprintf("/conformance-%d", n))))
 		}, fencetest.WithPrune(prune))
 	}
 }

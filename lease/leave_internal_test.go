@@ -74,6 +74,25 @@ func (f *leaveFixture) session(worker string) *session.Session {
 	return s
 }
 
+// queue puts an Acquire call of s in res's queue with Acquire's own first
+// transaction, and returns its waiter, on the proxied registry, without
+// the watch that would tell it of a grant: the test orders what follows.
+func (f *leaveFixture) queue(s *session.Session, res string) *waiter {
+	f.t.Helper()
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	q := claimant.NewQueued(f.r.space, res, protocol.NewID())
+	resp, err := f.cli.Txn(context.Background()).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
+	if err != nil || resp.Succeeded || !resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
+		f.t.Fatalf("queueing: %v %v", resp, err)
+	}
+	wt := &waiter{r: f.proxied, s: s, resource: res, w: q.Waiter}
+	wt.w.Rev = resp.Header.Revision
+	return wt
+}
+
 // count returns how many keys are under prefix.
 func (f *leaveFixture) count(prefix string) int64 {
 	f.t.Helper()
@@ -183,17 +202,7 @@ func TestGrantLostReplyIsReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session("quitter")
-	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := claimant.NewQueued(f.r.space, "t", protocol.NewID())
-	resp, err := f.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
-	if err != nil || resp.Succeeded || !resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
-		t.Fatalf("queueing: %v %v", resp, err)
-	}
-	wt := &waiter{r: f.proxied, s: s, resource: "t", w: q.Waiter}
-	wt.w.Rev = resp.Header.Revision
+	wt := f.queue(s, "t")
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -263,17 +272,7 @@ func TestCompletedWaiterLeavesWhenDropFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session("waiter")
-	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := claimant.NewQueued(f.r.space, "t", protocol.NewID())
-	resp, err := f.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
-	if err != nil || resp.Succeeded || !resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
-		t.Fatalf("queueing: %v %v", resp, err)
-	}
-	wt := &waiter{r: f.proxied, s: s, resource: "t", w: q.Waiter}
-	wt.w.Rev = resp.Header.Revision
+	wt := f.queue(s, "t")
 	if err := holder.Complete(ctx, "done"); err != nil {
 		t.Fatal(err)
 	}

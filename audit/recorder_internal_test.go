@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,17 +14,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestRecorderBatchesAreBounded feeds the recorder's batching a watch that
-// has delivered far more deletions than a batch holds, as a slow consumer
-// would find it: many small responses, then one revision deleting
-// thousands of keys, then a broken watch. Every deletion is explained once
-// and in order; while one batch is explained the next fills, with several
-// responses; and no batch holds more than maxPendingDeletions plus one
-// response (docs/protocol.md §3.6).
+// TestRecorderBatchesAreBounded feeds the recorder's batching as etcd's
+// client does — one response at a time, through a channel that holds one
+// — a watch far ahead of its consumer: many small responses, then one
+// revision deleting thousands of keys, then a broken watch. Every deletion
+// is explained once and in order; while one batch is explained the next
+// fills with the responses that arrive meanwhile (a consumer that only
+// polled the channel would find one); and no batch holds more than
+// maxPendingDeletions plus one response (docs/protocol.md §3.6).
 func TestRecorderBatchesAreBounded(t *testing.T) {
 	l := &Log{space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger()}
 	const small, smallN, big = 100, 50, 3000
-	ch := make(chan clientv3.WatchResponse, smallN+2)
 	rev := int64(1000)
 	var want []deletion
 	response := func(n int) clientv3.WatchResponse {
@@ -48,23 +49,34 @@ func TestRecorderBatchesAreBounded(t *testing.T) {
 		})
 		return resp
 	}
+	var responses []clientv3.WatchResponse
 	for range smallN {
-		ch <- response(small)
+		responses = append(responses, response(small))
 	}
-	ch <- response(big)
-	ch <- clientv3.WatchResponse{CompactRevision: 5} // the watch breaks
-	close(ch)
+	responses = append(responses, response(big), clientv3.WatchResponse{CompactRevision: 5}) // then the watch breaks
+	ch := make(chan clientv3.WatchResponse, 1)
+	var handed atomic.Int64 // responses the consumer has taken
+	feeder := make(chan struct{})
+	go func() {
+		defer close(feeder)
+		defer close(ch)
+		for _, r := range responses {
+			ch <- r
+			handed.Add(1)
+		}
+	}()
+	defer func() { <-feeder }()
 
 	var got []deletion
 	var sizes []int
 	err := l.batches(ch, func() {}, func(batch []deletion) error {
 		if len(sizes) == 0 {
-			// A slow first explanation: meanwhile the reader queues
-			// deletions up to the bound, and then waits.
-			for deadline := time.Now().Add(10 * time.Second); len(ch) > cap(ch)-1-maxPendingDeletions/small && time.Now().Before(deadline); {
+			// A slow first explanation: meanwhile the watch delivers
+			// more than a batch holds, and the next batch fills up.
+			for deadline := time.Now().Add(2 * time.Second); handed.Load() < maxPendingDeletions/small+3 && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 		sizes = append(sizes, len(batch))
 		got = append(got, batch...)

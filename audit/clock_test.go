@@ -1,7 +1,6 @@
 package audit_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/lease"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,84 +28,8 @@ import (
 func skewedClient(t *testing.T, c *e2e.Cluster, skew time.Duration) *clientv3.Client {
 	t.Helper()
 	cli := c.Client(t)
-	cli.KV = &skewKV{KV: cli.KV, prefix: "/leasehold/audit/", skew: skew}
+	skewclock.Wrap(cli, "/leasehold/audit/", skew)
 	return cli
-}
-
-type skewKV struct {
-	clientv3.KV
-	prefix string
-	skew   time.Duration
-}
-
-func (k *skewKV) Txn(ctx context.Context) clientv3.Txn { return &skewTxn{inner: k.KV.Txn(ctx), k: k} }
-
-type skewTxn struct {
-	inner clientv3.Txn
-	k     *skewKV
-}
-
-func (t *skewTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.inner = t.inner.If(t.k.cmps(cs)...)
-	return t
-}
-
-func (t *skewTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.inner = t.inner.Then(t.k.ops(ops)...)
-	return t
-}
-
-func (t *skewTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.inner = t.inner.Else(t.k.ops(ops)...)
-	return t
-}
-
-func (t *skewTxn) Commit() (*clientv3.TxnResponse, error) { return t.inner.Commit() }
-
-func (k *skewKV) ops(ops []clientv3.Op) []clientv3.Op {
-	out := make([]clientv3.Op, len(ops))
-	for i, op := range ops {
-		switch key := string(op.KeyBytes()); {
-		case op.IsTxn():
-			cmps, thn, els := op.Txn()
-			out[i] = clientv3.OpTxn(k.cmps(cmps), k.ops(thn), k.ops(els))
-		case op.IsPut() && strings.HasPrefix(key, k.prefix):
-			out[i] = clientv3.OpPut(key, k.value(op.ValueBytes())) // entries have no etcd lease
-		default:
-			out[i] = op
-		}
-	}
-	return out
-}
-
-func (k *skewKV) cmps(cs []clientv3.Cmp) []clientv3.Cmp {
-	out := make([]clientv3.Cmp, len(cs))
-	for i, c := range cs {
-		out[i] = c.Clone()
-		if v := c.ValueBytes(); v != nil && strings.HasPrefix(string(c.KeyBytes()), k.prefix) {
-			out[i].WithValueBytes([]byte(k.value(v)))
-		}
-	}
-	return out
-}
-
-// value is v with its "time" moved by the skew; anything else stays as
-// it is.
-func (k *skewKV) value(v []byte) string {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(v, &m); err != nil {
-		return string(v)
-	}
-	var at time.Time
-	if err := json.Unmarshal(m["time"], &at); err != nil {
-		return string(v)
-	}
-	m["time"], _ = json.Marshal(at.Add(k.skew).UTC())
-	b, err := json.Marshal(m)
-	if err != nil {
-		return string(v)
-	}
-	return string(b)
 }
 
 // TestRetentionIgnoresAWriterClockBehind: a worker whose clock is 48 h

@@ -395,8 +395,22 @@ func (lv *leaver) try(ctx context.Context) error {
 }
 
 // retry tries until decided or ctx ends (the session ended, or the
-// registry closed), backing off from 50 ms to a second.
+// registry closed).
 func (lv *leaver) retry(ctx context.Context) {
+	keepTrying(ctx, func(ctx context.Context) bool {
+		err := lv.try(ctx)
+		if err == nil {
+			lv.wt.log().Info("left the queue after retrying", "why", lv.why)
+			return true
+		}
+		lv.wt.log().Debug("could not leave the queue; trying again", "error", err)
+		return false
+	})
+}
+
+// keepTrying calls try, after 50 ms and then backing off to a second
+// between calls, until it reports done or ctx ends.
+func keepTrying(ctx context.Context, try func(context.Context) bool) {
 	backoff := 50 * time.Millisecond
 	for {
 		select {
@@ -404,12 +418,9 @@ func (lv *leaver) retry(ctx context.Context) {
 			return
 		case <-time.After(backoff):
 		}
-		err := lv.try(ctx)
-		if err == nil {
-			lv.wt.log().Info("left the queue after retrying", "why", lv.why)
+		if try(ctx) {
 			return
 		}
-		lv.wt.log().Debug("could not leave the queue; trying again", "error", err)
 		backoff = min(2*backoff, time.Second)
 	}
 }

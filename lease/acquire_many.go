@@ -86,14 +86,27 @@ func mapValues(m map[string]*Lease) []*Lease {
 // releaseAll releases leases, on a context that outlives ctx's
 // cancellation (a Release is how a lease is given back, audited, and it
 // must run when the caller gave up too), bounded by abandonTimeout each.
+// A Release not decided by then goes on in the background while the
+// lease's session lives, as an Acquire's removal from the queue does
+// (docs/protocol.md §3.2): the caller gets no Lease for it, so nothing
+// else would ever release it before the session ends. The error reports
+// the releases still undecided when releaseAll returns.
 func (r *Registry) releaseAll(ctx context.Context, leases []*Lease) error {
 	var errs []error
 	for _, l := range leases {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-		if err := l.Release(rctx); err != nil && !errors.Is(err, ErrStale) {
-			errs = append(errs, fmt.Errorf("release %q epoch %d: %w", l.Resource(), l.Epoch(), err))
-		}
+		err := l.Release(rctx)
 		cancel()
+		if err == nil || errors.Is(err, ErrStale) {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("release %q epoch %d: %w (trying again in the background while the session lives)", l.Resource(), l.Epoch(), err))
+		r.tracker.goLeave(l.s, func(ctx context.Context) {
+			keepTrying(ctx, func(ctx context.Context) bool {
+				err := l.Release(ctx)
+				return err == nil || errors.Is(err, ErrStale)
+			})
+		})
 	}
 	return errors.Join(errs...)
 }

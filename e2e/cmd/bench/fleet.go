@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
@@ -300,7 +301,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 		order := rotate(fleetShapes, max(round, 0))
 		sums := make([]runStats, len(order))
 		runsOf := forthAndBack(len(order))
-		if cfg.smoke {
+		if cfg.smoke || round < 0 {
 			runsOf = runsOf[:len(order)] // forth only
 		}
 		for _, i := range runsOf {
@@ -329,7 +330,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 		}
 	}
 	rounds := len(rates["A"])
-	warm, perRound := " after a warm-up round", "2 runs per shape (forth and back, rotated)"
+	warm, perRound := " after a warm-up round of 1 run per shape", "2 runs per shape (forth and back, rotated)"
 	if cfg.smoke {
 		warm, perRound = "", "1 run per shape"
 	}
@@ -356,7 +357,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 	}
 	s.addf("   writes = Txn calls with a put or delete on a branch (proposed and committed by etcd whether their compares hold or not) + Put + DeleteRange,")
 	s.addf("   counted by interceptors on every pool's client from Run until every Run returned; reads = Range + read-only Txn; watches per run")
-	s.addf("   a task needs 2 writes (its claim, and the Complete that also deletes its key); the rest are claims of tasks another pool held or had completed")
+	s.addf("   a task needs 2 writes (its claim, and the Complete that also deletes its key); the rest are claims that found the task taken, and each session's own writes (a fleet marker)")
 	rB, rC := ratios(rates["B"], rates["A"], 1), ratios(rates["C"], rates["A"], 1)
 	s.metric("fleet B/A", "ratio", rB)
 	s.metric("fleet C/A", "ratio", rC)
@@ -546,7 +547,8 @@ type fleetChildConfig struct {
 	Prefix    string        // pool: the task prefix
 	Slots     int           // pool
 	Work      time.Duration // pool: the handler's sleep
-	Window    time.Duration // pool: how long the pool runs and is sampled
+	Window    time.Duration // pool: how long the pool runs and is sampled at least
+	FirstWait time.Duration // pool: how long it may run, sampled, waiting for the first handler call
 	Every     time.Duration // the sampling interval
 	Retention time.Duration // recorder: audit.WithRetention (without an archive)
 }
@@ -557,10 +559,10 @@ type heapSample struct {
 	Live  uint64        // the heap the last GC found live (runtime/metrics /gc/heap/live:bytes)
 	InUse uint64        // HeapInuse: live and not yet collected
 	RSS   uint64        // VmRSS
-	// recorder: the lease-key deletions its client had received (watch
-	// events) and checked (read-only Txns: one per deletion of an epoch's
-	// lease key), and its write transactions (Expired entries, pruning).
-	Events, Checks, Writes int64
+	// recorder: the watch events its client had received (lease-key
+	// deletions), and the read-only and the write transactions it had
+	// sent (explaining deletions; Expired entries and pruning).
+	Events, Reads, Writes int64
 }
 
 // fleetChildResult is what a child reports on stdout.
@@ -632,7 +634,8 @@ func numGC() uint32 {
 }
 
 // fleetPoolChild is part 3's process: one pool over the big prefix, run
-// for cfg.Window and sampled every cfg.Every.
+// and sampled every cfg.Every for cfg.Window, and on until the first
+// handler call if that comes later (at most cfg.FirstWait from Run).
 func fleetPoolChild(cfg fleetChildConfig, out io.Writer) error {
 	ctx := context.Background()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -661,14 +664,15 @@ func fleetPoolChild(cfg fleetChildConfig, out io.Writer) error {
 	start = time.Now()
 	go func() { done <- p.Run(rctx) }()
 	tick := time.NewTicker(cfg.Every)
-	end := time.After(cfg.Window)
 sampling:
 	for {
 		select {
 		case <-tick.C:
-			res.Samples = append(res.Samples, readHeap(start))
-		case <-end:
-			break sampling
+			h := readHeap(start)
+			res.Samples = append(res.Samples, h)
+			if h.At >= cfg.Window && (first.Load() != 0 || h.At >= cfg.FirstWait) {
+				break sampling
+			}
 		case err := <-done:
 			return fmt.Errorf("the pool's Run returned within the window: %v", err)
 		}
@@ -699,7 +703,7 @@ func fleetRecorderChild(cfg fleetChildConfig, in io.Reader, out io.Writer) error
 	sample := func(since time.Time) heapSample {
 		h := gcHeap(since)
 		c := counter.snapshot()
-		h.Events, h.Checks, h.Writes = c.events, c.unary[readTxn], c.of(txnMethods)
+		h.Events, h.Reads, h.Writes = c.events, c.unary[readTxn], c.of(txnMethods)
 		return h
 	}
 	var failed atomic.Int64
@@ -792,8 +796,13 @@ func (b *bench) fleetBigPrefix(ctx context.Context, cfg config, s *section) erro
 	if err != nil {
 		return err
 	}
+	firstPage, lastPage, err := b.pageTimes(ctx, prefix, cfg.fleetBig)
+	if err != nil {
+		return err
+	}
 	cmd, in, out, stderr, err := b.startFleetChild(ctx, fleetChildConfig{
-		Mode: "pool", Namespace: ns, Prefix: prefix, Slots: slots, Work: cfg.fleetWork, Window: cfg.fleetBigWindow, Every: 100 * time.Millisecond,
+		Mode: "pool", Namespace: ns, Prefix: prefix, Slots: slots, Work: cfg.fleetWork,
+		Window: cfg.fleetBigWindow, FirstWait: cfg.fleetBigFirstWait, Every: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return err
@@ -825,29 +834,77 @@ func (b *bench) fleetBigPrefix(ctx context.Context, cfg config, s *section) erro
 	first := "none"
 	if res.FirstHandler > 0 {
 		first = ms(res.FirstHandler)
+	} else if len(res.Samples) > 0 {
+		first = "none in " + res.Samples[len(res.Samples)-1].At.Round(100*time.Millisecond).String()
 	}
 	s.addf("   from Run to the first handler call: %s (the session's start, the source's first offer and its claim)", first)
-	s.addf("   the child's heap over %v, sampled every 100 ms without forcing a GC, against %.1f MB live just before Run (after a forced GC):",
-		cfg.fleetBigWindow, mb(int64(res.Base.Live)))
+	s.addf("   for scale, one page of 1000 keys read bare from this process as a Prefix source reads it (keys only, a Range to the end of the prefix with a limit):")
+	s.addf("     the first page %s, the last %s (etcd counts every key left in the range for each page)", ms(firstPage), ms(lastPage))
+	span := time.Duration(0)
+	if len(res.Samples) > 0 {
+		span = res.Samples[len(res.Samples)-1].At
+	}
+	s.addf("   the child's heap over %v from Run (at least %v, and until the first handler call), sampled every 100 ms without forcing a GC,",
+		span.Round(100*time.Millisecond), cfg.fleetBigWindow)
+	s.addf("   against %.1f MB live just before Run (after a forced GC):", mb(int64(res.Base.Live)))
 	s.addf("     live (as the last GC found it): max +%.1f MB at %.1fs; after a forced GC at the end, the pool still running: +%.1f MB",
 		mb(grow(maxLive.Live, res.Base.Live)), maxLive.At.Seconds(), mb(grow(res.End.Live, res.Base.Live)))
 	s.addf("     in use (live and garbage not yet collected): max +%.1f MB; RSS: max +%.1f MB (%.1f MB)",
 		mb(grow(maxInUse.InUse, res.Base.InUse)), mb(grow(maxRSS.RSS, res.Base.RSS)), mb(int64(maxRSS.RSS)))
 	var series []string
+	step := max(20, (len(res.Samples)+29)/30/10*10) // at most about 30 points, in whole seconds
 	for i, h := range res.Samples {
-		if (i+1)%20 == 0 {
+		if (i+1)%step == 0 {
 			series = append(series, fmt.Sprintf("%.0fs %+.1f", h.At.Seconds(), mb(grow(h.Live, res.Base.Live))))
 		}
 	}
 	if len(series) > 0 {
-		s.addf("     live MB over the base, every 2 s: %s", strings.Join(series, ", "))
+		s.addf("     live MB over the base, every %v: %s", time.Duration(step)*100*time.Millisecond, strings.Join(series, ", "))
 	}
 	s.addf("   %d tasks completed in the window, %d GCs, %v of the child's CPU", res.Completed, res.GCs, res.CPU.Round(10*time.Millisecond))
+	// A million keys in one DeleteRange outlast etcd's request timeout:
+	// delete them 10 000 at a time; the section's wipe does the rest.
+	const chunk = 10000
+	for from := 0; from < cfg.fleetBig; from += chunk {
+		to := min(cfg.fleetBig, from+chunk)
+		if _, err := b.admin.Delete(ctx, prefix+fleetTask(from), clientv3.WithRange(prefix+fleetTask(to))); err != nil {
+			return fmt.Errorf("delete the big prefix: %w", err)
+		}
+	}
 	s.metric("fleet big first handler", "latency", max(res.FirstHandler, time.Nanosecond).Seconds())
 	s.metric("fleet big heap growth", "count", float64(liveGrowth))
 	s.goal("fleet big prefix: Run → first handler ≤ 2 s", res.FirstHandler > 0 && res.FirstHandler <= 2*time.Second, first)
 	s.goal("fleet big prefix: the pool's heap ≤ 100 MB", liveGrowth <= 100<<20, fmt.Sprintf("+%.1f MB live", mb(liveGrowth)))
 	return nil
+}
+
+// pageTimes reads a page of 1000 keys under prefix as a Prefix source
+// does (keys only, a Range from a key to the end of the prefix, with a
+// limit), once from the first key and once from the 1000th last, and
+// returns how long each took (the median of 3). etcd answers a Range with
+// the count of every key left in it, so the first page of a big prefix
+// costs more than the last.
+func (b *bench) pageTimes(ctx context.Context, prefix string, n int) (first, last time.Duration, err error) {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	page := func(from string) (time.Duration, error) {
+		var ds []time.Duration
+		for range 3 {
+			start := time.Now()
+			resp, err := b.admin.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
+			if err != nil {
+				return 0, err
+			}
+			ds = append(ds, time.Since(start))
+			if len(resp.Kvs) != min(n, 1000) {
+				return 0, fmt.Errorf("a page under %s has %d keys, want %d", prefix, len(resp.Kvs), min(n, 1000))
+			}
+		}
+		return percentile(ds, 50), nil
+	}
+	if first, err = page(prefix); err == nil {
+		last, err = page(prefix + fleetTask(max(n-1000, 0)))
+	}
+	return first, last, err
 }
 
 // fleetExpiries is part 4(a): one session holding cfg.fleetExpiries
@@ -1005,7 +1062,7 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 	} else {
 		s.addf("   %d of %d Expired entries after %v (%.0f entries/s); the first after %s", got, n, took.Round(100*time.Millisecond), float64(got)/took.Seconds(), ms(firstAt))
 	}
-	s.addf("   the log lists %d Expired entries (the %d leases and the probe's); the recorder's client sent %.2f read-only Txns and %.2f write Txns per entry, one after another",
+	s.addf("   the log lists %d Expired entries (the %d leases and the probe's); the recorder's client sent %.3f read-only and %.3f write transactions per entry",
 		len(expired), n, float64(calls.unary[readTxn])/float64(max(got, 1)), float64(calls.of(txnMethods))/float64(max(got, 1)))
 	if done && len(expired) != n+1 {
 		return fmt.Errorf("the log lists %d Expired entries, want %d", len(expired), n+1)
@@ -1025,7 +1082,11 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 // bounded window over a long run), beside a pool of 16 slots at full
 // speed — fresh tasks from a worker.Func, handlers returning at once — for
 // cfg.fleetRecorderFor. The child's live heap is sampled after a forced GC
-// every cfg.fleetRecorderEvery; the goal is a flat series.
+// every cfg.fleetRecorderEvery; the goal is a flat series. Meanwhile this
+// process probes how far behind the recorder is, every interval too: a
+// lease whose session is revoked, and the time until its Expired entry
+// exists — a recorder that falls behind its watch leaves the responses it
+// has not taken buffered in its client.
 func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) error {
 	const slots = 16
 	ns := nsFleet + "/recorder"
@@ -1063,13 +1124,47 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 	if err != nil {
 		return err
 	}
+	pcli, err := b.fleetClient(nil)
+	if err != nil {
+		return err
+	}
+	defer pcli.Close()
+	preg := lease.NewRegistry(pcli, lease.WithNamespace(ns))
+	defer preg.Close()
 	rctx, cancel := context.WithTimeout(ctx, cfg.fleetRecorderFor)
 	defer cancel()
+	var lags []time.Duration // -1: not recorded within the interval
+	var probeErr error
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			lag, err := b.probeRecorder(rctx, pcli, preg, ns, fmt.Sprintf("probe%04d", i), every)
+			if err != nil {
+				if rctx.Err() == nil {
+					probeErr = err
+				}
+				return
+			}
+			lags = append(lags, lag)
+		}
+	}()
 	start := time.Now()
 	runErr := p.Run(rctx)
 	ran := time.Since(start)
+	<-probed
 	if runErr != nil && !errors.Is(runErr, context.DeadlineExceeded) {
 		return runErr
+	}
+	if probeErr != nil {
+		return fmt.Errorf("probe: %w", probeErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -1100,19 +1195,65 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 	s.addf("   the recorder's live heap after a forced GC, every %v (MB; %.1f MB before it started): %s", every, mb(int64(res.Base.Live)), strings.Join(series, " "))
 	s.addf("   first %.1f MB at %.0fs, last %.1f MB at %.0fs; least-squares slope %+.3f MB/min; median of the first third %.1f MB, of the last third %.1f MB; RSS %.1f → %.1f MB",
 		mb(int64(firstS.Live)), firstS.At.Seconds(), mb(int64(lastS.Live)), lastS.At.Seconds(), slope, early, late, mb(int64(firstS.RSS)), mb(int64(lastS.RSS)))
-	var backlog []string
-	for _, h := range res.Samples {
-		backlog = append(backlog, fmt.Sprint(h.Events-h.Checks))
+	var lagList []string
+	late0 := 0
+	for _, d := range lags {
+		if d < 0 {
+			late0++
+			lagList = append(lagList, ">"+every.String())
+			continue
+		}
+		lagList = append(lagList, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 	}
-	s.addf("   lease-key deletions the recorder's client had received but the recorder not yet checked (one read-only Txn each), at the same samples: %s", strings.Join(backlog, " "))
-	s.addf("   over the run it received %d deletions, checked %d, and sent %d write transactions (Expired entries and pruning); %d retention passes failed",
-		lastS.Events, lastS.Checks, lastS.Writes, res.PruneFailed)
+	s.addf("   the recorder's lag, probed every %v from this process (a probe lease's session revoked → its Expired entry exists), ms: %s", every, strings.Join(lagList, " "))
+	s.addf("   its client received %d watch events (lease-key deletions) and sent %.3f read-only and %.3f write transactions per event; %d retention passes failed",
+		lastS.Events, float64(lastS.Reads)/float64(max(lastS.Events, 1)), float64(lastS.Writes)/float64(max(lastS.Events, 1)), res.PruneFailed)
 	s.metric("fleet recorder heap first", "bytes", float64(firstS.Live))
 	s.metric("fleet recorder heap last", "bytes", float64(lastS.Live))
 	s.metric("fleet recorder heap slope", "count", slope)
 	s.goal("fleet recorder heap flat (median of the last third ≤ 1.1 × the first third's + 1 MB)", late <= 1.1*early+1,
 		fmt.Sprintf("%.1f → %.1f MB, %+.3f MB/min over %v", early, late, slope, ran.Round(time.Second)))
 	return nil
+}
+
+// probeRecorder measures how far behind the recorder of namespace ns is:
+// a session of its own claims res, its etcd lease is revoked, and the
+// result is the time from the revoke until the epoch's Expired entry
+// exists, or -1 if it does not within limit.
+func (b *bench) probeRecorder(ctx context.Context, cli *clientv3.Client, reg *lease.Registry, ns, res string, limit time.Duration) (time.Duration, error) {
+	ps, err := session.New(ctx, cli, session.WithWorker("probe"))
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = ps.Close(cctx)
+	}()
+	l, err := reg.TryAcquire(ctx, ps, res)
+	if err != nil {
+		return 0, err
+	}
+	endKey := keys.MustNew(ns).AuditEnd(res, l.Epoch())
+	revoked := time.Now()
+	if _, err := b.admin.Revoke(ctx, ps.LeaseID()); err != nil {
+		return 0, err
+	}
+	for time.Since(revoked) < limit {
+		resp, err := b.admin.Get(ctx, endKey, clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		if resp.Count > 0 {
+			return time.Since(revoked), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return -1, nil
 }
 
 // leastSquaresSlope is the slope of the least-squares line through (xs, ys).

@@ -162,12 +162,13 @@ type config struct {
 
 	fleetTasks         int           // section 14, part 1: task keys per run
 	fleetWork          time.Duration // the handler's sleep in parts 1–3
-	fleetRounds        int           // part 1: rounds of two runs per shape (after a warm-up round)
+	fleetRounds        int           // part 1: rounds of two runs per shape (after a warm-up round of one)
 	fleetBacklog       int           // part 2: task keys behind the steady and victim pools
 	fleetTTL           time.Duration // part 2: the pools' session TTL
 	fleetTakeoverWait  time.Duration // part 2: how long to wait for the takeovers
 	fleetBig           int           // part 3: task keys under the big prefix
-	fleetBigWindow     time.Duration // part 3: how long the pool's heap is sampled
+	fleetBigWindow     time.Duration // part 3: how long the pool's heap is sampled at least
+	fleetBigFirstWait  time.Duration // part 3: how long to wait for the first handler call
 	fleetExpiries      int           // part 4(a): leases expiring at once
 	fleetExpiryWait    time.Duration // part 4(a): how long to wait for their Expired entries
 	fleetRecorderFor   time.Duration // part 4(b): the long run
@@ -193,7 +194,7 @@ func fullConfig() config {
 		electionSamples: 30, electionGroup: 10, electionTTL: 2 * time.Second,
 		poolTasks: 1000, poolSlots: 16, poolBatch: 4, poolRounds: 8,
 		fleetTasks: 3000, fleetWork: 5 * time.Millisecond, fleetRounds: 3, fleetBacklog: 100000, fleetTTL: 2 * time.Second, fleetTakeoverWait: 90 * time.Second,
-		fleetBig: 1000000, fleetBigWindow: 20 * time.Second, fleetExpiries: 10000, fleetExpiryWait: 3 * time.Minute,
+		fleetBig: 1000000, fleetBigWindow: 20 * time.Second, fleetBigFirstWait: 3 * time.Minute, fleetExpiries: 10000, fleetExpiryWait: 3 * time.Minute,
 		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second,
 	}
 }
@@ -216,7 +217,7 @@ func smokeConfig() config {
 		electionSamples: 2, electionGroup: 2, electionTTL: time.Second,
 		poolTasks: 100, poolSlots: 16, poolBatch: 4, poolRounds: 1,
 		fleetTasks: 100, fleetWork: 5 * time.Millisecond, fleetRounds: 1, fleetBacklog: 300, fleetTTL: time.Second, fleetTakeoverWait: 10 * time.Second,
-		fleetBig: 5000, fleetBigWindow: time.Second, fleetExpiries: 200, fleetExpiryWait: 30 * time.Second,
+		fleetBig: 5000, fleetBigWindow: time.Second, fleetBigFirstWait: 10 * time.Second, fleetExpiries: 200, fleetExpiryWait: 30 * time.Second,
 		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second,
 	}
 }

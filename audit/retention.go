@@ -3,8 +3,10 @@ package audit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // Retention (docs/protocol.md §3.9): the recorder moves out of etcd what
@@ -74,7 +77,8 @@ type guardedKey struct {
 // reads etcd's clock (readClock): the revision C up to which every entry
 // is older than the retention on etcd's clock, whatever its Time says —
 // an entry's Time is its writer's wall clock and decides nothing here.
-// It reads the audit and done prefixes at one revision R; an epoch is due
+// It learns the audit and done prefixes at one revision R (pruneRead,
+// which reads only what changed since the last pass); an epoch is due
 // when it has an end entry at a revision ≤ C — or, for rejections written
 // after their epoch was pruned, when the newest of them is. If an ended
 // epoch is not due yet, the pass advances the clock (advanceClock). Due
@@ -247,14 +251,16 @@ func guardedDelete(k guardedKey) clientv3.Op {
 }
 
 // pruneCache is what a recorder's passes remember of etcd between them:
-// the audit entries and done records at the revision of the last pass, so
-// a pass decodes only what was written since. Every pass still reads every
-// key (keys only) at its own revision, so a key deleted or written again
-// in between is dropped or read afresh; the cache never decides anything
-// on its own.
+// the audit entries and done records at the revision rev of the last pass.
+// It is exact at rev — every key under the two prefixes at rev that
+// decodes is in it, with its mod revision, and nothing else — so a pass
+// reads only what changed since (pruneRead), never every live key: a
+// key deleted, or deleted and written again, reaches the cache as the
+// deletion and the new put, in revision order. Whenever the changes
+// cannot be read completely, the next pass starts from an empty cache.
 type pruneCache struct {
 	mu      sync.Mutex // held for a whole pass
-	rev     int64      // the revision entries and dones are complete at; 0: empty
+	rev     int64      // the revision entries and dones are exact at; 0: empty
 	entries map[string]Entry
 	dones   map[string]doneRecord
 	clock   etcdClock // the markers known, and the clock's reading (clock.go)
@@ -266,80 +272,162 @@ type doneRecord struct {
 	kv *mvccpb.KeyValue
 }
 
+// progressRetry is how often a pass asks etcd again for the progress
+// notification that ends its read of the changes: etcd answers only once
+// the watch has caught up (it catches up in steps of 100 ms), and drops a
+// request made before.
+const progressRetry = 50 * time.Millisecond
+
+// streamKey is the gRPC metadata that gives a pass's watch a stream of
+// its own: clientv3 shares one stream among the watches of a client whose
+// contexts carry the same metadata, and a progress request is answered
+// only when every watch of the stream has caught up, and to all of them.
+const streamKey = "leasehold-retention"
+
+// Why a read of the changes stopped short of its progress notification.
+var (
+	errWatchEnded  = errors.New("watch ended before it caught up")
+	errWatchSilent = errors.New("watch sent nothing within the attempt timeout")
+	errWatchSlow   = errors.New("watch did not catch up within its time")
+)
+
+// catchUpAttempts bounds a read of the changes, however steadily its
+// watch catches up, to as many attempt timeouts; a pass that reaches it
+// reads every key instead.
+const catchUpAttempts = 10
+
 // pruneRead returns the audit entries and the done records in etcd at one
-// revision R. It reads both prefixes keys only at R; the values of keys
-// written after the previous pass's revision P come from one range read
-// per prefix at R with WithMinModRev(P + 1), and the rest from the cache.
-// The first pass, or one after an error, reads every value. The caller
+// revision R, from the cache exact at the previous pass's revision P and
+// the changes since (readChanges): one watch of both prefixes from P,
+// read until etcd's progress notification at R. The first pass, or one
+// whose changes could not be read (etcd compacted past P, the watch
+// failed, went silent or did not catch up in time), reads every key and
+// value of both prefixes at one revision instead. The caller
 // holds c.mu for as long as it uses the maps returned.
 func (l *Log) pruneRead(ctx context.Context) (map[string]Entry, map[string]doneRecord, error) {
 	c := &l.pruneCache
 	prev := c.rev
 	c.rev = 0 // until this read completes
-	if prev == 0 {
-		c.entries, c.dones = map[string]Entry{}, map[string]doneRecord{}
+	if prev > 0 {
+		rev, err := l.readChanges(ctx, prev)
+		if err == nil {
+			c.rev = rev
+			return c.entries, c.dones, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, err
+		}
+		l.log.Debug("retention: reading every key", "since", prev, "error", err)
 	}
-	present := map[string]int64{}
-	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
-		present[string(kv.Key)] = kv.ModRevision
-	}, clientv3.WithKeysOnly())
+	c.entries, c.dones = map[string]Entry{}, map[string]doneRecord{}
+	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, l.cacheEntry)
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, func(kv *mvccpb.KeyValue) {
-		present[string(kv.Key)] = kv.ModRevision
-	}, clientv3.WithKeysOnly()); err != nil {
+	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, l.cacheDone); err != nil {
 		return nil, nil, err
-	}
-	for k, e := range c.entries {
-		if present[k] != e.Revision {
-			delete(c.entries, k)
-		}
-	}
-	for k, d := range c.dones {
-		if present[k] != d.kv.ModRevision {
-			delete(c.dones, k)
-		}
-	}
-	addEntry := func(kv *mvccpb.KeyValue) {
-		if e, err := decode(l.space, kv); err == nil {
-			c.entries[e.Key] = e
-		} // List reports corrupt values; retention leaves them to an operator
-	}
-	addDone := func(kv *mvccpb.KeyValue) {
-		res, err := l.space.ResourceFromDone(string(kv.Key))
-		if err != nil {
-			return
-		}
-		if d, err := record.DecodeDone(kv.Value); err == nil {
-			c.dones[string(kv.Key)] = doneRecord{epochID{res, d.Epoch}, kv}
-		}
-	}
-	for _, p := range []struct {
-		prefix string
-		add    func(*mvccpb.KeyValue)
-	}{{l.space.AuditPrefix(), addEntry}, {l.space.DonePrefix(), addDone}} {
-		if prev == 0 {
-			if _, err := l.scan(ctx, p.prefix, rev, p.add); err != nil {
-				return nil, nil, err
-			}
-			continue
-		}
-		// One read: etcd applies no limit together with a min mod
-		// revision, and what is new since the last pass is bounded by
-		// the pass interval.
-		actx, cancel := l.bound(ctx)
-		resp, err := l.cli.Get(actx, p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(prev+1))
-		cancel()
-		if err != nil {
-			return nil, nil, fmt.Errorf("audit: read %q since revision %d: %w", p.prefix, prev+1, err)
-		}
-		for _, kv := range resp.Kvs {
-			p.add(kv)
-		}
 	}
 	c.rev = rev
 	return c.entries, c.dones, nil
+}
+
+// readChanges brings the cache, exact at revision prev, to the revision R
+// it returns:
+//
+//	Watch [N/audit/, N/done0) WithRev(prev); RequestProgress every progressRetry until a progress notification (revision R)
+//
+// etcd sends a progress notification at R only once it has sent every
+// event of the watch at revisions ≤ R, and no event above R before it:
+// the events applied in order, puts decoded and deletions dropped, leave
+// the cache exact at R. The events at prev itself are already in the
+// cache and apply again to the same result; starting there, not at
+// prev + 1, lets etcd answer when nothing changed since (it sends no
+// progress for a watch that starts beyond its revision). Nothing of the
+// namespace sorts between N/audit/ and N/done/; keys of another
+// namespace that do are skipped. etcd sends a watch that starts in the
+// past its history in steps (1000 revisions every 100 ms), so the read is
+// bounded not as a whole but by silence: it fails once the watch sends
+// nothing for the attempt timeout, or has not caught up within
+// catchUpAttempts of them. On error the cache is half applied, and the
+// caller reads everything afresh.
+func (l *Log) readChanges(ctx context.Context, prev int64) (int64, error) {
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, "1"))
+	defer cancel()
+	silent := time.NewTimer(l.attempt) // reset by every response
+	defer silent.Stop()
+	whole := time.NewTimer(catchUpAttempts * l.attempt)
+	defer whole.Stop()
+	from, to := l.space.AuditPrefix(), clientv3.GetPrefixRangeEnd(l.space.DonePrefix())
+	wch := l.cli.Watch(wctx, from, clientv3.WithRange(to), clientv3.WithRev(prev))
+	ask := time.NewTicker(progressRetry)
+	defer ask.Stop()
+	fail := func(err error) (int64, error) {
+		return 0, fmt.Errorf("audit: retention: read the changes since revision %d: %w", prev, err)
+	}
+	if err := l.cli.RequestProgress(wctx); err != nil {
+		return fail(err)
+	}
+	last := prev // the revision of the last event applied
+	for {
+		select {
+		case <-ask.C:
+			if err := l.cli.RequestProgress(wctx); err != nil {
+				return fail(err)
+			}
+		case <-silent.C:
+			return fail(errWatchSilent)
+		case <-whole.C:
+			return fail(errWatchSlow)
+		case resp, ok := <-wch:
+			if !ok {
+				return fail(cmp.Or(ctx.Err(), errWatchEnded))
+			}
+			silent.Reset(l.attempt)
+			if err := resp.Err(); err != nil {
+				return fail(err) // etcd compacted past prev, among others
+			}
+			if resp.IsProgressNotify() {
+				if rev := resp.Header.Revision; rev >= last {
+					return rev, nil
+				}
+				return fail(fmt.Errorf("progress at revision %d after an event at %d", resp.Header.Revision, last))
+			}
+			for _, ev := range resp.Events {
+				key := string(ev.Kv.Key)
+				last = max(last, ev.Kv.ModRevision)
+				delete(l.pruneCache.entries, key)
+				delete(l.pruneCache.dones, key)
+				if ev.Type != mvccpb.PUT {
+					continue
+				}
+				switch {
+				case strings.HasPrefix(key, l.space.AuditPrefix()):
+					l.cacheEntry(ev.Kv)
+				case strings.HasPrefix(key, l.space.DonePrefix()):
+					l.cacheDone(ev.Kv)
+				}
+			}
+		}
+	}
+}
+
+// cacheEntry caches the audit entry kv, if it is one. List reports
+// corrupt values; retention leaves them to an operator.
+func (l *Log) cacheEntry(kv *mvccpb.KeyValue) {
+	if e, err := decode(l.space, kv); err == nil {
+		l.pruneCache.entries[e.Key] = e
+	}
+}
+
+// cacheDone caches the done record kv, if it is one.
+func (l *Log) cacheDone(kv *mvccpb.KeyValue) {
+	res, err := l.space.ResourceFromDone(string(kv.Key))
+	if err != nil {
+		return
+	}
+	if d, err := record.DecodeDone(kv.Value); err == nil {
+		l.pruneCache.dones[string(kv.Key)] = doneRecord{epochID{res, d.Epoch}, kv}
+	}
 }
 
 // runPruner prunes every pruneInterval until ctx ends; errors are logged

@@ -28,9 +28,12 @@ import (
 //     a session starting or ending: rare events, whatever the task rate.
 //   - Each pool offers first the tasks it owns: the live session whose
 //     rendezvous hash with the task's name is highest is the owner
-//     (fleet.order). Pools over one source then claim disjoint tasks, and
-//     the rest of an offer — other owners' tasks — comes after, when it
-//     is likely held or done already, which the screen finds with a read.
+//     (fleet.split). Pools over one source then claim disjoint tasks. The
+//     rest of an offer — other owners' tasks — is offered only once the
+//     pool has nothing in flight, a chunk at a time and no more of it than
+//     its slots claim at once: by then it is mostly held or done, which
+//     the screen finds with a read, and the pool steals only what an idle
+//     owner has not reached.
 //   - Offers are screened before they are claimed (run.screen): one
 //     read-only, serializable transaction per chunk reads the chunk's lease
 //     and done keys, so a claim that cannot succeed costs part of a read,
@@ -110,36 +113,30 @@ func score(name string, id int64) uint64 {
 	return h.Sum64()
 }
 
-// order returns names with the tasks this pool owns first, each part in
-// the order given. With no membership known (the watch has not read it
-// yet) it returns names as they are.
-func (f *fleet) order(names []string) []string {
+// split returns the tasks among names this pool owns and the others, each
+// in the order given. With no membership known (the watch has not read it
+// yet), or this pool alone, every task is its own.
+func (f *fleet) split(names []string) (mine, others []string) {
 	f.mu.Lock()
-	members := f.members
-	own := len(f.own) > 0
-	f.mu.Unlock()
-	if len(members) < 2 || !own {
-		return names
+	defer f.mu.Unlock()
+	if len(f.members) < 2 || len(f.own) == 0 {
+		return names, nil
 	}
-	mine := make([]string, 0, len(names))
-	var others []string
+	mine = make([]string, 0, len(names)/len(f.members)+1)
 	for _, name := range names {
 		best, owner := uint64(0), int64(0)
-		for _, id := range members {
+		for _, id := range f.members {
 			if sc := score(name, id); sc >= best {
 				best, owner = sc, id
 			}
 		}
-		f.mu.Lock()
-		owned := f.own[owner]
-		f.mu.Unlock()
-		if owned {
+		if f.own[owner] {
 			mine = append(mine, name)
 		} else {
 			others = append(others, name)
 		}
 	}
-	return append(mine, others...)
+	return mine, others
 }
 
 // watch follows the fleet's membership until ctx ends: it lists the

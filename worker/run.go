@@ -169,23 +169,56 @@ func (r *run) dispatch() {
 				return
 			}
 		}
-		names = append(r.fleet.order(names), r.dueRetries(time.Now())...)
-		chunk := min(screenChunk, max(4, r.p.cfg.slots*r.p.cfg.batch))
-		for len(names) > 0 {
-			n := min(len(names), chunk)
-			if !r.offerScreened(names[:n]) {
+		mine, others := r.fleet.split(names)
+		mine = append(mine, r.dueRetries(time.Now())...)
+		perClaim := r.p.cfg.slots * r.p.cfg.batch
+		chunk := min(screenChunk, max(4, perClaim))
+		for len(mine) > 0 {
+			n := min(len(mine), chunk)
+			if !r.offerScreened(mine[:n], n) {
 				return
 			}
-			names = names[n:]
+			mine = mine[n:]
+		}
+		// Other pools' tasks: only once this pool is out of work of its
+		// own (nothing in flight), a screened chunk at a time, and no more
+		// of it than the slots claim at once — their owners are mostly
+		// running them, and a claim racing an owner's is a failed write.
+		for len(others) > 0 {
+			if !r.waitIdle() {
+				return
+			}
+			n := min(len(others), screenChunk)
+			if !r.offerScreened(others[:n], perClaim) {
+				return
+			}
+			others = others[n:]
+		}
+	}
+}
+
+// waitIdle waits until nothing the pool took is in flight; false once the
+// Run's context has ended.
+func (r *run) waitIdle() bool {
+	for {
+		r.mu.Lock()
+		idle := len(r.busy) == 0
+		r.mu.Unlock()
+		if idle {
+			return true
+		}
+		if !sleep(r.ctx, 2*time.Millisecond) {
+			return false
 		}
 	}
 }
 
 // offerScreened takes the names that may be offered now, screens them
-// (screen) and offers the free ones in batches; false once the Run's
-// context has ended. A chunk is taken and screened just before it is
-// offered, so what the screen read is at most a chunk's claims old.
-func (r *run) offerScreened(names []string) bool {
+// (screen) and offers up to limit of the free ones in batches, giving the
+// rest back; false once the Run's context has ended. A chunk is taken and
+// screened just before it is offered, so what the screen read is at most
+// a chunk's claims old.
+func (r *run) offerScreened(names []string, limit int) bool {
 	now := time.Now()
 	var taken []string
 	for _, name := range names {
@@ -197,6 +230,12 @@ func (r *run) offerScreened(names []string) bool {
 		return true
 	}
 	free := r.screen(taken)
+	if len(free) > limit {
+		for _, name := range free[limit:] {
+			r.giveBack(name)
+		}
+		free = free[:limit]
+	}
 	for len(free) > 0 {
 		n := min(len(free), r.p.cfg.batch)
 		if !r.offer(free[:n]) {

@@ -29,11 +29,11 @@ import (
 //   - Each pool offers first the tasks it owns: the live session whose
 //     rendezvous hash with the task's name is highest is the owner
 //     (fleet.split). Pools over one source then claim disjoint tasks. The
-//     rest of an offer — other owners' tasks — is offered only once the
-//     pool has nothing in flight, a chunk at a time and no more of it than
-//     its slots claim at once: by then it is mostly held or done, which
-//     the screen finds with a read, and the pool steals only what an idle
-//     owner has not reached.
+//     rest of an offer — other owners' tasks — is offered only to slots
+//     left free once the pool's own work is offered, a chunk at a time and
+//     no more of it than those slots claim at once: by then it is mostly
+//     held or done, which the screen finds with a read, and the pool
+//     steals what a slower owner has not reached.
 //   - Offers are screened before they are claimed (run.screen): one
 //     read-only, serializable transaction per chunk reads the chunk's lease
 //     and done keys, so a claim that cannot succeed costs part of a read,

@@ -180,16 +180,18 @@ func (r *run) dispatch() {
 			}
 			mine = mine[n:]
 		}
-		// Other pools' tasks: only once this pool is out of work of its
-		// own (nothing in flight), a screened chunk at a time, and no more
-		// of it than the slots claim at once — their owners are mostly
-		// running them, and a claim racing an owner's is a failed write.
+		// Other pools' tasks: only for slots that are free once this
+		// pool's own work is offered, a screened chunk at a time, and no
+		// more of it than those slots claim at once — their owners are
+		// mostly running them, and a claim racing an owner's is a failed
+		// write.
 		for len(others) > 0 {
-			if !r.waitIdle() {
+			free := r.waitFree(perClaim)
+			if free == 0 {
 				return
 			}
 			n := min(len(others), screenChunk)
-			if !r.offerScreened(others[:n], perClaim) {
+			if !r.offerScreened(others[:n], free) {
 				return
 			}
 			others = others[n:]
@@ -197,18 +199,18 @@ func (r *run) dispatch() {
 	}
 }
 
-// waitIdle waits until nothing the pool took is in flight; false once the
-// Run's context has ended.
-func (r *run) waitIdle() bool {
+// waitFree waits until some of the pool's capacity (of claims at once) is
+// free, and returns how much; 0 once the Run's context has ended.
+func (r *run) waitFree(capacity int) int {
 	for {
 		r.mu.Lock()
-		idle := len(r.busy) == 0
+		free := capacity - len(r.busy)
 		r.mu.Unlock()
-		if idle {
-			return true
+		if free > 0 {
+			return free
 		}
 		if !sleep(r.ctx, 2*time.Millisecond) {
-			return false
+			return 0
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -190,6 +191,7 @@ func (b *bench) countUnder(ctx context.Context, prefix string) (int64, error) {
 // fleetRun is what one run of part 1 did.
 type fleetRun struct {
 	elapsed time.Duration // from the pools' Run to the last task's completion
+	cpu     time.Duration // this process's CPU (pools and member) over elapsed
 	calls   callCounts    // on the pools' clients, from Run until every Run returned
 	stats   worker.Stats  // summed over the pools
 	perPool []int64       // tasks each pool completed
@@ -230,11 +232,15 @@ func (b *bench) fleetOnce(ctx context.Context, cfg config, counter *callCounter,
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	returned := make(chan error, len(pools))
-	before := counter.snapshot()
+	before, cpu0 := counter.snapshot(), cpuTime()
 	start := time.Now()
-	for _, p := range pools {
-		go func() { returned <- p.Run(rctx) }()
-	}
+	// The pools' goroutines carry the shape's label in a CPU profile
+	// (-cpuprofile; go tool pprof -tagfocus fleet=B); the member's do not.
+	pprof.Do(rctx, pprof.Labels("fleet", sh.label), func(rctx context.Context) {
+		for _, p := range pools {
+			go func() { returned <- p.Run(rctx) }()
+		}
+	})
 	var r fleetRun
 	var runErr error
 	tick := time.NewTicker(time.Millisecond)
@@ -242,7 +248,7 @@ func (b *bench) fleetOnce(ctx context.Context, cfg config, counter *callCounter,
 wait:
 	for {
 		if completed() >= int64(n) {
-			r.elapsed = time.Since(start)
+			r.elapsed, r.cpu = time.Since(start), cpuTime()-cpu0
 			break
 		}
 		select {
@@ -291,6 +297,7 @@ wait:
 func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 	counter := newCallCounter()
 	rates := map[string][]float64{} // per round
+	cpus := map[string][]float64{}  // CPU µs per task, per round
 	runs := map[string][]fleetRun{}
 	seq := 0
 	first := -1 // round -1 warms up
@@ -311,7 +318,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 			if err != nil {
 				return err
 			}
-			sums[i] = sums[i].add(runStats{tasks: int64(cfg.fleetTasks), elapsed: r.elapsed})
+			sums[i] = sums[i].add(runStats{tasks: int64(cfg.fleetTasks), elapsed: r.elapsed, cpu: r.cpu})
 			if round >= 0 {
 				runs[sh.label] = append(runs[sh.label], r)
 			}
@@ -323,6 +330,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 		if round >= 0 {
 			for i, sh := range order {
 				rates[sh.label] = append(rates[sh.label], sums[i].rate())
+				cpus[sh.label] = append(cpus[sh.label], float64(sums[i].cpuPerTask())/float64(time.Microsecond))
 			}
 		}
 		if err := b.fleetWipe(ctx); err != nil {
@@ -336,7 +344,7 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 	}
 	s.addf("1. cost: %d task keys under one prefix (fresh keys, prefix and namespace every run), %v of work per task, the same 32 slots as 1, 8 and 32 pools", cfg.fleetTasks, cfg.fleetWork)
 	s.addf("   a run is timed from the pools' Run to the last completion; %d round%s of %s%s; medians over rounds", rounds, plural(rounds), perRound, warm)
-	s.addf("   %-22s %9s %10s %11s %7s %8s %12s  %s", "", "tasks/s", "run", "writes/task", "reads", "watches", "vs A", "tasks per pool (min–max)")
+	s.addf("   %-22s %9s %10s %12s %11s %7s %8s %9s  %s", "", "tasks/s", "run", "CPU µs/task", "writes/task", "reads", "watches", "vs A", "tasks per pool (min–max)")
 	perTask := map[string]float64{}
 	for _, sh := range fleetShapes {
 		var c callCounts
@@ -349,14 +357,15 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 		}
 		tasks := float64(len(runs[sh.label]) * cfg.fleetTasks)
 		perTask[sh.label] = float64(c.of(txnMethods)) / tasks
-		s.addf("   %-22v %9.0f %10s %11.3f %7.3f %8.1f %11.3f×  %d–%d", sh, median(rates[sh.label]), ms(time.Duration(median(took))),
-			perTask[sh.label], float64(c.of(readMethods))/tasks, float64(c.watches)/float64(max(len(runs[sh.label]), 1)),
+		s.addf("   %-22v %9.0f %10s %12.0f %11.3f %7.3f %8.1f %8.3f×  %d–%d", sh, median(rates[sh.label]), ms(time.Duration(median(took))),
+			median(cpus[sh.label]), perTask[sh.label], float64(c.of(readMethods))/tasks, float64(c.watches)/float64(max(len(runs[sh.label]), 1)),
 			ratios(rates[sh.label], rates["A"], 1), lo, hi)
 		s.metric("fleet "+sh.label+" tasks", "rate", median(rates[sh.label]))
 		s.metric("fleet "+sh.label+" writes/task", "count", perTask[sh.label])
 	}
 	s.addf("   writes = Txn calls with a put or delete on a branch (proposed and committed by etcd whether their compares hold or not) + Put + DeleteRange,")
-	s.addf("   counted by interceptors on every pool's client from Run until every Run returned; reads = Range + read-only Txn; watches per run")
+	s.addf("   counted by interceptors on every pool's client from Run until every Run returned; reads = Range + read-only Txn; watches per run;")
+	s.addf("   CPU = this process's (the pools and the member, on %d cores) over the run, per task", runtime.NumCPU())
 	s.addf("   a task needs 2 writes (its claim, and the Complete that also deletes its key); the rest are claims that found the task taken, and each session's own writes (a fleet marker)")
 	rB, rC := ratios(rates["B"], rates["A"], 1), ratios(rates["C"], rates["A"], 1)
 	s.metric("fleet B/A", "ratio", rB)
@@ -1134,6 +1143,7 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 	rctx, cancel := context.WithTimeout(ctx, cfg.fleetRecorderFor)
 	defer cancel()
 	var lags []time.Duration // -1: not recorded within the interval
+	var stored []int64       // keys under the namespace after each probe
 	var probeErr error
 	probed := make(chan struct{})
 	go func() {
@@ -1153,7 +1163,14 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 				}
 				return
 			}
-			lags = append(lags, lag)
+			n, err := b.countUnder(rctx, ns+"/")
+			if err != nil {
+				if rctx.Err() == nil {
+					probeErr = err
+				}
+				return
+			}
+			lags, stored = append(lags, lag), append(stored, n)
 		}
 	}()
 	start := time.Now()
@@ -1206,7 +1223,12 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 		lagList = append(lagList, fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)))
 	}
 	s.addf("   the recorder's lag, probed every %v from this process (a probe lease's session revoked → its Expired entry exists), ms: %s", every, strings.Join(lagList, " "))
-	s.addf("   its client received %d watch events (lease-key deletions) and sent %.3f read-only and %.3f write transactions per event; %d retention passes failed",
+	var storedList []string
+	for _, n := range stored {
+		storedList = append(storedList, fmt.Sprintf("%.1f", float64(n)/1000))
+	}
+	s.addf("   thousands of keys under the namespace after each probe (what retention leaves in etcd): %s", strings.Join(storedList, " "))
+	s.addf("   its client received %d watch events and sent %.3f read-only and %.3f write transactions per event; %d retention passes failed",
 		lastS.Events, float64(lastS.Reads)/float64(max(lastS.Events, 1)), float64(lastS.Writes)/float64(max(lastS.Events, 1)), res.PruneFailed)
 	s.metric("fleet recorder heap first", "bytes", float64(firstS.Live))
 	s.metric("fleet recorder heap last", "bytes", float64(lastS.Live))

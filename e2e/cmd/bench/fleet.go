@@ -568,9 +568,9 @@ type heapSample struct {
 	Live  uint64        // the heap the last GC found live (runtime/metrics /gc/heap/live:bytes)
 	InUse uint64        // HeapInuse: live and not yet collected
 	RSS   uint64        // VmRSS
-	// recorder: the watch events its client had received (lease-key
-	// deletions), and the read-only and the write transactions it had
-	// sent (explaining deletions; Expired entries and pruning).
+	// recorder: the watch events its client had received (on every watch
+	// it opened), and the read-only and the write transactions it had
+	// sent.
 	Events, Reads, Writes int64
 }
 
@@ -1228,8 +1228,8 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 		storedList = append(storedList, fmt.Sprintf("%.1f", float64(n)/1000))
 	}
 	s.addf("   thousands of keys under the namespace after each probe (what retention leaves in etcd): %s", strings.Join(storedList, " "))
-	s.addf("   its client received %d watch events and sent %.3f read-only and %.3f write transactions per event; %d retention passes failed",
-		lastS.Events, float64(lastS.Reads)/float64(max(lastS.Events, 1)), float64(lastS.Writes)/float64(max(lastS.Events, 1)), res.PruneFailed)
+	s.addf("   its client received %d watch events (on every watch it opened: %.1f per task) and sent %.3f read-only and %.3f write transactions per task; %d retention passes failed",
+		lastS.Events, float64(lastS.Events)/float64(max(st.Completed, 1)), float64(lastS.Reads)/float64(max(st.Completed, 1)), float64(lastS.Writes)/float64(max(st.Completed, 1)), res.PruneFailed)
 	s.metric("fleet recorder heap first", "bytes", float64(firstS.Live))
 	s.metric("fleet recorder heap last", "bytes", float64(lastS.Live))
 	s.metric("fleet recorder heap slope", "count", slope)

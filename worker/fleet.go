@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -141,12 +142,16 @@ func (f *fleet) split(names []string) (mine, others []string) {
 
 // watch follows the fleet's membership until ctx ends: it lists the
 // markers, then watches them from the revision after; a deletion takes
-// over the ended session's tasks. A broken watch lists again (a session
-// that ended in between is missed: its tasks come back on the sources'
-// passes).
+// over the ended session's tasks. A broken watch lists again, and a
+// session listed or seen before but gone now ended in between: its tasks
+// are read at the last revision it was known alive at.
 func (f *fleet) watch(ctx context.Context) {
 	cli := f.r.p.reg.Client()
 	backoff := time.Duration(0)
+	var (
+		seen    map[int64]bool // the members the last listing or watch knew of
+		lastRev int64          // the revision they were known at
+	)
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
 		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -156,21 +161,35 @@ func (f *fleet) watch(ctx context.Context) {
 			sleep(ctx, backoff)
 			continue
 		}
+		listed := make(map[int64]bool, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			if id, err := f.space.LiveLeaseID(string(kv.Key)); err == nil {
+				listed[id] = true
+			}
+		}
 		f.mu.Lock()
 		f.members = f.members[:0]
 		for id := range f.own {
 			f.members = append(f.members, id)
 		}
-		f.mu.Unlock()
-		for _, kv := range resp.Kvs {
-			if id, err := f.space.LiveLeaseID(string(kv.Key)); err == nil {
-				f.add(id)
-			}
+		for id := range listed {
+			f.members = append(f.members, id)
 		}
-		f.mu.Lock()
 		slices.Sort(f.members)
 		f.members = slices.Compact(f.members)
 		f.mu.Unlock()
+		// Sessions that ended while the watch was down: their keys were
+		// still there at lastRev, when they were known alive.
+		var vanished []int64
+		for id := range seen {
+			if !listed[id] {
+				vanished = append(vanished, id)
+			}
+		}
+		if len(vanished) > 0 {
+			f.takeOver(ctx, lastRev+1, vanished)
+		}
+		seen, lastRev = listed, resp.Header.Revision
 		wch := cli.Watch(clientv3.WithRequireLeader(ctx), f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
 			if wr.Err() != nil {
@@ -185,14 +204,17 @@ func (f *fleet) watch(ctx context.Context) {
 				}
 				if ev.Type == mvccpb.PUT {
 					f.add(id)
+					seen[id] = true
 					continue
 				}
 				f.remove(id)
+				delete(seen, id)
 				ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
 			}
 			for rev, ids := range ended {
 				f.takeOver(ctx, rev, ids)
 			}
+			lastRev = max(lastRev, wr.Header.Revision)
 		}
 		if ctx.Err() == nil {
 			backoff = grow(backoff, minIdle, 5*time.Second)
@@ -215,13 +237,27 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 	from := f.space.LeasePrefix()
 	var names []string
 	for {
-		actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
-		// With values: a keys-only range omits each key's etcd lease.
-		resp, err := cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithRev(rev-1), clientv3.WithLimit(prefixPage))
-		cancel()
-		if err != nil {
-			f.r.log.Debug("could not read what an ended session held; its tasks come back on the next pass", "revision", rev, "error", err)
-			return
+		// With values: a keys-only range omits each key's etcd lease. A
+		// failed read is tried again (a member in trouble, a loaded
+		// machine), up to takeOverTries times.
+		var resp *clientv3.GetResponse
+		backoff := 50 * time.Millisecond
+		for try := 1; ; try++ {
+			actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+			var err error
+			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithRev(rev-1), clientv3.WithLimit(prefixPage))
+			cancel()
+			if err == nil {
+				break
+			}
+			if try == takeOverTries || errors.Is(err, rpctypes.ErrCompacted) || ctx.Err() != nil {
+				f.r.log.Warn("could not read what an ended session held; its tasks come back on the next pass", "revision", rev, "error", err)
+				return
+			}
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, time.Second)
 		}
 		for _, kv := range resp.Kvs {
 			if !dead[kv.Lease] || f.space.IsControl(string(kv.Key)) {
@@ -241,6 +277,9 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 	}
 }
 
+// takeOverTries bounds the reads of what an ended session held.
+const takeOverTries = 5
+
 // taskOwner is a Source that can tell whether a name is one of its tasks,
 // so that a pool takes over only its own source's tasks from an ended
 // session. Func has no such knowledge: its tasks come back on its passes.
@@ -255,10 +294,20 @@ func (r *run) takeOver(names []string) {
 	if !ok {
 		return
 	}
-	now := time.Now()
 	offered := 0
 	for _, name := range names {
-		if !o.owns(name) || !r.take(name, now) {
+		if !o.owns(name) {
+			continue
+		}
+		// The dispatcher may have the name in hand (screening it as held
+		// a moment ago); it gives it back at once.
+		taken := false
+		for try := 0; try < 5 && !taken; try++ {
+			if taken = r.take(name, time.Now()); !taken && !sleep(r.ctx, 20*time.Millisecond) {
+				return
+			}
+		}
+		if !taken {
 			continue
 		}
 		if !r.offer([]string{name}) {

@@ -97,9 +97,15 @@ func (r *run) run() error {
 	if !r.p.cfg.perSlot {
 		r.shared = r.newSessions(r.p.cfg.worker)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { r.fleet.watch(ctx) })
-	wg.Go(r.dispatch)
+	// The dispatcher and the fleet's takeover both offer to the slots:
+	// batches closes only once both have returned.
+	var feeders, wg sync.WaitGroup
+	feeders.Go(func() { r.fleet.watch(ctx) })
+	feeders.Go(r.dispatch)
+	wg.Go(func() {
+		feeders.Wait()
+		close(r.batches)
+	})
 	for i := range r.p.cfg.slots {
 		wg.Go(func() { r.slot(i) })
 	}
@@ -139,9 +145,9 @@ func (r *run) fail(err error) {
 
 // dispatch offers the source's resources to the slots in batches,
 // skipping those running, waiting out a retry, or given up, until the
-// source is exhausted or the Run ends; then it closes batches.
+// source is exhausted or the Run ends (run closes batches once the fleet
+// watch has returned too).
 func (r *run) dispatch() {
-	defer close(r.batches)
 	exhausted := false
 	for {
 		var names []string

@@ -51,8 +51,8 @@ type fleet struct {
 	space keys.Space
 
 	mu      sync.Mutex
-	members []int64        // the live sessions' etcd lease ids, sorted
-	own     map[int64]bool // this pool's sessions among them
+	members []int64                    // the live sessions' etcd lease ids, sorted
+	own     map[int64]*session.Session // this pool's sessions among them
 }
 
 func newFleet(r *run) *fleet {
@@ -60,24 +60,60 @@ func newFleet(r *run) *fleet {
 	if err != nil {
 		space = keys.MustNew(keys.DefaultNamespace) // the registry validated it
 	}
-	return &fleet{r: r, space: space, own: make(map[int64]bool)}
+	return &fleet{r: r, space: space, own: make(map[int64]*session.Session)}
 }
 
 // join records a session of this pool, and puts its marker (one put,
-// attached to the session's lease). A failed put costs only the prompt
-// takeover of that session's tasks by other pools: they are offered again
-// on their sources' next pass.
+// attached to the session's lease). A put that fails is tried again in the
+// background, with backoff, while the session and the Run last: a session
+// started during a fault must still join the fleet, or other pools would
+// neither leave it its share of the tasks nor take its tasks over when it
+// ends (until then they come back on their sources' next passes).
 func (f *fleet) join(ctx context.Context, s *session.Session) {
 	id := int64(s.LeaseID())
 	f.mu.Lock()
-	f.own[id] = true
+	f.own[id] = s
 	f.mu.Unlock()
+	f.add(id)
+	if f.mark(ctx, s) {
+		return
+	}
+	f.r.closing.Go(func() {
+		backoff := time.Duration(0)
+		for s.Err() == nil && ctx.Err() == nil {
+			backoff = grow(backoff, minIdle, 2*time.Second)
+			if !sleep(ctx, backoff) || f.mark(ctx, s) {
+				return
+			}
+		}
+	})
+}
+
+// mark puts the session's marker once; true when it is there, or can
+// never be (the session's etcd lease is gone).
+func (f *fleet) mark(ctx context.Context, s *session.Session) bool {
 	actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
 	defer cancel()
-	if _, err := f.r.p.reg.Client().Put(actx, f.space.Live(id), s.Worker(), clientv3.WithLease(s.LeaseID())); err != nil {
-		f.r.log.Debug("could not mark the session live; other pools take its tasks over on their next pass", "worker", s.Worker(), "error", err)
+	_, err := f.r.p.reg.Client().Put(actx, f.space.Live(int64(s.LeaseID())), s.Worker(), clientv3.WithLease(s.LeaseID()))
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return true
+	default:
+		f.r.log.Debug("could not mark the session live; trying again", "worker", s.Worker(), "error", err)
+		return false
 	}
-	f.add(id)
+}
+
+// session returns this pool's live session whose etcd lease is id, or nil.
+func (f *fleet) session(id int64) *session.Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.own[id]; s != nil && s.Err() == nil {
+		return s
+	}
+	return nil
 }
 
 // leave forgets a session of this pool that ended.
@@ -131,7 +167,7 @@ func (f *fleet) split(names []string) (mine, others []string) {
 				best, owner = sc, id
 			}
 		}
-		if f.own[owner] {
+		if f.own[owner] != nil {
 			mine = append(mine, name)
 		} else {
 			others = append(others, name)
@@ -332,14 +368,18 @@ const screenChunk = 32
 // in one read-only transaction of serializable gets — answered by the
 // client's member, no raft write, no round to the leader — and returns
 // the names free to claim. A held name is given back, a completed one
-// finished, each counted. A failed read screens nothing: the claims
-// decide, as without it. A stale answer costs only a failed claim.
+// finished, each counted; a name held by one of this pool's own sessions
+// is settled by adopt. A failed read screens nothing: the claims decide,
+// as without it. A stale answer costs only a failed claim.
+//
+// The lease keys are read with their values: a keys-only range omits each
+// key's etcd lease, which tells a hold of this pool's from another's.
 func (r *run) screen(names []string) []string {
 	space := r.fleet.space
 	ops := make([]clientv3.Op, 0, 2*len(names))
 	for _, name := range names {
 		ops = append(ops,
-			clientv3.OpGet(space.Lease(name), clientv3.WithKeysOnly(), clientv3.WithSerializable()),
+			clientv3.OpGet(space.Lease(name), clientv3.WithSerializable()),
 			clientv3.OpGet(space.Done(name), clientv3.WithSerializable()))
 	}
 	actx, cancel := context.WithTimeout(r.ctx, r.p.reg.AttemptTimeout())
@@ -356,13 +396,61 @@ func (r *run) screen(names []string) []string {
 			d, _ := record.DecodeDone(done[0].Value) // a corrupt record is still a completion
 			r.skipCompleted(name, d)
 		case len(held) > 0:
+			if s := r.fleet.session(held[0].Lease); s != nil {
+				if r.adopt(s, name, held[0].ModRevision) {
+					free = append(free, name)
+				}
+				continue
+			}
+			r.forget(name)
 			r.p.stats.skippedHeld.Add(1)
 			r.giveBack(name)
 		default:
+			r.forget(name)
 			free = append(free, name)
 		}
 	}
 	return free
+}
+
+// adopt settles a name (taken by the dispatcher) that one of this pool's
+// live sessions holds at epoch although no slot runs it: a claim whose
+// outcome was unknown and that etcd applied after Reclaim had found it not
+// applied (a proposal delayed in a fault), or a release left undecided.
+// Without this the task would stay held, and never run, for as long as the
+// session lives. A release left undecided is tried again: true when the
+// name is free now. Otherwise one Reclaim (a read) returns the claim's
+// Lease, which a slot runs as a claimed one. Anything else gives the name
+// back, to be screened again on a later pass.
+func (r *run) adopt(s *session.Session, name string, epoch int64) (free bool) {
+	r.mu.Lock()
+	l := r.undecided[name]
+	r.mu.Unlock()
+	if l != nil && l.Epoch() == epoch {
+		if out := r.releaseCtx(r.ctx, l); out != releaseUndecided {
+			r.log.Info("a release left undecided is settled", "resource", name, "epoch", epoch, "worker", l.Worker(), "outcome", out)
+			return true
+		}
+		r.giveBack(name)
+		return false
+	}
+	l, err := r.p.reg.Reclaim(r.ctx, s, name)
+	switch {
+	case err == nil:
+		r.p.stats.reclaimed.Add(1)
+		r.log.Info("reclaimed a claim of this pool's that etcd applied late", "resource", name, "epoch", l.Epoch(), "worker", s.Worker())
+		select {
+		case r.ready <- l: // a slot runs it; the name stays busy until then
+		default:
+			r.release(l)
+			r.giveBack(name)
+		}
+	case errors.Is(err, lease.ErrCompleted):
+		r.finished(name)
+	default:
+		r.giveBack(name)
+	}
+	return false
 }
 
 // skipCompleted finishes a completed resource, counting it; the first of

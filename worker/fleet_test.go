@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // writeCounter counts the transactions etcd proposes through raft: those
@@ -271,5 +275,142 @@ func TestPoolCountsAndLogsSkips(t *testing.T) {
 	}
 	if !strings.Contains(logs, "completed_by=first") || !strings.Contains(logs, "epoch=") {
 		t.Errorf("the info line does not say who completed it and at which epoch:\n%s", logs)
+	}
+}
+
+// TestPoolAdoptsALateClaimOfItsOwn: a claim of the pool's own session that
+// etcd applied after the pool had given the task up — as when a claim's
+// outcome was unknown, Reclaim found it not applied, and the delayed
+// proposal landed later — is found by the screen, which reads who holds
+// a key, and run, rather than skipped as held for the session's life.
+func TestPoolAdoptsALateClaimOfItsOwn(t *testing.T) {
+	f := newFixture(t)
+	// The source offers "a", whose handler makes the late claim with the
+	// pool's session through a second registry (the pool's registry has no
+	// Lease for it, as after a lost reply), and "late" only once that is
+	// done; both until they are completed.
+	other := lease.NewRegistry(f.cli)
+	t.Cleanup(func() { _ = other.Close() })
+	var (
+		mu      sync.Mutex
+		runs    = map[string]int{}
+		claimed bool
+	)
+	done := func(name string) bool {
+		_, err := f.reg.Holder(t.Context(), name)
+		return errors.Is(err, lease.ErrCompleted)
+	}
+	src := worker.Func(func(ctx context.Context) ([]string, error) {
+		mu.Lock()
+		late := claimed
+		mu.Unlock()
+		switch {
+		case !late:
+			return []string{"a"}, nil
+		case done("late"):
+			return nil, worker.ErrExhausted
+		default:
+			return []string{"late"}, nil
+		}
+	})
+	p, err := worker.New(f.reg, src, func(ctx context.Context, l *lease.Lease) (string, error) {
+		mu.Lock()
+		runs[l.Resource()]++
+		mu.Unlock()
+		if l.Resource() == "a" {
+			if _, err := other.TryAcquire(ctx, l.Session(), "late"); err != nil {
+				return "", fmt.Errorf("the late claim: %w", err)
+			}
+			mu.Lock()
+			claimed = true
+			mu.Unlock()
+		}
+		return "done", nil
+	}, worker.WithSlots(1), worker.WithWorker("adopter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("Run = %v, want nil once every task ran (runs %v, stats %+v)", err, runs, p.Stats())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"a", "late"} {
+		if runs[name] != 1 {
+			t.Errorf("%s ran %d times, want 1", name, runs[name])
+		}
+	}
+	if s := p.Stats(); s.Reclaimed != 1 {
+		t.Errorf("Stats().Reclaimed = %d, want 1 (the late claim)", s.Reclaimed)
+	}
+	requireCompleted(t, f.reg, []string{"a", "late"})
+}
+
+// failFirstLivePuts fails the first n puts of a fleet marker without
+// sending them, as a fault does.
+type failFirstLivePuts struct {
+	live string
+	left atomic.Int64
+}
+
+func (x *failFirstLivePuts) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if p, ok := req.(*pb.PutRequest); ok && strings.HasPrefix(string(p.Key), x.live) && x.left.Add(-1) >= 0 {
+		return status.Error(codes.Unavailable, "injected: the marker's put is lost")
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// TestPoolMarksASessionStartedInAFault: a session whose fleet marker could
+// not be put when it started (a fault) joins the fleet once the put goes
+// through, so that other pools see it and take its tasks over when it
+// ends.
+func TestPoolMarksASessionStartedInAFault(t *testing.T) {
+	space := keys.MustNew(keys.DefaultNamespace)
+	fail := &failFirstLivePuts{live: space.LivePrefix()}
+	fail.left.Store(3)
+	c := e2e.NewCluster(t, e2e.WithClientDialOptions(grpc.WithChainUnaryInterceptor(fail.intercept)))
+	cli := c.Client(t)
+	reg := lease.NewRegistry(cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	started := make(chan *session.Session, 1)
+	p, err := worker.New(reg, worker.Static("t"), func(ctx context.Context, l *lease.Lease) (string, error) {
+		select {
+		case started <- l.Session():
+		default:
+		}
+		<-ctx.Done()
+		return "", ctx.Err()
+	}, worker.WithSlots(1), worker.WithWorker("marked"), worker.WithGrace(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var s *session.Session
+	select {
+	case s = <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task never started")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := cli.Get(t.Context(), space.Live(int64(s.LeaseID())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 1 && resp.Kvs[0].Lease == int64(s.LeaseID()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fleet marker for the session %x 10 s after it started (puts left to fail: %d)", s.LeaseID(), fail.left.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := fail.left.Load(); n > 0 {
+		t.Fatalf("%d injected failures left: the test did not exercise the retry", n)
 	}
 }

@@ -36,11 +36,12 @@ type run struct {
 	ready   chan *lease.Lease // leases claimed by a batch and not yet run
 
 	mu        sync.Mutex
-	busy      map[string]bool      // offered to a slot and not yet given back
-	notBefore map[string]time.Time // a failed resource's retry time
-	failures  map[string]int       // handler failures per resource in this Run
-	given     map[string]bool      // resources the pool gave up on in this Run
-	fatal     error                // the first error that ends Run early
+	busy      map[string]bool         // offered to a slot and not yet given back
+	notBefore map[string]time.Time    // a failed resource's retry time
+	failures  map[string]int          // handler failures per resource in this Run
+	given     map[string]bool         // resources the pool gave up on in this Run
+	undecided map[string]*lease.Lease // leases whose release was left undecided (adopt)
+	fatal     error                   // the first error that ends Run early
 	abort     context.CancelCauseFunc
 
 	shared  *sessions      // the pool's session, unless WithSessionPerSlot
@@ -59,6 +60,7 @@ func newRun(ctx context.Context, p *Pool) *run {
 		notBefore: make(map[string]time.Time),
 		failures:  make(map[string]int),
 		given:     make(map[string]bool),
+		undecided: make(map[string]*lease.Lease),
 	}
 }
 
@@ -671,15 +673,33 @@ const (
 // releaseCtx releases l and says how that ended. A failed release is
 // logged once, by its caller, with that outcome.
 func (r *run) releaseCtx(ctx context.Context, l *lease.Lease) string {
-	switch err := l.Release(ctx); {
+	err := l.Release(ctx)
+	out := released
+	switch {
 	case err == nil:
-		return released
 	case errors.Is(err, lease.ErrStale):
-		return releasedStale
+		out = releasedStale
 	default:
 		r.log.Debug("release failed", "resource", l.Resource(), "epoch", l.Epoch(), "worker", l.Worker(), "error", err)
-		return releaseUndecided
+		out = releaseUndecided
 	}
+	r.mu.Lock()
+	if out == releaseUndecided {
+		r.undecided[l.Resource()] = l // the screen finds it held by this pool (adopt)
+	} else if r.undecided[l.Resource()] == l {
+		delete(r.undecided, l.Resource())
+	}
+	r.mu.Unlock()
+	return out
+}
+
+// forget drops an undecided release of name once the screen finds name no
+// longer held by this pool: its session ended, or it was released after
+// all.
+func (r *run) forget(name string) {
+	r.mu.Lock()
+	delete(r.undecided, name)
+	r.mu.Unlock()
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

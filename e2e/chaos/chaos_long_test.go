@@ -43,7 +43,11 @@ func envSeed(t *testing.T) uint64 {
 // TestChaosLong is `make chaos`: LEASEHOLD_CHAOS_DURATION of faults
 // (default 10m, as make's DURATION) with LEASEHOLD_CHAOS_SEED (random if
 // unset), printing the summary. LEASEHOLD_CHAOS_CONTENDED=1 runs the
-// contended workload (Config.Contended) on maxContendedWindow tasks.
+// contended workload (Config.Contended) on maxContendedWindow tasks;
+// LEASEHOLD_CHAOS_FLEET=1 the fleet mode alone (Config.FleetMode: 8 pools,
+// a backlog of at least LEASEHOLD_CHAOS_FLEET_TASKS task keys, default
+// 500), which fails unless pools were killed and every killed pool's
+// tasks were measured.
 func TestChaosLong(t *testing.T) {
 	d, ok := envDuration(t, "LEASEHOLD_CHAOS_DURATION")
 	if !ok {
@@ -52,18 +56,27 @@ func TestChaosLong(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Seed, cfg.Duration, cfg.Logf = envSeed(t), d, t.Logf
 	cfg.Contended = os.Getenv("LEASEHOLD_CHAOS_CONTENDED") == "1"
-	fmt.Printf("chaos: seed %d, duration %v, contended %v\n", cfg.Seed, d, cfg.Contended)
+	fleet := os.Getenv("LEASEHOLD_CHAOS_FLEET") == "1"
+	if fleet {
+		cfg = cfg.FleetMode(8, fleetBacklog(t))
+	}
+	fmt.Printf("chaos: seed %d, duration %v, contended %v, fleet %v\n", cfg.Seed, d, cfg.Contended, fleet)
 	res := Run(t, cfg)
 	fmt.Print(res.Summary())
 	if len(res.Violations) > 0 {
 		t.Fatalf("%d violations; artifacts in %s", len(res.Violations), res.OutDir)
 	}
+	if ff := res.Fleet; fleet && (ff == nil || ff.Kills == 0 || len(ff.Takeovers) == 0) {
+		t.Fatalf("the fleet mode did not run its course: %+v", ff)
+	}
 }
 
 // TestChaosControlLong is `make chaos-control`: control runs, fencing off,
 // CAS off, retention deleting before it archives, the unfair handoff
-// (contended), retention on the writers' clocks and queue entries left
-// behind by Acquire calls that gave up (contended) in turn, on seeds LEASEHOLD_CHAOS_SEED, +1, … until
+// (contended), retention on the writers' clocks, queue entries left
+// behind by Acquire calls that gave up (contended), and the fleet mode's
+// two (Config.FleetMode: the takeover off, one pool unfenced) in turn, on
+// seeds LEASEHOLD_CHAOS_SEED, +1, … until
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m) has passed. Each run has
 // LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
 // run's violations, the total and the detection rate per control, and
@@ -79,7 +92,7 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks, controlStrand}
+	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks, controlStrand, ControlFleetNoTakeover, ControlFleetNoFencing}
 	runs, caught := map[Control]int{}, map[Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)
@@ -88,6 +101,9 @@ func TestChaosControlLong(t *testing.T) {
 			s := seed + round
 			t.Run(fmt.Sprintf("%s/seed-%d", c, s), func(t *testing.T) {
 				cfg := DefaultConfig()
+				if c == ControlFleetNoTakeover || c == ControlFleetNoFencing {
+					cfg = cfg.FleetMode(8, fleetBacklog(t))
+				}
 				cfg.Seed, cfg.Duration, cfg.Control, cfg.Logf = s, per, c, t.Logf
 				if os.Getenv("LEASEHOLD_CHAOS_OUT") == "" {
 					cfg.OutDir = t.TempDir()

@@ -100,6 +100,9 @@ type Result struct {
 	// Pool is what the pool workload did and its checks found (nil
 	// without one).
 	Pool *PoolFacts
+	// Fleet is what the fleet mode did and its checks found (nil without
+	// one).
+	Fleet *FleetFacts
 }
 
 // ViolationsByCheck counts the violations per check.

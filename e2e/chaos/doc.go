@@ -144,6 +144,52 @@
 // many of the tasks the pools claimed completed after healing (check
 // "incomplete" holds every task to that).
 //
+// # Fleet mode
+//
+// Config.Fleet (TestChaosFleet runs eight) is a run of worker.Pools alone,
+// as a fleet of processes over one worker.Prefix (docs/protocol.md §3.14,
+// "A fleet"): each pool has its own client and three slots, in a slot of
+// its own with its own proxies, so that the nemesis's faults of a worker
+// and of a member reach it; its sessions have the run's TTL (2 s in the
+// tests: eight clients' renewals of 1 s sessions are late too often on
+// two cores under the race detector). The backlog is task keys under
+// /chaos/fleet/task/, put before the pools start and topped up during the
+// fault phase to Config.FleetTasks, or more — four takeover bounds' worth
+// of work at the rate the pools complete tasks — so that a task left to
+// the next pass over the prefix waits well past the bound. Beside the
+// nemesis, the fleet kills a pool every 0.75 to 2.25 s, two at most dead
+// at once, as a process dies: its client is closed, so it releases and
+// renews nothing, its Run is cancelled and its handlers write nothing
+// more; 0.3 to 1.5 s later a new pool, on a new client, takes its slot.
+// The kills are faults of the log (pool-kill). Once the faults are
+// healed, the pools empty the prefix (60 s at most) before they stop.
+//
+// The handler works 10–60 ms (one run in eight up to 800 ms), then puts
+// its task's one effect key under /chaos/fleet/effect/ through
+// fence.EtcdGuard.AdmitOps, keyed by the task, and returns the status. One
+// run in ten fails, before or after the write, and so does a write of
+// unknown outcome; one handler in four writes on after its lease's context
+// ended. The pools' claims, completions and releases are recorded from
+// their clients as the pool workload's are, and their writes as operations
+// of their own (fleet-effect), so every check above applies to them, and
+// three more, from etcd's history of the task and effect keys (check_fleet.go):
+// "fleet-effects" — along each effect key's history the writes are
+// admitted writes of epochs etcd granted their writers, in strictly
+// increasing epochs (at most one per epoch, no stale write landed), and
+// at the end the key holds the completing epoch's effect, as does the
+// guard; "fleet-complete" — every task has one done record, written by a
+// pool, in the transaction that deleted its task key, and no task key
+// is left; "fleet-takeover" — every epoch a killed pool held that etcd
+// ended with its session is followed by the task's next epoch, whose
+// acquisition was invoked within the takeover bound of the kill: the TTL,
+// plus 2 s, plus as long as a member's fault was active in that window
+// (TakeoverBound says why). The summary prints "fleet: 8 pools, N kills,
+// M restarts, T tasks, effects per task 1, takeover delay longest X
+// (bound B)", the pools' Stats, the backlog at the kills with how long a
+// pass over it took, and each killed pool's longest takeover; the
+// artifacts of a run with violations add the pools' log (fleet.log) and
+// every takeover measured (fleet-takeovers.jsonl).
+//
 // # Retention
 //
 // Two recorders run with audit.WithRetention of a few seconds
@@ -309,24 +355,40 @@
 // context, beside one hand-written in-process worker, with freezes and
 // blackholes of their slots as the only faults; check "downstream" must
 // see a pool's write of a deposed epoch land after its successor's.
+// The fleet mode has two (TestChaosFleetControl): ControlFleetNoTakeover
+// puts every marker a pool puts again, attached to a lease of the suite's
+// own, so etcd deletes none with its session and no pool learns that a
+// session ended — a killed pool's tasks then wait for a pass over the
+// backlog, and check "fleet-takeover" must report them; and
+// ControlFleetNoFencing makes the writes of the pools in slot f0 plain
+// puts and all their handlers careless, and the fleet pauses that slot
+// past its sessions' TTL every second or so (faults of a member and
+// revocations are the nemesis's only ones then) — check "fleet-effects"
+// must see a stale write land.
 //
 // # Running
 //
 //	go test -race ./e2e/chaos                 # the short pass: fixed seeds, two safe runs (recipes and pools in the first), every control
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaos$' ./e2e/chaos   # its safe run on another seed
 //	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaosContended$' ./e2e/chaos   # the contended one
+//	LEASEHOLD_CHAOS_SEED=7 go test -race -run '^TestChaosFleet$' ./e2e/chaos       # the fleet mode's
 //	make chaos DURATION=10m SEED=42           # the long pass (TestChaosLong); SEED defaults to random
 //	LEASEHOLD_CHAOS_CONTENDED=1 make chaos DURATION=10m   # the long pass, contended
+//	LEASEHOLD_CHAOS_FLEET=1 make chaos DURATION=10m       # the long pass of the fleet mode
 //	make chaos-control DURATION=2m SEED=42    # control runs on seeds 42, 43, … (TestChaosControlLong)
 //
 // The long passes print a summary ending with "violations: N". Their
 // environment: LEASEHOLD_CHAOS_DURATION (default 10m), LEASEHOLD_CHAOS_SEED
 // (default random), LEASEHOLD_CHAOS_CONTENDED (1: the contended workload),
+// LEASEHOLD_CHAOS_FLEET (1: the fleet mode, alone),
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m),
 // LEASEHOLD_CHAOS_CONTROL_RUN (the fault
 // phase of each control run, default 10s) and LEASEHOLD_CHAOS_OUT, the
 // folder that receives the artifacts of runs with violations or missed
 // liveness goals (default: a new leasehold-chaos-* directory under
 // os.TempDir; the short pass uses its test's temporary directory unless it
-// is set).
+// is set). The fleet mode also reads LEASEHOLD_CHAOS_FLEET_TASKS, the
+// least backlog (default 500), and LEASEHOLD_CHAOS_FLEET_LOG, the pools'
+// log level (default info); with it and LEASEHOLD_CHAOS_OUT set, the log
+// of a run without violations is kept there too.
 package chaos

@@ -37,7 +37,9 @@ const (
 	FaultLeaderPause = "leader-pause"
 )
 
-var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke, FaultDepose}
+// FaultPoolKill is the fleet mode's (fleet.go), which the nemesis never
+// picks.
+var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke, FaultDepose, FaultPoolKill}
 
 // memberFaults are the faults of one etcd member, which end no session of
 // a worker that was not itself faulted and stall progress for at most a

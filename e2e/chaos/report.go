@@ -104,6 +104,11 @@ func (r *Result) Summary() string {
 			p("%s", l)
 		}
 	}
+	if r.Fleet != nil {
+		for _, l := range r.Fleet.lines() {
+			p("%s", l)
+		}
+	}
 	if r.Liveness.Kinds != nil {
 		for _, l := range r.Liveness.lines() {
 			p("%s", l)
@@ -193,6 +198,14 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 				_ = enc.Encode(op)
 			}
 		}),
+	}
+	if r.Fleet != nil {
+		errs = append(errs, write("fleet-takeovers.jsonl", func(b *strings.Builder) {
+			enc := json.NewEncoder(b)
+			for _, t := range r.Fleet.Takeovers {
+				_ = enc.Encode(t)
+			}
+		}))
 	}
 	if _, err := r.Porcupine.visualize(dir, 10); err != nil {
 		errs = append(errs, err)

@@ -72,6 +72,13 @@ type Config struct {
 	// their claims, completions and releases recorded from their clients;
 	// 0: none.
 	PoolWorkers int
+	// Fleet is the number of pools of the fleet mode (fleet.go): in-process
+	// worker.Pools over one worker.Prefix, each with its own client and in
+	// a slot of its own that the nemesis's faults of a worker and of a
+	// member reach, killed as processes die and started again during the
+	// fault phase; 0: none. FleetTasks is the backlog: the task keys put
+	// before the pools start and kept up during the fault phase.
+	Fleet, FleetTasks int
 	// Faults, if set, are the only fault kinds the nemesis injects.
 	Faults []string
 	// Logf receives progress lines; nil discards them.
@@ -131,6 +138,11 @@ func (c Config) withDefaults() Config {
 	if c.Contended {
 		c.Window = min(c.Window, maxContendedWindow)
 	}
+	if c.Control == ControlFleetNoFencing && len(c.Faults) == 0 {
+		// No fault of a worker: its heal would end the fleet's pauses of
+		// the unfenced pool early (fleet.pauseUnfenced).
+		c.Faults = []string{FaultMemberFreeze, FaultLeaderPause, FaultRevoke}
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -159,6 +171,7 @@ type slot struct {
 	helper  bool
 	recipe  bool // a recipe worker's (recipes.go)
 	pool    bool // a pool worker's (pool.go)
+	fleet   bool // the fleet mode's (fleet.go)
 	proxies []faultProxy
 	gate    *gate // in-process slots
 
@@ -271,6 +284,7 @@ type runner struct {
 	recipes *recipeHistory
 	slots   []*slot
 	pools   []*poolWorker
+	fleet   *fleet // the fleet mode's, nil without one
 	revokes int
 	// archived records when the recorders archived each entry; log reads
 	// etcd and the archive as one log.
@@ -310,7 +324,7 @@ func (r *runner) workerConfig(s *slot) workerConfig {
 // the others' are true.
 func (r *runner) clockSkew(s *slot) time.Duration {
 	switch {
-	case s.recipe || s.pool:
+	case s.recipe || s.pool || s.fleet:
 		return 0
 	case s.helper && s.idx == 0:
 		return clockBehind
@@ -395,6 +409,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		r.slots = append(r.slots, s)
 	}
 	r.addPoolSlots()
+	r.addFleetSlots()
 
 	// Workers. Should the run end early, none outlives it.
 	var inproc sync.WaitGroup
@@ -402,6 +417,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	defer func() {
 		stopWorkers()
 		inproc.Wait()
+		if r.fleet != nil {
+			r.fleet.wait()
+		}
 		for _, s := range r.slots {
 			if p := s.process(); p != nil {
 				p.kill()
@@ -409,7 +427,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}()
 	for _, s := range r.slots {
-		if s.recipe || s.pool {
+		if s.recipe || s.pool || s.fleet {
 			continue
 		}
 		if s.helper {
@@ -444,6 +462,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	}
 	r.startRecipeWorkers(wctx, &inproc)
 	r.startPoolWorkers(wctx, &inproc)
+	if r.fleet != nil {
+		r.fleet.startFleet(wctx)
+	}
 	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
 	logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
 		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
@@ -454,6 +475,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
 	progress.Go(func() { r.progress(nctx, n, begin) })
+	if r.fleet != nil {
+		progress.Go(func() { r.fleet.chaos(nctx) })
+	}
 	n.run(nctx)
 	stopFaults()
 	progress.Wait()
@@ -467,6 +491,12 @@ func Run(t testing.TB, cfg Config) *Result {
 		}
 	}
 	faults := n.log()
+	var drained fleetDrain
+	if r.fleet != nil {
+		faults = append(faults, r.fleet.faults()...)
+		drained = r.fleet.drain()
+		logf("chaos: the fleet's backlog of %d task keys drained in %v (done: %v)", drained.Keys, drained.Took.Round(time.Millisecond), drained.Done)
+	}
 	logf("chaos: %d faults injected and healed; quiet for %v", len(faults), cfg.Quiet)
 	time.Sleep(cfg.Quiet)
 
@@ -487,6 +517,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	}
 	stopping.Wait()
 	inproc.Wait()
+	if r.fleet != nil {
+		r.fleet.wait()
+	}
 	logf("chaos: workers stopped (%v)", time.Since(begin).Round(time.Millisecond))
 
 	// Every task touched must complete now that the faults are healed.
@@ -522,6 +555,17 @@ func Run(t testing.TB, cfg Config) *Result {
 		res.Pool, vs = r.checkPools(res, fs)
 		res.Violations = append(res.Violations, vs...)
 	}
+	if r.fleet != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ff, err := readFleetFinal(ctx, r.direct)
+		cancel()
+		if err != nil {
+			t.Fatalf("chaos: final read of the fleet: %v", err)
+		}
+		var vs []Violation
+		res.Fleet, vs = r.fleet.check(fs, ff, faults, drained)
+		res.Violations = append(res.Violations, vs...)
+	}
 	res.Swept = swept
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions
@@ -539,6 +583,11 @@ func Run(t testing.TB, cfg Config) *Result {
 	if len(res.Violations) > 0 || res.Liveness.Missed() {
 		if err := res.writeArtifacts(cfg, r.hist.Ops()); err != nil {
 			t.Errorf("chaos: writing artifacts: %v", err)
+		}
+	}
+	if r.fleet != nil {
+		if err := r.fleet.saveLog(res.OutDir); err != nil {
+			t.Errorf("chaos: the fleet's log: %v", err)
 		}
 	}
 	return res

@@ -104,17 +104,26 @@ func fleetWork(d time.Duration) worker.Handler {
 // empty fleet namespace.
 func (b *bench) fleetSection(ctx context.Context, cfg config) ([]*section, error) {
 	s := &section{title: fmt.Sprintf("14. fleet: pools sharing one worker.Prefix, each on its own client (%v of work per task in parts 1–3; fsync on)", cfg.fleetWork)}
-	parts := []struct {
+	type part struct {
 		name string
 		run  func(context.Context, config, *section) error
-	}{
+	}
+	parts := []part{
 		{"cost", b.fleetCost},
 		{"takeover", b.fleetTakeover},
 		{"big prefix", b.fleetBigPrefix},
 		{"expiries", b.fleetExpiries},
 		{"recorder heap", b.fleetRecorderHeap},
 	}
+	for name := range cfg.fleetParts {
+		if !slices.ContainsFunc(parts, func(p part) bool { return p.name == name }) {
+			return nil, fmt.Errorf("-fleet-parts: %q is not a part of section 14", name)
+		}
+	}
 	for _, p := range parts {
+		if cfg.fleetParts != nil && !cfg.fleetParts[p.name] {
+			continue
+		}
 		began := time.Now()
 		err := p.run(ctx, cfg, s)
 		if err == nil {

@@ -160,20 +160,21 @@ type config struct {
 	poolBatch  int // WithBatch of the second pool
 	poolRounds int // rounds of two runs per contender (after a warm-up round)
 
-	fleetTasks         int           // section 14, part 1: task keys per run
-	fleetWork          time.Duration // the handler's sleep in parts 1–3
-	fleetRounds        int           // part 1: rounds of two runs per shape (after a warm-up round of one)
-	fleetBacklog       int           // part 2: task keys behind the steady and victim pools
-	fleetTTL           time.Duration // part 2: the pools' session TTL
-	fleetTakeoverWait  time.Duration // part 2: how long to wait for the takeovers
-	fleetBig           int           // part 3: task keys under the big prefix
-	fleetBigWindow     time.Duration // part 3: how long the pool's heap is sampled at least
-	fleetBigFirstWait  time.Duration // part 3: how long to wait for the first handler call
-	fleetExpiries      int           // part 4(a): leases expiring at once
-	fleetExpiryWait    time.Duration // part 4(a): how long to wait for their Expired entries
-	fleetRecorderFor   time.Duration // part 4(b): the long run
-	fleetRecorderEvery time.Duration // part 4(b): the recorder's heap sampling interval
-	fleetRetention     time.Duration // part 4(b): the recorder's retention
+	fleetParts         map[string]bool // section 14's parts to run; nil runs all
+	fleetTasks         int             // section 14, part 1: task keys per run
+	fleetWork          time.Duration   // the handler's sleep in parts 1–3
+	fleetRounds        int             // part 1: rounds of two runs per shape (after a warm-up round of one)
+	fleetBacklog       int             // part 2: task keys behind the steady and victim pools
+	fleetTTL           time.Duration   // part 2: the pools' session TTL
+	fleetTakeoverWait  time.Duration   // part 2: how long to wait for the takeovers
+	fleetBig           int             // part 3: task keys under the big prefix
+	fleetBigWindow     time.Duration   // part 3: how long the pool's heap is sampled at least
+	fleetBigFirstWait  time.Duration   // part 3: how long to wait for the first handler call
+	fleetExpiries      int             // part 4(a): leases expiring at once
+	fleetExpiryWait    time.Duration   // part 4(a): how long to wait for their Expired entries
+	fleetRecorderFor   time.Duration   // part 4(b): the long run
+	fleetRecorderEvery time.Duration   // part 4(b): the recorder's heap sampling interval
+	fleetRetention     time.Duration   // part 4(b): the recorder's retention
 }
 
 func fullConfig() config {
@@ -246,6 +247,7 @@ func main() {
 	fleetBacklog := flag.Int("fleet-backlog", 0, "task keys behind section 14's takeover (default 100000)")
 	fleetBig := flag.Int("fleet-big", 0, "task keys under section 14's big prefix (default 1000000)")
 	fleetRecorderFor := flag.Duration("fleet-recorder-duration", 0, "section 14's run of the recorder beside a busy pool (default 10m; 20s with -smoke)")
+	fleetParts := flag.String("fleet-parts", "", "section 14's parts to run, by name (default all: cost,takeover,big prefix,expiries,recorder heap)")
 	flag.Parse()
 
 	cfg := fullConfig()
@@ -290,6 +292,12 @@ func main() {
 	}
 	if *fleetRecorderFor > 0 {
 		cfg.fleetRecorderFor = *fleetRecorderFor
+	}
+	if *fleetParts != "" {
+		cfg.fleetParts = map[string]bool{}
+		for _, f := range strings.Split(*fleetParts, ",") {
+			cfg.fleetParts[strings.TrimSpace(f)] = true
+		}
 	}
 	cfg.sections = map[int]bool{}
 	for _, f := range strings.Split(*sections, ",") {

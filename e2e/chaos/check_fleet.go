@@ -1,0 +1,639 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	wpool "github.com/leasehold/leasehold/worker"
+)
+
+// The fleet mode's checks (Config.Fleet), beside every check of the
+// suite, which hold the fleet's claims, completions and releases to the
+// same rules as any worker's.
+const (
+	// CheckFleetEffects: each task's effect key holds, at the end, the
+	// effect of the epoch that completed the task; along its history each
+	// write is an admitted write of an epoch etcd granted its writer, and
+	// the epochs strictly increase — at most one write per epoch, and no
+	// write of an epoch below one already admitted (no stale write
+	// landed).
+	CheckFleetEffects = "fleet-effects"
+	// CheckFleetComplete: every task completed once (one done record), by
+	// a pool of the fleet, and its task key was deleted in the completing
+	// transaction — none remains.
+	CheckFleetComplete = "fleet-complete"
+	// CheckFleetTakeover: every task a killed pool held when it died was
+	// taken by a new epoch within the takeover bound of the death.
+	CheckFleetTakeover = "fleet-takeover"
+	// CheckFleet: no pool's Run gave up on its own, and no pool sent a
+	// transaction its recorder does not know.
+	CheckFleet = "fleet"
+)
+
+// FleetFacts is what the fleet mode did and what its checks found.
+type FleetFacts struct {
+	Pools, Slots int
+	// Kills counts the pools killed; Restarts the new pools started in
+	// their slots.
+	Kills, Restarts int
+	// Tasks counts the task keys put; Completed the tasks completed by a
+	// pool's epoch; KeysLeft the task keys left at the end.
+	Tasks, Completed, KeysLeft int
+	// EffectsMin and EffectsMax are the fewest and the most effects a task
+	// had in the downstream store at the end (1 and 1: each exactly once).
+	EffectsMin, EffectsMax int
+	// Landed counts the effect writes in the store's history, MaxLanded
+	// the most of one task (one per epoch that wrote it); Writes the
+	// handlers' writes by outcome.
+	Landed, MaxLanded int
+	Writes            map[Outcome]int
+	// Stats is the pools' worker.Stats, summed.
+	Stats wpool.Stats
+	// Why handlers failed: an injected failure, a write fenced, a write
+	// of unknown outcome.
+	Injected, Refused, Unknown int64
+	// Takeovers are the delays from each kill to the next epoch of every
+	// task the killed pool held, by pool and task; Longest the longest
+	// (by its upper end). Bound is the takeover bound without a member's
+	// fault in its window (TakeoverBound).
+	Takeovers []FleetTakeover
+	Longest   FleetTakeover
+	Bound     time.Duration
+	// Backlog is the most task keys the feeder kept during the fault
+	// phase, and Rate the tasks the pools completed per second meanwhile;
+	// KillBacklog the fewest, the median and the most task keys left at
+	// a kill; PassTime the median, over the kills, of how long the
+	// backlog left at a kill took at the rate measured then: about how
+	// long a killed pool's task left to the next pass waits. Drain is
+	// what the pools did with what was left once the faults were healed.
+	Backlog     int
+	Rate        float64
+	KillBacklog [3]int64
+	PassTime    time.Duration
+	Drain       fleetDrain
+}
+
+// FleetTakeover is one task a killed pool held when it died: the delay
+// from its death to the next epoch of the task.
+type FleetTakeover struct {
+	Pool  string // the pool killed
+	Task  string
+	Epoch int64 // the pool's epoch on the task
+	Ended int64 // the revision at which etcd deleted its key (its session's end)
+	// Next is the task's next epoch, NextWorker its holder (0 and "":
+	// none).
+	Next       int64
+	NextWorker string
+	// Lo and Hi bound the delay from the death to the next epoch: its
+	// acquisition was invoked Lo and returned Hi after the death (Hi 0:
+	// the acquisition's outcome was unknown).
+	Lo, Hi time.Duration
+	Bound  time.Duration
+}
+
+// delay is the takeover's delay as printed: its upper end, or its lower
+// one when the acquisition's return is not known.
+func (t FleetTakeover) delay() time.Duration { return max(t.Hi, t.Lo) }
+
+// fleetInput is what checkFleet reads.
+type fleetInput struct {
+	TTL time.Duration
+	// Unfenced: some pool wrote without the guard
+	// (ControlFleetNoFencing), so the guard's epoch is not held to the
+	// effect left.
+	Unfenced bool
+	Ops      []Op
+	Leases   []leaseEvent
+	Done     []doneEvent
+	Audit    []audit.Entry
+	Fenced   map[string]int64 // the etcd guard's epoch per resource
+	Final    fleetFinal
+	Kills    []fleetKill
+	Faults   []Fault
+	Pools    map[string]bool // the fleet's pools, by name
+}
+
+// TakeoverBound is how long after a pool's death the next epoch of a task
+// it held may begin: the sessions' TTL as etcd grants it, plus
+// fleetTakeoverSlack (2 s), plus the time any fault of an etcd member
+// was active within that window. The session renews every third of its
+// TTL, so etcd expires it at most a TTL after the death. etcd's lessor
+// looks for expired leases every 500 ms, revokes them through raft, and
+// deletes the lease keys and the session's marker at one revision; every
+// pool's watch of the markers sees the deletion, reads what the session
+// held, and offers it ahead of its backlog to the next free slot, whose
+// claim is one transaction. The slack covers the lessor's 500 ms, the
+// rest's few round trips, a free slot (handlers take 10–60 ms, one in
+// eight up to 800 ms, and three slots in each of the other pools can
+// take the task) and the race detector on a loaded two-core machine:
+// with the fleet mode's 2 s TTL the next epoch began 1.4 to 2.7 s after
+// the death when no member's fault was near. A member's fault stops or
+// delays all of that — a new leader even grants every lease its TTL
+// again — for as long as it lasts. A task taken only when a pass over the
+// prefix reaches it again waits behind the backlog instead, which the
+// feeder keeps at four bounds' worth of work (TestChaosFleet checks that a
+// pass took at least three).
+func TakeoverBound(ttl time.Duration, at int64, faults []Fault) time.Duration {
+	base := grantedTTL(ttl) + fleetTakeoverSlack
+	b := base
+	for {
+		var ext time.Duration
+		for _, f := range faults {
+			if !isMemberFault(f.Kind) || f.End <= at || f.Start >= at+int64(b) {
+				continue
+			}
+			ext += time.Duration(f.End - max(f.Start, at))
+		}
+		if base+ext == b {
+			return b
+		}
+		b = base + ext
+	}
+}
+
+type fleetEpoch struct {
+	epoch  int64
+	worker string
+	lease  int64 // its session's etcd lease, from the holder record
+	end    int64 // the revision of its key's deletion; 0: never
+}
+
+// checkFleet runs the fleet mode's checks on its history.
+func checkFleet(in fleetInput) (*FleetFacts, []Violation) {
+	ff := &FleetFacts{Writes: map[Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)}
+	var vs []Violation
+	fail := func(check, task, format string, args ...any) {
+		vs = append(vs, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
+	}
+	tasks := map[string][]fleetKeyEvent{}
+	var names []string
+	for _, ev := range in.Final.TaskEvents {
+		if _, ok := tasks[ev.Task]; !ok {
+			names = append(names, ev.Task)
+		}
+		tasks[ev.Task] = append(tasks[ev.Task], ev)
+	}
+	slices.Sort(names)
+	ff.Tasks = len(names)
+
+	// The tasks' epochs, from the lease keys' history.
+	epochs := map[string][]*fleetEpoch{}
+	granted := map[taskEpoch]string{}
+	for _, ev := range in.Leases {
+		if _, ok := tasks[ev.Task]; !ok {
+			continue
+		}
+		eps := epochs[ev.Task]
+		if n := len(eps); n > 0 && eps[n-1].end == 0 {
+			eps[n-1].end = ev.Rev // a deletion, or a put that replaced it
+		}
+		if ev.Put {
+			epochs[ev.Task] = append(eps, &fleetEpoch{epoch: ev.Rev, worker: ev.Worker, lease: ev.LeaseID})
+			granted[taskEpoch{ev.Task, ev.Rev}] = ev.Worker
+		}
+	}
+	ended := map[taskEpoch]audit.Kind{}
+	for _, e := range in.Audit {
+		if e.Kind.IsEnd() {
+			ended[taskEpoch{e.Resource, e.Epoch}] = e.Kind
+		}
+	}
+	byID := map[string]*Op{}
+	acted := map[taskEpoch]bool{} // an epoch its holder wrote, completed or released with
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		byID[op.ID] = op
+		if op.Type != OpAcquire && op.Epoch != 0 && granted[taskEpoch{op.Task, op.Epoch}] == op.Worker {
+			acted[taskEpoch{op.Task, op.Epoch}] = true
+		}
+	}
+
+	// Completion: one done record per task, by a pool, written in the
+	// transaction that deleted the task key.
+	donePuts := map[string][]doneEvent{}
+	for _, ev := range in.Done {
+		if ev.Put {
+			donePuts[ev.Task] = append(donePuts[ev.Task], ev)
+		}
+	}
+	completedBy := map[string]int64{} // task → the epoch that completed it
+	for _, task := range names {
+		puts := donePuts[task]
+		var dels []int64
+		for _, ev := range tasks[task] {
+			if !ev.Put {
+				dels = append(dels, ev.Rev)
+			}
+		}
+		switch {
+		case len(puts) == 0:
+			fail(CheckFleetComplete, task, "never completed, even after healing (no done record in etcd's history); its epochs: %s", epochHistory(epochs[task], task, ended, acted))
+		case len(puts) > 1:
+			fail(CheckFleetComplete, task, "%d done records written (epochs %v), want one", len(puts), doneEpochs(puts))
+		}
+		if len(puts) == 0 {
+			if len(dels) > 0 {
+				fail(CheckFleetComplete, task, "its task key was deleted at revision %d, but it was never completed", dels[0])
+			}
+			continue
+		}
+		d := puts[0]
+		completedBy[task] = d.Epoch
+		if !in.Pools[d.Worker] {
+			fail(CheckFleetComplete, task, "completed by %s (epoch %d), not by a pool of the fleet; its epochs: %s", d.Worker, d.Epoch, epochHistory(epochs[task], task, ended, acted))
+		} else {
+			ff.Completed++
+		}
+		switch {
+		case len(dels) == 0:
+			fail(CheckFleetComplete, task, "completed by %s's epoch %d at revision %d, but its task key was never deleted", d.Worker, d.Epoch, d.Rev)
+		case len(dels) > 1 || dels[0] != d.Rev:
+			fail(CheckFleetComplete, task, "its task key was deleted at revisions %v, its done record written at revision %d: not in the completing transaction", dels, d.Rev)
+		}
+	}
+	ff.KeysLeft = len(in.Final.KeysLeft)
+	for _, task := range in.Final.KeysLeft {
+		if _, done := completedBy[task]; done {
+			fail(CheckFleetComplete, task, "its task key is still in etcd, though epoch %d completed it", completedBy[task])
+		}
+	}
+
+	// Effects: along each key's history, admitted writes of epochs etcd
+	// granted their writers, in strictly increasing epochs; at the end,
+	// the completing epoch's.
+	type landing struct {
+		v   effectValue
+		rev int64
+	}
+	last := map[string]landing{}
+	landed := map[string]bool{}
+	perTask := map[string]int{}
+	for _, ev := range in.Final.EffectEvents {
+		task, v := ev.Task, ev.Value
+		if !ev.Put {
+			fail(CheckFleetEffects, task, "the effect key was deleted at revision %d", ev.Rev)
+			continue
+		}
+		ff.Landed++
+		perTask[task]++
+		ff.MaxLanded = max(ff.MaxLanded, perTask[task])
+		if _, ok := tasks[task]; !ok || v.Task != task {
+			fail(CheckFleetEffects, task, "effect at revision %d names task %q, which is not the key's, or no task of the fleet", ev.Rev, v.Task)
+		}
+		op := byID[v.Op]
+		switch {
+		case op == nil:
+			fail(CheckFleetEffects, task, "effect %s of epoch %d (%s) at revision %d has no operation", v.Op, v.Epoch, v.Worker, ev.Rev)
+		case op.Type != OpFleetEffect || op.Task != task || op.Epoch != v.Epoch || op.Worker != v.Worker:
+			fail(CheckFleetEffects, task, "effect %s (epoch %d, %s) at revision %d does not match its operation %v", v.Op, v.Epoch, v.Worker, ev.Rev, op)
+		case op.Outcome == OutRefused || op.Outcome == OutFail:
+			fail(CheckFleetEffects, task, "effect at revision %d of %v, which was not applied", ev.Rev, op)
+		}
+		landed[v.Op] = true
+		if w, ok := granted[taskEpoch{task, v.Epoch}]; !ok || w != v.Worker {
+			fail(CheckFleetEffects, task, "effect %s at revision %d carries epoch %d, which etcd never granted to %s", v.Op, ev.Rev, v.Epoch, v.Worker)
+		}
+		if prev, ok := last[task]; ok {
+			switch {
+			case v.Epoch == prev.v.Epoch:
+				fail(CheckFleetEffects, task, "epoch %d wrote its effect twice: %s at revision %d, %s at revision %d", v.Epoch, prev.v.Op, prev.rev, v.Op, ev.Rev)
+			case v.Epoch < prev.v.Epoch:
+				fail(CheckFleetEffects, task, "a stale write landed: epoch %d's effect (%s, %s) at revision %d, after epoch %d's (%s, %s) at revision %d",
+					v.Epoch, v.Op, v.Worker, ev.Rev, prev.v.Epoch, prev.v.Op, prev.v.Worker, prev.rev)
+			}
+		}
+		last[task] = landing{v, ev.Rev}
+	}
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if op.Type != OpFleetEffect {
+			continue
+		}
+		ff.Writes[op.Outcome]++
+		switch {
+		case op.Outcome == OutOK && !landed[op.ID]:
+			fail(CheckFleetEffects, op.Task, "%v: admitted, but its effect is not in the store's history", op)
+		case op.Outcome == OutRefused && op.Current <= op.Epoch:
+			fail(CheckFleetEffects, op.Task, "%v: a refusal must name a higher epoch", op)
+		}
+	}
+	ff.EffectsMin = -1
+	for _, task := range names {
+		v, ok := in.Final.Effects[task]
+		n := 0
+		if ok {
+			n = 1
+		}
+		if ff.EffectsMin < 0 || n < ff.EffectsMin {
+			ff.EffectsMin = n
+		}
+		ff.EffectsMax = max(ff.EffectsMax, n)
+		done, completed := completedBy[task]
+		switch {
+		case !ok:
+			fail(CheckFleetEffects, task, "no effect in the store at the end")
+		case completed && v.Epoch != done:
+			fail(CheckFleetEffects, task, "the store holds epoch %d's effect (%s, %s), but epoch %d completed the task", v.Epoch, v.Op, v.Worker, done)
+		case last[task].v != v:
+			fail(CheckFleetEffects, task, "the store holds %s, not the last write of its history (%s at revision %d)", v.Op, last[task].v.Op, last[task].rev)
+		}
+		if ok && !in.Unfenced && in.Fenced[task] != v.Epoch {
+			fail(CheckFleetEffects, task, "the guard holds epoch %d, the store's effect is epoch %d's", in.Fenced[task], v.Epoch)
+		}
+	}
+	ff.EffectsMin = max(ff.EffectsMin, 0)
+	for _, task := range sortedKeys(in.Final.Effects) {
+		if _, ok := tasks[task]; !ok {
+			fail(CheckFleetEffects, task, "an effect in the store for no task of the fleet")
+		}
+	}
+
+	// Takeovers: every task a killed pool held when it died — its epoch
+	// still live at the kill, ended by etcd with the dead session — is
+	// taken by a new epoch within the bound.
+	markers := map[int64][]fleetMarkerEvent{} // a session's lease → its marker's changes
+	for _, ev := range in.Final.Markers {
+		markers[ev.Lease] = append(markers[ev.Lease], ev)
+	}
+	held := map[string][]taskEpoch{} // a pool → the epochs it held, in revision order
+	for _, ev := range in.Leases {
+		if _, ok := tasks[ev.Task]; ok && ev.Put {
+			held[ev.Worker] = append(held[ev.Worker], taskEpoch{ev.Task, ev.Rev})
+		}
+	}
+	ff.Kills = len(in.Kills)
+	if len(in.Kills) > 0 {
+		var bs []int64
+		var passes []time.Duration
+		for _, k := range in.Kills {
+			bs = append(bs, k.Backlog)
+			if k.Rate > 0 {
+				passes = append(passes, time.Duration(float64(k.Backlog)/k.Rate*float64(time.Second)))
+			}
+		}
+		slices.Sort(bs)
+		ff.KillBacklog = [3]int64{bs[0], bs[len(bs)/2], bs[len(bs)-1]}
+		if len(passes) > 0 {
+			slices.Sort(passes)
+			ff.PassTime = passes[len(passes)/2]
+		}
+	}
+	for _, k := range in.Kills {
+		if k.Restart != "" {
+			ff.Restarts++
+		}
+		bound := TakeoverBound(in.TTL, k.At, in.Faults)
+		for _, te := range held[k.Pool] {
+			task, eps := te.task, epochs[te.task]
+			for j, e := range eps {
+				if e.epoch != te.epoch || e.end <= k.Rev || ended[te] != audit.Expired {
+					continue
+				}
+				to := FleetTakeover{Pool: k.Pool, Task: task, Epoch: e.epoch, Ended: e.end, Bound: bound}
+				if j+1 == len(eps) {
+					fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and no epoch followed", k.Pool, e.epoch, e.end)
+					ff.Takeovers = append(ff.Takeovers, to)
+					continue
+				}
+				next := eps[j+1]
+				to.Next, to.NextWorker = next.epoch, next.worker
+				to.Lo, to.Hi = claimTimes(in.Ops, task, next, k.At)
+				ff.Takeovers = append(ff.Takeovers, to)
+				if to.Lo > bound {
+					fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and the next epoch, %d (%s), began %v after the kill (its acquisition invoked %v after): over the takeover bound %v; %s; %s",
+						k.Pool, e.epoch, e.end, next.epoch, next.worker, roundMS(to.delay()), roundMS(to.Lo), roundMS(bound),
+						markerFate(markers[e.lease], e), claimsBetween(in.Ops, task, k.At, k.At+int64(to.Lo)))
+				}
+			}
+		}
+	}
+	sortTakeovers(ff.Takeovers)
+	for _, t := range ff.Takeovers {
+		if t.delay() > ff.Longest.delay() || ff.Longest.Pool == "" {
+			ff.Longest = t
+		}
+	}
+	return ff, vs
+}
+
+// claimTimes bounds, from the kill at at, when the epoch e of task began:
+// its acquisition was invoked lo and returned hi after at. An acquisition
+// of unknown outcome resolved to e is the holder's first on the task
+// invoked after the kill; its return says nothing (hi 0).
+func claimTimes(ops []Op, task string, e *fleetEpoch, at int64) (lo, hi time.Duration) {
+	since := func(t int64) time.Duration { return time.Duration(max(t-at, 0)) }
+	var unknown *Op
+	for i := range ops {
+		op := &ops[i]
+		if op.Type != OpAcquire || op.Task != task || op.Worker != e.worker {
+			continue
+		}
+		if op.Outcome == OutOK && op.Epoch == e.epoch {
+			return since(op.Invoke), since(op.Return)
+		}
+		if op.Outcome == OutUnknown && op.Invoke >= at && (unknown == nil || op.Invoke < unknown.Invoke) {
+			unknown = op
+		}
+	}
+	if unknown != nil {
+		return since(unknown.Invoke), 0
+	}
+	return 0, 0
+}
+
+// epochHistory lists a task's epochs: each one's holder, its session's
+// etcd lease, the revision its key was deleted at, how it ended, and
+// whether its holder ever acted with it (wrote, completed or released)
+// beside claiming it.
+func epochHistory(eps []*fleetEpoch, task string, ended map[taskEpoch]audit.Kind, acted map[taskEpoch]bool) string {
+	if len(eps) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, e := range eps {
+		te := taskEpoch{task, e.epoch}
+		kind := string(ended[te])
+		if kind == "" {
+			kind = "no end entry"
+		}
+		part := fmt.Sprintf("%d (%s, lease %x) ended at revision %d, %s", e.epoch, e.worker, e.lease, e.end, kind)
+		if !acted[te] {
+			part += ", its holder never acted with it"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// markerFate says what became of the marker of e's session, which tells
+// the pools that the session ended when etcd deletes it with the session's
+// lease keys.
+func markerFate(evs []fleetMarkerEvent, e *fleetEpoch) string {
+	session := fmt.Sprintf("its session (lease %x)", e.lease)
+	var put, del int64
+	for _, ev := range evs {
+		if ev.Put && put == 0 {
+			put = ev.Rev
+		}
+		if !ev.Put {
+			del = ev.Rev
+		}
+	}
+	switch {
+	case put == 0:
+		return session + " never had a marker (its put failed), so no pool learned that it ended"
+	case del == e.end:
+		return fmt.Sprintf("%s's marker (put at revision %d) was deleted with the epoch, yet no pool took the task over then", session, put)
+	case del == 0:
+		return fmt.Sprintf("%s's marker (put at revision %d) was never deleted", session, put)
+	}
+	return fmt.Sprintf("%s's marker (put at revision %d) was deleted at revision %d, apart from the epoch", session, put, del)
+}
+
+// claimsBetween says which acquisitions of task were invoked from from to
+// to, by outcome: the takeovers tried, and how they ended.
+func claimsBetween(ops []Op, task string, from, to int64) string {
+	n := map[Outcome]int{}
+	total := 0
+	for i := range ops {
+		if op := &ops[i]; op.Type == OpAcquire && op.Task == task && op.Invoke > from && op.Invoke < to {
+			n[op.Outcome]++
+			total++
+		}
+	}
+	if total == 0 {
+		return "no acquisition of the task was tried before it"
+	}
+	return fmt.Sprintf("acquisitions tried before it: %s", outcomeCounts(n))
+}
+
+func doneEpochs(evs []doneEvent) []int64 {
+	var out []int64
+	for _, ev := range evs {
+		out = append(out, ev.Epoch)
+	}
+	return out
+}
+
+// check gathers the fleet's figures and runs checkFleet on the run's
+// history and final state.
+func (f *fleet) check(fs finalState, ff fleetFinal, faults []Fault, drain fleetDrain) (*FleetFacts, []Violation) {
+	f.mu.Lock()
+	pools := slices.Clone(f.pools)
+	kills := slices.Clone(f.kills)
+	f.mu.Unlock()
+	names := map[string]bool{}
+	for _, p := range pools {
+		names[p.name] = true
+	}
+	in := fleetInput{
+		TTL: f.r.cfg.TTL, Unfenced: f.r.cfg.Control == ControlFleetNoFencing,
+		Ops: f.r.hist.Ops(), Leases: fs.LeaseEvents, Done: fs.DoneEvents, Audit: fs.Audit, Fenced: fs.Fenced[OpEtcd],
+		Final: ff, Kills: kills, Faults: faults, Pools: names,
+	}
+	facts, vs := checkFleet(in)
+	f.mu.Lock()
+	facts.Pools, facts.Slots, facts.Backlog, facts.Rate, facts.Drain = f.r.cfg.Fleet, fleetSlots, f.maxTarget, f.rate, drain
+	f.mu.Unlock()
+	for _, p := range pools {
+		st := p.pool.Stats()
+		s := &facts.Stats
+		s.Started += st.Started
+		s.Completed += st.Completed
+		s.Stale += st.Stale
+		s.Failed += st.Failed
+		s.Retried += st.Retried
+		s.Interrupted += st.Interrupted
+		s.Unknown += st.Unknown
+		s.Panics += st.Panics
+		s.Reclaimed += st.Reclaimed
+		s.SessionsReplaced += st.SessionsReplaced
+		s.SkippedHeld += st.SkippedHeld
+		s.SkippedCompleted += st.SkippedCompleted
+		s.TakenOver += st.TakenOver
+		facts.Injected += p.injected.Load()
+		facts.Refused += p.refused.Load()
+		facts.Unknown += p.unknown.Load()
+		for _, msg := range p.rec.Problems() {
+			vs = append(vs, Violation{Check: CheckFleet, Detail: msg})
+		}
+	}
+	if !drain.Done {
+		vs = append(vs, Violation{Check: CheckFleetComplete, Detail: fmt.Sprintf("the pools did not empty the prefix within %v of the faults' end", fleetDrainLimit)})
+	}
+	return facts, vs
+}
+
+// lines is the fleet mode's part of the summary.
+func (ff *FleetFacts) lines() []string {
+	effects := fmt.Sprint(ff.EffectsMin)
+	if ff.EffectsMax != ff.EffectsMin {
+		effects = fmt.Sprintf("%d to %d", ff.EffectsMin, ff.EffectsMax)
+	}
+	longest := "none"
+	if ff.Longest.Pool != "" {
+		longest = roundMS(ff.Longest.delay())
+	}
+	out := []string{fmt.Sprintf("fleet: %d pools, %d kills, %d restarts, %d tasks, effects per task %s, takeover delay longest %s (bound %s)",
+		ff.Pools, ff.Kills, ff.Restarts, ff.Tasks, effects, longest, roundMS(ff.Bound))}
+	s := ff.Stats
+	out = append(out,
+		fmt.Sprintf("fleet stats: %d pools × %d slots; started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, reclaimed %d, sessions replaced %d; skipped after the screen: %d held, %d completed; taken over %d",
+			ff.Pools, ff.Slots, s.Started, s.Completed, s.Stale, s.Failed, s.Retried, s.Interrupted, s.Unknown, s.Reclaimed, s.SessionsReplaced, s.SkippedHeld, s.SkippedCompleted, s.TakenOver),
+		fmt.Sprintf("fleet tasks: %d completed by the pools, %d task keys left; effects: %d writes landed (at most %d for one task), writes %s; handlers failed: %d injected, %d fenced, %d of unknown outcome",
+			ff.Completed, ff.KeysLeft, ff.Landed, ff.MaxLanded, outcomeCounts(ff.Writes), ff.Injected, ff.Refused, ff.Unknown))
+	pass := "not measured"
+	if p := ff.PassTime; p > 0 {
+		pass = fmt.Sprintf("%s, %.1f × the bound", roundMS(p), float64(p)/float64(ff.Bound))
+	}
+	out = append(out, fmt.Sprintf("fleet backlog: up to %d task keys kept during the faults, done at %.1f tasks/s; %d to %d (median %d) left at the kills, a pass over it then (median) %s; after healing %d drained in %s",
+		ff.Backlog, ff.Rate, ff.KillBacklog[0], ff.KillBacklog[2], ff.KillBacklog[1], pass, ff.Drain.Keys, roundMS(ff.Drain.Took)))
+	per := map[string]FleetTakeover{}
+	count := map[string]int{}
+	for _, t := range ff.Takeovers {
+		count[t.Pool]++
+		if t.delay() > per[t.Pool].delay() || per[t.Pool].Pool == "" {
+			per[t.Pool] = t
+		}
+	}
+	var parts []string
+	for _, pool := range sortedKeys(per) {
+		t := per[pool]
+		bound := ""
+		if t.Bound != ff.Bound {
+			bound = fmt.Sprintf(", bound %s", roundMS(t.Bound))
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%d tasks%s)", pool, roundMS(t.delay()), count[pool], bound))
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	out = append(out, "fleet takeover per killed pool (longest): "+strings.Join(parts, ", "))
+	return out
+}
+
+func roundMS(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+func outcomeCounts(m map[Outcome]int) string {
+	var parts []string
+	for _, o := range outcomes {
+		if m[o] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", o, m[o]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sortTakeovers orders takeovers by pool, then task.
+func sortTakeovers(ts []FleetTakeover) {
+	slices.SortFunc(ts, func(a, b FleetTakeover) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Task, b.Task))
+	})
+}

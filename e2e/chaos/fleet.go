@@ -1,0 +1,837 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	wpool "github.com/leasehold/leasehold/worker"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The fleet mode (Config.Fleet): pools, each with its own client as
+// separate processes have, over one worker.Prefix, killed and started
+// again during the fault phase (docs/protocol.md §3.14, "A fleet").
+const (
+	// ControlFleetNoTakeover: a fleet whose pools never learn that a
+	// session ended. Every marker N/lease/%live/<id> a pool puts is put
+	// again at once, attached to a lease of the suite's own that lives
+	// until the pools stop, so etcd never deletes it with the session:
+	// no pool takes a killed pool's tasks over, and they come back only
+	// when some pool's pass over the prefix reaches them again, behind
+	// the backlog.
+	ControlFleetNoTakeover Control = "fleet-no-takeover"
+	// ControlFleetNoFencing: the pools in slot f0 write their effects
+	// with a plain put, not through the guard, and every handler of
+	// theirs writes on after its lease's context ended; the fleet pauses
+	// that slot (freezes it, as the nemesis's freeze does) for 1.5 to 2.5
+	// TTLs every second or so, past its session's TTL, and kills the
+	// other slots' pools only.
+	ControlFleetNoFencing Control = "fleet-no-fencing"
+
+	// FaultPoolKill is a fleet pool killed as a process dies: its client
+	// closed (nothing released, nothing renewed) and its Run cancelled;
+	// a new pool, on a new client, takes its slot later.
+	FaultPoolKill = "pool-kill"
+
+	// OpFleetEffect is a fleet handler's write of its task's effect: a put
+	// of the task's one effect key, admitted by fence.EtcdGuard.AdmitOps
+	// in the put's transaction.
+	OpFleetEffect OpType = "fleet-effect"
+
+	fleetLog          = "fleet.log"
+	fleetTaskPrefix   = "/chaos/fleet/task/"
+	fleetEffectPrefix = "/chaos/fleet/effect/"
+
+	fleetSlots   = 3
+	fleetRetries = 8 // WithRetry's attempts: a pool gives a task up for the rest of a Run after as many failures
+	// The killer: a kill every fleetKillGap on average (half to one and a
+	// half of it), the first once the feeder has measured the pools' rate
+	// for fleetFirstKill, at most fleetMaxDead pools dead at once, none
+	// younger than fleetMinAge; a killed pool's slot gets a new pool
+	// fleetRestartMin to fleetRestartMax later.
+	fleetKillGap    = 1500 * time.Millisecond
+	fleetFirstKill  = 2 * time.Second
+	fleetMaxDead    = 2
+	fleetMinAge     = time.Second
+	fleetRestartMin = 300 * time.Millisecond
+	fleetRestartMax = 1500 * time.Millisecond
+	// fleetDrainLimit bounds the wait, after the faults are healed, for
+	// the pools to empty the prefix.
+	fleetDrainLimit = 60 * time.Second
+	// fleetTakeoverSlack is what the takeover bound adds to the session
+	// TTL (TakeoverBound says why).
+	fleetTakeoverSlack = 2 * time.Second
+	// fleetPasses is how many takeover bounds of work, at the rate the
+	// pools complete tasks, the feeder keeps in the backlog.
+	fleetPasses = 4
+	// fleetMaxBacklog bounds the backlog the feeder keeps.
+	fleetMaxBacklog = 5000
+)
+
+var errKilled = errors.New("chaos: the pool's process was killed")
+
+// fleetTTL is the fleet mode's session TTL: with eight pools' clients on
+// two cores under the race detector, renewals of 1 s sessions come late
+// often enough that the pools' own sessions end every few seconds, which
+// is not what the mode is about.
+const fleetTTL = 2 * time.Second
+
+// FleetMode returns c as a run of the fleet mode alone: pools pools over
+// one Prefix with a backlog of at least tasks task keys, no other
+// workload, sessions of fleetTTL, and a second of quiet after the pools
+// have emptied the prefix.
+func (c Config) FleetMode(pools, tasks int) Config {
+	c.Helpers, c.InProcess, c.Recipes, c.PoolWorkers = -1, 0, 0, 0
+	c.Fleet, c.FleetTasks = pools, tasks
+	c.TTL, c.Quiet = fleetTTL, time.Second
+	return c
+}
+
+// fleetTask is the name of the fleet's i-th task; its key is
+// fleetTaskPrefix + name.
+func fleetTask(i int) string { return fmt.Sprintf("job-%06d", i) }
+
+func fleetEffectKey(task string) string { return fleetEffectPrefix + task }
+
+// fleet runs the fleet mode's pools, one per fleet slot at a time, its
+// killer and its feeder.
+type fleet struct {
+	r *runner
+
+	mu     sync.Mutex
+	closed bool // the workers are stopping: start no pool
+	wg     sync.WaitGroup
+	pools  []*fleetPool         // every pool started, in order
+	live   map[*slot]*fleetPool // the pool in each slot; nil while dead
+	kills  []fleetKill
+	pauses []Fault   // ControlFleetNoFencing's pauses of slot f0
+	next   int       // the next task's number
+	start  time.Time // when the first pools started
+	// rate is the tasks completed per second since the pools started, as
+	// the feeder last measured it; target the backlog it keeps, maxTarget
+	// the largest it kept.
+	rate              float64
+	target, maxTarget int
+	ctx               context.Context
+	pinned            int64 // ControlFleetNoTakeover's lease
+	waited            sync.Once
+	// The pools log to one file of the run (info, or LEASEHOLD_CHAOS_FLEET_LOG's
+	// level), kept with the artifacts of a run with violations.
+	logFile *os.File
+	logMu   sync.Mutex
+}
+
+// fleetKill is one kill of a fleet pool, on the run's clock.
+type fleetKill struct {
+	Slot string `json:"slot"`
+	Pool string `json:"pool"` // the pool killed: <slot>.<generation>
+	At   int64  `json:"at"`   // when its client was closed
+	// Rev is a revision read just before: every epoch the pool held when
+	// it died is live at it or began later. Backlog is how many task
+	// keys there were then, and Rate the tasks the pools had completed
+	// per second since they started (0: not measured yet).
+	Rev     int64   `json:"rev"`
+	Backlog int64   `json:"backlog"`
+	Rate    float64 `json:"rate"`
+	// Restart is the pool that took the slot (empty: none), RestartAt
+	// when.
+	Restart   string `json:"restart,omitempty"`
+	RestartAt int64  `json:"restart_at,omitempty"`
+}
+
+// fleetPool is one pool of the fleet: a worker.Pool over the Prefix, with
+// its own client, whose lease transactions its client records
+// (pool_record.go) through w, a worker that runs no threads.
+type fleetPool struct {
+	name    string
+	w       *worker
+	cli     *clientv3.Client
+	reg     *lease.Registry
+	pool    *wpool.Pool
+	rec     *txnRecorder
+	fenced  bool // ControlFleetNoFencing's slot f0: false
+	born    time.Time
+	stopRun context.CancelFunc
+	dead    atomic.Bool
+
+	rmu sync.Mutex
+	rng *rand.Rand
+
+	injected, refused, unknown atomic.Int64
+}
+
+// addFleetSlots adds the fleet's slots, f0 … f<Fleet-1>, each with its
+// own proxies, so that the nemesis's faults of a worker and of a member
+// reach its pools.
+func (r *runner) addFleetSlots() {
+	if r.cfg.Fleet == 0 {
+		return
+	}
+	r.fleet = &fleet{r: r, live: map[*slot]*fleetPool{}}
+	lf, err := os.Create(filepath.Join(r.dir, fleetLog))
+	if err != nil {
+		r.t.Fatalf("chaos: fleet: %v", err)
+	}
+	r.fleet.logFile = lf
+	for i := range r.cfg.Fleet {
+		s := &slot{idx: len(r.slots), name: fmt.Sprintf("f%d", i), fleet: true, gate: &gate{}}
+		for _, m := range r.cluster.Members() {
+			s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
+		}
+		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+		r.slots = append(r.slots, s)
+	}
+}
+
+// startFleet puts the backlog's task keys and starts a pool in every
+// fleet slot; they run until ctx ends. Under ControlFleetNoTakeover the
+// markers are pinned from before the first pool starts.
+func (f *fleet) startFleet(ctx context.Context) {
+	f.ctx = ctx
+	f.target, f.maxTarget = f.r.cfg.FleetTasks, f.r.cfg.FleetTasks
+	if _, err := f.feed(ctx, f.target); err != nil {
+		f.r.t.Fatalf("chaos: fleet: putting the tasks: %v", err)
+	}
+	if f.r.cfg.Control == ControlFleetNoTakeover {
+		if err := f.pin(ctx); err != nil {
+			f.r.t.Fatalf("chaos: fleet: %v", err)
+		}
+	}
+	f.start = time.Now()
+	for _, s := range f.r.slots {
+		if s.fleet {
+			if err := f.startPool(s); err != nil {
+				f.r.t.Fatalf("chaos: fleet pool %s: %v", s.name, err)
+			}
+		}
+	}
+}
+
+// feed puts task keys until the prefix holds at least n, in transactions
+// of at most 64 puts, and returns how many it holds then.
+func (f *fleet) feed(ctx context.Context, n int) (int, error) {
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := f.r.direct.Get(actx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	for missing := n - int(resp.Count); missing > 0; {
+		k := min(missing, 64)
+		ops := make([]clientv3.Op, 0, k)
+		f.mu.Lock()
+		for range k {
+			ops = append(ops, clientv3.OpPut(fleetTaskPrefix+fleetTask(f.next), "{}"))
+			f.next++
+		}
+		f.mu.Unlock()
+		// A failed put leaves a gap in the numbers, no task: the keys
+		// etcd holds are the tasks, whatever was sent.
+		if _, err := f.r.direct.Txn(actx).Then(ops...).Commit(); err != nil {
+			return 0, err
+		}
+		missing -= k
+	}
+	return max(n, int(resp.Count)), nil
+}
+
+// startPool fills s with a new pool: the slot's next generation, on a new
+// client. Once the workers are stopping it starts none.
+func (f *fleet) startPool(s *slot) error {
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed || f.ctx.Err() != nil {
+		return nil
+	}
+	s.mu.Lock()
+	name := fmt.Sprintf("%s.%d", s.name, s.gen)
+	s.gen++
+	s.mu.Unlock()
+	r := f.r
+	cli, err := newWorkerClient(s.endpoints())
+	if err != nil {
+		return err
+	}
+	cfgW := workerConfig{
+		Name: name, Endpoints: s.endpoints(), SQLite: r.dsn, Archive: r.archive,
+		Seed: r.cfg.Seed*1000 + uint64(900+s.idx*10+len(f.pools)), Threads: 1, TTL: r.cfg.TTL, Window: 1,
+	}
+	w, err := newWorker(cfgW, cli, r.hist.record)
+	if err != nil {
+		_ = cli.Close()
+		return err
+	}
+	w.gate = s.gate
+	p := &fleetPool{
+		name: name, w: w, cli: cli, born: time.Now(),
+		fenced: r.cfg.Control != ControlFleetNoFencing || s.name != "f0",
+		rng:    rand.New(rand.NewPCG(cfgW.Seed, 2)),
+	}
+	// Every transaction through this client is seen by the recorder; it
+	// records those of the lease protocol.
+	p.rec = &txnRecorder{w: w}
+	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
+	p.reg = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	level := hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG"))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: f.logFile, Mutex: &f.logMu, Level: level, TimeFormat: "15:04:05.000"})
+	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, fleetTaskPrefix), p.handle,
+		wpool.WithSlots(fleetSlots), wpool.WithWorker(name), wpool.WithLogger(log),
+		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
+		wpool.WithRetry(fleetRetries, poolBackoff), wpool.WithGrace(poolGrace))
+	if err != nil {
+		_ = p.reg.Close()
+		w.close()
+		_ = cli.Close()
+		return err
+	}
+	rctx, cancel := context.WithCancel(f.ctx)
+	p.stopRun = cancel
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed { // wait has begun: no goroutine may join it
+		cancel()
+		_ = p.reg.Close()
+		w.close()
+		_ = cli.Close()
+		return nil
+	}
+	f.pools = append(f.pools, p)
+	f.live[s] = p
+	f.wg.Go(func() {
+		defer func() {
+			cancel()
+			_ = p.reg.Close()
+			p.w.close()
+			_ = p.cli.Close()
+		}()
+		for {
+			err := p.pool.Run(rctx)
+			if rctx.Err() != nil || p.dead.Load() {
+				return
+			}
+			// The pool gave up on its own: no fault of the suite's is
+			// one it should not outlast.
+			p.rec.problem(fmt.Sprintf("%s: Run returned %v", p.name, err))
+			sleep(rctx, 100*time.Millisecond)
+		}
+	})
+	return nil
+}
+
+// kill kills the pool in s as a process dies: its client is closed, so it
+// releases nothing and renews nothing, and its Run is cancelled; a
+// handler still running writes nothing more. It reports false when it
+// could not read the revision first (then nothing was killed).
+func (f *fleet) kill(s *slot) bool {
+	f.mu.Lock()
+	p := f.live[s]
+	f.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	resp, err := f.r.direct.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	rate := f.rate
+	f.mu.Unlock()
+	k := fleetKill{Slot: s.name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
+	k.At = now()
+	p.dead.Store(true)
+	_ = p.cli.Close()
+	p.stopRun()
+	f.mu.Lock()
+	f.live[s] = nil
+	f.kills = append(f.kills, k)
+	f.mu.Unlock()
+	f.r.cfg.Logf("chaos: fleet: killed %s (%d task keys left)", p.name, k.Backlog)
+	return true
+}
+
+// restart starts a new pool in s, the slot of the kill at index i.
+func (f *fleet) restart(s *slot, i int) {
+	if err := f.startPool(s); err != nil {
+		f.r.warn("fleet: restarting %s: %v", s.name, err)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.live[s]; p != nil {
+		f.kills[i].Restart, f.kills[i].RestartAt = p.name, now()
+	}
+}
+
+// chaos kills pools until ctx (the fault phase) ends, and keeps the
+// backlog meanwhile at Config.FleetTasks task keys, or more: fleetPasses
+// takeover bounds' worth of work at the rate the pools have completed
+// tasks since they started, so that a task left to the next pass waits
+// well past the bound. Then it starts a pool in every slot left empty.
+func (f *fleet) chaos(ctx context.Context) {
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		bound := TakeoverBound(f.r.cfg.TTL, 0, nil)
+		for {
+			if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
+				return
+			}
+			f.mu.Lock()
+			target := f.target
+			f.mu.Unlock()
+			held, err := f.feed(ctx, target)
+			if err != nil {
+				if ctx.Err() == nil {
+					f.r.warn("fleet: feeding the backlog: %v", err)
+				}
+				continue
+			}
+			f.mu.Lock()
+			if since := time.Since(f.start); since >= fleetFirstKill {
+				f.rate = float64(f.next-held) / since.Seconds()
+				f.target = max(f.r.cfg.FleetTasks, min(int(f.rate*fleetPasses*bound.Seconds()), fleetMaxBacklog))
+				f.maxTarget = max(f.maxTarget, f.target)
+			}
+			f.mu.Unlock()
+		}
+	})
+	if f.r.cfg.Control == ControlFleetNoFencing {
+		bg.Go(func() { f.pauseUnfenced(ctx) })
+	}
+	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x666c656574))
+	var restarts sync.WaitGroup
+	wait := fleetKillGap/2 + time.Duration(rng.Int64N(int64(fleetKillGap)))
+	for {
+		if sleep(ctx, wait); ctx.Err() != nil {
+			break
+		}
+		// No pool may be killed now (too early, too many dead, all too
+		// young): look again shortly rather than a whole gap later, so
+		// that a short run still has its kills.
+		wait = 100 * time.Millisecond
+		f.mu.Lock()
+		early := time.Since(f.start) < fleetFirstKill
+		var cands []*slot
+		dead := 0
+		for _, s := range f.r.slots {
+			switch p, ok := f.live[s]; {
+			case !s.fleet || !ok:
+			case f.r.cfg.Control == ControlFleetNoFencing && s.name == "f0":
+			case p == nil:
+				dead++
+			case time.Since(p.born) >= fleetMinAge:
+				cands = append(cands, s)
+			}
+		}
+		f.mu.Unlock()
+		if early || dead >= fleetMaxDead || len(cands) == 0 {
+			continue
+		}
+		s := cands[rng.IntN(len(cands))]
+		if !f.kill(s) {
+			continue
+		}
+		wait = fleetKillGap/2 + time.Duration(rng.Int64N(int64(fleetKillGap)))
+		f.mu.Lock()
+		i := len(f.kills) - 1
+		f.mu.Unlock()
+		d := fleetRestartMin + time.Duration(rng.Int64N(int64(fleetRestartMax-fleetRestartMin)))
+		restarts.Go(func() {
+			sleep(ctx, d) // at once when the phase ends
+			f.restart(s, i)
+		})
+	}
+	restarts.Wait()
+	bg.Wait()
+}
+
+// pauseUnfenced is ControlFleetNoFencing's fault: until ctx ends, it
+// freezes slot f0 — its handlers stop at their next step and its proxies
+// hold all traffic, so its session's renewals stop — for 1.5 to 2.5 TTLs,
+// every 0.3 to 1 s. Other pools take its tasks over once etcd ends its
+// session, and its careless handlers write when it thaws. The nemesis
+// must inject no fault of a worker meanwhile: its heal would end the
+// pause early.
+func (f *fleet) pauseUnfenced(ctx context.Context) {
+	var s *slot
+	for _, sl := range f.r.slots {
+		if sl.fleet && sl.name == "f0" {
+			s = sl
+		}
+	}
+	ttl := f.r.cfg.TTL
+	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x7061757365))
+	for {
+		if sleep(ctx, 300*time.Millisecond+time.Duration(rng.Int64N(int64(700*time.Millisecond)))); ctx.Err() != nil {
+			return
+		}
+		d := ttl*3/2 + time.Duration(rng.Int64N(int64(ttl)))
+		ft := Fault{Kind: FaultFreeze, Target: s.name, Detail: "the unfenced pool", Start: now()}
+		s.gate.close()
+		s.blackhole()
+		sleep(ctx, d)
+		s.heal()
+		s.gate.open()
+		ft.End = now()
+		f.mu.Lock()
+		f.pauses = append(f.pauses, ft)
+		f.mu.Unlock()
+	}
+}
+
+// faults returns the kills, and ControlFleetNoFencing's pauses, as faults
+// of the run's fault log.
+func (f *fleet) faults() []Fault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.pauses)
+	for _, k := range f.kills {
+		ft := Fault{Kind: FaultPoolKill, Target: k.Slot, Worker: k.Pool, Start: k.At, End: k.RestartAt, Detail: k.Pool}
+		if k.Restart != "" {
+			ft.Detail += " → " + k.Restart
+		} else {
+			ft.End = k.At
+		}
+		out = append(out, ft)
+	}
+	return out
+}
+
+// drain waits, once the faults are healed, until the pools have emptied
+// the prefix, or fleetDrainLimit. It returns how many task keys there
+// were when it began, and how long it took.
+func (f *fleet) drain() fleetDrain {
+	from := time.Now()
+	d := fleetDrain{Keys: -1}
+	for time.Since(from) < fleetDrainLimit {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := f.r.direct.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil && d.Keys < 0 {
+			d.Keys = resp.Count
+		}
+		if err == nil && resp.Count == 0 {
+			d.Took, d.Done = time.Since(from), true
+			return d
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.r.warn("fleet: task keys still left %v after the faults were healed", fleetDrainLimit)
+	d.Took = time.Since(from)
+	return d
+}
+
+// fleetDrain is what drain saw: Keys task keys when the faults were
+// healed, gone after Took (Done) or not.
+type fleetDrain struct {
+	Keys int64
+	Took time.Duration
+	Done bool
+}
+
+// wait returns once every pool has stopped (the workers' context ended),
+// and ends ControlFleetNoTakeover's lease.
+func (f *fleet) wait() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
+	f.waited.Do(f.unpin)
+}
+
+// saveLog closes the pools' log and, when dir is set (a run with
+// violations), copies it there.
+func (f *fleet) saveLog(dir string) error {
+	if dir == "" && os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG") != "" && os.Getenv("LEASEHOLD_CHAOS_OUT") != "" {
+		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")
+	}
+	if err := f.logFile.Close(); err != nil || dir == "" {
+		return err
+	}
+	b, err := os.ReadFile(f.logFile.Name())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fleetLog), b, 0o644)
+}
+
+// unpin revokes ControlFleetNoTakeover's lease, deleting the markers it
+// kept.
+func (f *fleet) unpin() {
+	if f.pinned != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := f.r.direct.Revoke(ctx, clientv3.LeaseID(f.pinned)); err != nil {
+			f.r.warn("fleet: revoking the markers' lease: %v", err)
+		}
+	}
+}
+
+// pin is ControlFleetNoTakeover: it grants a lease of its own and, from
+// now until ctx ends, puts every marker a pool puts again, attached to
+// that lease. etcd then deletes no marker when its session ends, and no
+// pool learns that a session ended.
+func (f *fleet) pin(ctx context.Context) error {
+	space := keys.MustNew(keys.DefaultNamespace)
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	g, err := f.r.direct.Grant(gctx, 3600)
+	if err != nil {
+		return fmt.Errorf("granting the markers' lease: %w", err)
+	}
+	f.pinned = int64(g.ID)
+	resp, err := f.r.direct.Get(gctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	rev := resp.Header.Revision + 1
+	f.wg.Go(func() {
+		for ctx.Err() == nil {
+			wch := f.r.direct.Watch(ctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+			for wr := range wch {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					rev = ev.Kv.ModRevision + 1
+					if ev.Type != clientv3.EventTypePut || ev.Kv.Lease == f.pinned {
+						continue
+					}
+					pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err := f.r.direct.Put(pctx, string(ev.Kv.Key), string(ev.Kv.Value), clientv3.WithLease(g.ID))
+					cancel()
+					if err != nil && ctx.Err() == nil {
+						f.r.warn("fleet: pinning marker %s: %v", ev.Kv.Key, err)
+					}
+				}
+			}
+			sleep(ctx, 50*time.Millisecond)
+		}
+	})
+	return nil
+}
+
+// handle is a fleet pool's handler: it works 10–60 ms (one run in eight
+// 200–800 ms), then writes the task's effect once, through the guard
+// keyed by the task, and returns the status. One run in ten fails, before
+// or after the write, so the pool releases and retries; a write of
+// unknown outcome fails it too (a later epoch writes the effect again).
+// Three handlers in four stop when their lease's context ends; the others
+// write on, and fencing must refuse them. A killed pool's handlers write
+// nothing more: a dead process's only writes are those already sent.
+func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) {
+	w := p.w
+	p.rmu.Lock()
+	careless := !p.fenced || p.rng.IntN(4) == 0
+	fail := -1
+	if p.rng.IntN(10) == 0 {
+		fail = p.rng.IntN(2)
+	}
+	d := time.Duration(10+p.rng.IntN(50)) * time.Millisecond
+	if p.rng.IntN(8) == 0 {
+		d = time.Duration(200+p.rng.IntN(600)) * time.Millisecond
+	}
+	p.rmu.Unlock()
+	w.gate.wait()
+	if careless {
+		time.Sleep(d)
+	} else {
+		sleep(ctx, d)
+	}
+	w.gate.wait()
+	switch {
+	case p.dead.Load():
+		return "", errKilled
+	case !careless && ctx.Err() != nil:
+		return "", context.Cause(ctx)
+	case fail == 0:
+		p.injected.Add(1)
+		return "", errInjected
+	}
+	switch p.writeEffect(l) {
+	case OutRefused:
+		p.refused.Add(1)
+		return "", errFenced
+	case OutUnknown:
+		p.unknown.Add(1)
+		return "", errEffectUnknown
+	}
+	w.gate.wait()
+	switch {
+	case p.dead.Load():
+		return "", errKilled
+	case fail == 1:
+		p.injected.Add(1)
+		return "", errInjected
+	}
+	return status, nil
+}
+
+var errEffectUnknown = errors.New("chaos: the effect's write had an unknown outcome")
+
+// classifyWrite sorts a guarded write's error into an outcome: refused
+// (fenced, naming the epoch that holds the guard) or unknown.
+func classifyWrite(err error) (Outcome, int64) {
+	var fe *fence.FencedError
+	switch {
+	case err == nil:
+		return OutOK, 0
+	case errors.As(err, &fe):
+		return OutRefused, fe.Current
+	}
+	return OutUnknown, 0
+}
+
+// writeEffect puts the task's effect key — its value names the task, the
+// epoch, the worker and the operation — in the transaction that admits
+// the lease's token (fence.EtcdGuard.AdmitOps, keyed by the task), or,
+// in ControlFleetNoFencing's slot, with a plain put.
+func (p *fleetPool) writeEffect(l *lease.Lease) Outcome {
+	w := p.w
+	id := w.nextID()
+	op := w.beginID(id, OpFleetEffect, l.Resource(), l.Worker(), l.Epoch())
+	val, _ := json.Marshal(effectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
+	put := clientv3.OpPut(fleetEffectKey(l.Resource()), string(val))
+	// One attempt, as the registry's requests.
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.cfg.TTL))
+	defer cancel()
+	var err error
+	if p.fenced {
+		_, err = w.etcdGuard.AdmitOps(ctx, l.Token(), put)
+	} else {
+		_, err = p.cli.Do(ctx, put)
+	}
+	out, cur := classifyWrite(err)
+	op.end(out, 0, cur, err)
+	return out
+}
+
+// fleetFinal is what the fleet left in etcd, from its history.
+type fleetFinal struct {
+	// TaskEvents is every change of a task key, in revision order;
+	// KeysLeft the task keys etcd still held.
+	TaskEvents []fleetKeyEvent
+	KeysLeft   []string
+	// EffectEvents is every change of an effect key, in revision order;
+	// Effects the effect keys etcd held at the end, by task.
+	EffectEvents []fleetEffectEvent
+	Effects      map[string]effectValue
+	// Markers is every change of a session's marker N/lease/%live/<id>.
+	Markers []fleetMarkerEvent
+}
+
+// fleetMarkerEvent is one change of a session's marker: put when a pool
+// started the session, deleted when etcd ended it.
+type fleetMarkerEvent struct {
+	Lease  int64 // the session's etcd lease, from the key
+	Rev    int64
+	Put    bool
+	Worker string // the value: the pool's worker (a deletion's, the deleted one)
+}
+
+// fleetKeyEvent is one change of a task key.
+type fleetKeyEvent struct {
+	Task string
+	Rev  int64
+	Put  bool
+}
+
+// fleetEffectEvent is one change of an effect key: a put's value, or a
+// deletion's deleted value.
+type fleetEffectEvent struct {
+	Task  string // from the key
+	Rev   int64
+	Put   bool
+	Value effectValue
+}
+
+// readFleetFinal reads the fleet's history from etcd: every change of the
+// task keys and of the effect keys since revision 1, and the effect keys
+// left.
+func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, error) {
+	var ff fleetFinal
+	space := keys.MustNew(keys.DefaultNamespace)
+	err := readHistory(ctx, cli, space.LivePrefix(), func(ev *clientv3.Event) error {
+		id, err := space.LiveLeaseID(string(ev.Kv.Key))
+		if err != nil {
+			return err
+		}
+		me := fleetMarkerEvent{Lease: id, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
+		if kv := ev.Kv; me.Put {
+			me.Worker = string(kv.Value)
+		} else if ev.PrevKv != nil {
+			me.Worker = string(ev.PrevKv.Value)
+		}
+		ff.Markers = append(ff.Markers, me)
+		return nil
+	})
+	if err != nil {
+		return ff, err
+	}
+	err = readHistory(ctx, cli, fleetTaskPrefix, func(ev *clientv3.Event) error {
+		ff.TaskEvents = append(ff.TaskEvents, fleetKeyEvent{
+			Task: strings.TrimPrefix(string(ev.Kv.Key), fleetTaskPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut,
+		})
+		return nil
+	})
+	if err != nil {
+		return ff, err
+	}
+	err = readHistory(ctx, cli, fleetEffectPrefix, func(ev *clientv3.Event) error {
+		fe := fleetEffectEvent{Task: strings.TrimPrefix(string(ev.Kv.Key), fleetEffectPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
+		kv := ev.Kv
+		if !fe.Put {
+			kv = ev.PrevKv
+		}
+		if kv != nil {
+			if err := json.Unmarshal(kv.Value, &fe.Value); err != nil {
+				return fmt.Errorf("chaos: effect %q at revision %d: %w", ev.Kv.Key, ev.Kv.ModRevision, err)
+			}
+		}
+		ff.EffectEvents = append(ff.EffectEvents, fe)
+		return nil
+	})
+	if err != nil {
+		return ff, err
+	}
+	resp, err := cli.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return ff, err
+	}
+	for _, kv := range resp.Kvs {
+		ff.KeysLeft = append(ff.KeysLeft, strings.TrimPrefix(string(kv.Key), fleetTaskPrefix))
+	}
+	resp, err = cli.Get(ctx, fleetEffectPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return ff, err
+	}
+	ff.Effects = map[string]effectValue{}
+	for _, kv := range resp.Kvs {
+		var v effectValue
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			return ff, fmt.Errorf("chaos: effect %q: %w", kv.Key, err)
+		}
+		ff.Effects[strings.TrimPrefix(string(kv.Key), fleetEffectPrefix)] = v
+	}
+	return ff, nil
+}

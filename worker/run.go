@@ -179,10 +179,14 @@ func (r *run) dispatch() {
 		}
 		mine, others := r.fleet.split(names)
 		mine = append(mine, r.dueRetries(time.Now())...)
+		// The pool's own tasks are screened a full chunk at a time: no
+		// other pool claims them while their owner is alive and busy, so
+		// a screen some claims old is still true for them, and fewer,
+		// larger reads cost the client and the member less CPU (a
+		// quarter of the reads per task at 4 slots).
 		perClaim := r.p.cfg.slots * r.p.cfg.batch
-		chunk := min(screenChunk, max(4, perClaim))
 		for len(mine) > 0 {
-			n := min(len(mine), chunk)
+			n := min(len(mine), screenChunk)
 			if !r.offerScreened(mine[:n], n) {
 				return
 			}

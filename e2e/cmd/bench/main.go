@@ -65,7 +65,7 @@
 // Usage:
 //
 //	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-fanout-idle 32] [-cpuprofile cpu.out]
-//	go run ./e2e/cmd/bench -sections 14 [-fleet-backlog 100000] [-fleet-big 1000000] [-fleet-recorder-duration 10m]
+//	go run ./e2e/cmd/bench -sections 14 [-fleet-parts cost,takeover] [-fleet-work 5ms] [-fleet-backlog 100000] [-fleet-big 1000000] [-fleet-recorder-duration 10m]
 //
 // -smoke runs every section with tiny sizes (the test suite does, so this
 // program cannot rot).
@@ -247,6 +247,7 @@ func main() {
 	fleetBacklog := flag.Int("fleet-backlog", 0, "task keys behind section 14's takeover (default 100000)")
 	fleetBig := flag.Int("fleet-big", 0, "task keys under section 14's big prefix (default 1000000)")
 	fleetRecorderFor := flag.Duration("fleet-recorder-duration", 0, "section 14's run of the recorder beside a busy pool (default 10m; 20s with -smoke)")
+	fleetWork := flag.Duration("fleet-work", 0, "the handler's work per task in section 14, parts 1–3 (default 5ms)")
 	fleetParts := flag.String("fleet-parts", "", "section 14's parts to run, by name (default all: cost,takeover,big prefix,expiries,recorder heap)")
 	flag.Parse()
 
@@ -292,6 +293,9 @@ func main() {
 	}
 	if *fleetRecorderFor > 0 {
 		cfg.fleetRecorderFor = *fleetRecorderFor
+	}
+	if *fleetWork > 0 {
+		cfg.fleetWork = *fleetWork
 	}
 	if *fleetParts != "" {
 		cfg.fleetParts = map[string]bool{}

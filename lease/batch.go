@@ -257,21 +257,31 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	now := time.Now()
 	attempts := make([]*staleAttempt, len(leases))
 	cas := make([]clientv3.Op, len(leases))
+	// build makes each lease's CAS, decided by its own compare only, with
+	// its stale path as of this try: a try after one whose outcome was
+	// unknown carries the idempotency compare (protocol.End.Stale).
+	build := func() error {
+		for i, l := range leases {
+			e := l.newEnd(audit.Completed, status, now)
+			then, err := e.Then()
+			if err != nil {
+				return err
+			}
+			attempts[i] = l.newStaleAttempt("complete", e)
+			reject, err := attempts[i].ops(true)
+			if err != nil {
+				return err
+			}
+			cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
+		}
+		return nil
+	}
+	if err := build(); err != nil {
+		return nil, err
+	}
 	size := 0
-	for i, l := range leases {
-		e := l.newEnd(audit.Completed, status, now)
-		then, err := e.Then()
-		if err != nil {
-			return nil, err
-		}
-		attempts[i] = l.newStaleAttempt("complete", e)
-		reject, err := attempts[i].ops(true)
-		if err != nil {
-			return nil, err
-		}
-		// This lease's CAS, decided by its own compare only.
-		cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
-		size += e.Size()
+	for _, a := range attempts {
+		size += a.e.Size()
 	}
 	if size > maxBatchBytes {
 		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), size, maxBatchBytes, ErrBatchTooLarge)
@@ -281,7 +291,13 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 		l.beginEnd()
 	}
 	var results []error
+	tries := 0
 	err = retryUnknown(ctx, r.log, func() error {
+		if tries++; tries > 1 {
+			if err := build(); err != nil {
+				return err
+			}
+		}
 		var err error
 		results, err = completeMany(ctx, r, attempts, cas)
 		return err
@@ -310,13 +326,20 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 	resp, err := r.cli.Txn(actx).Then(cas...).Commit()
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), outcome.Classify(err))
+		err = outcome.Classify(err)
+		if errors.Is(err, outcome.ErrUnknown) {
+			for _, a := range attempts {
+				a.l.mayHaveCommitted()
+			}
+		}
+		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), err)
 	}
 	results := make([]error, len(cas))
 	var pending []int // stale leases whose guess was wrong
 	for i, a := range attempts {
 		lresp := resp.Responses[i].GetResponseTxn()
 		if lresp.Succeeded {
+			a.l.mayHaveCommitted() // a later call recognises it (idempotency)
 			continue
 		}
 		if finished, err := a.read(lresp, 1); finished {

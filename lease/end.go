@@ -227,6 +227,7 @@ func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
 		return a.unknown(err)
 	}
 	if resp.Succeeded {
+		l.mayHaveCommitted() // a later call recognises it (idempotency)
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
@@ -256,14 +257,22 @@ type staleAttempt struct {
 	op    string
 	e     protocol.End
 	guess int64 // the epoch believed to hold the resource (0: none)
+	// retry: an earlier end transaction of the lease may have committed;
+	// the ops carry the idempotency compare (protocol.End.Stale).
+	retry bool
 }
 
 func (l *Lease) newStaleAttempt(op string, e protocol.End) *staleAttempt {
-	return &staleAttempt{l: l, op: op, e: e, guess: l.guess()}
+	l.mu.Lock()
+	retry := l.maybeCommitted
+	l.mu.Unlock()
+	return &staleAttempt{l: l, op: op, e: e, guess: l.guess(), retry: retry}
 }
 
 // ops is the stale path's ops with the current guess (protocol.End.Stale).
-func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) { return a.e.Stale(a.guess, guarded) }
+func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) {
+	return a.e.Stale(a.guess, guarded, a.retry)
+}
 
 // read interprets the response to ops (the transaction's stale branch:
 // [reject-or-same, get lease, get rejection]) sent as the given attempt
@@ -274,7 +283,7 @@ func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) { return a.e.Sta
 func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, err error) {
 	l := a.l
 	first := resp.Responses[protocol.StaleReject].GetResponseTxn()
-	if a.e.Same() != nil {
+	if a.retry && a.e.Same() != nil {
 		if first.Succeeded {
 			l.log.Debug("retried call found its own committed result", "op", a.op)
 			return true, nil
@@ -282,16 +291,10 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 		first = first.Responses[0].GetResponseTxn()
 	}
 	// A read after a write in one etcd transaction sees the write, so the
-	// entry at the rejection key is this try's when its create-only put
-	// applied, and otherwise an earlier try's (this try wrote nothing).
-	rejected := first
-	if attempt < maxGuesses { // guarded: the create-only put is nested in the guess's compare
-		rejected = nil
-		if first.Succeeded {
-			rejected = first.Responses[0].GetResponseTxn()
-		}
-	}
-	created := rejected.GetSucceeded()
+	// entry at the rejection key is this try's when its put applied (both
+	// compares held: the key was free, the guess right), and otherwise an
+	// earlier try's, if any (this try wrote nothing).
+	created := first.GetSucceeded()
 	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 && !created {
 		prev, err := audit.Decode(l.r.space.Namespace(), kvs[0])
 		if err != nil || prev.Kind != audit.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
@@ -316,7 +319,20 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 // committed (outcome.ErrUnknown) — unless etcd refused it whole
 // (outcome.ErrRefused).
 func (a *staleAttempt) unknown(err error) error {
-	return fmt.Errorf("lease: %s %q epoch %d: %w", a.op, a.l.resource, a.l.epoch, outcome.Classify(err))
+	err = outcome.Classify(err)
+	if errors.Is(err, outcome.ErrUnknown) {
+		a.l.mayHaveCommitted()
+	}
+	return fmt.Errorf("lease: %s %q epoch %d: %w", a.op, a.l.resource, a.l.epoch, err)
+}
+
+// mayHaveCommitted records that an end transaction of the lease with the
+// CAS committed or had an unknown outcome: later ends carry the
+// idempotency compare, so that they recognise it.
+func (l *Lease) mayHaveCommitted() {
+	l.mu.Lock()
+	l.maybeCommitted = true
+	l.mu.Unlock()
 }
 
 // staleUnknown wraps a failure of a follow-up transaction: the CAS is

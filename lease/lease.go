@@ -45,6 +45,12 @@ type Lease struct {
 	// unsure names the last Complete or Release of this lease whose
 	// outcome was unknown: a deletion seen after it may have been its own.
 	unsure string
+	// maybeCommitted: an end transaction of this lease carrying the CAS
+	// committed, or had an unknown outcome and may have. Every later end
+	// then carries the idempotency compare (protocol.End.Stale's retry),
+	// so that a retry or a repeated call recognises that commit; before
+	// that, a failed CAS cannot be a commit of this lease's own.
+	maybeCommitted bool
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {

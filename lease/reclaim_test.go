@@ -95,3 +95,33 @@ func TestReclaimRefusesWhatIsNotTheSessions(t *testing.T) {
 		t.Fatalf("Reclaim after Release: %v; want ErrNotHeld", err)
 	}
 }
+
+// TestSecondLeaseOfAnEpochCompletingIsStale: two registries over one
+// session can each hold a Lease of one epoch (Reclaim); the first to
+// complete it does, and the other's Complete — even with the same status
+// — is stale and audited, not taken for its own. The idempotency compare
+// that would take it for its own is sent only after a try of that Lease
+// had an unknown outcome (docs/protocol.md §3.3).
+func TestSecondLeaseOfAnEpochCompletingIsStale(t *testing.T) {
+	f := newFixture(t)
+	s := f.session("w1")
+	first := f.acquire(s, "twice")
+	other := lease.NewRegistry(f.cli)
+	t.Cleanup(func() { _ = other.Close() })
+	second, err := other.Reclaim(context.Background(), s, "twice")
+	if err != nil {
+		t.Fatalf("Reclaim through a second registry: %v", err)
+	}
+	if err := first.Complete(context.Background(), "ok"); err != nil {
+		t.Fatalf("first Complete: %v", err)
+	}
+	var stale *lease.StaleError
+	if err := second.Complete(context.Background(), "ok"); !errors.As(err, &stale) {
+		t.Fatalf("the second Lease's Complete with the same status: %v; want a *StaleError", err)
+	}
+	epoch := strconv.FormatInt(first.Epoch(), 10)
+	want := []string{"acquired:w1:" + epoch, "completed:w1:" + epoch, "rejected:w1:" + epoch}
+	if got := f.kinds("twice"); !slices.Equal(got, want) {
+		t.Fatalf("audit: %v; want %v", got, want)
+	}
+}

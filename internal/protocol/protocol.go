@@ -327,15 +327,24 @@ const (
 // Stale is the stale path's ops: the first transaction's Else, and the
 // whole of each follow-up transaction (docs/protocol.md §3.3):
 //
-//	Txn( If(same) Then()                                   // Complete only: a retry of a committed call?
-//	     Else( Txn( If(ModRev(lease) = guess)              // guarded: the guess of the current epoch
-//	                Then( CreateOnly(rejKey, rejected{current_epoch: guess}) ) ) ) ),
-//	Get lease,                                             // the current epoch, for the next guess
-//	Get rejKey                                             // already rejected by an earlier try?
+//	[Txn( If(same) Then()                                   // retry only: did a try of this lease commit?
+//	      Else(] Txn( If(CreateRev(rejKey) = 0,             // one rejection per attempt
+//	                     ModRev(lease) = guess)             // guarded: the guess of the current epoch
+//	                  Then( Put rejKey rejected{current_epoch: guess} ) ) [) ),]
+//	Get lease,                                              // the current epoch, for the next guess
+//	Get rejKey                                              // already rejected by an earlier try?
 //
-// Unguarded (the last try), the create-only put stands without the guess
-// compare and always writes unless the key exists.
-func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
+// Unguarded (the last try), the put stands without the guess compare and
+// always writes unless the key exists.
+//
+// The idempotency compare (Same) is in the ops of a retry only: a lease
+// none of whose end transactions may have committed — every one sent so
+// far was decided — has no committed try to recognise, so on the first
+// try (nearly every call) a failed CAS is stale, and the compare and its
+// level of nesting would be paid for nothing. The guess compare and the
+// create-only compare share one nested transaction: which of them failed
+// is read from the two gets (the rejection key's entry, the lease key).
+func (e End) Stale(guess int64, guarded, retry bool) ([]clientv3.Op, error) {
 	val, err := audit.Encode(audit.Entry{
 		Kind: audit.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: guess, Attempted: e.Attempted, Time: e.Time,
@@ -344,13 +353,15 @@ func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
 		return nil, err
 	}
 	rejKey := e.RejectionKey()
-	reject := audit.CreateOnly(rejKey, val)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(rejKey), "=", 0)}
 	if guarded {
-		heldByGuess := clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", guess)
-		reject = clientv3.OpTxn([]clientv3.Cmp{heldByGuess}, []clientv3.Op{reject}, nil)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", guess))
 	}
-	if same := e.Same(); same != nil {
-		reject = clientv3.OpTxn([]clientv3.Cmp{*same}, nil, []clientv3.Op{reject})
+	reject := clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpPut(rejKey, val)}, nil)
+	if retry {
+		if same := e.Same(); same != nil {
+			reject = clientv3.OpTxn([]clientv3.Cmp{*same}, nil, []clientv3.Op{reject})
+		}
 	}
 	return []clientv3.Op{reject, clientv3.OpGet(e.LeaseKey()), clientv3.OpGet(rejKey)}, nil
 }

@@ -2,6 +2,7 @@ package protocol_test
 
 import (
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"testing"
 	"time"
 
@@ -82,11 +83,37 @@ func TestOpsShape(t *testing.T) {
 		if then, err := plain.Then(); err != nil || then[len(then)-2].IsTxn() || !then[len(then)-2].IsDelete() {
 			t.Errorf("%s of an epoch without lock-delay: %v, %v; want the lease key's delete alone, no nested delete of a delay key", tc.e.Attempted, then, err)
 		}
-		stale, err := tc.e.Stale(0, true)
+		stale, err := tc.e.Stale(0, true, false)
 		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {
 			t.Errorf("%s: stale ops %v, %v", tc.e.Attempted, stale, err)
 		}
+		// A first try: the rejection's put under its two compares, one
+		// level deep, no idempotency compare.
+		if cmps, then, els := stale[protocol.StaleReject].Txn(); len(cmps) != 2 || len(then) != 1 || !then[0].IsPut() || len(els) != 0 {
+			t.Errorf("%s, first try: the rejection is %d compares, %d then, %d else; want 2, the put, none", tc.e.Attempted, len(cmps), len(then), len(els))
+		}
+		// A retry: the idempotency compare around it.
+		retried, err := tc.e.Stale(0, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmps, then, els := retried[protocol.StaleReject].Txn(); len(cmps) != 1 || len(then) != 0 || len(els) != 1 || !els[0].IsTxn() {
+			t.Errorf("%s, retry: %d compares, %d then, %d else; want the idempotency compare with the rejection in its else", tc.e.Attempted, len(cmps), len(then), len(els))
+		}
+		// The last try: the put with the create-only compare alone.
+		if cmps, _, _ := mustStale(t, tc.e, false)[protocol.StaleReject].Txn(); len(cmps) != 1 {
+			t.Errorf("%s, unguarded: %d compares, want the create-only compare alone", tc.e.Attempted, len(cmps))
+		}
 	}
+}
+
+func mustStale(t *testing.T, e protocol.End, guarded bool) []clientv3.Op {
+	t.Helper()
+	ops, err := e.Stale(0, guarded, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
 }
 
 func ExampleEnd_RejectionKey() {

@@ -23,6 +23,7 @@ import (
 const (
 	nsLeasehold = "/bench-lh"
 	nsBare      = "/bench-bare"
+	nsMinimal   = "/bench-minimal"
 	nsMutex     = "/bench-mutex"
 	nsRaw       = "/bench-raw"
 )
@@ -35,6 +36,7 @@ type cycler struct {
 	lh    []*session.Session
 	mx    []*concurrency.Session
 	bare  keys.Space
+	min   keys.Space
 	seq   atomic.Int64
 	batch int
 }
@@ -66,7 +68,7 @@ func bareComplete(sp keys.Space, s *session.Session, res string, epoch int64, no
 	if then, err = e.Then(); err != nil {
 		return held, nil, nil, err
 	}
-	if els, err = e.Stale(0, true); err != nil {
+	if els, err = e.Stale(0, true, false); err != nil {
 		return held, nil, nil, err
 	}
 	return e.Held(), then, els, nil
@@ -99,6 +101,52 @@ func (c *cycler) bareCycle(ctx context.Context, w int) (int, error) {
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("bare complete of %q failed", res)
+	}
+	return 1, nil
+}
+
+// minimalCycle is the minimal audited protocol (issue 26's baseline): the
+// two transactions a task cycle cannot do without, with the SDK's own
+// payloads (holder record, start, done and end entries) and nothing for
+// the features a plain TryAcquire + Complete does not use — no queue or
+// lock-delay compare, no idempotency or stale-path nesting:
+//
+//	If(CreateRev(lease) = 0, CreateRev(done) = 0)
+//	Then(Put lease holder WithLease(session), Put start)  Else(Get lease, Get done)
+//	If(ModRev(lease) = epoch)
+//	Then(Put done, Delete lease, Put end)  Else(Put rejection, Get lease, Get done)
+func (c *cycler) minimalCycle(ctx context.Context, w int) (int, error) {
+	s, res, sp := c.lh[w], c.task(), c.min
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	if err != nil {
+		return 0, err
+	}
+	claim := claimant.NewClaim(sp, res) // for its payloads: Then[0] the lease put, Then[1] the start put
+	leaseKey, doneKey := sp.Lease(res), sp.Done(res)
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0), clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0)).
+		Then(claim.Then[0], claim.Then[1]).
+		Else(clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("minimal claim of %q failed", res)
+	}
+	epoch := resp.Header.Revision
+	e := protocol.End{Space: sp, Resource: res, Worker: s.Worker(), Epoch: epoch, Attempted: audit.Completed, Status: "ok", Time: time.Now(), NoDelay: true}
+	then, err := e.Then() // Put done, Delete lease, Put end
+	if err != nil {
+		return 0, err
+	}
+	rejection := clientv3.OpPut(sp.AuditRejected(res, epoch, protocol.NewID()), string(then[2].ValueBytes()))
+	resp, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(leaseKey), "=", epoch)).
+		Then(then...).Else(rejection, clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("minimal complete of %q failed", res)
 	}
 	return 1, nil
 }
@@ -196,7 +244,7 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 // halves: in an order rotated every round, then in reverse.
 func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) {
 	maxW := slices.Max(append(slices.Clone(cfg.workers), cfg.batchWorkers))
-	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), batch: cfg.batch}
+	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), min: keys.MustNew(nsMinimal), batch: cfg.batch}
 	defer c.reg.Close()
 	c.lh, c.mx = make([]*session.Session, maxW), make([]*concurrency.Session, maxW)
 	defer func() {
@@ -232,6 +280,7 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 	contenders := []contender{
 		{"leasehold", c.leasehold},
 		{"bare", c.bareCycle},
+		{"minimal", c.minimalCycle},
 		{"Mutex", c.mutex},
 		{"rawTxn", c.rawTxn},
 	}
@@ -307,7 +356,7 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			}
 		}
 		// Every round starts from the same empty store.
-		if err := b.wipe(ctx, nsLeasehold+"/", nsBare+"/", nsRaw+"/", nsMutex+"/"); err != nil {
+		if err := b.wipe(ctx, nsLeasehold+"/", nsBare+"/", nsMinimal+"/", nsRaw+"/", nsMutex+"/"); err != nil {
 			return nil, err
 		}
 	}
@@ -327,6 +376,16 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			s.metric(fmt.Sprintf("cycle lh/Mutex %dw", w), "ratio", rMutex)
 			s.metric(fmt.Sprintf("cycle lh/(raw/2) %dw", w), "ratio", rRaw)
 			s.goal(fmt.Sprintf("leasehold/bare ≥ 0.95 at %d workers", w), rBare >= 0.95, fmt.Sprintf("%.3f", rBare))
+		}
+		s.addf("the minimal audited protocol (issue 26's baseline: the claim and Complete with the SDK's payloads and nothing for features unused), cycles/s:")
+		s.addf("%7s %10s %10s %9s %12s %12s", "workers", "leasehold", "minimal", "lh/min", "CPU µs lh", "CPU µs min")
+		for _, w := range cfg.workers {
+			lh, mn := rates["leasehold"][w], rates["minimal"][w]
+			r := ratios(lh, mn, 1)
+			s.addf("%7d %10.0f %10.0f %9.3f %12.0f %12.0f", w, median(lh), median(mn), r, median(cpus["leasehold"][w]), median(cpus["minimal"][w]))
+			s.metric(fmt.Sprintf("cycle minimal %dw", w), "rate", median(mn))
+			s.metric(fmt.Sprintf("cycle lh/minimal %dw", w), "ratio", r)
+			s.goal(fmt.Sprintf("leasehold/minimal ≥ 0.9 at %d workers", w), r >= 0.9, fmt.Sprintf("%.3f", r))
 		}
 		s.addf("ratios are medians of per-round ratios; rawTxn is one single-key Txn per cycle")
 		s.addf("process CPU per cycle (client and embedded server), µs:")

@@ -541,20 +541,7 @@ func (f *fleet) check(fs finalState, ff fleetFinal, faults []Fault, drain fleetD
 	f.mu.Unlock()
 	for _, p := range pools {
 		st := p.pool.Stats()
-		s := &facts.Stats
-		s.Started += st.Started
-		s.Completed += st.Completed
-		s.Stale += st.Stale
-		s.Failed += st.Failed
-		s.Retried += st.Retried
-		s.Interrupted += st.Interrupted
-		s.Unknown += st.Unknown
-		s.Panics += st.Panics
-		s.Reclaimed += st.Reclaimed
-		s.SessionsReplaced += st.SessionsReplaced
-		s.SkippedHeld += st.SkippedHeld
-		s.SkippedCompleted += st.SkippedCompleted
-		s.TakenOver += st.TakenOver
+		addStats(&facts.Stats, st)
 		facts.Injected += p.injected.Load()
 		facts.Refused += p.refused.Load()
 		facts.Unknown += p.unknown.Load()

@@ -120,17 +120,7 @@ func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation
 		pf.StaleSeen += st.Stale
 		pf.Rejections += wf.Rejections
 		pf.Late += wf.Late
-		s := &pf.Stats
-		s.Started += st.Started
-		s.Completed += st.Completed
-		s.Stale += st.Stale
-		s.Failed += st.Failed
-		s.Retried += st.Retried
-		s.Interrupted += st.Interrupted
-		s.Unknown += st.Unknown
-		s.Panics += st.Panics
-		s.Reclaimed += st.Reclaimed
-		s.SessionsReplaced += st.SessionsReplaced
+		addStats(&pf.Stats, st)
 	}
 	pools := map[string]bool{}
 	for _, p := range r.pools {
@@ -168,4 +158,22 @@ func (pf *PoolFacts) lines() []string {
 		fmt.Sprintf("pool stale completions: %d; audit rejections of the pools' Complete attempts: %d (%s; %d late, of completed epochs, left out)", pf.StaleSeen, pf.Rejections, strings.Join(per, ", "), pf.Late),
 		fmt.Sprintf("pool tasks completed after heal: %d of %d", pf.Done, pf.Tasks))
 	return out
+}
+
+// addStats adds the counts of st to s.
+func addStats(s *wpool.Stats, st wpool.Stats) {
+	s.Started += st.Started
+	s.Completed += st.Completed
+	s.Stale += st.Stale
+	s.Failed += st.Failed
+	s.Retried += st.Retried
+	s.Interrupted += st.Interrupted
+	s.Unknown += st.Unknown
+	s.Panics += st.Panics
+	s.Reclaimed += st.Reclaimed
+	s.SessionsReplaced += st.SessionsReplaced
+	s.SkippedHeld += st.SkippedHeld
+	s.SkippedCompleted += st.SkippedCompleted
+	s.SkippedLockDelayed += st.SkippedLockDelayed
+	s.TakenOver += st.TakenOver
 }

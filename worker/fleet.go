@@ -359,10 +359,9 @@ func (r *run) takeOver(names []string) {
 
 // screenChunk bounds the names one screening read covers: two gets each,
 // well within etcd's default of 128 operations per transaction. The
-// dispatcher screens the pool's own tasks a full chunk at a time (no other
-// pool claims them while their owner lives), and other pools' tasks no
-// more than its free slots claim at once, just before it offers them, so
-// that what the read found is still true when they are claimed.
+// dispatcher screens as many as the pool's slots claim at once (at least
+// 4), just before it offers them, so that what the read found is still
+// true when they are claimed.
 const screenChunk = 32
 
 // screen reads the lease and done keys of names (taken by the dispatcher)

@@ -179,14 +179,16 @@ func (r *run) dispatch() {
 		}
 		mine, others := r.fleet.split(names)
 		mine = append(mine, r.dueRetries(time.Now())...)
-		// The pool's own tasks are screened a full chunk at a time: no
-		// other pool claims them while their owner is alive and busy, so
-		// a screen some claims old is still true for them, and fewer,
-		// larger reads cost the client and the member less CPU (a
-		// quarter of the reads per task at 4 slots).
+		// A chunk no larger than the slots claim at once: a larger one
+		// (screenChunk, a quarter of the reads at 4 slots) waits longer
+		// in hand, its screen goes stale as idle pools steal, and the
+		// failed claims cost raft writes — 2.03 → 2.09 writes per task
+		// for 8 pools × 4 slots, 2.10 → 2.34 for 32 × 1 (BENCHMARKS.md,
+		// section 14, note 5). Reads are the cheaper cost.
 		perClaim := r.p.cfg.slots * r.p.cfg.batch
+		chunk := min(screenChunk, max(4, perClaim))
 		for len(mine) > 0 {
-			n := min(len(mine), screenChunk)
+			n := min(len(mine), chunk)
 			if !r.offerScreened(mine[:n], n) {
 				return
 			}

@@ -668,6 +668,12 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 		p.injected.Add(1)
 		return "", errInjected
 	}
+	if !p.fenced && l.Context().Err() != nil {
+		// ControlFleetNoFencing: a deposed holder writes late, once its
+		// successor's effect is there (or after a while), as a process
+		// that thaws after a pause does — the write fencing refuses.
+		p.awaitSuccessor(l)
+	}
 	switch p.writeEffect(l) {
 	case OutRefused:
 		p.refused.Add(1)
@@ -688,6 +694,28 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 }
 
 var errEffectUnknown = errors.New("chaos: the effect's write had an unknown outcome")
+
+// awaitSuccessor waits, for at most fleetLateWait, until the task's effect
+// key holds a later epoch's effect than l's.
+func (p *fleetPool) awaitSuccessor(l *lease.Lease) {
+	deadline := time.Now().Add(fleetLateWait)
+	for time.Now().Before(deadline) && !p.dead.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(p.w.cfg.TTL))
+		resp, err := p.cli.Get(ctx, fleetEffectKey(l.Resource()))
+		cancel()
+		if err == nil && len(resp.Kvs) == 1 {
+			var v effectValue
+			if json.Unmarshal(resp.Kvs[0].Value, &v) == nil && v.Epoch > l.Epoch() {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fleetLateWait bounds how long ControlFleetNoFencing's deposed holder
+// waits for its successor's effect before it writes.
+const fleetLateWait = 5 * time.Second
 
 // classifyWrite sorts a guarded write's error into an outcome: refused
 // (fenced, naming the epoch that holds the guard) or unknown.

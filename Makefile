@@ -48,11 +48,11 @@ e2e:
 
 ## bench: leasehold side by side with bare clientv3, concurrency.Mutex and raw Txns on one embedded etcd, fsync on and off (about 25 minutes, 15 of them the fleet section's 10-minute recorder run; see BENCHMARKS.md)
 bench:
-	$(GO) run ./e2e/cmd/bench
+	$(GO) run ./tools/bench
 
 ## dashboard-preview: redraw docs/grafana/preview.{svg,png}: the dashboard's queries on a real Prometheus (Debian: prometheus) over a demo run; Chromium for the PNG
 dashboard-preview:
-	$(GO) run ./e2e/cmd/dashpreview -png docs/grafana/preview.png
+	$(GO) run ./tools/dashpreview -png docs/grafana/preview.png
 
 ## fuzz: run every fuzz target for FUZZTIME
 fuzz:

@@ -14,7 +14,7 @@
 // Run it from the module root (Prometheus comes from the Debian package
 // prometheus; Chromium is needed only for -png):
 //
-//	go run ./e2e/cmd/dashpreview -png docs/grafana/preview.png
+//	go run ./tools/dashpreview -png docs/grafana/preview.png
 //
 // It prints one line per panel: its series and points, and the queries of
 // a panel that had no data. Run with -h for the flags.
@@ -66,7 +66,7 @@ func main() {
 	flag.DurationVar(&cfg.tail, "tail", 3*time.Second, "how long Prometheus keeps scraping after the demo ends")
 	flag.IntVar(&cfg.width, "width", 1400, "width of the picture in pixels")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./e2e/cmd/dashpreview [flags]\n\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./tools/dashpreview [flags]\n\n"+
 			"Runs `leasehold demo` scraped every second by a real Prometheus server, evaluates the queries\n"+
 			"of every panel of the dashboard over the run, and draws the panels into one SVG. Run it from the\n"+
 			"module root. Exits 1 if Prometheus rejects a query of the dashboard.\n\nflags:\n")

@@ -102,7 +102,7 @@ func drawSVG(d dashboard, results []panelResult, meta pictureMeta, width int) ([
 		title = "dashboard"
 	}
 	w.text(pagePad, 30, 20, colText, "", "600", title+" — preview")
-	w.text(pagePad, 50, 12, colDim, "", "", fmt.Sprintf("panels of %s, queries evaluated by Prometheus %s over a `leasehold demo` run; drawn by e2e/cmd/dashpreview, not by Grafana",
+	w.text(pagePad, 50, 12, colDim, "", "", fmt.Sprintf("panels of %s, queries evaluated by Prometheus %s over a `leasehold demo` run; drawn by tools/dashpreview, not by Grafana",
 		meta.Dashboard, meta.Version))
 	w.text(pagePad, 66, 12, colDim, "", "", meta.Run+"; x-axes: seconds since the run's start")
 

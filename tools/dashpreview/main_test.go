@@ -209,7 +209,7 @@ func TestDrawSVG(t *testing.T) {
 		"Leases & <more>",
 		"release <stale> & \"x\"",
 		"query rejected by Prometheus:",
-		"panels of docs/grafana/leasehold.json, queries evaluated by Prometheus 2.42.0 over a `leasehold demo` run; drawn by e2e/cmd/dashpreview, not by Grafana",
+		"panels of docs/grafana/leasehold.json, queries evaluated by Prometheus 2.42.0 over a `leasehold demo` run; drawn by tools/dashpreview, not by Grafana",
 	} {
 		if !slices.Contains(texts, want) {
 			t.Errorf("no text %q in the SVG; texts: %q", want, texts)

@@ -65,8 +65,8 @@
 //
 // Usage:
 //
-//	go run ./e2e/cmd/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-fanout-idle 32] [-cpuprofile cpu.out]
-//	go run ./e2e/cmd/bench -sections 14 [-fleet-parts cost,takeover] [-fleet-work 5ms] [-fleet-backlog 100000] [-fleet-big 1000000] [-fleet-recorder-duration 10m]
+//	go run ./tools/bench [-smoke] [-sections 1,2,7] [-fsync-off=false] [-retention-long 0] [-fanout-idle 32] [-cpuprofile cpu.out]
+//	go run ./tools/bench -sections 14 [-fleet-parts cost,takeover] [-fleet-work 5ms] [-fleet-backlog 100000] [-fleet-big 1000000] [-fleet-recorder-duration 10m]
 //
 // -smoke runs every section with tiny sizes (the test suite does, so this
 // program cannot rot).

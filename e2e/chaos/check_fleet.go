@@ -164,165 +164,232 @@ type fleetEpoch struct {
 
 // checkFleet runs the fleet mode's checks on its history.
 func checkFleet(in fleetInput) (*FleetFacts, []Violation) {
-	ff := &FleetFacts{Writes: map[Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)}
-	var vs []Violation
-	fail := func(check, task, format string, args ...any) {
-		vs = append(vs, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
+	c := newFleetCheck(in)
+	c.checkComplete()
+	c.checkEffects()
+	c.checkTakeovers()
+	return c.ff, c.vs
+}
+
+// fleetLanding is an effect write in the store's history: its value and
+// the revision it landed at.
+type fleetLanding struct {
+	v   effectValue
+	rev int64
+}
+
+// fleetCheck is the state checkFleet's checks share: its input, the facts
+// and violations found so far, and the indexes of the history built once.
+type fleetCheck struct {
+	in fleetInput
+	ff *FleetFacts
+	vs []Violation
+
+	tasks   map[string][]fleetKeyEvent // a task → its task key's changes
+	names   []string                   // the tasks, sorted
+	epochs  map[string][]*fleetEpoch   // a task → its epochs, from the lease keys' history
+	granted map[taskEpoch]string       // an epoch → the worker etcd granted it to
+	ended   map[taskEpoch]audit.Kind   // an epoch → how it ended, from the audit log
+	byID    map[string]*Op
+	acted   map[taskEpoch]bool // an epoch its holder wrote, completed or released with
+
+	completedBy map[string]int64        // task → the epoch that completed it
+	last        map[string]fleetLanding // task → the last effect write of its history
+}
+
+// newFleetCheck indexes in's history for the checks: the tasks, their
+// epochs, how each ended, and the operations by ID.
+func newFleetCheck(in fleetInput) *fleetCheck {
+	c := &fleetCheck{
+		in:          in,
+		ff:          &FleetFacts{Writes: map[Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)},
+		tasks:       map[string][]fleetKeyEvent{},
+		epochs:      map[string][]*fleetEpoch{},
+		granted:     map[taskEpoch]string{},
+		ended:       map[taskEpoch]audit.Kind{},
+		byID:        map[string]*Op{},
+		acted:       map[taskEpoch]bool{},
+		completedBy: map[string]int64{},
+		last:        map[string]fleetLanding{},
 	}
-	tasks := map[string][]fleetKeyEvent{}
-	var names []string
 	for _, ev := range in.Final.TaskEvents {
-		if _, ok := tasks[ev.Task]; !ok {
-			names = append(names, ev.Task)
+		if _, ok := c.tasks[ev.Task]; !ok {
+			c.names = append(c.names, ev.Task)
 		}
-		tasks[ev.Task] = append(tasks[ev.Task], ev)
+		c.tasks[ev.Task] = append(c.tasks[ev.Task], ev)
 	}
-	slices.Sort(names)
-	ff.Tasks = len(names)
+	slices.Sort(c.names)
+	c.ff.Tasks = len(c.names)
 
 	// The tasks' epochs, from the lease keys' history.
-	epochs := map[string][]*fleetEpoch{}
-	granted := map[taskEpoch]string{}
 	for _, ev := range in.Leases {
-		if _, ok := tasks[ev.Task]; !ok {
+		if _, ok := c.tasks[ev.Task]; !ok {
 			continue
 		}
-		eps := epochs[ev.Task]
+		eps := c.epochs[ev.Task]
 		if n := len(eps); n > 0 && eps[n-1].end == 0 {
 			eps[n-1].end = ev.Rev // a deletion, or a put that replaced it
 		}
 		if ev.Put {
-			epochs[ev.Task] = append(eps, &fleetEpoch{epoch: ev.Rev, worker: ev.Worker, lease: ev.LeaseID})
-			granted[taskEpoch{ev.Task, ev.Rev}] = ev.Worker
+			c.epochs[ev.Task] = append(eps, &fleetEpoch{epoch: ev.Rev, worker: ev.Worker, lease: ev.LeaseID})
+			c.granted[taskEpoch{ev.Task, ev.Rev}] = ev.Worker
 		}
 	}
-	ended := map[taskEpoch]audit.Kind{}
 	for _, e := range in.Audit {
 		if e.Kind.IsEnd() {
-			ended[taskEpoch{e.Resource, e.Epoch}] = e.Kind
+			c.ended[taskEpoch{e.Resource, e.Epoch}] = e.Kind
 		}
 	}
-	byID := map[string]*Op{}
-	acted := map[taskEpoch]bool{} // an epoch its holder wrote, completed or released with
 	for i := range in.Ops {
 		op := &in.Ops[i]
-		byID[op.ID] = op
-		if op.Type != OpAcquire && op.Epoch != 0 && granted[taskEpoch{op.Task, op.Epoch}] == op.Worker {
-			acted[taskEpoch{op.Task, op.Epoch}] = true
+		c.byID[op.ID] = op
+		if op.Type != OpAcquire && op.Epoch != 0 && c.granted[taskEpoch{op.Task, op.Epoch}] == op.Worker {
+			c.acted[taskEpoch{op.Task, op.Epoch}] = true
 		}
 	}
+	return c
+}
 
-	// Completion: one done record per task, by a pool, written in the
-	// transaction that deleted the task key.
+// fail records a violation of check on task.
+func (c *fleetCheck) fail(check, task, format string, args ...any) {
+	c.vs = append(c.vs, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
+}
+
+// checkComplete checks completion: one done record per task, by a pool,
+// written in the transaction that deleted the task key; and no task key
+// left of a completed task.
+func (c *fleetCheck) checkComplete() {
 	donePuts := map[string][]doneEvent{}
-	for _, ev := range in.Done {
+	for _, ev := range c.in.Done {
 		if ev.Put {
 			donePuts[ev.Task] = append(donePuts[ev.Task], ev)
 		}
 	}
-	completedBy := map[string]int64{} // task → the epoch that completed it
-	for _, task := range names {
-		puts := donePuts[task]
-		var dels []int64
-		for _, ev := range tasks[task] {
-			if !ev.Put {
-				dels = append(dels, ev.Rev)
-			}
-		}
-		switch {
-		case len(puts) == 0:
-			fail(CheckFleetComplete, task, "never completed, even after healing (no done record in etcd's history); its epochs: %s", epochHistory(epochs[task], task, ended, acted))
-		case len(puts) > 1:
-			fail(CheckFleetComplete, task, "%d done records written (epochs %v), want one", len(puts), doneEpochs(puts))
-		}
-		if len(puts) == 0 {
-			if len(dels) > 0 {
-				fail(CheckFleetComplete, task, "its task key was deleted at revision %d, but it was never completed", dels[0])
-			}
-			continue
-		}
-		d := puts[0]
-		completedBy[task] = d.Epoch
-		if !in.Pools[d.Worker] {
-			fail(CheckFleetComplete, task, "completed by %s (epoch %d), not by a pool of the fleet; its epochs: %s", d.Worker, d.Epoch, epochHistory(epochs[task], task, ended, acted))
-		} else {
-			ff.Completed++
-		}
-		switch {
-		case len(dels) == 0:
-			fail(CheckFleetComplete, task, "completed by %s's epoch %d at revision %d, but its task key was never deleted", d.Worker, d.Epoch, d.Rev)
-		case len(dels) > 1 || dels[0] != d.Rev:
-			fail(CheckFleetComplete, task, "its task key was deleted at revisions %v, its done record written at revision %d: not in the completing transaction", dels, d.Rev)
+	for _, task := range c.names {
+		c.checkCompleteTask(task, donePuts[task])
+	}
+	c.ff.KeysLeft = len(c.in.Final.KeysLeft)
+	for _, task := range c.in.Final.KeysLeft {
+		if _, done := c.completedBy[task]; done {
+			c.fail(CheckFleetComplete, task, "its task key is still in etcd, though epoch %d completed it", c.completedBy[task])
 		}
 	}
-	ff.KeysLeft = len(in.Final.KeysLeft)
-	for _, task := range in.Final.KeysLeft {
-		if _, done := completedBy[task]; done {
-			fail(CheckFleetComplete, task, "its task key is still in etcd, though epoch %d completed it", completedBy[task])
-		}
-	}
+}
 
-	// Effects: along each key's history, admitted writes of epochs etcd
-	// granted their writers, in strictly increasing epochs; at the end,
-	// the completing epoch's.
-	type landing struct {
-		v   effectValue
-		rev int64
+// checkCompleteTask checks one task's completion, given its done records
+// (puts), and notes the epoch that completed it.
+func (c *fleetCheck) checkCompleteTask(task string, puts []doneEvent) {
+	var dels []int64
+	for _, ev := range c.tasks[task] {
+		if !ev.Put {
+			dels = append(dels, ev.Rev)
+		}
 	}
-	last := map[string]landing{}
+	switch {
+	case len(puts) == 0:
+		c.fail(CheckFleetComplete, task, "never completed, even after healing (no done record in etcd's history); its epochs: %s", epochHistory(c.epochs[task], task, c.ended, c.acted))
+	case len(puts) > 1:
+		c.fail(CheckFleetComplete, task, "%d done records written (epochs %v), want one", len(puts), doneEpochs(puts))
+	}
+	if len(puts) == 0 {
+		if len(dels) > 0 {
+			c.fail(CheckFleetComplete, task, "its task key was deleted at revision %d, but it was never completed", dels[0])
+		}
+		return
+	}
+	d := puts[0]
+	c.completedBy[task] = d.Epoch
+	if !c.in.Pools[d.Worker] {
+		c.fail(CheckFleetComplete, task, "completed by %s (epoch %d), not by a pool of the fleet; its epochs: %s", d.Worker, d.Epoch, epochHistory(c.epochs[task], task, c.ended, c.acted))
+	} else {
+		c.ff.Completed++
+	}
+	switch {
+	case len(dels) == 0:
+		c.fail(CheckFleetComplete, task, "completed by %s's epoch %d at revision %d, but its task key was never deleted", d.Worker, d.Epoch, d.Rev)
+	case len(dels) > 1 || dels[0] != d.Rev:
+		c.fail(CheckFleetComplete, task, "its task key was deleted at revisions %v, its done record written at revision %d: not in the completing transaction", dels, d.Rev)
+	}
+}
+
+// checkEffects checks the effects: along each key's history, admitted
+// writes of epochs etcd granted their writers, in strictly increasing
+// epochs; every admitted write landed; at the end, the completing epoch's.
+func (c *fleetCheck) checkEffects() {
+	landed := c.checkEffectHistory()
+	c.checkEffectWrites(landed)
+	c.checkFinalEffects()
+}
+
+// checkEffectHistory checks each write in the effect keys' history and
+// returns the operations whose writes landed.
+func (c *fleetCheck) checkEffectHistory() map[string]bool {
 	landed := map[string]bool{}
 	perTask := map[string]int{}
-	for _, ev := range in.Final.EffectEvents {
+	for _, ev := range c.in.Final.EffectEvents {
 		task, v := ev.Task, ev.Value
 		if !ev.Put {
-			fail(CheckFleetEffects, task, "the effect key was deleted at revision %d", ev.Rev)
+			c.fail(CheckFleetEffects, task, "the effect key was deleted at revision %d", ev.Rev)
 			continue
 		}
-		ff.Landed++
+		c.ff.Landed++
 		perTask[task]++
-		ff.MaxLanded = max(ff.MaxLanded, perTask[task])
-		if _, ok := tasks[task]; !ok || v.Task != task {
-			fail(CheckFleetEffects, task, "effect at revision %d names task %q, which is not the key's, or no task of the fleet", ev.Rev, v.Task)
+		c.ff.MaxLanded = max(c.ff.MaxLanded, perTask[task])
+		if _, ok := c.tasks[task]; !ok || v.Task != task {
+			c.fail(CheckFleetEffects, task, "effect at revision %d names task %q, which is not the key's, or no task of the fleet", ev.Rev, v.Task)
 		}
-		op := byID[v.Op]
+		op := c.byID[v.Op]
 		switch {
 		case op == nil:
-			fail(CheckFleetEffects, task, "effect %s of epoch %d (%s) at revision %d has no operation", v.Op, v.Epoch, v.Worker, ev.Rev)
+			c.fail(CheckFleetEffects, task, "effect %s of epoch %d (%s) at revision %d has no operation", v.Op, v.Epoch, v.Worker, ev.Rev)
 		case op.Type != OpFleetEffect || op.Task != task || op.Epoch != v.Epoch || op.Worker != v.Worker:
-			fail(CheckFleetEffects, task, "effect %s (epoch %d, %s) at revision %d does not match its operation %v", v.Op, v.Epoch, v.Worker, ev.Rev, op)
+			c.fail(CheckFleetEffects, task, "effect %s (epoch %d, %s) at revision %d does not match its operation %v", v.Op, v.Epoch, v.Worker, ev.Rev, op)
 		case op.Outcome == OutRefused || op.Outcome == OutFail:
-			fail(CheckFleetEffects, task, "effect at revision %d of %v, which was not applied", ev.Rev, op)
+			c.fail(CheckFleetEffects, task, "effect at revision %d of %v, which was not applied", ev.Rev, op)
 		}
 		landed[v.Op] = true
-		if w, ok := granted[taskEpoch{task, v.Epoch}]; !ok || w != v.Worker {
-			fail(CheckFleetEffects, task, "effect %s at revision %d carries epoch %d, which etcd never granted to %s", v.Op, ev.Rev, v.Epoch, v.Worker)
+		if w, ok := c.granted[taskEpoch{task, v.Epoch}]; !ok || w != v.Worker {
+			c.fail(CheckFleetEffects, task, "effect %s at revision %d carries epoch %d, which etcd never granted to %s", v.Op, ev.Rev, v.Epoch, v.Worker)
 		}
-		if prev, ok := last[task]; ok {
+		if prev, ok := c.last[task]; ok {
 			switch {
 			case v.Epoch == prev.v.Epoch:
-				fail(CheckFleetEffects, task, "epoch %d wrote its effect twice: %s at revision %d, %s at revision %d", v.Epoch, prev.v.Op, prev.rev, v.Op, ev.Rev)
+				c.fail(CheckFleetEffects, task, "epoch %d wrote its effect twice: %s at revision %d, %s at revision %d", v.Epoch, prev.v.Op, prev.rev, v.Op, ev.Rev)
 			case v.Epoch < prev.v.Epoch:
-				fail(CheckFleetEffects, task, "a stale write landed: epoch %d's effect (%s, %s) at revision %d, after epoch %d's (%s, %s) at revision %d",
+				c.fail(CheckFleetEffects, task, "a stale write landed: epoch %d's effect (%s, %s) at revision %d, after epoch %d's (%s, %s) at revision %d",
 					v.Epoch, v.Op, v.Worker, ev.Rev, prev.v.Epoch, prev.v.Op, prev.v.Worker, prev.rev)
 			}
 		}
-		last[task] = landing{v, ev.Rev}
+		c.last[task] = fleetLanding{v, ev.Rev}
 	}
-	for i := range in.Ops {
-		op := &in.Ops[i]
+	return landed
+}
+
+// checkEffectWrites counts the handlers' writes by outcome and checks that
+// every admitted one landed and every refusal named a higher epoch.
+func (c *fleetCheck) checkEffectWrites(landed map[string]bool) {
+	for i := range c.in.Ops {
+		op := &c.in.Ops[i]
 		if op.Type != OpFleetEffect {
 			continue
 		}
-		ff.Writes[op.Outcome]++
+		c.ff.Writes[op.Outcome]++
 		switch {
 		case op.Outcome == OutOK && !landed[op.ID]:
-			fail(CheckFleetEffects, op.Task, "%v: admitted, but its effect is not in the store's history", op)
+			c.fail(CheckFleetEffects, op.Task, "%v: admitted, but its effect is not in the store's history", op)
 		case op.Outcome == OutRefused && op.Current <= op.Epoch:
-			fail(CheckFleetEffects, op.Task, "%v: a refusal must name a higher epoch", op)
+			c.fail(CheckFleetEffects, op.Task, "%v: a refusal must name a higher epoch", op)
 		}
 	}
+}
+
+// checkFinalEffects checks the store at the end: each task's effect is
+// the completing epoch's and the last of its history, the guard holds its
+// epoch, and no effect is of no task.
+func (c *fleetCheck) checkFinalEffects() {
+	ff, in := c.ff, c.in
 	ff.EffectsMin = -1
-	for _, task := range names {
+	for _, task := range c.names {
 		v, ok := in.Final.Effects[task]
 		n := 0
 		if ok {
@@ -332,92 +399,108 @@ func checkFleet(in fleetInput) (*FleetFacts, []Violation) {
 			ff.EffectsMin = n
 		}
 		ff.EffectsMax = max(ff.EffectsMax, n)
-		done, completed := completedBy[task]
+		done, completed := c.completedBy[task]
 		switch {
 		case !ok:
-			fail(CheckFleetEffects, task, "no effect in the store at the end")
+			c.fail(CheckFleetEffects, task, "no effect in the store at the end")
 		case completed && v.Epoch != done:
-			fail(CheckFleetEffects, task, "the store holds epoch %d's effect (%s, %s), but epoch %d completed the task", v.Epoch, v.Op, v.Worker, done)
-		case last[task].v != v:
-			fail(CheckFleetEffects, task, "the store holds %s, not the last write of its history (%s at revision %d)", v.Op, last[task].v.Op, last[task].rev)
+			c.fail(CheckFleetEffects, task, "the store holds epoch %d's effect (%s, %s), but epoch %d completed the task", v.Epoch, v.Op, v.Worker, done)
+		case c.last[task].v != v:
+			c.fail(CheckFleetEffects, task, "the store holds %s, not the last write of its history (%s at revision %d)", v.Op, c.last[task].v.Op, c.last[task].rev)
 		}
 		if ok && !in.Unfenced && in.Fenced[task] != v.Epoch {
-			fail(CheckFleetEffects, task, "the guard holds epoch %d, the store's effect is epoch %d's", in.Fenced[task], v.Epoch)
+			c.fail(CheckFleetEffects, task, "the guard holds epoch %d, the store's effect is epoch %d's", in.Fenced[task], v.Epoch)
 		}
 	}
 	ff.EffectsMin = max(ff.EffectsMin, 0)
 	for _, task := range sortedKeys(in.Final.Effects) {
-		if _, ok := tasks[task]; !ok {
-			fail(CheckFleetEffects, task, "an effect in the store for no task of the fleet")
+		if _, ok := c.tasks[task]; !ok {
+			c.fail(CheckFleetEffects, task, "an effect in the store for no task of the fleet")
 		}
 	}
+}
 
-	// Takeovers: every task a killed pool held when it died — its epoch
-	// still live at the kill, ended by etcd with the dead session — is
-	// taken by a new epoch within the bound.
+// checkTakeovers checks the takeovers: every task a killed pool held when
+// it died — its epoch still live at the kill, ended by etcd with the dead
+// session — is taken by a new epoch within the bound. It also figures the
+// backlog at the kills and the longest takeover.
+func (c *fleetCheck) checkTakeovers() {
 	markers := map[int64][]fleetMarkerEvent{} // a session's lease → its marker's changes
-	for _, ev := range in.Final.Markers {
+	for _, ev := range c.in.Final.Markers {
 		markers[ev.Lease] = append(markers[ev.Lease], ev)
 	}
 	held := map[string][]taskEpoch{} // a pool → the epochs it held, in revision order
-	for _, ev := range in.Leases {
-		if _, ok := tasks[ev.Task]; ok && ev.Put {
+	for _, ev := range c.in.Leases {
+		if _, ok := c.tasks[ev.Task]; ok && ev.Put {
 			held[ev.Worker] = append(held[ev.Worker], taskEpoch{ev.Task, ev.Rev})
 		}
 	}
-	ff.Kills = len(in.Kills)
-	if len(in.Kills) > 0 {
-		var bs []int64
-		var passes []time.Duration
-		for _, k := range in.Kills {
-			bs = append(bs, k.Backlog)
-			if k.Rate > 0 {
-				passes = append(passes, time.Duration(float64(k.Backlog)/k.Rate*float64(time.Second)))
-			}
-		}
-		slices.Sort(bs)
-		ff.KillBacklog = [3]int64{bs[0], bs[len(bs)/2], bs[len(bs)-1]}
-		if len(passes) > 0 {
-			slices.Sort(passes)
-			ff.PassTime = passes[len(passes)/2]
-		}
-	}
-	for _, k := range in.Kills {
+	c.ff.Kills = len(c.in.Kills)
+	c.killBacklog()
+	for _, k := range c.in.Kills {
 		if k.Restart != "" {
-			ff.Restarts++
+			c.ff.Restarts++
 		}
-		bound := TakeoverBound(in.TTL, k.At, in.Faults)
+		bound := TakeoverBound(c.in.TTL, k.At, c.in.Faults)
 		for _, te := range held[k.Pool] {
-			task, eps := te.task, epochs[te.task]
-			for j, e := range eps {
-				if e.epoch != te.epoch || e.end <= k.Rev || ended[te] != audit.Expired {
-					continue
-				}
-				to := FleetTakeover{Pool: k.Pool, Task: task, Epoch: e.epoch, Ended: e.end, Bound: bound}
-				if j+1 == len(eps) {
-					fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and no epoch followed", k.Pool, e.epoch, e.end)
-					ff.Takeovers = append(ff.Takeovers, to)
-					continue
-				}
-				next := eps[j+1]
-				to.Next, to.NextWorker = next.epoch, next.worker
-				to.Lo, to.Hi = claimTimes(in.Ops, task, next, k.At)
-				ff.Takeovers = append(ff.Takeovers, to)
-				if to.Lo > bound {
-					fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and the next epoch, %d (%s), began %v after the kill (its acquisition invoked %v after): over the takeover bound %v; %s; %s",
-						k.Pool, e.epoch, e.end, next.epoch, next.worker, roundMS(to.delay()), roundMS(to.Lo), roundMS(bound),
-						markerFate(markers[e.lease], e), claimsBetween(in.Ops, task, k.At, k.At+int64(to.Lo)))
-				}
-			}
+			c.checkTakeover(k, te, bound, markers)
 		}
 	}
-	sortTakeovers(ff.Takeovers)
-	for _, t := range ff.Takeovers {
-		if t.delay() > ff.Longest.delay() || ff.Longest.Pool == "" {
-			ff.Longest = t
+	sortTakeovers(c.ff.Takeovers)
+	for _, t := range c.ff.Takeovers {
+		if t.delay() > c.ff.Longest.delay() || c.ff.Longest.Pool == "" {
+			c.ff.Longest = t
 		}
 	}
-	return ff, vs
+}
+
+// killBacklog figures the fewest, the median and the most task keys left
+// at a kill, and the median time a pass over them took at the rate then.
+func (c *fleetCheck) killBacklog() {
+	if len(c.in.Kills) == 0 {
+		return
+	}
+	var bs []int64
+	var passes []time.Duration
+	for _, k := range c.in.Kills {
+		bs = append(bs, k.Backlog)
+		if k.Rate > 0 {
+			passes = append(passes, time.Duration(float64(k.Backlog)/k.Rate*float64(time.Second)))
+		}
+	}
+	slices.Sort(bs)
+	c.ff.KillBacklog = [3]int64{bs[0], bs[len(bs)/2], bs[len(bs)-1]}
+	if len(passes) > 0 {
+		slices.Sort(passes)
+		c.ff.PassTime = passes[len(passes)/2]
+	}
+}
+
+// checkTakeover checks the takeover of te, an epoch the pool killed by k
+// held, if it was still live at the kill and etcd ended it with the dead
+// session: the next epoch of its task began within bound of the kill.
+func (c *fleetCheck) checkTakeover(k fleetKill, te taskEpoch, bound time.Duration, markers map[int64][]fleetMarkerEvent) {
+	task, eps := te.task, c.epochs[te.task]
+	for j, e := range eps {
+		if e.epoch != te.epoch || e.end <= k.Rev || c.ended[te] != audit.Expired {
+			continue
+		}
+		to := FleetTakeover{Pool: k.Pool, Task: task, Epoch: e.epoch, Ended: e.end, Bound: bound}
+		if j+1 == len(eps) {
+			c.fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and no epoch followed", k.Pool, e.epoch, e.end)
+			c.ff.Takeovers = append(c.ff.Takeovers, to)
+			continue
+		}
+		next := eps[j+1]
+		to.Next, to.NextWorker = next.epoch, next.worker
+		to.Lo, to.Hi = claimTimes(c.in.Ops, task, next, k.At)
+		c.ff.Takeovers = append(c.ff.Takeovers, to)
+		if to.Lo > bound {
+			c.fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and the next epoch, %d (%s), began %v after the kill (its acquisition invoked %v after): over the takeover bound %v; %s; %s",
+				k.Pool, e.epoch, e.end, next.epoch, next.worker, roundMS(to.delay()), roundMS(to.Lo), roundMS(bound),
+				markerFate(markers[e.lease], e), claimsBetween(c.in.Ops, task, k.At, k.At+int64(to.Lo)))
+		}
+	}
 }
 
 // claimTimes bounds, from the kill at at, when the epoch e of task began:

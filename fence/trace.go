@@ -4,38 +4,10 @@ import (
 	"context"
 	"errors"
 
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-)
-
-// TracerName is the instrumentation scope of the guards' spans.
-const TracerName = "github.com/leasehold/leasehold/fence"
-
-// The attributes of leasehold's spans, here because every package that
-// traces imports fence; package lease re-exports them (lease.AttrResource,
-// …) beside its own.
-const (
-	AttrResource     = attribute.Key("leasehold.resource")
-	AttrEpoch        = attribute.Key("leasehold.epoch")
-	AttrCurrentEpoch = attribute.Key("leasehold.current_epoch")
-	AttrResult       = attribute.Key("leasehold.result")
-	AttrGuard        = attribute.Key("leasehold.guard")
-)
-
-// EventFenced is the span event of a refused token; it carries the
-// refused epoch and the current one (leasehold.epoch,
-// leasehold.current_epoch).
-const EventFenced = "leasehold.fenced"
-
-// The results of an admission, the values of a guard span's
-// leasehold.result attribute.
-const (
-	ResultAdmitted  = "admitted"
-	ResultFenced    = "fenced"
-	ResultMalformed = "malformed"
-	ResultError     = "error"
 )
 
 // admitSpan is the span of one admission. Guards take no tracer option:
@@ -51,8 +23,8 @@ func startAdmit(ctx context.Context, op, guard string, t Token) (context.Context
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		tp = sp.TracerProvider()
 	}
-	ctx, sp := tp.Tracer(TracerName).Start(ctx, op, trace.WithAttributes(
-		AttrGuard.String(guard), AttrResource.String(t.Resource), AttrEpoch.Int64(t.Epoch)))
+	ctx, sp := tp.Tracer(telemetry.FenceTracer).Start(ctx, op, trace.WithAttributes(
+		telemetry.AttrGuard.String(guard), telemetry.AttrResource.String(t.Resource), telemetry.AttrEpoch.Int64(t.Epoch)))
 	return ctx, admitSpan{sp}
 }
 
@@ -64,16 +36,16 @@ func (sp admitSpan) finish(err error) {
 	var fenced *FencedError
 	switch {
 	case err == nil:
-		sp.SetAttributes(AttrResult.String(ResultAdmitted))
+		sp.SetAttributes(telemetry.AttrResult.String(telemetry.ResultAdmitted))
 	case errors.As(err, &fenced):
-		sp.SetAttributes(AttrResult.String(ResultFenced))
-		sp.AddEvent(EventFenced, trace.WithAttributes(
-			AttrEpoch.Int64(fenced.Token.Epoch), AttrCurrentEpoch.Int64(fenced.Current)))
+		sp.SetAttributes(telemetry.AttrResult.String(telemetry.ResultFenced))
+		sp.AddEvent(telemetry.EventFenced, trace.WithAttributes(
+			telemetry.AttrEpoch.Int64(fenced.Token.Epoch), telemetry.AttrCurrentEpoch.Int64(fenced.Current)))
 	case errors.Is(err, ErrMalformedToken):
-		sp.SetAttributes(AttrResult.String(ResultMalformed))
+		sp.SetAttributes(telemetry.AttrResult.String(telemetry.ResultMalformed))
 		sp.SetStatus(codes.Error, err.Error())
 	default:
-		sp.SetAttributes(AttrResult.String(ResultError))
+		sp.SetAttributes(telemetry.AttrResult.String(telemetry.ResultError))
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -46,11 +47,11 @@ func TestAdmissionSpans(t *testing.T) {
 		epoch        int64
 	}
 	wants := []want{
-		{"fence.EtcdGuard.AdmitOps", fence.ResultAdmitted, 9},
-		{"fence.EtcdGuard.AdmitOps", fence.ResultFenced, 4},
-		{"fence.MemoryGuard.Admit", fence.ResultAdmitted, 9},
-		{"fence.MemoryGuard.Admit", fence.ResultFenced, 4},
-		{"fence.MemoryGuard.Do", fence.ResultFenced, 3},
+		{"fence.EtcdGuard.AdmitOps", telemetry.ResultAdmitted, 9},
+		{"fence.EtcdGuard.AdmitOps", telemetry.ResultFenced, 4},
+		{"fence.MemoryGuard.Admit", telemetry.ResultAdmitted, 9},
+		{"fence.MemoryGuard.Admit", telemetry.ResultFenced, 4},
+		{"fence.MemoryGuard.Do", telemetry.ResultFenced, 3},
 	}
 	spans := rec.Ended()
 	if len(spans) != len(wants)+1 {
@@ -68,15 +69,15 @@ func TestAdmissionSpans(t *testing.T) {
 		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("span %d (%s) is not a child of the caller's span", i, s.Name())
 		}
-		if w.result != fence.ResultFenced {
+		if w.result != telemetry.ResultFenced {
 			if len(s.Events()) != 0 {
 				t.Errorf("span %d: events %v on an admission", i, s.Events())
 			}
 			continue
 		}
 		ev := s.Events()
-		if len(ev) != 1 || ev[0].Name != fence.EventFenced {
-			t.Errorf("span %d: events %v, want one %s", i, ev, fence.EventFenced)
+		if len(ev) != 1 || ev[0].Name != telemetry.EventFenced {
+			t.Errorf("span %d: events %v, want one %s", i, ev, telemetry.EventFenced)
 			continue
 		}
 		for _, kv := range ev[0].Attributes {
@@ -140,7 +141,7 @@ func TestHTTPCarriesTheTrace(t *testing.T) {
 			t.Errorf("admission %d: trace %s parent %s; want the client's trace %s, span %s (remote)", i, s.SpanContext().TraceID(), s.Parent().SpanID(), parent.TraceID(), parent.SpanID())
 		}
 	}
-	if ev := admissions[1].Events(); len(ev) != 1 || ev[0].Name != fence.EventFenced {
+	if ev := admissions[1].Events(); len(ev) != 1 || ev[0].Name != telemetry.EventFenced {
 		t.Errorf("the refused admission's events: %v", ev)
 	}
 }

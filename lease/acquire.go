@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -140,7 +141,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		wt.w.Rev = resp.Header.Revision
 		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
-		trace.SpanFromContext(ctx).AddEvent(EventQueued, trace.WithAttributes(attribute.Int64("leasehold.queue_revision", wt.w.Rev)))
+		trace.SpanFromContext(ctx).AddEvent(telemetry.EventQueued, trace.WithAttributes(attribute.Int64("leasehold.queue_revision", wt.w.Rev)))
 		if wo, ok := r.observer.(WaitObserver); ok {
 			wo.AcquireWaiting(1)
 			defer wo.AcquireWaiting(-1)

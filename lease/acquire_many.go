@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/session"
 )
 
@@ -33,8 +34,8 @@ import (
 // MaxBatch resources, valid and distinct names). An empty list returns
 // nil, nil.
 func (r *Registry) AcquireMany(ctx context.Context, s *session.Session, resources []string) (leases []*Lease, err error) {
-	ctx, sp := r.startSpan(ctx, "lease.AcquireMany", "", s, AttrBatch.Int(len(resources)))
-	defer func() { sp.SetAttributes(AttrClaimed.Int(len(leases))); sp.finish(0, err) }()
+	ctx, sp := r.startSpan(ctx, "lease.AcquireMany", "", s, telemetry.AttrBatch.Int(len(resources)))
+	defer func() { sp.SetAttributes(telemetry.AttrClaimed.Int(len(leases))); sp.finish(0, err) }()
 	// TryAcquireMany validates the batch; with it, the fast path.
 	claimed, err := r.TryAcquireMany(ctx, s, resources)
 	if err != nil || len(claimed) == len(resources) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -95,8 +96,11 @@ var (
 // resources it claimed stay held by the session, with no Lease, until the
 // session's etcd lease ends.
 func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) (leases []*Lease, err error) {
-	ctx, sp := r.startSpan(ctx, "lease.TryAcquireMany", "", s, AttrBatch.Int(len(resources)))
-	defer func() { sp.SetAttributes(AttrClaimed.Int(len(leases))); sp.finish(epochOf(first0(leases)), err) }()
+	ctx, sp := r.startSpan(ctx, "lease.TryAcquireMany", "", s, telemetry.AttrBatch.Int(len(resources)))
+	defer func() {
+		sp.SetAttributes(telemetry.AttrClaimed.Int(len(leases)))
+		sp.finish(epochOf(first0(leases)), err)
+	}()
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -240,14 +244,14 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 		seen[l.resource] = i
 	}
 	r := leases[0].r
-	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, AttrBatch.Int(len(leases)))
+	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, telemetry.AttrBatch.Int(len(leases)))
 	defer func() {
 		stale := 0
 		for i, e := range errs {
 			var se *StaleError
 			if errors.As(e, &se) {
 				stale++
-				sp.AddEvent(EventStale, trace.WithAttributes(AttrResource.String(leases[i].resource), AttrEpoch.Int64(se.Epoch), AttrCurrentEpoch.Int64(se.CurrentEpoch)))
+				sp.AddEvent(telemetry.EventStale, trace.WithAttributes(telemetry.AttrResource.String(leases[i].resource), telemetry.AttrEpoch.Int64(se.Epoch), telemetry.AttrCurrentEpoch.Int64(se.CurrentEpoch)))
 			}
 		}
 		sp.SetAttributes(attribute.Int("leasehold.stale", stale))

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -58,7 +59,7 @@ const maxGuesses = 8
 // an error matching outcome.ErrRefused means etcd applied nothing. The
 // resource cannot be acquired again once completed.
 func (l *Lease) Complete(ctx context.Context, status string) (err error) {
-	ctx, sp := l.r.startSpan(ctx, "lease.Complete", l.resource, l.s, AttrEpoch.Int64(l.epoch))
+	ctx, sp := l.r.startSpan(ctx, "lease.Complete", l.resource, l.s, telemetry.AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
 	if err := validateStatus(status); err != nil {
 		return fmt.Errorf("lease: complete %q: %w", l.resource, err)
@@ -112,7 +113,7 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 // then returns nil if this one turned out not to commit, a *StaleError if
 // it did).
 func (l *Lease) Release(ctx context.Context) (err error) {
-	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, AttrEpoch.Int64(l.epoch))
+	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, telemetry.AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
 	l.beginEnd()
 	e := l.newEnd(audit.Released, "", time.Now())

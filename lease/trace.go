@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	"go.opentelemetry.io/otel"
@@ -13,51 +13,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// TracerName is the instrumentation scope of the spans a Registry starts.
-const TracerName = "github.com/leasehold/leasehold/lease"
-
-// The attributes of leasehold's spans and span events.
-const (
-	AttrResource     = fence.AttrResource
-	AttrEpoch        = fence.AttrEpoch
-	AttrWorker       = attribute.Key("leasehold.worker")
-	AttrNamespace    = attribute.Key("leasehold.namespace")
-	AttrResult       = fence.AttrResult
-	AttrCurrentEpoch = fence.AttrCurrentEpoch
-	AttrBatch        = attribute.Key("leasehold.batch")
-	AttrClaimed      = attribute.Key("leasehold.claimed")
-)
-
-// Span events.
-const (
-	// EventStale marks a Complete or Release rejected as stale; it carries
-	// the epoch that held the resource then (AttrCurrentEpoch, 0: nobody).
-	EventStale = "leasehold.stale"
-	// EventQueued marks an Acquire call entering the resource's queue:
-	// the time from it to the span's end is the wait.
-	EventQueued = "leasehold.queued"
-)
-
-// Results, the values of AttrResult: one per outcome a caller branches on.
-const (
-	ResultOK        = "ok"
-	ResultHeld      = "held"
-	ResultCompleted = "completed"
-	ResultStale     = "stale"
-	ResultLockDelay = "lock_delay"
-	ResultNotHeld   = "not_held"
-	ResultRefused   = "refused"
-	ResultUnknown   = "unknown"
-	ResultInvalid   = "invalid"
-	ResultError     = "error"
-)
-
 // WithTracerProvider sets where the registry's spans go: one span per
 // TryAcquire, Acquire (its duration includes the wait in the queue, marked
-// by an EventQueued event), AcquireMany, TryAcquireMany, Reclaim, Complete,
+// by a leasehold.queued event), AcquireMany, TryAcquireMany, Reclaim, Complete,
 // CompleteMany, Release and Revoke, with the resource, epoch, worker,
-// namespace and result (ResultOK, ResultHeld, ResultStale, …) as
-// attributes; a stale rejection is an EventStale event carrying the
+// namespace and result ("ok", "held", "stale", …) as
+// attributes (docs/operations.md); a stale rejection is a leasehold.stale event carrying the
 // current epoch. The default is otel's global provider, a no-op unless the
 // program sets one.
 func WithTracerProvider(tp trace.TracerProvider) Option {
@@ -65,12 +26,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 		if tp == nil {
 			return errors.New("lease: WithTracerProvider(nil)")
 		}
-		r.tracer = tp.Tracer(TracerName)
+		r.tracer = tp.Tracer(telemetry.LeaseTracer)
 		return nil
 	}
 }
 
-func defaultTracer() trace.Tracer { return otel.GetTracerProvider().Tracer(TracerName) }
+func defaultTracer() trace.Tracer { return otel.GetTracerProvider().Tracer(telemetry.LeaseTracer) }
 
 // span is one operation's span. With otel's no-op provider (the default
 // until a program sets one) it records nothing and costs next to nothing.
@@ -83,12 +44,12 @@ func (r *Registry) startSpan(ctx context.Context, op, resource string, s *sessio
 	if tr == nil {
 		tr = defaultTracer()
 	}
-	attrs = append(attrs, AttrNamespace.String(r.space.Namespace()))
+	attrs = append(attrs, telemetry.AttrNamespace.String(r.space.Namespace()))
 	if resource != "" {
-		attrs = append(attrs, AttrResource.String(resource))
+		attrs = append(attrs, telemetry.AttrResource.String(resource))
 	}
 	if s != nil {
-		attrs = append(attrs, AttrWorker.String(s.Worker()))
+		attrs = append(attrs, telemetry.AttrWorker.String(s.Worker()))
 	}
 	ctx, sp := tr.Start(ctx, op, trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindClient))
 	return ctx, span{sp}
@@ -102,16 +63,16 @@ func (sp span) finish(epoch int64, err error) {
 		return
 	}
 	if epoch > 0 {
-		sp.SetAttributes(AttrEpoch.Int64(epoch))
+		sp.SetAttributes(telemetry.AttrEpoch.Int64(epoch))
 	}
 	res := resultOf(err)
-	sp.SetAttributes(AttrResult.String(res))
+	sp.SetAttributes(telemetry.AttrResult.String(res))
 	var stale *StaleError
 	if errors.As(err, &stale) {
-		sp.AddEvent(EventStale, trace.WithAttributes(AttrEpoch.Int64(stale.Epoch), AttrCurrentEpoch.Int64(stale.CurrentEpoch)))
+		sp.AddEvent(telemetry.EventStale, trace.WithAttributes(telemetry.AttrEpoch.Int64(stale.Epoch), telemetry.AttrCurrentEpoch.Int64(stale.CurrentEpoch)))
 	}
 	switch res {
-	case ResultOK, ResultHeld, ResultCompleted, ResultStale, ResultLockDelay, ResultNotHeld:
+	case telemetry.ResultOK, telemetry.ResultHeld, telemetry.ResultCompleted, telemetry.ResultStale, telemetry.ResultLockDelay, telemetry.ResultNotHeld:
 		// Outcomes of the protocol, not failures of the call.
 	default:
 		sp.RecordError(err)
@@ -124,25 +85,25 @@ func (sp span) finish(epoch int64, err error) {
 func resultOf(err error) string {
 	switch {
 	case err == nil:
-		return ResultOK
+		return telemetry.ResultOK
 	case errors.Is(err, ErrStale):
-		return ResultStale
+		return telemetry.ResultStale
 	case errors.Is(err, ErrHeld):
-		return ResultHeld
+		return telemetry.ResultHeld
 	case errors.Is(err, ErrCompleted):
-		return ResultCompleted
+		return telemetry.ResultCompleted
 	case errors.Is(err, ErrLockDelay):
-		return ResultLockDelay
+		return telemetry.ResultLockDelay
 	case errors.Is(err, ErrNotHeld):
-		return ResultNotHeld
+		return telemetry.ResultNotHeld
 	case errors.Is(err, ErrInvalidResource), errors.Is(err, ErrInvalidStatus):
-		return ResultInvalid
+		return telemetry.ResultInvalid
 	case errors.Is(err, outcome.ErrUnknown):
-		return ResultUnknown
+		return telemetry.ResultUnknown
 	case errors.Is(err, outcome.ErrRefused):
-		return ResultRefused
+		return telemetry.ResultRefused
 	default:
-		return ResultError
+		return telemetry.ResultError
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -92,13 +93,13 @@ func TestTraceOfATakeover(t *testing.T) {
 		epoch                int64
 	}
 	wants := []want{
-		{"lease.TryAcquire", "old", lease.ResultOK, l1.Epoch()},
-		{"lease.Revoke", "", lease.ResultOK, 0},
-		{"lease.TryAcquire", "new", lease.ResultOK, l2.Epoch()},
-		{"lease.TryAcquire", "third", lease.ResultHeld, 0},
-		{"lease.Complete", "old", lease.ResultStale, l1.Epoch()},
-		{"lease.Release", "new", lease.ResultOK, l2.Epoch()},
-		{"lease.Acquire", "third", lease.ResultOK, l3.Epoch()},
+		{"lease.TryAcquire", "old", telemetry.ResultOK, l1.Epoch()},
+		{"lease.Revoke", "", telemetry.ResultOK, 0},
+		{"lease.TryAcquire", "new", telemetry.ResultOK, l2.Epoch()},
+		{"lease.TryAcquire", "third", telemetry.ResultHeld, 0},
+		{"lease.Complete", "old", telemetry.ResultStale, l1.Epoch()},
+		{"lease.Release", "new", telemetry.ResultOK, l2.Epoch()},
+		{"lease.Acquire", "third", telemetry.ResultOK, l3.Epoch()},
 	}
 	spans := rec.Ended()
 	// Spans end in call order, except that the Release and the Acquire it
@@ -115,11 +116,11 @@ func TestTraceOfATakeover(t *testing.T) {
 	for i, w := range wants {
 		s := spans[i]
 		a := attrs(s)
-		if s.Name() != w.name || a[lease.AttrResult].AsString() != w.result || a[lease.AttrWorker].AsString() != w.worker ||
-			a[lease.AttrEpoch].AsInt64() != w.epoch || a[lease.AttrResource].AsString() != "job" {
+		if s.Name() != w.name || a[telemetry.AttrResult].AsString() != w.result || a[telemetry.AttrWorker].AsString() != w.worker ||
+			a[telemetry.AttrEpoch].AsInt64() != w.epoch || a[telemetry.AttrResource].AsString() != "job" {
 			t.Errorf("span %d: %s %v; want %+v", i, s.Name(), s.Attributes(), w)
 		}
-		if w.result == lease.ResultOK || w.result == lease.ResultHeld || w.result == lease.ResultStale {
+		if w.result == telemetry.ResultOK || w.result == telemetry.ResultHeld || w.result == telemetry.ResultStale {
 			if s.Status().Code != 0 {
 				t.Errorf("span %d (%s, %s) has status %v; an outcome of the protocol is not an error", i, w.name, w.result, s.Status())
 			}
@@ -129,19 +130,19 @@ func TestTraceOfATakeover(t *testing.T) {
 		t.Errorf("epochs %d, %d, %d, want increasing", l1.Epoch(), l2.Epoch(), l3.Epoch())
 	}
 	stale := spans[4].Events()
-	if len(stale) != 1 || stale[0].Name != lease.EventStale {
+	if len(stale) != 1 || stale[0].Name != telemetry.EventStale {
 		t.Fatalf("the stale Complete's events: %v", stale)
 	}
 	ev := map[attribute.Key]attribute.Value{}
 	for _, kv := range stale[0].Attributes {
 		ev[kv.Key] = kv.Value
 	}
-	if ev[lease.AttrCurrentEpoch].AsInt64() != l2.Epoch() || ev[lease.AttrEpoch].AsInt64() != l1.Epoch() {
+	if ev[telemetry.AttrCurrentEpoch].AsInt64() != l2.Epoch() || ev[telemetry.AttrEpoch].AsInt64() != l1.Epoch() {
 		t.Errorf("stale event %v; want epoch %d, current epoch %d", stale[0].Attributes, l1.Epoch(), l2.Epoch())
 	}
 	queuedEv := spans[6].Events()
-	if len(queuedEv) != 1 || queuedEv[0].Name != lease.EventQueued || queuedEv[0].Time.Before(spans[6].StartTime()) || queuedEv[0].Time.After(spans[5].StartTime()) { // the Release starts after the waiter is counted
-		t.Errorf("the Acquire's events %v: want one %s, after its start and before the Release began", queuedEv, lease.EventQueued)
+	if len(queuedEv) != 1 || queuedEv[0].Name != telemetry.EventQueued || queuedEv[0].Time.Before(spans[6].StartTime()) || queuedEv[0].Time.After(spans[5].StartTime()) { // the Release starts after the waiter is counted
+		t.Errorf("the Acquire's events %v: want one %s, after its start and before the Release began", queuedEv, telemetry.EventQueued)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"go.opentelemetry.io/otel"
@@ -46,14 +47,11 @@ type config struct {
 	tp             trace.TracerProvider
 }
 
-// TracerName is the instrumentation scope of a pool's spans.
-const TracerName = "github.com/leasehold/leasehold/worker"
-
 func (c *config) tracer() trace.Tracer {
 	if c.tp == nil {
-		return otel.GetTracerProvider().Tracer(TracerName)
+		return otel.GetTracerProvider().Tracer(telemetry.WorkerTracer)
 	}
-	return c.tp.Tracer(TracerName)
+	return c.tp.Tracer(telemetry.WorkerTracer)
 }
 
 // WithTracerProvider sets where the pool's spans go: one "worker.handle"

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -556,12 +557,12 @@ func (r *run) handle(l *lease.Lease) {
 	// handler's context, and the Complete or Release after it, are its
 	// children.
 	_, sp := r.p.cfg.tracer().Start(r.ctx, "worker.handle", trace.WithAttributes(
-		lease.AttrResource.String(name), lease.AttrEpoch.Int64(l.Epoch()), lease.AttrWorker.String(l.Worker())))
+		telemetry.AttrResource.String(name), telemetry.AttrEpoch.Int64(l.Epoch()), telemetry.AttrWorker.String(l.Worker())))
 	spanned := func(ctx context.Context) context.Context { return trace.ContextWithSpan(ctx, sp) }
 	var took time.Duration
 	ended := func(res Result) {
 		obs.TaskEnded(name, res, took)
-		sp.SetAttributes(lease.AttrResult.String(string(res)))
+		sp.SetAttributes(telemetry.AttrResult.String(string(res)))
 		sp.End()
 	}
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/worker"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -56,7 +57,7 @@ func TestHandlerSpans(t *testing.T) {
 	}
 	result := func(s sdktrace.ReadOnlySpan) string {
 		for _, kv := range s.Attributes() {
-			if kv.Key == lease.AttrResult {
+			if kv.Key == telemetry.AttrResult {
 				return kv.Value.AsString()
 			}
 		}
@@ -83,7 +84,7 @@ func TestHandlerSpans(t *testing.T) {
 		}
 		stale := false
 		for _, ev := range c.Events() {
-			stale = stale || ev.Name == lease.EventStale
+			stale = stale || ev.Name == telemetry.EventStale
 		}
 		if stale != (i == 0) {
 			t.Errorf("handler span %d: Complete's stale event %v, want %v", i, stale, i == 0)

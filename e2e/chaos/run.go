@@ -355,15 +355,9 @@ func (r *runner) restartHelper(s *slot) error {
 func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
-	begin := time.Now()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), recipes: &recipeHistory{}, archived: newArchiveLog()}
-	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
-	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
-	logf := cfg.Logf
-
-	r.cluster = e2e.NewCluster(t, e2e.WithMembers(3), e2e.WithTicks(raftHeartbeat, raftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
-	r.direct = r.cluster.Client(t)
-	election := time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
+	rs := &runState{begin: time.Now()}
+	r := newRunner(t, cfg)
+	rs.election = r.startCluster()
 	r.reg = lease.NewRegistry(r.direct)
 	defer r.reg.Close()
 
@@ -386,6 +380,75 @@ func Run(t testing.TB, cfg Config) *Result {
 	stopRecorders := r.startRecorders()
 	defer stopRecorders()
 
+	r.addSlots()
+
+	// Workers. Should the run end early, none outlives it.
+	var inproc sync.WaitGroup
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	defer r.abandonWorkers(stopWorkers, &inproc)
+	r.startWorkers(wctx, &inproc)
+	cfg.Logf("chaos: workers started (%v)", time.Since(rs.begin).Round(time.Millisecond))
+	cfg.Logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
+		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
+
+	r.injectFaults(rs)
+	r.stopWorkers(rs, stopWorkers, &inproc)
+	r.settle(rs)
+
+	fs, err := r.readFinal(db, archive, stopRecorders)
+	if err != nil {
+		t.Fatalf("chaos: final read: %v", err)
+	}
+	cfg.Logf("chaos: final read: %d lease events, %d queue events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
+		len(fs.LeaseEvents), len(fs.QueueEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
+
+	res := r.checkRun(rs, fs)
+	r.finish(rs, res)
+	return res
+}
+
+// runState is what Run's phases leave for the later ones: when the run
+// began, etcd's election timeout, the faults injected and when, when the
+// workers were stopped and the run settled, what the sweep completed and
+// what the fleet drained.
+type runState struct {
+	begin      time.Time
+	election   time.Duration
+	faultsFrom int64 // when the nemesis began
+	faults     []Fault
+	drained    fleetDrain
+	stopAt     int64 // when the workers were told to stop
+	swept      int
+	// settled is when every worker had exited and every proxy was healed:
+	// nothing sent can take effect after it.
+	settled int64
+}
+
+// newRunner is a runner for one pass of cfg, with its directory, its
+// history and the DSNs of its downstream store and its archive.
+func newRunner(t testing.TB, cfg Config) *runner {
+	t.Helper()
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), recipes: &recipeHistory{}, archived: newArchiveLog()}
+	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
+	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
+	return r
+}
+
+// startCluster starts the run's three-member etcd cluster and the
+// coordinator's direct client on it, and returns etcd's election timeout.
+func (r *runner) startCluster() (election time.Duration) {
+	r.t.Helper()
+	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(raftHeartbeat, raftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
+	r.direct = r.cluster.Client(r.t)
+	return time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
+}
+
+// addSlots adds the run's worker slots, each with a proxy to every
+// member: the helper processes', the in-process workers', the recipe
+// workers', the pool workers' and the fleet's.
+func (r *runner) addSlots() {
+	r.t.Helper()
+	cfg := r.cfg
 	for i := range cfg.Helpers + cfg.InProcess {
 		s := &slot{idx: i, helper: i < cfg.Helpers}
 		if s.helper {
@@ -394,87 +457,108 @@ func Run(t testing.TB, cfg Config) *Result {
 			s.name = fmt.Sprintf("i%d", i-cfg.Helpers)
 			s.gate = &gate{}
 		}
-		for _, m := range r.cluster.Members() {
-			s.proxies = append(s.proxies, newProxy(t, m.Endpoint()))
-		}
-		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
 	for i := range cfg.Recipes {
 		s := &slot{idx: len(r.slots), name: fmt.Sprintf("r%d", i), recipe: true, gate: &gate{}}
-		for _, m := range r.cluster.Members() {
-			s.proxies = append(s.proxies, newProxy(t, m.Endpoint()))
-		}
-		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
 	r.addPoolSlots()
 	r.addFleetSlots()
+}
 
-	// Workers. Should the run end early, none outlives it.
-	var inproc sync.WaitGroup
-	wctx, stopWorkers := context.WithCancel(context.Background())
-	defer func() {
-		stopWorkers()
-		inproc.Wait()
-		if r.fleet != nil {
-			r.fleet.wait()
+// addProxies gives s a proxy to each member of the cluster.
+func (r *runner) addProxies(s *slot) {
+	r.t.Helper()
+	for _, m := range r.cluster.Members() {
+		s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
+	}
+	s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+}
+
+// abandonWorkers, deferred by Run, makes sure no worker outlives the run
+// should it end early: it cancels their context, waits for the in-process
+// ones and the fleet, and kills the helper processes left.
+func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGroup) {
+	cancel()
+	inproc.Wait()
+	if r.fleet != nil {
+		r.fleet.wait()
+	}
+	for _, s := range r.slots {
+		if p := s.process(); p != nil {
+			p.kill()
 		}
-		for _, s := range r.slots {
-			if p := s.process(); p != nil {
-				p.kill()
-			}
-		}
-	}()
+	}
+}
+
+// startWorkers starts every slot's worker on ctx: the helper processes,
+// the in-process workers (counted in inproc), the recipe workers, the pool
+// workers and the fleet.
+func (r *runner) startWorkers(ctx context.Context, inproc *sync.WaitGroup) {
+	r.t.Helper()
 	for _, s := range r.slots {
 		if s.recipe || s.pool || s.fleet {
 			continue
 		}
 		if s.helper {
 			if err := r.restartHelper(s); err != nil {
-				t.Fatalf("chaos: %v", err)
+				r.t.Fatalf("chaos: %v", err)
 			}
 			continue
 		}
-		cfgW := r.workerConfig(s)
-		cli, err := newWorkerClient(cfgW.Endpoints)
-		if err != nil {
-			t.Fatalf("chaos: %v", err)
-		}
-		skewClock(cli, cfgW.ClockSkew)
-		w, err := newWorker(cfgW, cli, r.hist.record)
-		if err != nil {
-			_ = cli.Close()
-			t.Fatalf("chaos: %v", err)
-		}
-		w.gate = s.gate
-		if cfg.Control == controlStrand && s.idx == cfg.Helpers {
-			scli, err := newWorkerClient(r.cluster.Endpoints())
-			if err != nil {
-				t.Fatalf("chaos: %v", err)
-			}
-			w.strand = newStrander(w, scli)
-		}
-		inproc.Go(func() {
-			defer cli.Close()
-			w.run(wctx)
-		})
+		r.startInProcess(ctx, s, inproc)
 	}
-	r.startRecipeWorkers(wctx, &inproc)
-	r.startPoolWorkers(wctx, &inproc)
+	r.startRecipeWorkers(ctx, inproc)
+	r.startPoolWorkers(ctx, inproc)
 	if r.fleet != nil {
-		r.fleet.startFleet(wctx)
+		r.fleet.startFleet(ctx)
 	}
-	logf("chaos: workers started (%v)", time.Since(begin).Round(time.Millisecond))
-	logf("chaos: seed %d, control %q, contended %v: %d helper processes and %d in-process workers × %d threads, TTL %v, faults for %v",
-		cfg.Seed, cfg.Control, cfg.Contended, cfg.Helpers, cfg.InProcess, cfg.Threads, cfg.TTL, cfg.Duration)
+}
 
-	// Faults, then heal.
+// startInProcess starts the in-process worker of s on ctx, counted in
+// inproc; under controlStrand the first one strands its grants.
+func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitGroup) {
+	r.t.Helper()
+	cfgW := r.workerConfig(s)
+	cli, err := newWorkerClient(cfgW.Endpoints)
+	if err != nil {
+		r.t.Fatalf("chaos: %v", err)
+	}
+	skewClock(cli, cfgW.ClockSkew)
+	w, err := newWorker(cfgW, cli, r.hist.record)
+	if err != nil {
+		_ = cli.Close()
+		r.t.Fatalf("chaos: %v", err)
+	}
+	w.gate = s.gate
+	if r.cfg.Control == controlStrand && s.idx == r.cfg.Helpers {
+		scli, err := newWorkerClient(r.cluster.Endpoints())
+		if err != nil {
+			r.t.Fatalf("chaos: %v", err)
+		}
+		w.strand = newStrander(w, scli)
+	}
+	inproc.Go(func() {
+		defer cli.Close()
+		w.run(ctx)
+	})
+}
+
+// injectFaults runs the nemesis (and the fleet's kills) for the run's
+// duration, then heals every fault, restarts every stopped member, lets
+// the fleet drain its backlog and waits the quiet period. It notes in rs
+// when the faults began, which were injected and what the fleet drained.
+func (r *runner) injectFaults(rs *runState) {
+	r.t.Helper()
+	cfg := r.cfg
 	n := newNemesis(r)
-	faultsFrom := now()
+	rs.faultsFrom = now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
-	progress.Go(func() { r.progress(nctx, n, begin) })
+	progress.Go(func() { r.progress(nctx, n, rs.begin) })
 	if r.fleet != nil {
 		progress.Go(func() { r.fleet.chaos(nctx) })
 	}
@@ -487,22 +571,27 @@ func Run(t testing.TB, cfg Config) *Result {
 	}
 	for _, m := range r.cluster.Members() {
 		if m.Server() == nil {
-			m.Restart(t)
+			m.Restart(r.t)
 		}
 	}
-	faults := n.log()
-	var drained fleetDrain
+	rs.faults = n.log()
 	if r.fleet != nil {
-		faults = append(faults, r.fleet.faults()...)
-		drained = r.fleet.drain()
-		logf("chaos: the fleet's backlog of %d task keys drained in %v (done: %v)", drained.Keys, drained.Took.Round(time.Millisecond), drained.Done)
+		rs.faults = append(rs.faults, r.fleet.faults()...)
+		rs.drained = r.fleet.drain()
+		cfg.Logf("chaos: the fleet's backlog of %d task keys drained in %v (done: %v)", rs.drained.Keys, rs.drained.Took.Round(time.Millisecond), rs.drained.Done)
 	}
-	logf("chaos: %d faults injected and healed; quiet for %v", len(faults), cfg.Quiet)
+	cfg.Logf("chaos: %d faults injected and healed; quiet for %v", len(rs.faults), cfg.Quiet)
 	time.Sleep(cfg.Quiet)
+}
 
-	// Stop the workers: each finishes its task and closes its sessions.
-	stopAt := now()
-	stopWorkers()
+// stopWorkers stops the workers: each finishes its task and closes its
+// sessions. It cancels their context (cancel), waits for the helper
+// processes to exit, then for the in-process workers and the fleet, and
+// notes in rs when it began.
+func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sync.WaitGroup) {
+	t := r.t
+	rs.stopAt = now()
+	cancel()
 	var stopping sync.WaitGroup
 	for _, s := range r.slots {
 		if s.helper {
@@ -520,35 +609,32 @@ func Run(t testing.TB, cfg Config) *Result {
 	if r.fleet != nil {
 		r.fleet.wait()
 	}
-	logf("chaos: workers stopped (%v)", time.Since(begin).Round(time.Millisecond))
+	r.cfg.Logf("chaos: workers stopped (%v)", time.Since(rs.begin).Round(time.Millisecond))
+}
 
-	// Every task touched must complete now that the faults are healed.
-	swept := r.sweep()
-	logf("chaos: sweep done (%v)", time.Since(begin).Round(time.Millisecond))
+// settle completes every task touched, now that the faults are healed,
+// and waits for the cluster to quiesce; it notes in rs how many tasks the
+// sweep completed and when the run settled.
+func (r *runner) settle(rs *runState) {
+	r.t.Helper()
+	rs.swept = r.sweep()
+	r.cfg.Logf("chaos: sweep done (%v)", time.Since(rs.begin).Round(time.Millisecond))
 	r.quiesce()
-	logf("chaos: quiescent (%v)", time.Since(begin).Round(time.Millisecond))
+	r.cfg.Logf("chaos: quiescent (%v)", time.Since(rs.begin).Round(time.Millisecond))
 	// Every worker has exited and every proxy is healed: nothing sent can
 	// take effect after this.
-	settled := now()
+	rs.settled = now()
+}
 
-	fs, err := r.readFinal(db, archive, stopRecorders)
-	if err != nil {
-		t.Fatalf("chaos: final read: %v", err)
-	}
-	logf("chaos: final read: %d lease events, %d queue events, %d audit entries (%d archived, %d keys left in etcd), %d done records left, %d effects",
-		len(fs.LeaseEvents), len(fs.QueueEvents), len(fs.Audit), len(fs.Archive), fs.AuditKeysLeft, len(fs.Done), len(fs.Effects))
-
-	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, faults, settled)
+// checkRun runs every check of the run on its history and its final
+// state fs: the task workload's, the recipes', the pools', the fleet's
+// and liveness.
+func (r *runner) checkRun(rs *runState, fs finalState) *Result {
+	r.t.Helper()
+	cfg := r.cfg
+	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
 	if cfg.Recipes > 0 {
-		rs, err := readRecipes(r.direct)
-		if err != nil {
-			t.Fatalf("chaos: final read of the recipes: %v", err)
-		}
-		res.RecipeOps = r.recipes.Ops()
-		var vs []Violation
-		res.Recipes, vs = checkRecipes(cfg.RecipeLimit, res.RecipeOps, rs)
-		res.Recipes.Workers = cfg.Recipes
-		res.Violations = append(res.Violations, vs...)
+		r.checkRecipeRun(res)
 	}
 	if cfg.PoolWorkers > 0 {
 		var vs []Violation
@@ -556,41 +642,69 @@ func Run(t testing.TB, cfg Config) *Result {
 		res.Violations = append(res.Violations, vs...)
 	}
 	if r.fleet != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		ff, err := readFleetFinal(ctx, r.direct)
-		cancel()
-		if err != nil {
-			t.Fatalf("chaos: final read of the fleet: %v", err)
-		}
-		var vs []Violation
-		res.Fleet, vs = r.fleet.check(fs, ff, faults, drained)
-		res.Violations = append(res.Violations, vs...)
+		r.checkFleetRun(rs, res, fs)
 	}
-	res.Swept = swept
+	res.Swept = rs.swept
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions
 	if cfg.Helpers+cfg.InProcess > 0 { // the task workload's; none in a run of recipe workers alone
 		res.Liveness = liveness(LivenessInput{
-			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(faults), From: faultsFrom, To: stopAt,
-			TTL: grantedTTL(cfg.TTL), ElectionTimeout: election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
+			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(rs.faults), From: rs.faultsFrom, To: rs.stopAt,
+			TTL: grantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
 		})
 	}
 	res.Warnings = append(res.Warnings, r.warnings...)
 	for _, p := range r.hist.problems() {
 		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
 	}
-	res.Wall = time.Since(begin)
+	return res
+}
+
+// checkRecipeRun reads the recipes' final state and adds their checks'
+// findings to res.
+func (r *runner) checkRecipeRun(res *Result) {
+	r.t.Helper()
+	final, err := readRecipes(r.direct)
+	if err != nil {
+		r.t.Fatalf("chaos: final read of the recipes: %v", err)
+	}
+	res.RecipeOps = r.recipes.Ops()
+	var vs []Violation
+	res.Recipes, vs = checkRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
+	res.Recipes.Workers = r.cfg.Recipes
+	res.Violations = append(res.Violations, vs...)
+}
+
+// checkFleetRun reads the fleet's final state and adds its checks'
+// findings to res.
+func (r *runner) checkFleetRun(rs *runState, res *Result, fs finalState) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ff, err := readFleetFinal(ctx, r.direct)
+	cancel()
+	if err != nil {
+		r.t.Fatalf("chaos: final read of the fleet: %v", err)
+	}
+	var vs []Violation
+	res.Fleet, vs = r.fleet.check(fs, ff, rs.faults, rs.drained)
+	res.Violations = append(res.Violations, vs...)
+}
+
+// finish notes the run's wall time in res, writes its artifacts when a
+// check failed and saves the fleet's log.
+func (r *runner) finish(rs *runState, res *Result) {
+	r.t.Helper()
+	res.Wall = time.Since(rs.begin)
 	if len(res.Violations) > 0 || res.Liveness.Missed() {
-		if err := res.writeArtifacts(cfg, r.hist.Ops()); err != nil {
-			t.Errorf("chaos: writing artifacts: %v", err)
+		if err := res.writeArtifacts(r.cfg, r.hist.Ops()); err != nil {
+			r.t.Errorf("chaos: writing artifacts: %v", err)
 		}
 	}
 	if r.fleet != nil {
 		if err := r.fleet.saveLog(res.OutDir); err != nil {
-			t.Errorf("chaos: the fleet's log: %v", err)
+			r.t.Errorf("chaos: the fleet's log: %v", err)
 		}
 	}
-	return res
 }
 
 // startRecorders starts the run's two recorders, each on its own client

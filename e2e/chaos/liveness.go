@@ -189,120 +189,154 @@ func liveness(in LivenessInput) LivenessFacts {
 	// The sweeper's sessions come after the run.
 	in.Sessions = slices.DeleteFunc(slices.Clone(in.Sessions), func(sr SessionRecord) bool { return slotOf(sr.Name) == sweeper })
 	in.Grants = slices.DeleteFunc(slices.Clone(in.Grants), func(g GrantFailure) bool { return slotOf(g.Name) == sweeper })
-	lf := LivenessFacts{
+	c := &livenessCheck{in: in, ttl: int64(in.TTL), lf: &LivenessFacts{
 		ElectionTimeout: in.ElectionTimeout, RenewInterval: in.RenewInterval,
 		StallBound: 2*in.ElectionTimeout + in.RenewInterval,
 		From:       in.From, To: in.To, Contended: in.Contended,
 		Sessions: len(in.Sessions), GrantsFailed: len(in.Grants),
 		Ended: map[string]int{}, Kinds: map[string]*KindLiveness{},
-	}
+	}}
 	for _, f := range in.Faults {
-		k := lf.Kinds[f.Kind]
+		k := c.lf.Kinds[f.Kind]
 		if k == nil {
 			k = &KindLiveness{}
-			lf.Kinds[f.Kind] = k
+			c.lf.Kinds[f.Kind] = k
 		}
 		k.Faults++
 	}
-	ttl := int64(in.TTL)
-
-	// targeted: a fault of sr's own worker near [from, to] — up to two
-	// TTLs before, since a session outlives its trouble by up to a TTL
-	// and a paused process sees its end only once it runs again.
-	targeted := func(name string, from, to int64) bool {
-		for _, f := range in.Faults {
-			if workerFaults[f.Kind] && f.Target == slotOf(name) && f.overlaps(from-2*ttl, to) {
-				return true
-			}
-		}
-		return false
-	}
-
-	// Sessions ended.
 	for _, sr := range in.Sessions {
-		var killed *Fault
-		if sr.End == 0 {
-			for i, f := range in.Faults {
-				if f.Kind == FaultKill && f.Worker == sr.Worker && f.Start >= sr.Start {
-					sr.End, sr.Cause, killed = f.Start, CauseKilled, &in.Faults[i]
-					break
-				}
-			}
-		}
-		if sr.End == 0 || sr.Cause == CauseClosed {
-			continue
-		}
-		lf.Ended[sr.Cause]++
-		if killed != nil { // the kill, and nothing else, ended it
-			lf.Kinds[killed.Kind].EndedTarget++
-			continue
-		}
-		at := sr.End
-		if sr.Deadline != 0 {
-			at = min(at, sr.Deadline)
-		}
-		// The trouble that ended it began within a TTL before it ended
-		// (its last successful renewal was sent less than TTL − margin
-		// before its deadline).
-		target := targeted(sr.Name, at, sr.End)
-		near := false
-		counted := map[string]bool{}
-		for _, f := range in.Faults {
-			if !f.overlaps(at-ttl, sr.End) {
-				continue
-			}
-			near = true
-			if counted[f.Kind] {
-				continue
-			}
-			counted[f.Kind] = true
-			k := lf.Kinds[f.Kind]
-			if target {
-				k.EndedTarget++
-			} else {
-				k.EndedOther++
-				k.Others = append(k.Others, sr)
-			}
-		}
-		if !near {
-			lf.Unattributed = append(lf.Unattributed, sr)
-		}
+		c.sessionEnded(sr)
 	}
 	for _, g := range in.Grants {
-		if targeted(g.Name, g.Time, g.Time) {
-			continue
+		c.grantFailed(g)
+	}
+	c.progress()
+	for _, s := range c.stalls() {
+		c.stall(s)
+	}
+	c.recovery()
+	return *c.lf
+}
+
+// livenessCheck is the state liveness's steps share: the input, the
+// figures so far, and the workers' progress once gathered.
+type livenessCheck struct {
+	in  LivenessInput
+	lf  *LivenessFacts
+	ttl int64 // in.TTL
+	// done are the return times of the workers' successful completions
+	// (and, contended, releases), sorted; doneBy the same by slot.
+	done   []int64
+	doneBy map[string][]int64
+}
+
+// targeted reports whether a fault of name's own worker was near [from,
+// to] — up to two TTLs before, since a session outlives its trouble by up
+// to a TTL and a paused process sees its end only once it runs again.
+func (c *livenessCheck) targeted(name string, from, to int64) bool {
+	for _, f := range c.in.Faults {
+		if workerFaults[f.Kind] && f.Target == slotOf(name) && f.overlaps(from-2*c.ttl, to) {
+			return true
 		}
-		counted := map[string]bool{}
-		for _, f := range in.Faults {
-			if f.overlaps(g.Time-ttl, g.Time) && !counted[f.Kind] {
-				counted[f.Kind] = true
-				lf.Kinds[f.Kind].GrantsFailedOther++
+	}
+	return false
+}
+
+// sessionEnded counts session sr's end, if it ended otherwise than closed
+// by its worker, against the fault that ended it: its worker's kill, the
+// faults near its end (of its own worker or others'), or none.
+func (c *livenessCheck) sessionEnded(sr SessionRecord) {
+	lf, ttl := c.lf, c.ttl
+	var killed *Fault
+	if sr.End == 0 {
+		for i, f := range c.in.Faults {
+			if f.Kind == FaultKill && f.Worker == sr.Worker && f.Start >= sr.Start {
+				sr.End, sr.Cause, killed = f.Start, CauseKilled, &c.in.Faults[i]
+				break
 			}
 		}
 	}
+	if sr.End == 0 || sr.Cause == CauseClosed {
+		return
+	}
+	lf.Ended[sr.Cause]++
+	if killed != nil { // the kill, and nothing else, ended it
+		lf.Kinds[killed.Kind].EndedTarget++
+		return
+	}
+	at := sr.End
+	if sr.Deadline != 0 {
+		at = min(at, sr.Deadline)
+	}
+	// The trouble that ended it began within a TTL before it ended
+	// (its last successful renewal was sent less than TTL − margin
+	// before its deadline).
+	target := c.targeted(sr.Name, at, sr.End)
+	near := false
+	counted := map[string]bool{}
+	for _, f := range c.in.Faults {
+		if !f.overlaps(at-ttl, sr.End) {
+			continue
+		}
+		near = true
+		if counted[f.Kind] {
+			continue
+		}
+		counted[f.Kind] = true
+		k := lf.Kinds[f.Kind]
+		if target {
+			k.EndedTarget++
+		} else {
+			k.EndedOther++
+			k.Others = append(k.Others, sr)
+		}
+	}
+	if !near {
+		lf.Unattributed = append(lf.Unattributed, sr)
+	}
+}
 
-	// Progress: the workers' successful completions (and, contended,
-	// releases), by return time.
-	var done []int64
-	doneBy := map[string][]int64{} // slot → its completions
+// grantFailed counts a failed grant, unless a fault of its own worker was
+// near, against each kind of fault active within a TTL before it.
+func (c *livenessCheck) grantFailed(g GrantFailure) {
+	if c.targeted(g.Name, g.Time, g.Time) {
+		return
+	}
+	counted := map[string]bool{}
+	for _, f := range c.in.Faults {
+		if f.overlaps(g.Time-c.ttl, g.Time) && !counted[f.Kind] {
+			counted[f.Kind] = true
+			c.lf.Kinds[f.Kind].GrantsFailedOther++
+		}
+	}
+}
+
+// progress gathers the workers' successful completions (and, contended,
+// releases), by return time, and counts those within [From, To].
+func (c *livenessCheck) progress() {
+	in := c.in
+	c.doneBy = map[string][]int64{} // slot → its completions
 	for _, op := range in.Ops {
 		progress := op.Type == OpComplete || (in.Contended && op.Type == OpRelease)
 		if !progress || op.Outcome != OutOK || op.Internal || op.Return == 0 || slotOf(op.Worker) == sweeper {
 			continue
 		}
-		done = append(done, op.Return)
-		doneBy[slotOf(op.Worker)] = append(doneBy[slotOf(op.Worker)], op.Return)
+		c.done = append(c.done, op.Return)
+		c.doneBy[slotOf(op.Worker)] = append(c.doneBy[slotOf(op.Worker)], op.Return)
 		if op.Return >= in.From && op.Return <= in.To {
-			lf.Completions++
+			c.lf.Completions++
 		}
 	}
-	slices.Sort(done)
-	for _, ts := range doneBy {
+	slices.Sort(c.done)
+	for _, ts := range c.doneBy {
 		slices.Sort(ts)
 	}
+}
 
-	// Stalls: the gaps between successive completions that reach into
-	// [From, To], and the one from the last completion to To.
+// stalls are the gaps between successive completions that reach into
+// [From, To], and the one from the last completion to To.
+func (c *livenessCheck) stalls() []Stall {
+	in, done := c.in, c.done
 	var stalls []Stall
 	for i, t := range done {
 		var next int64
@@ -321,50 +355,59 @@ func liveness(in LivenessInput) LivenessFacts {
 	if len(done) == 0 && in.To > in.From {
 		stalls = append(stalls, Stall{From: in.From, To: in.To})
 	}
-	for _, s := range stalls {
-		for _, f := range in.Faults {
-			if f.Start < s.To && f.End > s.From {
-				s.Faults = append(s.Faults, f)
-			}
-		}
-		quiet := len(s.Faults) == 0
-		if quiet {
-			var last *Fault
-			for i, f := range in.Faults {
-				if f.End <= s.From && (last == nil || f.End > last.End) {
-					last = &in.Faults[i]
-				}
-			}
-			if last != nil {
-				s.Faults, s.Healed = []Fault{*last}, true
-			}
-		}
-		if quiet && s.Len() > lf.Quiet.Len() {
-			lf.Quiet = s
-		}
-		if s.Len() > lf.Longest.Len() {
-			lf.Longest = s
-		}
-		for _, f := range s.Faults {
-			if k := lf.Kinds[f.Kind]; s.Len() > k.Longest.Len() {
-				k.Longest = s
-			}
-		}
-		for _, part := range aloneParts(s, in.Faults) {
-			if k := lf.Kinds[part.Faults[0].Kind]; part.Len() > k.Alone.Len() {
-				k.Alone = part
-			}
+	return stalls
+}
+
+// stall blames stall s on the faults active during it (or, none being,
+// the one healed last before it) and keeps it as the longest, the longest
+// quiet one, and the longest of each kind of fault, alone or not.
+func (c *livenessCheck) stall(s Stall) {
+	lf, faults := c.lf, c.in.Faults
+	for _, f := range faults {
+		if f.Start < s.To && f.End > s.From {
+			s.Faults = append(s.Faults, f)
 		}
 	}
+	quiet := len(s.Faults) == 0
+	if quiet {
+		var last *Fault
+		for i, f := range faults {
+			if f.End <= s.From && (last == nil || f.End > last.End) {
+				last = &faults[i]
+			}
+		}
+		if last != nil {
+			s.Faults, s.Healed = []Fault{*last}, true
+		}
+	}
+	if quiet && s.Len() > lf.Quiet.Len() {
+		lf.Quiet = s
+	}
+	if s.Len() > lf.Longest.Len() {
+		lf.Longest = s
+	}
+	for _, f := range s.Faults {
+		if k := lf.Kinds[f.Kind]; s.Len() > k.Longest.Len() {
+			k.Longest = s
+		}
+	}
+	for _, part := range aloneParts(s, faults) {
+		if k := lf.Kinds[part.Faults[0].Kind]; part.Len() > k.Alone.Len() {
+			k.Alone = part
+		}
+	}
+}
 
-	// Recovery after each heal: a worker's fault, until that worker
-	// completes something — unless it is faulted again first — and any
-	// other, until anyone does.
+// recovery measures the recovery after each heal: a worker's fault, until
+// that worker completes something — unless it is faulted again first —
+// and any other, until anyone does.
+func (c *livenessCheck) recovery() {
+	in := c.in
 	for _, f := range in.Faults {
-		k := lf.Kinds[f.Kind]
-		ts := done
+		k := c.lf.Kinds[f.Kind]
+		ts := c.done
 		if workerFaults[f.Kind] {
-			ts = doneBy[f.Target]
+			ts = c.doneBy[f.Target]
 		}
 		i, _ := slices.BinarySearch(ts, f.End)
 		if i == len(ts) || ts[i] > in.To {
@@ -381,7 +424,6 @@ func liveness(in LivenessInput) LivenessFacts {
 			k.Recovery, k.RecoveryFault = d, f
 		}
 	}
-	return lf
 }
 
 // aloneParts splits stall s into the parts during which one fault alone
@@ -438,33 +480,6 @@ const sweeper = "sweeper"
 
 // lines is the liveness part of the summary.
 func (lf *LivenessFacts) lines() []string {
-	var out []string
-	p := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	at := func(t int64) string { return fmt.Sprintf("+%.2fs", time.Duration(t-lf.From).Seconds()) }
-	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	names := func(fs []Fault) string {
-		var parts []string
-		for _, f := range fs {
-			parts = append(parts, fmt.Sprintf("%s %s [%s, %s]", f.Kind, f.Target, at(f.Start), at(f.End)))
-		}
-		return strings.Join(parts, ", ")
-	}
-	stall := func(s Stall) string {
-		if s.To == 0 {
-			return "none"
-		}
-		d := fmt.Sprintf("%s [%s, %s]", ms(s.Len()), at(s.From), at(s.To))
-		if s.Whole > s.Len() {
-			d += fmt.Sprintf(" (of a %s stall)", ms(s.Whole))
-		}
-		switch {
-		case len(s.Faults) == 0:
-			return d + ", no fault before it"
-		case s.Healed:
-			return d + ", after " + names(s.Faults)
-		}
-		return d + ", during " + names(s.Faults)
-	}
 	var ended []string
 	endedTotal := 0
 	for _, c := range sortedKeys(lf.Ended) {
@@ -478,62 +493,110 @@ func (lf *LivenessFacts) lines() []string {
 	if lf.Contended {
 		progress = "completions and releases"
 	}
-	p("liveness: %d %s in %s of faults and quiet time; a stall is a time without one (times below from the first fault on)",
-		lf.Completions, progress, ms(time.Duration(lf.To-lf.From)))
-	p("  sessions: %d started, %d ended other than by Close (%s), %d of them with no fault near their end; %d grants failed",
-		lf.Sessions, endedTotal, strings.Join(ended, ", "), len(lf.Unattributed), lf.GrantsFailed)
-	p("  %-13s %6s  %-26s  %-30s  %s", "fault kind", "faults", "sessions ended: faulted/not", "longest stall: alone/shared", "recovery after heal (max)")
-	for _, kind := range faultKinds {
-		k := lf.Kinds[kind]
-		if k == nil {
-			continue
-		}
-		rec := ms(k.Recovery)
-		if k.RecoveryFault.Kind == "" {
-			rec = "—"
-		}
-		if k.Overtaken > 0 {
-			rec += fmt.Sprintf(", %d faulted again first", k.Overtaken)
-		}
-		if k.Unrecovered > 0 {
-			rec += fmt.Sprintf(", %d not before the workers stopped", k.Unrecovered)
-		}
-		ended := fmt.Sprintf("%d / %d", k.EndedTarget, k.EndedOther)
-		if k.GrantsFailedOther > 0 {
-			ended += fmt.Sprintf(" (+%d grants failed)", k.GrantsFailedOther)
-		}
-		alone := "—"
-		if k.Alone.To != 0 {
-			alone = ms(k.Alone.Len())
-		}
-		p("  %-13s %6d  %-26s  %-30s  %s", kind, k.Faults, ended, alone+" / "+ms(k.Longest.Len()), rec)
+	out := []string{
+		fmt.Sprintf("liveness: %d %s in %s of faults and quiet time; a stall is a time without one (times below from the first fault on)",
+			lf.Completions, progress, roundMS(time.Duration(lf.To-lf.From))),
+		fmt.Sprintf("  sessions: %d started, %d ended other than by Close (%s), %d of them with no fault near their end; %d grants failed",
+			lf.Sessions, endedTotal, strings.Join(ended, ", "), len(lf.Unattributed), lf.GrantsFailed),
+		fmt.Sprintf("  %-13s %6s  %-26s  %-30s  %s", "fault kind", "faults", "sessions ended: faulted/not", "longest stall: alone/shared", "recovery after heal (max)"),
 	}
-	p("  longest stall: %s", stall(lf.Longest))
-	p("  longest stall with no fault active: %s", stall(lf.Quiet))
-	p("  goals for a fault of one member: no session of a worker not itself faulted ends; no stall alone with it longer than 2 × election timeout %s + renew interval %s = %s",
-		ms(lf.ElectionTimeout), ms(lf.RenewInterval), ms(lf.StallBound))
+	for _, kind := range faultKinds {
+		if k := lf.Kinds[kind]; k != nil {
+			out = append(out, kindLine(kind, k))
+		}
+	}
+	out = append(out,
+		fmt.Sprintf("  longest stall: %s", lf.stallText(lf.Longest)),
+		fmt.Sprintf("  longest stall with no fault active: %s", lf.stallText(lf.Quiet)),
+		fmt.Sprintf("  goals for a fault of one member: no session of a worker not itself faulted ends; no stall alone with it longer than 2 × election timeout %s + renew interval %s = %s",
+			roundMS(lf.ElectionTimeout), roundMS(lf.RenewInterval), roundMS(lf.StallBound)))
 	for _, kind := range memberFaults {
-		v := lf.Goal(kind)
-		if v == GoalNone {
-			p("  goal %s: %s", kind, v)
-			continue
-		}
-		k := lf.Kinds[kind]
-		alone := "longest stall alone: " + stall(k.Alone)
-		if k.Alone.To == 0 {
-			alone = "no stall alone with it"
-		}
-		p("  goal %s: %s — %d faults; %d sessions of workers not faulted ended; %s", kind, v, k.Faults, k.EndedOther, alone)
-		if k.Longest.Len() > k.Alone.Len() {
-			p("    shared with other faults: %s", stall(k.Longest))
-		}
-		for i, sr := range k.Others {
-			if i == 5 {
-				p("    … %d more", len(k.Others)-i)
-				break
-			}
-			p("    ended: %s (%s), %s at %s", sr.Name, sr.Worker, sr.Cause, at(sr.End))
-		}
+		out = append(out, lf.goalLines(kind)...)
 	}
 	return out
+}
+
+// kindLine is the liveness table's row for the faults of kind: how many,
+// the sessions they ended, their longest stalls and the recovery after
+// them.
+func kindLine(kind string, k *KindLiveness) string {
+	rec := roundMS(k.Recovery)
+	if k.RecoveryFault.Kind == "" {
+		rec = "—"
+	}
+	if k.Overtaken > 0 {
+		rec += fmt.Sprintf(", %d faulted again first", k.Overtaken)
+	}
+	if k.Unrecovered > 0 {
+		rec += fmt.Sprintf(", %d not before the workers stopped", k.Unrecovered)
+	}
+	ended := fmt.Sprintf("%d / %d", k.EndedTarget, k.EndedOther)
+	if k.GrantsFailedOther > 0 {
+		ended += fmt.Sprintf(" (+%d grants failed)", k.GrantsFailedOther)
+	}
+	alone := "—"
+	if k.Alone.To != 0 {
+		alone = roundMS(k.Alone.Len())
+	}
+	return fmt.Sprintf("  %-13s %6d  %-26s  %-30s  %s", kind, k.Faults, ended, alone+" / "+roundMS(k.Longest.Len()), rec)
+}
+
+// goalLines are the summary's lines on the goal for the faults of kind,
+// a member fault: its verdict, its stalls and the first sessions of
+// workers not faulted that ended.
+func (lf *LivenessFacts) goalLines(kind string) []string {
+	v := lf.Goal(kind)
+	if v == GoalNone {
+		return []string{fmt.Sprintf("  goal %s: %s", kind, v)}
+	}
+	k := lf.Kinds[kind]
+	alone := "longest stall alone: " + lf.stallText(k.Alone)
+	if k.Alone.To == 0 {
+		alone = "no stall alone with it"
+	}
+	out := []string{fmt.Sprintf("  goal %s: %s — %d faults; %d sessions of workers not faulted ended; %s", kind, v, k.Faults, k.EndedOther, alone)}
+	if k.Longest.Len() > k.Alone.Len() {
+		out = append(out, fmt.Sprintf("    shared with other faults: %s", lf.stallText(k.Longest)))
+	}
+	for i, sr := range k.Others {
+		if i == 5 {
+			out = append(out, fmt.Sprintf("    … %d more", len(k.Others)-i))
+			break
+		}
+		out = append(out, fmt.Sprintf("    ended: %s (%s), %s at %s", sr.Name, sr.Worker, sr.Cause, lf.since(sr.End)))
+	}
+	return out
+}
+
+// since is time t as printed: seconds from From on.
+func (lf *LivenessFacts) since(t int64) string {
+	return fmt.Sprintf("+%.2fs", time.Duration(t-lf.From).Seconds())
+}
+
+// faultsText lists faults fs, each with its kind, target and span.
+func (lf *LivenessFacts) faultsText(fs []Fault) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%s %s [%s, %s]", f.Kind, f.Target, lf.since(f.Start), lf.since(f.End)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// stallText describes stall s: its length and span, the whole stall it
+// is part of, and the faults during it or healed last before it.
+func (lf *LivenessFacts) stallText(s Stall) string {
+	if s.To == 0 {
+		return "none"
+	}
+	d := fmt.Sprintf("%s [%s, %s]", roundMS(s.Len()), lf.since(s.From), lf.since(s.To))
+	if s.Whole > s.Len() {
+		d += fmt.Sprintf(" (of a %s stall)", roundMS(s.Whole))
+	}
+	switch {
+	case len(s.Faults) == 0:
+		return d + ", no fault before it"
+	case s.Healed:
+		return d + ", after " + lf.faultsText(s.Faults)
+	}
+	return d + ", during " + lf.faultsText(s.Faults)
 }

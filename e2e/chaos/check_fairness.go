@@ -95,16 +95,11 @@ type waiting struct {
 // fails the run, so this check never passes on part of it); a ticket is
 // granted at most once.
 func (c *checker) checkFairness() {
-	f := &c.res.Queue
-	queues := map[string][]waiting{} // task → its entries, in queue order
-	live := map[string]bool{}        // task → its lease key exists
-	granted := map[string]int64{}    // ticket → the revision it was granted at
-	queuedEver := map[string]bool{}  // tickets whose call put a queue entry
-	les, qes := c.fs.LeaseEvents, c.fs.QueueEvents
-	unfair := func(task, format string, args ...any) {
-		f.Unfair++
-		c.fail(CheckFairness, task, format, args...)
+	fc := &fairness{
+		c: c, f: &c.res.Queue,
+		queues: map[string][]waiting{}, live: map[string]bool{}, granted: map[string]int64{}, queuedEver: map[string]bool{},
 	}
+	les, qes := c.fs.LeaseEvents, c.fs.QueueEvents
 	for len(les) > 0 || len(qes) > 0 {
 		rev := int64(0)
 		switch {
@@ -125,92 +120,132 @@ func (c *checker) checkFairness() {
 		}
 		// Every grant at rev is judged by the queues just before rev.
 		for _, g := range leaseAt {
-			if !g.Put {
-				live[g.Task] = false
-				continue
-			}
-			handoff := live[g.Task]
-			live[g.Task] = true
-			q := queues[g.Task]
-			if g.Ticket == "" || (!handoff && !queuedEver[g.Ticket]) {
-				f.Direct++
-				if len(q) > 0 {
-					unfair(g.Task, "epoch %d was claimed directly by %s while %d Acquire calls waited, the first (ticket %s of %s) since revision %d: a claim went ahead of the queue",
-						g.Rev, g.Worker, len(q), q[0].ticket, q[0].worker, q[0].created)
-				}
-				continue
-			}
-			f.Queued++
-			if handoff {
-				f.Handoffs++
-			} else {
-				f.HeadClaims++
-			}
-			if at, ok := granted[g.Ticket]; ok {
-				unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was granted epoch %d before", g.Rev, g.Ticket, g.Worker, at)
-			}
-			granted[g.Ticket] = g.Rev
-			pos := -1
-			for i, e := range q {
-				if e.ticket == g.Ticket {
-					pos = i
-				}
-			}
-			switch {
-			case pos < 0 && len(q) == 0:
-				unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was not queued (nobody was)", g.Rev, g.Ticket, g.Worker)
-				continue
-			case pos < 0:
-				unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was not queued, while %d Acquire calls waited, the first (ticket %s of %s) since revision %d",
-					g.Rev, g.Ticket, g.Worker, len(q), q[0].ticket, q[0].worker, q[0].created)
-				continue
-			case pos > 0:
-				unfair(g.Task, "epoch %d was granted to ticket %s of %s, queued at revision %d in place %d of %d, while ticket %s of %s, queued at revision %d, was first: a waiter served out of turn",
-					g.Rev, g.Ticket, g.Worker, q[pos].created, pos+1, len(q), q[0].ticket, q[0].worker, q[0].created)
-			}
-			if e := q[pos]; e.worker != g.Worker || e.leaseID != g.LeaseID {
-				unfair(g.Task, "epoch %d was granted to ticket %s as %s on session lease %x, but the entry was %s's on %x", g.Rev, g.Ticket, g.Worker, g.LeaseID, e.worker, e.leaseID)
-			}
-			removed := false
-			for _, qe := range queueAt {
-				removed = removed || (!qe.Put && qe.Task == g.Task && qe.Ticket == g.Ticket)
-			}
-			if !removed {
-				unfair(g.Task, "epoch %d was granted to ticket %s of %s, but its queue entry was not removed in the same transaction", g.Rev, g.Ticket, g.Worker)
-			}
+			fc.leaseChange(g, queueAt)
 		}
 		for _, qe := range queueAt {
-			q := queues[qe.Task]
-			i := -1
-			for j, e := range q {
-				if e.ticket == qe.Ticket {
-					i = j
-				}
-			}
-			if qe.Ticket != qe.ValueTicket {
-				unfair(qe.Task, "queue entry %s at revision %d holds the record of ticket %q", qe.Ticket, qe.Rev, qe.ValueTicket)
-			}
-			if !qe.Put {
-				if i < 0 {
-					unfair(qe.Task, "queue entry %s deleted at revision %d, but the history never put it", qe.Ticket, qe.Rev)
-					continue
-				}
-				if granted[qe.Ticket] != qe.Rev {
-					f.Abandoned++
-				}
-				queues[qe.Task] = append(q[:i:i], q[i+1:]...)
-				continue
-			}
-			queuedEver[qe.Ticket] = true
-			e := waiting{ticket: qe.Ticket, created: qe.CreateRev, worker: qe.Worker, leaseID: qe.LeaseID}
-			if i >= 0 {
-				q[i] = e // rewritten in place: its place in the queue is its create revision still
-				continue
-			}
-			f.Enqueued++
-			queues[qe.Task] = append(q, e) // created at rev: the back of the queue
+			fc.queueChange(qe)
 		}
 	}
+	c.countWaits()
+}
+
+// fairness is checkFairness's state as it goes through etcd's history
+// revision by revision.
+type fairness struct {
+	c          *checker
+	f          *QueueFacts
+	queues     map[string][]waiting // task → its entries, in queue order
+	live       map[string]bool      // task → its lease key exists
+	granted    map[string]int64     // ticket → the revision it was granted at
+	queuedEver map[string]bool      // tickets whose call put a queue entry
+}
+
+// unfair reports an unfair grant (or a queue entry out of order) on task.
+func (fc *fairness) unfair(task, format string, args ...any) {
+	fc.f.Unfair++
+	fc.c.fail(CheckFairness, task, format, args...)
+}
+
+// leaseChange judges a change of a lease key, g, by the queues just
+// before its revision; queueAt are the queue entries' changes at that
+// revision. A put is a grant: a direct claim while nobody waits, or to
+// the first waiter, whose entry goes in the same transaction.
+func (fc *fairness) leaseChange(g leaseEvent, queueAt []queueEvent) {
+	f := fc.f
+	if !g.Put {
+		fc.live[g.Task] = false
+		return
+	}
+	handoff := fc.live[g.Task]
+	fc.live[g.Task] = true
+	q := fc.queues[g.Task]
+	if g.Ticket == "" || (!handoff && !fc.queuedEver[g.Ticket]) {
+		f.Direct++
+		if len(q) > 0 {
+			fc.unfair(g.Task, "epoch %d was claimed directly by %s while %d Acquire calls waited, the first (ticket %s of %s) since revision %d: a claim went ahead of the queue",
+				g.Rev, g.Worker, len(q), q[0].ticket, q[0].worker, q[0].created)
+		}
+		return
+	}
+	f.Queued++
+	if handoff {
+		f.Handoffs++
+	} else {
+		f.HeadClaims++
+	}
+	if at, ok := fc.granted[g.Ticket]; ok {
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was granted epoch %d before", g.Rev, g.Ticket, g.Worker, at)
+	}
+	fc.granted[g.Ticket] = g.Rev
+	pos := -1
+	for i, e := range q {
+		if e.ticket == g.Ticket {
+			pos = i
+		}
+	}
+	switch {
+	case pos < 0 && len(q) == 0:
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was not queued (nobody was)", g.Rev, g.Ticket, g.Worker)
+		return
+	case pos < 0:
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s of %s, which was not queued, while %d Acquire calls waited, the first (ticket %s of %s) since revision %d",
+			g.Rev, g.Ticket, g.Worker, len(q), q[0].ticket, q[0].worker, q[0].created)
+		return
+	case pos > 0:
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s of %s, queued at revision %d in place %d of %d, while ticket %s of %s, queued at revision %d, was first: a waiter served out of turn",
+			g.Rev, g.Ticket, g.Worker, q[pos].created, pos+1, len(q), q[0].ticket, q[0].worker, q[0].created)
+	}
+	if e := q[pos]; e.worker != g.Worker || e.leaseID != g.LeaseID {
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s as %s on session lease %x, but the entry was %s's on %x", g.Rev, g.Ticket, g.Worker, g.LeaseID, e.worker, e.leaseID)
+	}
+	removed := false
+	for _, qe := range queueAt {
+		removed = removed || (!qe.Put && qe.Task == g.Task && qe.Ticket == g.Ticket)
+	}
+	if !removed {
+		fc.unfair(g.Task, "epoch %d was granted to ticket %s of %s, but its queue entry was not removed in the same transaction", g.Rev, g.Ticket, g.Worker)
+	}
+}
+
+// queueChange applies a change of a queue entry, qe, to its task's queue:
+// a put joins the back of the queue (or rewrites the entry in place), a
+// deletion leaves it, abandoned unless it was the entry's grant.
+func (fc *fairness) queueChange(qe queueEvent) {
+	q := fc.queues[qe.Task]
+	i := -1
+	for j, e := range q {
+		if e.ticket == qe.Ticket {
+			i = j
+		}
+	}
+	if qe.Ticket != qe.ValueTicket {
+		fc.unfair(qe.Task, "queue entry %s at revision %d holds the record of ticket %q", qe.Ticket, qe.Rev, qe.ValueTicket)
+	}
+	if !qe.Put {
+		if i < 0 {
+			fc.unfair(qe.Task, "queue entry %s deleted at revision %d, but the history never put it", qe.Ticket, qe.Rev)
+			return
+		}
+		if fc.granted[qe.Ticket] != qe.Rev {
+			fc.f.Abandoned++
+		}
+		fc.queues[qe.Task] = append(q[:i:i], q[i+1:]...)
+		return
+	}
+	fc.queuedEver[qe.Ticket] = true
+	e := waiting{ticket: qe.Ticket, created: qe.CreateRev, worker: qe.Worker, leaseID: qe.LeaseID}
+	if i >= 0 {
+		q[i] = e // rewritten in place: its place in the queue is its create revision still
+		return
+	}
+	fc.f.Enqueued++
+	fc.queues[qe.Task] = append(q, e) // created at rev: the back of the queue
+}
+
+// countWaits counts the TryAcquire calls refused because Acquire calls
+// waited, and the blocking acquisitions granted, with the longest wait.
+func (c *checker) countWaits() {
+	f := &c.res.Queue
 	many := map[string]bool{} // AcquireMany's acquisitions, named by its internal ones
 	for i := range c.ops {
 		if op := &c.ops[i]; op.Internal && op.Type == OpAcquire {

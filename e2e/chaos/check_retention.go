@@ -191,30 +191,57 @@ func (c *checker) indexHistories() {
 //     one revision, and a done record only at the revision that deletes
 //     the completed entry of the epoch it names.
 func (c *checker) checkRetention() {
-	inLog := make(map[entryID]audit.Entry, len(c.fs.Audit))
-	starts := map[taskEpoch]audit.Entry{}
-	ends := map[taskEpoch]audit.Entry{}
+	lg := c.readLog()
+	c.checkDeletions(lg.inLog)
+	c.checkArchivedAge(lg)
+	c.checkEpochsLeftWhole(lg)
+}
+
+// auditLog is the audit log as read at the end: its entries by ID, and
+// the first start and end entry of each epoch (checkForensics reports a
+// second).
+type auditLog struct {
+	inLog  map[entryID]audit.Entry
+	starts map[taskEpoch]audit.Entry
+	ends   map[taskEpoch]audit.Entry
+}
+
+// readLog indexes the audit log, reporting an entry listed twice or one
+// etcd never held.
+func (c *checker) readLog() auditLog {
+	lg := auditLog{
+		inLog:  make(map[entryID]audit.Entry, len(c.fs.Audit)),
+		starts: map[taskEpoch]audit.Entry{},
+		ends:   map[taskEpoch]audit.Entry{},
+	}
 	for _, e := range c.fs.Audit {
 		id := idOf(e)
-		if _, dup := inLog[id]; dup {
+		if _, dup := lg.inLog[id]; dup {
 			c.fail(CheckRetention, e.Resource, "the log lists the %s entry of revision %d (%s) twice", e.Kind, e.Revision, e.Key)
 		}
-		inLog[id] = e
+		lg.inLog[id] = e
 		if !c.written[id] {
 			c.fail(CheckRetention, e.Resource, "the log holds a %s entry at revision %d (%s) that etcd never held", e.Kind, e.Revision, e.Key)
 		}
 		// The first start and end entry of an epoch (checkForensics
 		// reports a second).
 		te := taskEpoch{e.Resource, e.Epoch}
-		_, started := starts[te]
-		_, ended := ends[te]
+		_, started := lg.starts[te]
+		_, ended := lg.ends[te]
 		switch {
 		case e.Kind == audit.Acquired && !started:
-			starts[te] = e
+			lg.starts[te] = e
 		case e.Kind.IsEnd() && !ended:
-			ends[te] = e
+			lg.ends[te] = e
 		}
 	}
+	return lg
+}
+
+// checkDeletions checks that the archive holds only entries etcd held,
+// that no entry written is lost from the log (inLog), and that every entry
+// deleted from etcd was archived, by a recorder, before its deletion.
+func (c *checker) checkDeletions(inLog map[entryID]audit.Entry) {
 	archived := make(map[entryID]bool, len(c.fs.Archive))
 	for _, e := range c.fs.Archive {
 		archived[idOf(e)] = true
@@ -252,16 +279,22 @@ func (c *checker) checkRetention() {
 			c.fail(CheckRetention, taskOfKey(id.Key), "entry written at revision %d (%s) was deleted from etcd at revision %d before it was archived (its first append returned when etcd was at revision %d)", id.Rev, id.Key, d, rec.Rev)
 		}
 	}
+}
+
+// checkArchivedAge checks that nothing was archived early: only once its
+// epoch's end entry (or, with none in the log, the entry itself) was older
+// than the retention on the run's one clock.
+func (c *checker) checkArchivedAge(lg auditLog) {
 	ret := c.cfg.Retention
 	bounds := c.commitBounds()
 	for id, rec := range c.fs.Archived {
-		e, ok := inLog[id]
+		e, ok := lg.inLog[id]
 		if !ok {
 			continue // reported above, if it was written before the log was read
 		}
 		te := taskEpoch{e.Resource, e.Epoch}
-		end, ended := ends[te]
-		_, started := starts[te]
+		end, ended := lg.ends[te]
+		_, started := lg.starts[te]
 		due := e // the entry whose age makes e due
 		switch {
 		case ended:
@@ -275,8 +308,14 @@ func (c *checker) checkRetention() {
 				e.Kind, e.Epoch, e.Worker, time.Duration(rec.Began-after), due.Kind, due.Revision, ret, due.Time.Format(time.RFC3339))
 		}
 	}
-	for te, s := range starts {
-		e, ok := ends[te]
+}
+
+// checkEpochsLeftWhole checks that each epoch left etcd whole: its start
+// and end entries deleted at one revision, and a done record only at the
+// revision that deleted the completed entry of the epoch it names.
+func (c *checker) checkEpochsLeftWhole(lg auditLog) {
+	for te, s := range lg.starts {
+		e, ok := lg.ends[te]
 		if !ok {
 			continue
 		}
@@ -288,7 +327,7 @@ func (c *checker) checkRetention() {
 		if ev.Put {
 			continue
 		}
-		e, ok := ends[taskEpoch{ev.Task, ev.Epoch}]
+		e, ok := lg.ends[taskEpoch{ev.Task, ev.Epoch}]
 		if !ok || e.Kind != audit.Completed || c.deletedAt[idOf(e)] != ev.Rev {
 			c.fail(CheckRetention, ev.Task, "the done record of epoch %d was deleted at revision %d, not together with the epoch's completed entry", ev.Epoch, ev.Rev)
 		}

@@ -140,18 +140,25 @@ func TestRenewalsRotateMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[uint64]int{}
-	for range 9 {
-		resp, err := cli.KeepAliveOnce(ctx, g.ID)
-		if err != nil {
-			t.Fatal(err)
+	// A member whose connection is still being set up (a loaded machine)
+	// is skipped by round-robin until it is ready, so a window of 9 may
+	// miss it; rotation shows as some window of 9 reaching all 3.
+	var seen map[uint64]int
+	for round := range 5 {
+		seen = map[uint64]int{}
+		for range 9 {
+			resp, err := cli.KeepAliveOnce(ctx, g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[resp.MemberId]++
 		}
-		seen[resp.MemberId]++
+		t.Logf("round %d: KeepAliveOnce answered by members %v", round, seen)
+		if len(seen) == 3 {
+			return
+		}
 	}
-	t.Logf("KeepAliveOnce answered by members %v", seen)
-	if len(seen) != 3 {
-		t.Fatalf("9 successive renewals were answered by %d members, want all 3: %v", len(seen), seen)
-	}
+	t.Fatalf("in every round, 9 successive renewals were answered by fewer than 3 members: last %v", seen)
 }
 
 // TestNewPastFrozenMember: with one member of three frozen throughout,

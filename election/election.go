@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -72,7 +73,7 @@ func New(reg *lease.Registry, name string) *Election {
 	if reg == nil {
 		e.err = errors.Join(e.err, errors.New("election: New: nil registry"))
 	} else {
-		e.reg = reg.Recipe(Kind)
+		e.reg = hook.Recipe(reg, Kind).(*lease.Registry)
 	}
 	return e
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -283,7 +284,7 @@ func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 		// The session's current trailing lease: the one the queue entry
 		// names is gone if etcd expired it meanwhile (its renewals failed)
 		// and the session granted another.
-		trailing, err := wt.s.TrailingLease(ctx, r.lockDelay)
+		trailing, err := hook.TrailingLease(ctx, wt.s, r.lockDelay)
 		if err != nil {
 			return nil, position{}, fmt.Errorf("lease: acquire %q with lock-delay %v: %w", wt.resource, r.lockDelay, err)
 		}

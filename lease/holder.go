@@ -99,14 +99,14 @@ const holdersPage = 1000
 // and other control keys under the lease prefix are skipped. A failed read
 // matches outcome.ErrRefused or outcome.ErrUnknown.
 func (r *Registry) Holders(ctx context.Context) ([]Holder, error) {
-	return r.HoldersWithPrefix(ctx, "")
+	return r.holdersWithPrefix(ctx, "")
 }
 
-// HoldersWithPrefix is Holders of the resources whose names begin with
+// holdersWithPrefix is Holders of the resources whose names begin with
 // prefix (all of them for ""), reading only their lease keys: a resource's
 // key segment escapes only '%' and '/', byte by byte, so the keys of the
 // resources with a prefix are the keys with the escaped prefix.
-func (r *Registry) HoldersWithPrefix(ctx context.Context, prefix string) ([]Holder, error) {
+func (r *Registry) holdersWithPrefix(ctx context.Context, prefix string) ([]Holder, error) {
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -53,7 +54,7 @@ func TestHolderAndHolders(t *testing.T) {
 	}
 	la2 := f.acquire(s2, "a/2")
 	f.acquire(s2, "ab")
-	hs, err = f.reg.HoldersWithPrefix(ctx, "a/")
+	hs, err = holdersWithPrefix(ctx, f.reg, "a/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,4 +182,13 @@ func TestObserveInvalidNameClosesAtOnce(t *testing.T) {
 	if _, ok := <-f.reg.Observe(context.Background(), ""); ok {
 		t.Fatal("Observe(\"\") sent a state")
 	}
+}
+
+// holdersWithPrefix calls the registry's holders-with-a-prefix hook.
+func holdersWithPrefix(ctx context.Context, reg *lease.Registry, prefix string) ([]lease.Holder, error) {
+	hs, err := hook.HoldersWithPrefix(ctx, reg, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return hs.([]lease.Holder), nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/session"
 )
 
@@ -73,7 +74,7 @@ func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, 
 	}
 	// On session Close: release, audited. A stale release there means the
 	// lease had already ended and is nothing to report.
-	l.stopClose = s.BeforeClose(func(ctx context.Context) error {
+	l.stopClose = hook.BeforeClose(s, func(ctx context.Context) error {
 		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrStale) {
 			return err
 		}

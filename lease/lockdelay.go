@@ -91,7 +91,7 @@ func (r *Registry) dropDelayLease(d restartedDelay) {
 	}
 }
 
-// WithoutLockDelay returns a registry that is r without its lock-delay:
+// withoutLockDelay returns a registry that is r without its lock-delay:
 // the same client, namespace, kind, options, logger and revocation
 // watches (Close of either closes both), but its claims write no delay
 // key, so an involuntary end of a lease acquired through it imposes none
@@ -100,7 +100,7 @@ func (r *Registry) dropDelayLease(d restartedDelay) {
 // that guard nothing downstream — package semaphore's turnstile, whose
 // holder only waits for a permit — so that a crashed waiter does not stall
 // the waiters behind it. r without a lock-delay is returned as it is.
-func (r *Registry) WithoutLockDelay() *Registry {
+func (r *Registry) withoutLockDelay() *Registry {
 	if r.lockDelay == 0 {
 		return r
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -149,7 +150,7 @@ func TestTryAcquireDuringLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trailing, err := s1.TrailingLease(ctx, d)
+	trailing, err := hook.TrailingLease(ctx, s1, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestRevokeImposesLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trailing, err := s1.TrailingLease(ctx, d)
+	trailing, err := hook.TrailingLease(ctx, s1, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +380,7 @@ func TestHandoffPutsTheWaitersLockDelay(t *testing.T) {
 	if err != nil || len(released) != 1 || released[0].Revision != a.l.Epoch() {
 		t.Fatalf("released entries %+v, %v: want the holder's, at the waiter's epoch %d (a handoff)", released, err, a.l.Epoch())
 	}
-	trailing, err := s1.TrailingLease(ctx, d)
+	trailing, err := hook.TrailingLease(ctx, s1, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +519,7 @@ func TestHeadClaimPutsTheWaitersLockDelay(t *testing.T) {
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	trailing, err := s1.TrailingLease(ctx, d)
+	trailing, err := hook.TrailingLease(ctx, s1, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func kindName(kind string) string {
 
 var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
-// Recipe returns a registry for a coordination recipe built on leases, such
+// recipe returns a registry for a coordination recipe built on leases, such
 // as package election's leadership and package semaphore's permits. It
 // shares r's client, namespace, options, logger and revocation watches, and
 // Close of either closes both. Every lease acquired through it is a
@@ -43,7 +43,7 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 //
 // kind is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter;
 // a bad kind is reported by every method of the returned registry.
-func (r *Registry) Recipe(kind string) *Registry {
+func (r *Registry) recipe(kind string) *Registry {
 	c := *r
 	c.kind = kind
 	if !kindPattern.MatchString(kind) {

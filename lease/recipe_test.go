@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestRecipeHoldingIsNotATask(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	rec := f.reg.Recipe("election")
+	rec := hook.Recipe(f.reg, "election").(*lease.Registry)
 	s1, s2 := f.session("w1"), f.session("w2")
 	l, err := rec.TryAcquire(ctx, s1, "election/x")
 	if err != nil {
@@ -78,7 +79,7 @@ func TestRecipeHoldingIsNotATask(t *testing.T) {
 func TestRecipeKindIsValidated(t *testing.T) {
 	f := newFixture(t)
 	for _, kind := range []string{"", "Election", "a/b", "x123456789012345678901234567890123"} {
-		if _, err := f.reg.Recipe(kind).TryAcquire(context.Background(), f.session("w"), "r"); err == nil || errors.Is(err, lease.ErrHeld) {
+		if _, err := hook.Recipe(f.reg, kind).(*lease.Registry).TryAcquire(context.Background(), f.session("w"), "r"); err == nil || errors.Is(err, lease.ErrHeld) {
 			t.Errorf("Recipe(%q).TryAcquire: %v; want a configuration error", kind, err)
 		}
 	}
@@ -92,15 +93,15 @@ func TestRecipeKeepsTheRegistrysBounds(t *testing.T) {
 	f := newFixture(t)
 	reg := lease.NewRegistry(f.cli, lease.WithAttemptTimeout(750*time.Millisecond), lease.WithLockDelay(time.Second))
 	defer reg.Close()
-	for name, r := range map[string]*lease.Registry{"registry": reg, "recipe": reg.Recipe("semaphore"), "without lock-delay": reg.Recipe("semaphore").WithoutLockDelay()} {
-		if got := r.AttemptTimeout(); got != 750*time.Millisecond {
+	for name, r := range map[string]*lease.Registry{"registry": reg, "recipe": hook.Recipe(reg, "semaphore").(*lease.Registry), "without lock-delay": hook.WithoutLockDelay(hook.Recipe(reg, "semaphore")).(*lease.Registry)} {
+		if got := hook.AttemptTimeout(r); got != 750*time.Millisecond {
 			t.Errorf("%s: AttemptTimeout = %v, want 750ms", name, got)
 		}
 		if r.Client() != f.cli {
 			t.Errorf("%s: Client is not the registry's client", name)
 		}
 	}
-	if got := lease.NewRegistry(f.cli).AttemptTimeout(); got != lease.DefaultAttemptTimeout {
+	if got := hook.AttemptTimeout(lease.NewRegistry(f.cli)); got != lease.DefaultAttemptTimeout {
 		t.Errorf("default AttemptTimeout = %v, want %v", got, lease.DefaultAttemptTimeout)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
@@ -71,10 +72,10 @@ func (r *Registry) Namespace() string { return r.space.Namespace() }
 // registry's leases (package worker's Pool) needs no second argument.
 func (r *Registry) Client() *clientv3.Client { return r.cli }
 
-// AttemptTimeout returns the bound of one etcd request of the registry
+// attemptTimeout returns the bound of one etcd request of the registry
 // (WithAttemptTimeout, or DefaultAttemptTimeout), for recipes built on it
 // whose own requests should be bounded alike.
-func (r *Registry) AttemptTimeout() time.Duration { return r.attempt }
+func (r *Registry) attemptTimeout() time.Duration { return r.attempt }
 
 func (r *Registry) check(op string, s *session.Session, resource string) error {
 	if r.err != nil {
@@ -165,7 +166,7 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 	if err != nil || r.lockDelay == 0 {
 		return c, err
 	}
-	trailing, err := s.TrailingLease(ctx, r.lockDelay)
+	trailing, err := hook.TrailingLease(ctx, s, r.lockDelay)
 	if err != nil {
 		return c, fmt.Errorf("lock-delay %v: %w", r.lockDelay, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
@@ -303,7 +304,7 @@ func (m *Semaphore) read(ctx context.Context, cli *clientv3.Client, turnstile bo
 			clientv3.OpGet(m.space.Lease(m.turnstile), clientv3.WithKeysOnly()),
 			clientv3.OpGet(m.space.QueuePrefix(m.turnstile), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
-	actx, cancel := context.WithTimeout(ctx, m.reg.AttemptTimeout())
+	actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(m.reg))
 	defer cancel()
 	resp, err := cli.Txn(actx).Then(ops...).Commit()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
@@ -89,7 +90,7 @@ func (m *Semaphore) storeLimit(ctx context.Context, cli *clientv3.Client) error 
 	unset := clientv3.Compare(clientv3.CreateRevision(key), "=", 0) // no semaphore of this name stored a limit yet
 	store := clientv3.OpPut(key, want)                              // this one's becomes every later one's
 	stored := clientv3.OpGet(key)                                   // the limit to agree with
-	actx, cancel := context.WithTimeout(ctx, m.reg.AttemptTimeout())
+	actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(m.reg))
 	defer cancel()
 	resp, err := cli.Txn(actx).If(unset).Then(store).Else(stored).Commit()
 	if err != nil {

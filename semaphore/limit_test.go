@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
 )
@@ -109,7 +110,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	ctx := context.Background()
 	a := f.confirmed("waited", 3)
 	turnstile := semaphore.TurnstileResource("waited")
-	head, err := f.reg.Recipe(semaphore.TurnstileKind).TryAcquire(ctx, f.session("head"), turnstile)
+	head, err := hook.Recipe(f.reg, semaphore.TurnstileKind).(*lease.Registry).TryAcquire(ctx, f.session("head"), turnstile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	}
 	// b's permit, claimed as a semaphore of 1 claims it once the turnstile
 	// is clear.
-	if _, err := f.reg.Recipe(semaphore.PermitKind).TryAcquire(ctx, sb, semaphore.PermitResource("waited", 0)); err != nil {
+	if _, err := hook.Recipe(f.reg, semaphore.PermitKind).(*lease.Registry).TryAcquire(ctx, sb, semaphore.PermitResource("waited", 0)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -138,7 +139,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	if r := receive(t, got, "a"); !errors.Is(r.err, semaphore.ErrLimitMismatch) {
 		t.Fatalf("Acquire of a semaphore of 3 at the head after 1 was stored: %s, %v; want ErrLimitMismatch", taken(r.l), r.err)
 	}
-	if hs, err := f.reg.HoldersWithPrefix(ctx, "semaphore/waited/permit/"); err != nil || len(hs) != 1 || hs[0].Worker != "b" {
+	if hs, err := holdersWithPrefix(ctx, f.reg, "semaphore/waited/permit/"); err != nil || len(hs) != 1 || hs[0].Worker != "b" {
 		t.Errorf("permits held = %+v, %v; want b's alone", hs, err)
 	}
 	f.waitFor("the turnstile released", func() bool { return f.turnstileHolder("waited") == "" })
@@ -167,4 +168,13 @@ func TestDeletedLimitIsStoredAgain(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holdersWithPrefix calls the registry's holders-with-a-prefix hook.
+func holdersWithPrefix(ctx context.Context, reg *lease.Registry, prefix string) ([]lease.Holder, error) {
+	hs, err := hook.HoldersWithPrefix(ctx, reg, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return hs.([]lease.Holder), nil
 }

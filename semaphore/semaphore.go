@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,8 +91,8 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	}
 	return &Semaphore{
 		reg:        reg,
-		permits:    reg.Recipe(PermitKind),
-		turnstiles: reg.Recipe(TurnstileKind).WithoutLockDelay(),
+		permits:    hook.Recipe(reg, PermitKind).(*lease.Registry),
+		turnstiles: hook.WithoutLockDelay(hook.Recipe(reg, TurnstileKind)).(*lease.Registry),
 		space:      space,
 		name:       name,
 		limit:      limit,
@@ -173,10 +174,10 @@ func ParsePermit(resource string) (name string, i int, ok bool) {
 // Holders returns the semaphore's live permits, sorted by index: for each,
 // the worker, the epoch (the permit's fencing epoch), when it began and
 // the holding session. It reads through the registry
-// (Registry.HoldersWithPrefix: the lease keys of this semaphore's permits
+// (the registry's holders with a prefix: the lease keys of this semaphore's permits
 // at one revision), so it needs no session and does not check the limit.
 func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
-	all, err := m.reg.HoldersWithPrefix(ctx, resourcePrefix+m.name+permitSeparator)
+	got, err := hook.HoldersWithPrefix(ctx, m.reg, resourcePrefix+m.name+permitSeparator)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: holders: %w", m.name, err)
 	}
@@ -185,7 +186,7 @@ func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
 		h lease.Holder
 	}
 	var mine []permit
-	for _, h := range all {
+	for _, h := range got.([]lease.Holder) {
 		if name, i, ok := ParsePermit(h.Resource); ok && name == m.name {
 			mine = append(mine, permit{i, h})
 		}

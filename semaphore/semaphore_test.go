@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
@@ -517,7 +518,7 @@ func TestTryAcquireDoesNotBargeAheadOfTheTurnstile(t *testing.T) {
 	ctx := context.Background()
 	m := f.sem("gate", 2)
 	s := f.session("s")
-	turnstiles := f.reg.Recipe(semaphore.TurnstileKind)
+	turnstiles := hook.Recipe(f.reg, semaphore.TurnstileKind).(*lease.Registry)
 	head, err := turnstiles.TryAcquire(ctx, f.session("head"), semaphore.TurnstileResource("gate"))
 	if err != nil {
 		t.Fatal(err)

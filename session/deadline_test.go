@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -324,7 +325,7 @@ func TestCloseOnClosedClientGivesUpAtOnce(t *testing.T) {
 		closerCause error
 		closerErr   error
 	)
-	s.BeforeClose(func(ctx context.Context) error {
+	hook.BeforeClose(s, func(ctx context.Context) error {
 		closerCause = context.Cause(ctx)
 		_, closerErr = cli.Get(ctx, "/session-test/after-client-close")
 		return closerErr

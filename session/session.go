@@ -615,11 +615,11 @@ func (s *Session) reportEnd() {
 	s.observer.SessionEnded(s.worker, cause)
 }
 
-// BeforeClose registers f to run when Close is called, after the session's
+// beforeClose registers f to run when Close is called, after the session's
 // context is cancelled and before its lease is revoked. Package lease uses
 // it to release, with an audit entry, what the session still holds. stop
 // unregisters f and reports whether it was still registered.
-func (s *Session) BeforeClose(f func(ctx context.Context) error) (stop func() bool) {
+func (s *Session) beforeClose(f func(ctx context.Context) error) (stop func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

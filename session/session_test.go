@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -616,7 +617,7 @@ func TestConcurrentFirstCloseCalls(t *testing.T) {
 	var calls sync.WaitGroup
 	var ran sync.Mutex
 	runs := 0
-	s.BeforeClose(func(context.Context) error {
+	hook.BeforeClose(s, func(context.Context) error {
 		ran.Lock()
 		runs++
 		ran.Unlock()
@@ -695,7 +696,7 @@ func TestBeforeCloseRunsBetweenCancelAndRevoke(t *testing.T) {
 		mu  sync.Mutex
 		obs []observation
 	)
-	stop1 := s.BeforeClose(func(ctx context.Context) error {
+	stop1 := hook.BeforeClose(s, func(ctx context.Context) error {
 		o := observation{ctxErr: s.Context().Err(), cause: context.Cause(s.Context()), closeCtx: ctx.Value(ctxKey{})}
 		resp, err := cli.Get(ctx, key)
 		if err != nil {
@@ -713,7 +714,7 @@ func TestBeforeCloseRunsBetweenCancelAndRevoke(t *testing.T) {
 		return nil
 	})
 	unregisteredRan := false
-	stop2 := s.BeforeClose(func(context.Context) error {
+	stop2 := hook.BeforeClose(s, func(context.Context) error {
 		unregisteredRan = true
 		return nil
 	})
@@ -724,7 +725,7 @@ func TestBeforeCloseRunsBetweenCancelAndRevoke(t *testing.T) {
 		t.Error("second stop() returned true")
 	}
 	boom := errors.New("boom")
-	s.BeforeClose(func(context.Context) error { return boom })
+	hook.BeforeClose(s, func(context.Context) error { return boom })
 
 	ctx := context.WithValue(bg(t), ctxKey{}, "close's ctx")
 	err := s.Close(ctx)
@@ -760,7 +761,7 @@ func TestBeforeCloseRunsBetweenCancelAndRevoke(t *testing.T) {
 		t.Error("stop() after Close reported the function still registered")
 	}
 	lateRan := false
-	lateStop := s.BeforeClose(func(context.Context) error { lateRan = true; return nil })
+	lateStop := hook.BeforeClose(s, func(context.Context) error { lateRan = true; return nil })
 	if lateStop() {
 		t.Error("stop() of a function registered after Close returned true")
 	}

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TrailingLease returns an etcd lease that trails the session's own by
+// trailingLease returns an etcd lease that trails the session's own by
 // extra: granted with the session's TTL + extra, rounded up to whole
 // seconds (etcd's unit), and renewed after each successful renewal of the
 // session's lease, so that once renewals stop it expires about extra
@@ -37,7 +37,7 @@ import (
 // extra must be positive. Each grant attempt is bounded as New's are, and
 // ctx bounds the call; once the session has ended it fails with the
 // session's cause.
-func (s *Session) TrailingLease(ctx context.Context, extra time.Duration) (clientv3.LeaseID, error) {
+func (s *Session) trailingLease(ctx context.Context, extra time.Duration) (clientv3.LeaseID, error) {
 	if extra <= 0 {
 		return 0, fmt.Errorf("session: TrailingLease(%v): extra must be positive", extra)
 	}

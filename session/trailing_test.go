@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,7 +79,7 @@ func TestTrailingLeaseOutlivesTheSession(t *testing.T) {
 		pcli := c.ClientTo(t, p.Endpoint())
 		s = newSession(t, pcli, session.WithTTL(2*time.Second), session.WithWorker("trailing"))
 		var err error
-		id, err = s.TrailingLease(bg(t), extra)
+		id, err = hook.TrailingLease(bg(t), s, extra)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,18 +152,18 @@ func TestTrailingLeaseIsSharedAndRevokedByClose(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	s := newSession(t, cli, session.WithTTL(2*time.Second))
-	if _, err := s.TrailingLease(bg(t), 0); err == nil {
+	if _, err := hook.TrailingLease(bg(t), s, 0); err == nil {
 		t.Fatal("TrailingLease(0) succeeded")
 	}
-	a, err := s.TrailingLease(bg(t), time.Second)
+	a, err := hook.TrailingLease(bg(t), s, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := s.TrailingLease(bg(t), time.Second)
+	again, err := hook.TrailingLease(bg(t), s, time.Second)
 	if err != nil || again != a {
 		t.Fatalf("second call for the same extra: %x, %v; want %x", int64(again), err, int64(a))
 	}
-	b, err := s.TrailingLease(bg(t), 5*time.Second)
+	b, err := hook.TrailingLease(bg(t), s, 5*time.Second)
 	if err != nil || b == a || b == s.LeaseID() {
 		t.Fatalf("another extra: %x, %v (first %x, session %x)", int64(b), err, int64(a), int64(s.LeaseID()))
 	}
@@ -179,7 +180,7 @@ func TestTrailingLeaseIsSharedAndRevokedByClose(t *testing.T) {
 	if leaseTTL(t, cli, a) != -1 || leaseTTL(t, cli, b) != -1 {
 		t.Error("a trailing lease survived Close")
 	}
-	if _, err := s.TrailingLease(bg(t), time.Second); !errors.Is(err, session.ErrClosed) {
+	if _, err := hook.TrailingLease(bg(t), s, time.Second); !errors.Is(err, session.ErrClosed) {
 		t.Fatalf("TrailingLease after Close: %v, want ErrClosed", err)
 	}
 }
@@ -193,7 +194,7 @@ func TestLostSessionLeavesTrailingLeaseToExpire(t *testing.T) {
 	p := e2e.NewProxy(t, c.Members()[0].Endpoint())
 	pcli := c.ClientTo(t, p.Endpoint())
 	s := newSession(t, pcli, session.WithTTL(time.Second))
-	id, err := s.TrailingLease(bg(t), 20*time.Second)
+	id, err := hook.TrailingLease(bg(t), s, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestTrailingLeaseGoneIsGrantedAgain(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	s := newSession(t, cli, session.WithTTL(time.Second))
-	id, err := s.TrailingLease(bg(t), time.Second)
+	id, err := hook.TrailingLease(bg(t), s, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestTrailingLeaseGoneIsGrantedAgain(t *testing.T) {
 	}
 	deadline := time.Now().Add(waitLimit)
 	for {
-		next, err := s.TrailingLease(bg(t), time.Second)
+		next, err := hook.TrailingLease(bg(t), s, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

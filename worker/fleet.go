@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -92,7 +93,7 @@ func (f *fleet) join(ctx context.Context, s *session.Session) {
 // mark puts the session's marker once; true when it is there, or can
 // never be (the session's etcd lease is gone).
 func (f *fleet) mark(ctx context.Context, s *session.Session) bool {
-	actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+	actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 	defer cancel()
 	_, err := f.r.p.reg.Client().Put(actx, f.space.Live(int64(s.LeaseID())), s.Worker(), clientv3.WithLease(s.LeaseID()))
 	switch {
@@ -189,7 +190,7 @@ func (f *fleet) watch(ctx context.Context) {
 		lastRev int64          // the revision they were known at
 	)
 	for ctx.Err() == nil {
-		actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
@@ -279,7 +280,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		var resp *clientv3.GetResponse
 		backoff := 50 * time.Millisecond
 		for try := 1; ; try++ {
-			actx, cancel := context.WithTimeout(ctx, f.r.p.reg.AttemptTimeout())
+			actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 			var err error
 			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithRev(rev-1), clientv3.WithLimit(prefixPage))
 			cancel()
@@ -382,7 +383,7 @@ func (r *run) screen(names []string) []string {
 			clientv3.OpGet(space.Lease(name), clientv3.WithSerializable()),
 			clientv3.OpGet(space.Done(name), clientv3.WithSerializable()))
 	}
-	actx, cancel := context.WithTimeout(r.ctx, r.p.reg.AttemptTimeout())
+	actx, cancel := context.WithTimeout(r.ctx, hook.AttemptTimeout(r.p.reg))
 	resp, err := r.p.reg.Client().Txn(actx).Then(ops...).Commit()
 	cancel()
 	if err != nil {

@@ -185,7 +185,7 @@ func (r *run) dispatch() {
 		// in hand, its screen goes stale as idle pools steal, and the
 		// failed claims cost raft writes — 2.03 → 2.09 writes per task
 		// for 8 pools × 4 slots, 2.10 → 2.34 for 32 × 1 (BENCHMARKS.md,
-		// section 14, note 5). Reads are the cheaper cost.
+		// note 14). Reads are the cheaper cost.
 		perClaim := r.p.cfg.slots * r.p.cfg.batch
 		chunk := min(screenChunk, max(4, perClaim))
 		for len(mine) > 0 {

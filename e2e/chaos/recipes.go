@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -126,7 +127,7 @@ type recipeWorker struct {
 	reg     *lease.Registry
 	elect   *election.Election
 	sem     *semaphore.Semaphore
-	permits *lease.Registry // reg.Recipe(semaphore.PermitKind): ControlOverLimit's extra permit
+	permits *lease.Registry // a permit registry of reg: ControlOverLimit's extra permit
 	guard   *fence.EtcdGuard
 	ttl     time.Duration
 	limit   int
@@ -156,7 +157,7 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 	}
 	return &recipeWorker{
 		name: name, cli: cli, reg: reg, elect: election.New(reg, recipeName), sem: sem,
-		permits: reg.Recipe(semaphore.PermitKind), guard: guard,
+		permits: hook.Recipe(reg, semaphore.PermitKind).(*lease.Registry), guard: guard,
 		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
 	}, nil
 }

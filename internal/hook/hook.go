@@ -1,0 +1,43 @@
+// Package hook carries the methods a public package of this module offers
+// its siblings but not its users: a recipe's registry, the attempt
+// timeout a sibling bounds its own requests with, a session's close hooks
+// and trailing lease. Each is set once, by the owning package's init (its
+// hooks.go), before any sibling can call it.
+//
+// The functions take and return any, not the owner's types, so that
+// internal/ imports no public package (docs/design.md); each owner's
+// hooks.go says the concrete types, and a wrong type is a panic the
+// module's own tests would meet first.
+package hook
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Set by package lease; reg is a *lease.Registry.
+var (
+	// Recipe returns a registry of reg whose holdings are of the given
+	// kind (lease/recipe.go).
+	Recipe func(reg any, kind string) any
+	// WithoutLockDelay returns reg whose claims impose no lock-delay
+	// (lease/lockdelay.go).
+	WithoutLockDelay func(reg any) any
+	// AttemptTimeout returns the bound of one etcd request of reg.
+	AttemptTimeout func(reg any) time.Duration
+	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
+	// resources whose names begin with prefix (lease/holder.go).
+	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)
+)
+
+// Set by package session; s is a *session.Session.
+var (
+	// BeforeClose registers f to run when s is closed, before its lease
+	// is revoked; stop unregisters it (session/session.go).
+	BeforeClose func(s any, f func(ctx context.Context) error) (stop func() bool)
+	// TrailingLease returns s's trailing etcd lease of extra beyond the
+	// session's own (session/trailing.go).
+	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
+)

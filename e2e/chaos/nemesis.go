@@ -131,20 +131,65 @@ var faultWeights = map[string]int{
 // start picks a fault whose target is free and starts it.
 func (n *nemesis) start(ctx context.Context) {
 	n.mu.Lock()
-	var free, freeHelpers, freeInproc []*slot
-	freeRecipe := false
+	free := n.freeSlots()
+	kind := n.pickKind(n.available(ctx, free))
+	if kind == "" {
+		n.mu.Unlock()
+		return
+	}
+	target := n.pickTarget(kind, free)
+	d := n.duration(kind)
+	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
+	pick := n.rng.IntN(len(n.r.cluster.Members()) * 1000) // a member, or one of the held tasks
+	n.active++
+	n.mu.Unlock()
+
+	n.wg.Go(func() {
+		f := n.inject(ctx, kind, target, d, delay, pick)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.faults = append(n.faults, f)
+		n.active--
+		switch {
+		case target != nil:
+			delete(n.busySlot, target.idx)
+		case isMemberFault(kind):
+			n.memberFault = false
+		}
+	})
+}
+
+// freeSlots are the worker slots no fault targets: all of them, the
+// helper processes' and the in-process ones', and whether a recipe
+// worker's is among them.
+type freeSlots struct {
+	all, helpers, inproc []*slot
+	recipe               bool
+}
+
+// freeSlots finds the slots no fault targets. n.mu is held.
+func (n *nemesis) freeSlots() freeSlots {
+	var free freeSlots
 	for _, s := range n.r.slots {
 		if n.busySlot[s.idx] {
 			continue
 		}
-		freeRecipe = freeRecipe || s.recipe
-		free = append(free, s)
+		free.recipe = free.recipe || s.recipe
+		free.all = append(free.all, s)
 		if s.helper {
-			freeHelpers = append(freeHelpers, s)
+			free.helpers = append(free.helpers, s)
 		} else {
-			freeInproc = append(freeInproc, s)
+			free.inproc = append(free.inproc, s)
 		}
 	}
+	return free
+}
+
+// available says which fault kinds can start now: those with a free
+// target, a member's fault when none is active (a stop only if it can
+// drain before ctx ends), and only those of Config.Faults if it names
+// any. n.mu is held.
+func (n *nemesis) available(ctx context.Context, free freeSlots) map[string]bool {
 	// e2e's Member.Stop drains the member's open streams for up to
 	// stopDrain before it returns: a stop begun later in the phase would
 	// hold the phase up by that much.
@@ -153,18 +198,24 @@ func (n *nemesis) start(ctx context.Context) {
 		stopFits = false
 	}
 	avail := map[string]bool{
-		FaultPause: len(freeHelpers) > 0, FaultKill: len(freeHelpers) > 0, FaultFreeze: len(freeInproc) > 0,
-		FaultBlackhole: len(free) > 0, FaultDropReplies: len(free) > 0, FaultLatency: len(free) > 0,
+		FaultPause: len(free.helpers) > 0, FaultKill: len(free.helpers) > 0, FaultFreeze: len(free.inproc) > 0,
+		FaultBlackhole: len(free.all) > 0, FaultDropReplies: len(free.all) > 0, FaultLatency: len(free.all) > 0,
 		FaultMemberStop: !n.memberFault && stopFits, FaultLeaderStop: !n.memberFault && stopFits, FaultMemberFreeze: !n.memberFault,
 		FaultLeaderPause: !n.memberFault,
 		FaultRevoke:      true,
-		FaultDepose:      freeRecipe,
+		FaultDepose:      free.recipe,
 	}
 	if len(n.r.cfg.Faults) > 0 {
 		for k := range avail {
 			avail[k] = avail[k] && slices.Contains(n.r.cfg.Faults, k)
 		}
 	}
+	return avail
+}
+
+// pickKind draws one of the kinds avail allows by their weights; "" if
+// it allows none. n.mu is held.
+func (n *nemesis) pickKind(avail map[string]bool) string {
 	total := 0
 	for _, k := range faultKinds {
 		if avail[k] {
@@ -172,8 +223,7 @@ func (n *nemesis) start(ctx context.Context) {
 		}
 	}
 	if total == 0 {
-		n.mu.Unlock()
-		return
+		return ""
 	}
 	x := n.rng.IntN(total)
 	var kind string
@@ -187,20 +237,33 @@ func (n *nemesis) start(ctx context.Context) {
 		}
 		x -= faultWeights[k]
 	}
+	return kind
+}
+
+// pickTarget draws the free slot a worker's fault of kind targets and
+// marks it busy (nil for the other kinds); for a member's fault it notes
+// that one is active. n.mu is held.
+func (n *nemesis) pickTarget(kind string, free freeSlots) *slot {
 	var target *slot
 	switch kind {
 	case FaultPause, FaultKill:
-		target = freeHelpers[n.rng.IntN(len(freeHelpers))]
+		target = free.helpers[n.rng.IntN(len(free.helpers))]
 	case FaultFreeze:
-		target = freeInproc[n.rng.IntN(len(freeInproc))]
+		target = free.inproc[n.rng.IntN(len(free.inproc))]
 	case FaultBlackhole, FaultDropReplies, FaultLatency:
-		target = free[n.rng.IntN(len(free))]
+		target = free.all[n.rng.IntN(len(free.all))]
 	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
 		n.memberFault = true
 	}
 	if target != nil {
 		n.busySlot[target.idx] = true
 	}
+	return target
+}
+
+// duration draws how long a fault of kind lasts, against the sessions'
+// TTL. n.mu is held.
+func (n *nemesis) duration(kind string) time.Duration {
 	ttl := n.r.cfg.TTL
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(n.rng.Int64N(int64(hi-lo))) }
 	var d time.Duration
@@ -222,24 +285,7 @@ func (n *nemesis) start(ctx context.Context) {
 	case FaultDepose:
 		d = dur(ttl*3/2, ttl*5/2) // past the TTL: its session expires in etcd
 	}
-	delay := time.Duration(10+n.rng.IntN(140)) * time.Millisecond
-	pick := n.rng.IntN(len(n.r.cluster.Members()) * 1000) // a member, or one of the held tasks
-	n.active++
-	n.mu.Unlock()
-
-	n.wg.Go(func() {
-		f := n.inject(ctx, kind, target, d, delay, pick)
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		n.faults = append(n.faults, f)
-		n.active--
-		switch {
-		case target != nil:
-			delete(n.busySlot, target.idx)
-		case isMemberFault(kind):
-			n.memberFault = false
-		}
-	})
+	return d
 }
 
 // inject applies one fault for d (less if ctx ends first: the heal) and
@@ -249,14 +295,34 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 	if s != nil {
 		f.Target = s.name
 	}
-	hold := func() { sleep(ctx, d) }
 	switch kind {
+	case FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency:
+		n.injectWorkerFault(ctx, &f, s, d, delay)
+	case FaultRevoke:
+		f.Start = now()
+		f.Target, f.Detail = n.r.revoke(pick)
+	case FaultDepose:
+		n.depose(ctx, &f, d, pick)
+	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
+		n.injectMemberFault(ctx, &f, d, pick)
+	case FaultLeaderPause:
+		n.pauseLeader(ctx, &f, d, pick)
+	}
+	f.End = now()
+	return f
+}
+
+// injectWorkerFault applies f, a fault of the worker of slot s, for d: a
+// pause or a kill of its process, a freeze of its threads, or a fault of
+// its proxies (latency: delay).
+func (n *nemesis) injectWorkerFault(ctx context.Context, f *Fault, s *slot, d, delay time.Duration) {
+	switch f.Kind {
 	case FaultPause:
 		p := s.process()
 		f.Worker, f.Detail = p.name, p.name
 		f.Start = now()
 		p.signal(syscall.SIGSTOP)
-		hold()
+		sleep(ctx, d)
 		p.signal(syscall.SIGCONT)
 	case FaultKill:
 		p := s.process()
@@ -273,33 +339,35 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		f.Start = now()
 		s.gate.close()
 		s.blackhole()
-		hold()
+		sleep(ctx, d)
 		s.heal()
 		s.gate.open()
 	case FaultBlackhole:
 		f.Start = now()
 		s.blackhole()
-		hold()
+		sleep(ctx, d)
 		s.heal()
 	case FaultDropReplies:
 		f.Start = now()
 		s.setFault(proxyFault{kind: proxyDropReplies})
-		hold()
+		sleep(ctx, d)
 		s.heal()
 	case FaultLatency:
 		f.Detail = fmt.Sprintf("%v ± %v", delay, delay/4)
 		f.Start = now()
 		s.setFault(proxyFault{kind: proxyDelay, delay: delay})
-		hold()
+		sleep(ctx, d)
 		s.heal()
-	case FaultRevoke:
-		f.Start = now()
-		f.Target, f.Detail = n.r.revoke(pick)
-	case FaultDepose:
-		n.depose(ctx, &f, d, pick)
+	}
+}
+
+// injectMemberFault applies f, a stop of a member (of the leader, for a
+// leader-stop) or a freeze of one, for d; pick picks the member.
+func (n *nemesis) injectMemberFault(ctx context.Context, f *Fault, d time.Duration, pick int) {
+	switch f.Kind {
 	case FaultMemberStop, FaultLeaderStop:
 		member := pick % len(n.r.cluster.Members())
-		if kind == FaultLeaderStop {
+		if f.Kind == FaultLeaderStop {
 			lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if l, err := n.r.cluster.Leader(lctx); err == nil {
 				member = l
@@ -312,7 +380,7 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		f.Target = m.Name()
 		f.Start = now()
 		m.Stop(n.r.t)
-		hold()
+		sleep(ctx, d)
 		m.Restart(n.r.t)
 	case FaultMemberFreeze:
 		member := pick % len(n.r.cluster.Members())
@@ -324,38 +392,41 @@ func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay tim
 		for _, s := range n.r.slots {
 			s.holdMember(member, true)
 		}
-		hold()
-		for _, s := range n.r.slots {
-			s.holdMember(member, false)
-		}
-	case FaultLeaderPause:
-		member := pick % len(n.r.cluster.Members())
-		lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if l, err := n.r.cluster.Leader(lctx); err == nil {
-			member = l
-		} else {
-			f.Detail = "no leader found; "
-		}
-		cancel()
-		f.Target = n.r.cluster.Members()[member].Name()
-		f.Start = now()
-		heal, err := n.r.cluster.Isolate(member)
-		if err != nil {
-			f.Detail += "not isolated from its peers: " + err.Error() + "; "
-			n.r.warn("%s %s: %v", kind, f.Target, err)
-			heal = func() {}
-		}
-		for _, s := range n.r.slots {
-			s.holdMember(member, true)
-		}
-		f.Detail += n.awaitLeader(ctx, member, d)
-		heal()
+		sleep(ctx, d)
 		for _, s := range n.r.slots {
 			s.holdMember(member, false)
 		}
 	}
-	f.End = now()
-	return f
+}
+
+// pauseLeader applies f, a leader-pause, for d: it cuts the leader (the
+// member pick picks if none is found) off from its peers and its clients,
+// notes when another member became the leader, then heals both.
+func (n *nemesis) pauseLeader(ctx context.Context, f *Fault, d time.Duration, pick int) {
+	member := pick % len(n.r.cluster.Members())
+	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if l, err := n.r.cluster.Leader(lctx); err == nil {
+		member = l
+	} else {
+		f.Detail = "no leader found; "
+	}
+	cancel()
+	f.Target = n.r.cluster.Members()[member].Name()
+	f.Start = now()
+	heal, err := n.r.cluster.Isolate(member)
+	if err != nil {
+		f.Detail += "not isolated from its peers: " + err.Error() + "; "
+		n.r.warn("%s %s: %v", f.Kind, f.Target, err)
+		heal = func() {}
+	}
+	for _, s := range n.r.slots {
+		s.holdMember(member, true)
+	}
+	f.Detail += n.awaitLeader(ctx, member, d)
+	heal()
+	for _, s := range n.r.slots {
+		s.holdMember(member, false)
+	}
 }
 
 // awaitLeader waits d (less if ctx ends first) while member old is cut

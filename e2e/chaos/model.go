@@ -235,82 +235,126 @@ type PorcupineResult struct {
 // histories builds the two porcupine histories: downstream partitions
 // keyed by guard and task, completion partitions by task.
 func (c *checker) histories() (down, comp [][]porcupine.Operation) {
-	clients := map[string]int{}
-	client := func(w string) int {
-		if id, ok := clients[w]; ok {
-			return id
-		}
-		clients[w] = len(clients)
-		return clients[w]
-	}
-	downBy := map[string][]porcupine.Operation{}
-	compBy := map[string][]porcupine.Operation{}
+	h := &historyBuilder{c: c, clients: map[string]int{}, downBy: map[string][]porcupine.Operation{}, compBy: map[string][]porcupine.Operation{}}
 	for i := range c.ops {
 		op := &c.ops[i]
-		ret := op.Return
 		if op.neverRan() {
 			continue
 		}
 		switch op.Type {
 		case OpSQL, OpEtcd:
-			out := dOutput{}
-			switch op.Outcome {
-			case OutOK:
-			case OutRefused:
-				out = dOutput{Refused: true, Current: op.Current}
-			default:
-				if c.effects[op.ID] == nil {
-					continue // never took effect
-				}
-				ret = c.end // took effect, at some time after its invocation
-			}
-			key := string(op.Type) + "/" + op.Task
-			downBy[key] = append(downBy[key], porcupine.Operation{
-				ClientId: client(op.Worker), Input: dInput{Task: key, Epoch: op.Epoch}, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
-			})
+			h.addWrite(op)
 		case OpDoneRead:
-			if op.Outcome != OutOK {
-				continue // not read
-			}
-			compBy[op.Task] = append(compBy[op.Task], porcupine.Operation{
-				ClientId: client(op.Worker), Input: cInput{Task: op.Task, Kind: OpDoneRead, Epoch: op.Epoch},
-				Call: op.Invoke, Output: cOutput{Out: OutOK, Current: op.Current}, Return: ret, Metadata: op.ID,
-			})
+			h.addDoneRead(op)
 		case OpAcquire, OpComplete, OpRelease, OpRevoke:
-			in := cInput{Task: op.Task, Kind: op.Type, Epoch: op.Epoch}
-			out := cOutput{Out: op.Outcome, Current: op.Current}
-			switch {
-			case op.Type == OpRevoke:
-				e, ok := c.revOf[op.ID]
-				if !ok {
-					continue // never took effect
-				}
-				in.Epoch, out.Out = e, OutOK
-				if op.Outcome != OutOK {
-					ret = c.end
-				}
-			case op.Type == OpAcquire && (op.Outcome == OutOK || op.Outcome == OutUnknown):
-				e, ok := c.acqOf[op.ID]
-				if !ok {
-					continue // never took effect
-				}
-				out = cOutput{Out: OutOK, Epoch: e}
-				if op.Outcome == OutUnknown {
-					ret = c.end
-				}
-			case op.Outcome == OutFail:
-				continue
-			case op.Outcome == OutUnknown || op.Outcome == OutStaleUnknown || op.Return == 0:
-				out.Out = op.Outcome
-				ret = c.end
-			}
-			compBy[op.Task] = append(compBy[op.Task], porcupine.Operation{
-				ClientId: client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
-			})
+			h.addCall(op)
 		}
 	}
-	// Retention's deletions of done records, each from the retention after
-	// the epoch that wrote it completed to the end.
+	h.addPrunes()
+	for _, k := range sortedKeys(h.downBy) {
+		down = append(down, h.downBy[k])
+	}
+	for _, k := range sortedKeys(h.compBy) {
+		comp = append(comp, h.compBy[k])
+	}
+	return down, comp
+}
+
+// historyBuilder gathers the operations of histories' two histories, by
+// partition, and numbers the clients in the order they first appear.
+type historyBuilder struct {
+	c       *checker
+	clients map[string]int
+	downBy  map[string][]porcupine.Operation // guard/task → its downstream writes
+	compBy  map[string][]porcupine.Operation // task → its completion operations
+}
+
+// client is worker w's client ID in the histories.
+func (h *historyBuilder) client(w string) int {
+	if id, ok := h.clients[w]; ok {
+		return id
+	}
+	h.clients[w] = len(h.clients)
+	return h.clients[w]
+}
+
+// addWrite adds a downstream write, op, to its guard and task's
+// partition, unless it failed or its outcome is unknown and it never took
+// effect; one that took effect without a known return returns at the end.
+func (h *historyBuilder) addWrite(op *Op) {
+	ret := op.Return
+	out := dOutput{}
+	switch op.Outcome {
+	case OutOK:
+	case OutRefused:
+		out = dOutput{Refused: true, Current: op.Current}
+	default:
+		if h.c.effects[op.ID] == nil {
+			return // never took effect
+		}
+		ret = h.c.end // took effect, at some time after its invocation
+	}
+	key := string(op.Type) + "/" + op.Task
+	h.downBy[key] = append(h.downBy[key], porcupine.Operation{
+		ClientId: h.client(op.Worker), Input: dInput{Task: key, Epoch: op.Epoch}, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
+	})
+}
+
+// addDoneRead adds a read of a done record, op, to its task's partition
+// if it read one.
+func (h *historyBuilder) addDoneRead(op *Op) {
+	if op.Outcome != OutOK {
+		return // not read
+	}
+	h.compBy[op.Task] = append(h.compBy[op.Task], porcupine.Operation{
+		ClientId: h.client(op.Worker), Input: cInput{Task: op.Task, Kind: OpDoneRead, Epoch: op.Epoch},
+		Call: op.Invoke, Output: cOutput{Out: OutOK, Current: op.Current}, Return: op.Return, Metadata: op.ID,
+	})
+}
+
+// addCall adds an acquisition, completion, release or revocation, op, to
+// its task's partition: a revocation or an acquisition as the epoch it
+// took effect on (if any), a failure not at all, and one of unknown
+// outcome returning at the end.
+func (h *historyBuilder) addCall(op *Op) {
+	c := h.c
+	ret := op.Return
+	in := cInput{Task: op.Task, Kind: op.Type, Epoch: op.Epoch}
+	out := cOutput{Out: op.Outcome, Current: op.Current}
+	switch {
+	case op.Type == OpRevoke:
+		e, ok := c.revOf[op.ID]
+		if !ok {
+			return // never took effect
+		}
+		in.Epoch, out.Out = e, OutOK
+		if op.Outcome != OutOK {
+			ret = c.end
+		}
+	case op.Type == OpAcquire && (op.Outcome == OutOK || op.Outcome == OutUnknown):
+		e, ok := c.acqOf[op.ID]
+		if !ok {
+			return // never took effect
+		}
+		out = cOutput{Out: OutOK, Epoch: e}
+		if op.Outcome == OutUnknown {
+			ret = c.end
+		}
+	case op.Outcome == OutFail:
+		return
+	case op.Outcome == OutUnknown || op.Outcome == OutStaleUnknown || op.Return == 0:
+		out.Out = op.Outcome
+		ret = c.end
+	}
+	h.compBy[op.Task] = append(h.compBy[op.Task], porcupine.Operation{
+		ClientId: h.client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
+	})
+}
+
+// addPrunes adds retention's deletions of done records, each from the
+// retention after the epoch that wrote it completed to the end.
+func (h *historyBuilder) addPrunes() {
+	c := h.c
 	bounds := c.commitBounds()
 	firstComplete := map[taskEpoch]int64{}
 	for i := range c.ops {
@@ -326,19 +370,12 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 		}
 		te := taskEpoch{ev.Task, ev.Epoch}
 		call := max(firstComplete[te], bounds.after(c.donePut[te])) + int64(c.cfg.Retention)
-		compBy[ev.Task] = append(compBy[ev.Task], porcupine.Operation{
-			ClientId: client("retention"), Input: cInput{Task: ev.Task, Kind: opPrune, Epoch: ev.Epoch},
+		h.compBy[ev.Task] = append(h.compBy[ev.Task], porcupine.Operation{
+			ClientId: h.client("retention"), Input: cInput{Task: ev.Task, Kind: opPrune, Epoch: ev.Epoch},
 			Call: min(call, c.end), Output: cOutput{Out: OutOK}, Return: c.end,
 			Metadata: fmt.Sprintf("done record of epoch %d deleted at revision %d", ev.Epoch, ev.Rev),
 		})
 	}
-	for _, k := range sortedKeys(downBy) {
-		down = append(down, downBy[k])
-	}
-	for _, k := range sortedKeys(compBy) {
-		comp = append(comp, compBy[k])
-	}
-	return down, comp
 }
 
 func sortedKeys[V any](m map[string]V) []string {

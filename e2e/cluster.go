@@ -72,8 +72,8 @@ type config struct {
 	quotaBackendBytes   int64
 }
 
-// The storage defaults of every member. They are the settings the README's
-// production section recommends, so tests run the way production should.
+// The storage defaults of every member. They are the settings docs/operations.md
+// recommends for production, so tests run the way production should.
 const (
 	// DefaultAutoCompactionMode is periodic: compaction keeps a window of
 	// time, whatever the write rate.

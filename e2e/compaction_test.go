@@ -115,7 +115,7 @@ func TestDefaultRetentionKeepsHistory(t *testing.T) {
 // TestQuotaRaisesNoSpace fills a small quota: etcd raises NOSPACE, refuses
 // writes while reads go on, and accepts writes again once the space is
 // reclaimed (compact, defragment) and the alarm disarmed — the operator's
-// procedure in the README.
+// procedure in docs/operations.md.
 func TestQuotaRaisesNoSpace(t *testing.T) {
 	const quota = 2 << 20
 	c := e2e.NewCluster(t, e2e.WithQuotaBackendBytes(quota))

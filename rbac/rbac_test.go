@@ -31,8 +31,8 @@ func summary(r rbac.Role) []string {
 	return out
 }
 
-// TestRoles pins the role definitions documented in the README and the
-// package doc: a change to them must be a deliberate one.
+// TestRoles pins the role definitions documented in docs/operations.md
+// ("The roles") and the package doc: a change to them must be a deliberate one.
 func TestRoles(t *testing.T) {
 	roles, err := rbac.Roles("/leasehold")
 	if err != nil {

@@ -559,7 +559,6 @@ func checkForged(s *seq) {
 	s.admit(res, e)
 }
 
-// checkConcurrent runs the concurrent workload and checks its history.
 // reporter returns how the concurrent checks' goroutines add a violation
 // to s, under mu.
 func (s *seq) reporter(mu *sync.Mutex) func(res, format string, args ...any) {
@@ -597,87 +596,133 @@ func timedAdmit(ctx context.Context, g fence.Guard, t fence.Token, clock *atomic
 	return op, false
 }
 
+// checkConcurrent runs the concurrent workload and checks its history.
 func checkConcurrent(s *seq) {
-	r := s.r
-	var names []string
-	for i := range r.resources {
-		names = append(names, s.resource(fmt.Sprintf("r%d", i)))
-	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	// The plain epochs drift from base up by one every
-	// goroutines*resources calls, plus up to 4.
-	drift := int64(r.goroutines * r.resources)
-	base := reserveEpochs(int64(r.goroutines*r.ops)/drift + 8)
-
-	var (
-		clock    atomic.Int64 // the one clock of Invoke and Return
-		progress atomic.Int64 // calls begun, for the drift of epochs
-		mu       sync.Mutex   // guards vs and, with leases, issued
-		// issued is each resource's issued epochs, in the order the
-		// suite learnt them; only the workload's choices read it.
-		issued = map[string][]int64{}
-		wg     sync.WaitGroup
-	)
-	histories := make([][]Op, r.goroutines)
-	issues := make([][]Issue, r.goroutines)
-	report := s.reporter(&mu)
-
-	for w := range r.goroutines {
-		wg.Go(func() {
-			rng := mrand.New(mrand.NewPCG(r.seed, uint64(w)))
-			for range r.ops {
-				res := names[rng.IntN(len(names))]
-				var epoch int64
-				if r.issue == nil {
-					// Epochs drift upward as holders hand over. The
-					// drift follows the calls made by all goroutines,
-					// not by this one, so that however the scheduler
-					// runs them, tokens near the current epoch (equal,
-					// just below, just above) are common.
-					epoch = base + progress.Add(1)/drift + rng.Int64N(4)
-				} else {
-					mu.Lock()
-					seen := issued[res]
-					mu.Unlock()
-					switch p := rng.IntN(16); {
-					case len(seen) == 0 || p < 2:
-						inv := clock.Add(1)
-						e, err := r.issue(ctx, res)
-						ret := clock.Add(1)
-						if err != nil {
-							if ctx.Err() == nil {
-								report(res, "issuer: %v", err)
-								cancel()
-							}
-							return
-						}
-						issues[w] = append(issues[w], Issue{Resource: res, Epoch: e, Invoke: inv, Return: ret})
-						mu.Lock()
-						issued[res] = append(issued[res], e)
-						mu.Unlock()
-						epoch = e
-					case p < 12:
-						epoch = seen[len(seen)-1]
-					case p < 15:
-						epoch = seen[rng.IntN(len(seen))]
-					default:
-						epoch = seen[len(seen)-1] + 1 + rng.Int64N(1000) // forged
-					}
-				}
-				op, over := timedAdmit(ctx, s.g, fence.Token{Resource: res, Epoch: epoch}, &clock, report)
-				histories[w] = append(histories[w], op)
-				if over {
-					return
-				}
-			}
-		})
+	c := newConcurrent(ctx, cancel, s)
+	var wg sync.WaitGroup
+	for w := range s.r.goroutines {
+		wg.Go(func() { c.work(w) })
 	}
 	wg.Wait()
+	c.check()
+}
 
+// concurrent is the state checkConcurrent's goroutines share.
+type concurrent struct {
+	s      *seq
+	ctx    context.Context
+	cancel context.CancelFunc
+	names  []string // the resources
+	// The plain epochs drift from base up by one every drift calls, plus
+	// up to 4.
+	drift, base int64
+
+	clock    atomic.Int64 // the one clock of Invoke and Return
+	progress atomic.Int64 // calls begun, for the drift of epochs
+	mu       sync.Mutex   // guards s.vs and, with leases, issued
+	// issued is each resource's issued epochs, in the order the suite
+	// learnt them; only the workload's choices read it.
+	issued map[string][]int64
+	report func(res, format string, args ...any)
+	// histories and issues are each goroutine's calls and leases issued.
+	histories [][]Op
+	issues    [][]Issue
+}
+
+// newConcurrent sets up the workload of s on ctx, which cancel ends: its
+// resources and, without leases, the epochs it draws from.
+func newConcurrent(ctx context.Context, cancel context.CancelFunc, s *seq) *concurrent {
+	r := s.r
+	c := &concurrent{
+		s: s, ctx: ctx, cancel: cancel,
+		issued:    map[string][]int64{},
+		histories: make([][]Op, r.goroutines),
+		issues:    make([][]Issue, r.goroutines),
+	}
+	for i := range r.resources {
+		c.names = append(c.names, s.resource(fmt.Sprintf("r%d", i)))
+	}
+	// The plain epochs drift from base up by one every
+	// goroutines*resources calls, plus up to 4.
+	c.drift = int64(r.goroutines * r.resources)
+	c.base = reserveEpochs(int64(r.goroutines*r.ops)/c.drift + 8)
+	c.report = s.reporter(&c.mu)
+	return c
+}
+
+// work is goroutine w's part of the workload: its calls of Admit, each on
+// a resource and an epoch drawn from its own seeded source, until its
+// calls are done or the check is over.
+func (c *concurrent) work(w int) {
+	r := c.s.r
+	rng := mrand.New(mrand.NewPCG(r.seed, uint64(w)))
+	for range r.ops {
+		res := c.names[rng.IntN(len(c.names))]
+		var epoch int64
+		if r.issue == nil {
+			// Epochs drift upward as holders hand over. The
+			// drift follows the calls made by all goroutines,
+			// not by this one, so that however the scheduler
+			// runs them, tokens near the current epoch (equal,
+			// just below, just above) are common.
+			epoch = c.base + c.progress.Add(1)/c.drift + rng.Int64N(4)
+		} else {
+			var ok bool
+			if epoch, ok = c.leaseEpoch(w, rng, res); !ok {
+				return
+			}
+		}
+		op, over := timedAdmit(c.ctx, c.s.g, fence.Token{Resource: res, Epoch: epoch}, &c.clock, c.report)
+		c.histories[w] = append(c.histories[w], op)
+		if over {
+			return
+		}
+	}
+}
+
+// leaseEpoch draws goroutine w's epoch on res when the guard checks
+// leases: a new lease from the issuer, the last one issued, an earlier
+// one, or a forged one above them. ok is false when the issuer failed:
+// the check is over.
+func (c *concurrent) leaseEpoch(w int, rng *mrand.Rand, res string) (epoch int64, ok bool) {
+	c.mu.Lock()
+	seen := c.issued[res]
+	c.mu.Unlock()
+	switch p := rng.IntN(16); {
+	case len(seen) == 0 || p < 2:
+		inv := c.clock.Add(1)
+		e, err := c.s.r.issue(c.ctx, res)
+		ret := c.clock.Add(1)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.report(res, "issuer: %v", err)
+				c.cancel()
+			}
+			return 0, false
+		}
+		c.issues[w] = append(c.issues[w], Issue{Resource: res, Epoch: e, Invoke: inv, Return: ret})
+		c.mu.Lock()
+		c.issued[res] = append(c.issued[res], e)
+		c.mu.Unlock()
+		return e, true
+	case p < 12:
+		return seen[len(seen)-1], true
+	case p < 15:
+		return seen[rng.IntN(len(seen))], true
+	default:
+		return seen[len(seen)-1] + 1 + rng.Int64N(1000), true // forged
+	}
+}
+
+// check checks the workload's history, with the leases issued if the
+// guard checks leases, and sums it up in s.summary.
+func (c *concurrent) check() {
+	s, r := c.s, c.s.r
 	var history []Op
 	var admitted, refused, unknown int
-	for _, h := range histories {
+	for _, h := range c.histories {
 		history = append(history, h...)
 		for _, op := range h {
 			switch {
@@ -697,7 +742,7 @@ func checkConcurrent(s *seq) {
 		found = CheckHistory(history)
 	} else {
 		var all []Issue
-		for _, is := range issues {
+		for _, is := range c.issues {
 			all = append(all, is...)
 		}
 		found = CheckLeaseHistory(history, all)

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -222,12 +223,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 	seen := map[audit.Kind]bool{}
 	for _, tc := range cases {
-		val, err := audit.Encode(tc.e)
+		val, err := record.EncodeEntry(tc.e)
 		if err != nil {
 			t.Fatalf("Encode(%+v): %v", tc.e, err)
 		}
 		kv := rawPut(t, cli, tc.key, val).Kvs[0]
-		got, err := audit.Decode(space.Namespace(), kv)
+		got, err := record.DecodeEntry(space, kv)
 		if err != nil {
 			t.Fatalf("Decode(%q, %s): %v", tc.key, val, err)
 		}
@@ -253,11 +254,11 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 
 	for _, k := range []audit.Kind{"", "bogus", "Completed"} {
-		if v, err := audit.Encode(audit.Entry{Kind: k, Worker: "w"}); err == nil {
+		if v, err := record.EncodeEntry(audit.Entry{Kind: k, Worker: "w"}); err == nil {
 			t.Errorf("Encode accepted kind %q: %s", k, v)
 		}
 	}
-	if v, err := audit.Encode(audit.Entry{Kind: audit.Acquired}); err == nil {
+	if v, err := record.EncodeEntry(audit.Entry{Kind: audit.Acquired}); err == nil {
 		t.Errorf("Encode accepted an entry without worker: %s", v)
 	}
 	checkKinds(t)
@@ -272,7 +273,7 @@ func TestDecodeRejectsCorruptValues(t *testing.T) {
 	end, start := space.AuditEnd(res, epoch), space.AuditStart(res, "id")
 	rej := space.AuditRejected(res, epoch, "id")
 	enc := func(e audit.Entry) string {
-		v, err := audit.Encode(e)
+		v, err := record.EncodeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +332,7 @@ func TestDecodeRejectsCorruptValues(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := rawPut(t, cli, tc.key, tc.value).Kvs[0]
-			e, err := audit.Decode(space.Namespace(), kv)
+			e, err := record.DecodeEntry(space, kv)
 			if err == nil {
 				t.Fatalf("Decode(%q, %q) accepted it: %+v", tc.key, tc.value, e)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -22,11 +23,11 @@ func TestExpiredEntryEndRevision(t *testing.T) {
 	key := space.AuditEnd("r", epoch)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	decode := func(value string) (audit.Entry, error) {
-		return audit.Decode(space.Namespace(), &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), ModRevision: rev, CreateRevision: rev})
+		return record.DecodeEntry(space, &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), ModRevision: rev, CreateRevision: rev})
 	}
 
 	e := audit.Entry{Kind: audit.Expired, Worker: "w", Epoch: epoch, EndRevision: 12, Reason: audit.ExpiredReason, Time: at}
-	v, err := audit.Encode(e)
+	v, err := record.EncodeEntry(e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestExpiredEntryEndRevision(t *testing.T) {
 		{Kind: audit.Expired, Worker: "w", Epoch: epoch, EndRevision: epoch},
 		{Kind: audit.Expired, Worker: "w", Epoch: epoch, EndRevision: -1},
 	} {
-		if v, err := audit.Encode(e); err == nil {
+		if v, err := record.EncodeEntry(e); err == nil {
 			t.Errorf("Encode(%+v) = %s; want an error, Decode would refuse it", e, v)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -29,7 +30,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		rev = max(rev&math.MaxInt64, 1) // etcd's revisions are positive
 		key := space.AuditPrefix() + suffix
 		kv := &mvccpb.KeyValue{Key: []byte(key), Value: value, ModRevision: rev, CreateRevision: rev}
-		e, err := audit.Decode(space.Namespace(), kv)
+		e, err := record.DecodeEntry(space, kv)
 		if err != nil {
 			if !errors.Is(err, audit.ErrCorrupt) {
 				t.Fatalf("refusal does not match ErrCorrupt: %v", err)
@@ -56,19 +57,19 @@ func FuzzDecodeEntry(f *testing.F) {
 
 		// Re-encoding: what was accepted can be written back, and reads
 		// back as the same entry; the encoding is then a fixed point.
-		v2, err := audit.Encode(e)
+		v2, err := record.EncodeEntry(e)
 		if err != nil {
 			t.Fatalf("accepted entry cannot be re-encoded: %v\n%+v", err, e)
 		}
 		kv2 := &mvccpb.KeyValue{Key: []byte(key), Value: []byte(v2), ModRevision: rev, CreateRevision: rev}
-		e2, err := audit.Decode(space.Namespace(), kv2)
+		e2, err := record.DecodeEntry(space, kv2)
 		if err != nil {
 			t.Fatalf("re-encoded entry refused: %v\n%s", err, v2)
 		}
 		if !sameEntry(e, e2) {
 			t.Fatalf("round trip changed the entry:\n%+v\n%+v", e, e2)
 		}
-		if v3, err := audit.Encode(e2); err != nil || v3 != v2 {
+		if v3, err := record.EncodeEntry(e2); err != nil || v3 != v2 {
 			t.Fatalf("encoding is not canonical:\n%s\n%s %v", v2, v3, err)
 		}
 		if strings.Contains(v2, "\n") {

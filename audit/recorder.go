@@ -474,7 +474,7 @@ func (l *Log) writeExpired(ctx context.Context, xs []expiry) error {
 			continue // the same deletion twice
 		}
 		ends[endKey] = true
-		val, err := Encode(Entry{Kind: Expired, Worker: x.worker, Epoch: x.epoch, EndRevision: x.at, Reason: ExpiredReason, Time: now})
+		val, err := record.EncodeEntry(Entry{Kind: Expired, Worker: x.worker, Epoch: x.epoch, EndRevision: x.at, Reason: ExpiredReason, Time: now})
 		if err != nil {
 			return err
 		}

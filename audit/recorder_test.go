@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -650,7 +651,7 @@ func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: "w", Epoch: 1, Status: "ok", Time: time.Now()})
+	completed, err := record.EncodeEntry(audit.Entry{Kind: audit.Completed, Worker: "w", Epoch: 1, Status: "ok", Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,7 +667,7 @@ func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
 	wrongKind := put(space.AuditStart("rec/wrong-kind", "planted"), completed)
 	put(space.AuditPrefix()+"stray", "x")
 	// An epoch whose end key holds garbage: ended, whatever the value.
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: "w", Time: time.Now()})
+	started, err := record.EncodeEntry(audit.Entry{Kind: audit.Acquired, Worker: "w", Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

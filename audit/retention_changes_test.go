@@ -47,7 +47,7 @@ func writeCompletedTasks(t *testing.T, cli *clientv3.Client, n int) map[string]i
 	const batch = 100
 	for lo := 0; lo < n; lo += batch {
 		hi := min(lo+batch, n)
-		start, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: "w", Time: now})
+		start, err := record.EncodeEntry(audit.Entry{Kind: audit.Acquired, Worker: "w", Time: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func writeCompletedTasks(t *testing.T, cli *clientv3.Client, n int) map[string]i
 		for i := lo; i < hi; i++ {
 			res := fmt.Sprintf("task-%d", i)
 			epochs[res] = epoch
-			end, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: "w", Epoch: epoch, Status: "ok", Time: now})
+			end, err := record.EncodeEntry(audit.Entry{Kind: audit.Completed, Worker: "w", Epoch: epoch, Status: "ok", Time: now})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -266,7 +266,7 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	// unknown carries the idempotency compare (protocol.End.Stale).
 	build := func() error {
 		for i, l := range leases {
-			e := l.newEnd(audit.Completed, status, now)
+			e := l.newEnd(record.Completed, status, now)
 			then, err := e.Then()
 			if err != nil {
 				return err

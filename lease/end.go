@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -68,7 +68,7 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 		return err
 	}
 	l.beginEnd()
-	e := l.newEnd(audit.Completed, status, time.Now())
+	e := l.newEnd(record.Completed, status, time.Now())
 	e.Extra = protocol.CompletionOps(ctx) // a source's own ops (package worker's Prefix)
 	err = retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
@@ -116,7 +116,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, telemetry.AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
 	l.beginEnd()
-	e := l.newEnd(audit.Released, "", time.Now())
+	e := l.newEnd(record.Released, "", time.Now())
 	if l.r.lockDelay > 0 && errors.Is(l.s.Err(), session.ErrLost) {
 		e.KeepDelay = true
 		l.log.Debug("releasing the lease of a lost session: its lock-delay stays")
@@ -200,7 +200,7 @@ func hintBudget(ctx context.Context) time.Duration {
 	return maxHintWait
 }
 
-func (l *Lease) newEnd(attempted audit.Kind, status string, now time.Time) protocol.End {
+func (l *Lease) newEnd(attempted record.Kind, status string, now time.Time) protocol.End {
 	return protocol.End{
 		Space: l.r.space, Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch,
 		Attempted: attempted, Status: status, Time: now, NoDelay: !l.delayed,
@@ -297,8 +297,8 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 	// earlier try's, if any (this try wrote nothing).
 	created := first.GetSucceeded()
 	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 && !created {
-		prev, err := audit.Decode(l.r.space.Namespace(), kvs[0])
-		if err != nil || prev.Kind != audit.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
+		prev, err := record.DecodeEntry(l.r.space, kvs[0])
+		if err != nil || prev.Kind != record.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
 			return true, fmt.Errorf("lease: %s %q epoch %d: %w, but its rejection key %q holds an entry that is not this attempt's (decode error: %v)", a.op, l.resource, l.epoch, ErrStale, kvs[0].Key, err)
 		}
 		l.log.Debug("stale attempt already rejected by an earlier try", "op", a.op, "status", a.e.Status, "current_epoch", prev.CurrentEpoch)

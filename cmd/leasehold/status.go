@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -221,7 +221,7 @@ func (g *globals) oldestAudit(ctx context.Context, cli *clientv3.Client, kv *mvc
 			kv = resp.Kvs[0]
 		}
 	}
-	e, err := audit.Decode(g.namespace, kv)
+	e, err := record.DecodeEntry(g.space(), kv)
 	if err != nil {
 		o.Corrupt = err.Error()
 		return o, nil

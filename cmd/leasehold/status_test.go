@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/rbac"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,7 +68,7 @@ func TestStatusCountsWhatWasWritten(t *testing.T) {
 	}
 	entry := func(e audit.Entry) string {
 		t.Helper()
-		v, err := audit.Encode(e)
+		v, err := record.EncodeEntry(e)
 		if err != nil {
 			t.Fatal(err)
 		}

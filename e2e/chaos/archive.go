@@ -196,7 +196,7 @@ func (p *rawPruner) pass(ctx context.Context) error {
 	}
 	groups := map[taskEpoch]*group{}
 	for _, kv := range resp.Kvs {
-		e, err := audit.Decode(p.space.Namespace(), kv)
+		e, err := record.DecodeEntry(p.space, kv)
 		if err != nil {
 			continue
 		}

@@ -147,7 +147,7 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		if rej != nil || !op.IsPut() || !strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()) {
 			return
 		}
-		e, err := audit.Decode(space.Namespace(), &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
+		e, err := record.DecodeEntry(space, &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
 		if err == nil && e.Kind == audit.Rejected {
 			rej = &e
 		}

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,7 +49,7 @@ type Claimant struct {
 // NewClaimant encodes the values a claim by worker through the session's
 // etcd lease id writes at time now.
 func NewClaimant(worker string, id clientv3.LeaseID, now time.Time) (Claimant, error) {
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: worker, Time: now})
+	started, err := record.EncodeEntry(record.Entry{Kind: record.Acquired, Worker: worker, Time: now})
 	if err != nil {
 		return Claimant{}, err
 	}
@@ -181,9 +180,9 @@ type End struct {
 	Resource string
 	Worker   string
 	Epoch    int64
-	// Attempted is audit.Completed for Complete, audit.Released for
+	// Attempted is record.Completed for Complete, record.Released for
 	// Release.
-	Attempted audit.Kind
+	Attempted record.Kind
 	// Status is Complete's terminal status; empty for Release.
 	Status string
 	// Time is written into the end or rejected entry.
@@ -248,9 +247,9 @@ func (e End) Then() ([]clientv3.Op, error) {
 	}
 	release := e.deleteKeys()
 	switch {
-	case e.KeepDelay && e.Attempted == audit.Released:
+	case e.KeepDelay && e.Attempted == record.Released:
 		release = clientv3.OpDelete(e.LeaseKey())
-	case e.Next != nil && e.Attempted == audit.Released:
+	case e.Next != nil && e.Attempted == record.Released:
 		if release, err = e.handoff(); err != nil {
 			return nil, err
 		}
@@ -259,7 +258,7 @@ func (e End) Then() ([]clientv3.Op, error) {
 		release,
 		clientv3.OpPut(e.Space.AuditEnd(e.Resource, e.Epoch), entry),
 	}
-	if e.Attempted == audit.Completed {
+	if e.Attempted == record.Completed {
 		ops = append([]clientv3.Op{clientv3.OpPut(e.Space.Done(e.Resource), e.done())}, ops...)
 		ops = append(ops, e.Extra...)
 	}
@@ -282,7 +281,7 @@ func (e End) deleteKeys() clientv3.Op {
 // endEntry is the end entry the end writes. Its bytes are a function of
 // the End, Time included, so every try of one call writes the same bytes.
 func (e End) endEntry() (string, error) {
-	return audit.Encode(audit.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
+	return record.EncodeEntry(record.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
 }
 
 // Same is the idempotency compare of the stale path: it holds when the
@@ -294,7 +293,7 @@ func (e End) endEntry() (string, error) {
 // only a retry of the same call matches — a second Release of the epoch
 // is stale, as before (docs/protocol.md §3.4).
 func (e End) Same() *clientv3.Cmp {
-	if e.Attempted == audit.Completed {
+	if e.Attempted == record.Completed {
 		c := clientv3.Compare(clientv3.Value(e.Space.Done(e.Resource)), "=", e.done())
 		return &c
 	}
@@ -345,8 +344,8 @@ const (
 // create-only compare share one nested transaction: which of them failed
 // is read from the two gets (the rejection key's entry, the lease key).
 func (e End) Stale(guess int64, guarded, retry bool) ([]clientv3.Op, error) {
-	val, err := audit.Encode(audit.Entry{
-		Kind: audit.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
+	val, err := record.EncodeEntry(record.Entry{
+		Kind: record.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: guess, Attempted: e.Attempted, Time: e.Time,
 	})
 	if err != nil {
@@ -414,7 +413,7 @@ func RevokeRead(space keys.Space, resource string) []clientv3.Op {
 // of the revocation at its next Complete or Release, or when its session
 // ends.
 func Revoke(space keys.Space, resource string, epoch int64, worker, reason string, now time.Time, holderLease int64, delayLease clientv3.LeaseID, delay time.Duration) (clientv3.Cmp, []clientv3.Op, error) {
-	entry, err := audit.Encode(audit.Entry{Kind: audit.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: now})
+	entry, err := record.EncodeEntry(record.Entry{Kind: record.Revoked, Worker: worker, Epoch: epoch, Reason: reason, Time: now})
 	if err != nil {
 		return clientv3.Cmp{}, nil, fmt.Errorf("revoke %q: %w", resource, err)
 	}

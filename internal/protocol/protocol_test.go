@@ -2,17 +2,16 @@ package protocol_test
 
 import (
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func end(attempted audit.Kind, status string, epoch int64) protocol.End {
+func end(attempted record.Kind, status string, epoch int64) protocol.End {
 	return protocol.End{
 		Space: keys.MustNew(keys.DefaultNamespace), Resource: "orders/42", Worker: "w1", Epoch: epoch,
 		Attempted: attempted, Status: status, Time: time.Unix(0, 0),
@@ -23,11 +22,11 @@ func end(attempted audit.Kind, status string, epoch int64) protocol.End {
 // attempted, status) — the same for every try of one attempt, different
 // for any other attempt — and a well-formed audit key.
 func TestRejectionKeyIsPerAttempt(t *testing.T) {
-	a := end(audit.Completed, "ok", 7)
-	if a.RejectionKey() != end(audit.Completed, "ok", 7).RejectionKey() {
+	a := end(record.Completed, "ok", 7)
+	if a.RejectionKey() != end(record.Completed, "ok", 7).RejectionKey() {
 		t.Fatal("two tries of one attempt have different rejection keys")
 	}
-	others := []protocol.End{end(audit.Completed, "failed", 7), end(audit.Released, "", 7), end(audit.Completed, "ok", 8), end(audit.Released, "ok", 7)}
+	others := []protocol.End{end(record.Completed, "failed", 7), end(record.Released, "", 7), end(record.Completed, "ok", 8), end(record.Released, "ok", 7)}
 	seen := map[string]bool{a.RejectionKey(): true}
 	for _, o := range others {
 		if seen[o.RejectionKey()] {
@@ -62,7 +61,7 @@ func TestOpsShape(t *testing.T) {
 		e    protocol.End
 		then int
 		same bool
-	}{{end(audit.Completed, "ok", 7), 3, true}, {end(audit.Released, "", 7), 2, true}} {
+	}{{end(record.Completed, "ok", 7), 3, true}, {end(record.Released, "", 7), 2, true}} {
 		then, err := tc.e.Then()
 		if err != nil || len(then) != tc.then {
 			t.Errorf("%s: %d then ops, %v; want %d", tc.e.Attempted, len(then), err, tc.then)
@@ -70,7 +69,7 @@ func TestOpsShape(t *testing.T) {
 		if (tc.e.Same() != nil) != tc.same {
 			t.Errorf("%s: idempotency compare %v, want %v", tc.e.Attempted, tc.e.Same() != nil, tc.same)
 		}
-		if tc.e.Attempted == audit.Released {
+		if tc.e.Attempted == record.Released {
 			handoff := tc.e
 			handoff.Next = &protocol.Waiter{Key: "/leasehold/lease/%queue/orders%2F42/t1", Rev: 5, Holder: record.Holder{Worker: "w2", LeaseID: 2, Ticket: "t1"}}
 			then, err := handoff.Then()
@@ -119,7 +118,7 @@ func mustStale(t *testing.T, e protocol.End, guarded bool) []clientv3.Op {
 func ExampleEnd_RejectionKey() {
 	e := protocol.End{
 		Space: keys.MustNew(keys.DefaultNamespace), Resource: "orders/42", Worker: "w1", Epoch: 7,
-		Attempted: audit.Completed, Status: "shipped",
+		Attempted: record.Completed, Status: "shipped",
 	}
 	retry := e
 	retry.Time = time.Now()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -175,7 +174,7 @@ func Position(space keys.Space, resource string, w Waiter) []clientv3.Op {
 // The holder record carries the ticket, so a grant looks the same however
 // it was made.
 func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If []clientv3.Cmp, Then, Else []clientv3.Op, err error) {
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: w.Holder.Worker, Time: now})
+	started, err := record.EncodeEntry(record.Entry{Kind: record.Acquired, Worker: w.Holder.Worker, Time: now})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -249,7 +248,7 @@ func DropQueue(space keys.Space, resource string) (clientv3.Cmp, clientv3.Op) {
 // imposes no delay, being released.
 func (e End) handoff() (clientv3.Op, error) {
 	next := *e.Next
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: next.Holder.Worker, Time: e.Time})
+	started, err := record.EncodeEntry(record.Entry{Kind: record.Acquired, Worker: next.Holder.Worker, Time: e.Time})
 	if err != nil {
 		return clientv3.Op{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,66 +23,9 @@ const nsAudit = "/bench-audit"
 // (reconcile) over them.
 func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 	space := keys.MustNew(nsAudit)
-	now := time.Now()
-	const perTxn = 128 // etcd's default --max-txn-ops
 	resources := cfg.auditEntries / 2
 	seedStart := time.Now()
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	jobs := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for first := range jobs {
-				// The start entries first: their revision is the epoch the
-				// end entries carry, so every epoch is a consistent,
-				// ended one (the recorder's reconcile pairs them).
-				var starts, ends []clientv3.Op
-				for r := first; r < min(first+perTxn, resources); r++ {
-					started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: fmt.Sprintf("w%d", r%64), Time: now})
-					if err != nil {
-						errc <- err
-						return
-					}
-					starts = append(starts, clientv3.OpPut(space.AuditStart(fmt.Sprintf("task-%06d", r), protocol.NewID()), started))
-				}
-				resp, err := b.cli.Txn(ctx).Then(starts...).Commit()
-				if err != nil {
-					errc <- err
-					return
-				}
-				epoch := resp.Header.Revision
-				for r := first; r < min(first+perTxn, resources); r++ {
-					completed, err := audit.Encode(audit.Entry{Kind: audit.Completed, Worker: fmt.Sprintf("w%d", r%64), Epoch: epoch, Status: "ok", Time: now})
-					if err != nil {
-						errc <- err
-						return
-					}
-					ends = append(ends, clientv3.OpPut(space.AuditEnd(fmt.Sprintf("task-%06d", r), epoch), completed))
-				}
-				if _, err := b.cli.Txn(ctx).Then(ends...).Commit(); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	var sendErr error
-	for first := 0; first < resources; first += perTxn {
-		select {
-		case jobs <- first:
-		case err := <-errc:
-			sendErr = err
-		}
-		if sendErr != nil {
-			break
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	close(errc)
-	if err := errors.Join(append(collect(errc), sendErr)...); err != nil {
+	if err := b.seedAudit(ctx, space, resources); err != nil {
 		return nil, err
 	}
 	seeded := time.Since(seedStart)
@@ -111,7 +55,7 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 		return nil, err
 	}
 	s := &section{title: fmt.Sprintf("6. audit listing: %d entries (%d resources × acquired + completed), %d rounds", 2*resources, resources, cfg.auditRounds)}
-	s.addf("seeded with raw %d-put transactions in %v", perTxn, seeded.Round(time.Millisecond))
+	s.addf("seeded with raw %d-put transactions in %v", auditPerTxn, seeded.Round(time.Millisecond))
 	for _, page := range pages {
 		d := percentile(times[page], 50)
 		s.addf("List (page size %5d): %s median, %.0f entries/s", page, ms(d), float64(2*resources)/d.Seconds())
@@ -123,12 +67,83 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 	return []*section{s}, nil
 }
 
+// auditPerTxn is the puts per transaction seeding section 6: etcd's
+// default --max-txn-ops.
+const auditPerTxn = 128
+
+// seedAudit writes an acquired and a completed entry for each of
+// resources resources in space, auditPerTxn of them per transaction, by 8
+// goroutines.
+func (b *bench) seedAudit(ctx context.Context, space keys.Space, resources int) error {
+	now := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	jobs := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for first := range jobs {
+				if err := b.seedAuditBatch(ctx, space, first, resources, now); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	var sendErr error
+	for first := 0; first < resources; first += auditPerTxn {
+		select {
+		case jobs <- first:
+		case err := <-errc:
+			sendErr = err
+		}
+		if sendErr != nil {
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(errc)
+	return errors.Join(append(collect(errc), sendErr)...)
+}
+
+// seedAuditBatch writes the entries of the resources from first on, at
+// most auditPerTxn of them and none from resources on, dated now.
+func (b *bench) seedAuditBatch(ctx context.Context, space keys.Space, first, resources int, now time.Time) error {
+	// The start entries first: their revision is the epoch the
+	// end entries carry, so every epoch is a consistent,
+	// ended one (the recorder's reconcile pairs them).
+	var starts, ends []clientv3.Op
+	for r := first; r < min(first+auditPerTxn, resources); r++ {
+		started, err := record.EncodeEntry(audit.Entry{Kind: audit.Acquired, Worker: fmt.Sprintf("w%d", r%64), Time: now})
+		if err != nil {
+			return err
+		}
+		starts = append(starts, clientv3.OpPut(space.AuditStart(fmt.Sprintf("task-%06d", r), protocol.NewID()), started))
+	}
+	resp, err := b.cli.Txn(ctx).Then(starts...).Commit()
+	if err != nil {
+		return err
+	}
+	epoch := resp.Header.Revision
+	for r := first; r < min(first+auditPerTxn, resources); r++ {
+		completed, err := record.EncodeEntry(audit.Entry{Kind: audit.Completed, Worker: fmt.Sprintf("w%d", r%64), Epoch: epoch, Status: "ok", Time: now})
+		if err != nil {
+			return err
+		}
+		ends = append(ends, clientv3.OpPut(space.AuditEnd(fmt.Sprintf("task-%06d", r), epoch), completed))
+	}
+	_, err = b.cli.Txn(ctx).Then(ends...).Commit()
+	return err
+}
+
 // recorderRestarts plants one epoch that ended while no recorder ran (an
 // Acquired entry with no end entry and no lease key) among the seeded
 // entries, then, rounds times, starts audit.RunRecorder and times how long
 // its reconcile takes to write that epoch's Expired entry.
 func (b *bench) recorderRestarts(ctx context.Context, space keys.Space, rounds int) ([]time.Duration, error) {
-	started, err := audit.Encode(audit.Entry{Kind: audit.Acquired, Worker: "orphan", Time: time.Now()})
+	started, err := record.EncodeEntry(audit.Entry{Kind: audit.Acquired, Worker: "orphan", Time: time.Now()})
 	if err != nil {
 		return nil, err
 	}

@@ -281,6 +281,118 @@ func contend(ctx context.Context, workers int, d time.Duration, counter *callCou
 	return run, ctx.Err()
 }
 
+// contenders are the clients and sessions of sections 10 and 12: nc
+// clients, each with a registry in namespace ns, shared round-robin by w
+// workers, each with a session.Session (worker name prefix-NN) and a
+// concurrency.Session (Mutex).
+type contenders struct {
+	w, nc   int
+	ns      string
+	prefix  string
+	clients []*clientv3.Client
+	regs    []*lease.Registry
+	lh      []*session.Session
+	mx      []*concurrency.Session
+}
+
+// newContenders sizes the contenders of w workers on nc clients, the
+// registries in namespace ns and the workers named prefix-NN; open dials
+// and starts them.
+func newContenders(w, nc int, ns, prefix string) *contenders {
+	return &contenders{
+		w: w, nc: nc, ns: ns, prefix: prefix,
+		clients: make([]*clientv3.Client, nc),
+		regs:    make([]*lease.Registry, nc),
+		lh:      make([]*session.Session, w),
+		mx:      make([]*concurrency.Session, w),
+	}
+}
+
+// open dials the clients, counted by counter, and starts every worker's
+// two sessions. What it opened before failing is left for close.
+func (c *contenders) open(ctx context.Context, endpoints []string, counter *callCounter) error {
+	for i := range c.nc {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialOptions: counter.dialOptions(),
+		})
+		if err != nil {
+			return err
+		}
+		c.clients[i] = cli
+		c.regs[i] = lease.NewRegistry(cli, lease.WithNamespace(c.ns))
+	}
+	errs := make([]error, c.w)
+	var wg sync.WaitGroup
+	for i := range c.w {
+		wg.Go(func() {
+			cli := c.clients[i%c.nc]
+			var err error
+			c.lh[i], err = session.New(ctx, cli, session.WithWorker(fmt.Sprintf("%s-%02d", c.prefix, i)))
+			if err == nil {
+				c.mx[i], err = concurrency.NewSession(cli)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// close closes whatever open opened: the sessions, then the registries
+// and clients.
+func (c *contenders) close() {
+	var wg sync.WaitGroup
+	for i := range c.w {
+		wg.Go(func() {
+			if c.lh[i] != nil {
+				_ = c.lh[i].Close(context.Background())
+			}
+			if c.mx[i] != nil {
+				_ = c.mx[i].Close()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range c.nc {
+		if c.regs[i] != nil {
+			_ = c.regs[i].Close()
+		}
+		if c.clients[i] != nil {
+			_ = c.clients[i].Close()
+		}
+	}
+}
+
+// leasehold acquires resource res through worker i's registry and session.
+func (c *contenders) leasehold(res string) acquireFunc {
+	return func(ctx context.Context, i int) (func(context.Context) error, error) {
+		l, err := c.regs[i%c.nc].Acquire(ctx, c.lh[i], res)
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	}
+}
+
+// mutex locks the concurrency.Mutex name through worker i's session.
+func (c *contenders) mutex(name string) acquireFunc {
+	return func(ctx context.Context, i int) (func(context.Context) error, error) {
+		m := concurrency.NewMutex(c.mx[i], name)
+		if err := m.Lock(ctx); err != nil {
+			return nil, err
+		}
+		return m.Unlock, nil
+	}
+}
+
+// The contenders' names in section 10.
+const lhName, mxName = "leasehold", "Mutex"
+
+// contendedRuns are section 10's timed runs by contender name, one per
+// round, warm-up excluded.
+type contendedRuns map[string][]contendedRun
+
 // contended is section 10: cfg.contendedWorkers workers on one resource,
 // each looping Registry.Acquire → Lease.Release, against as many looping
 // concurrency.Mutex Lock → Unlock on one lock, in runs of cfg.contendedRunFor
@@ -288,81 +400,23 @@ func contend(ctx context.Context, workers int, d time.Duration, counter *callCou
 func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 	w, nc := cfg.contendedWorkers, min(cfg.contendedClients, cfg.contendedWorkers)
 	counter := newCallCounter()
-	clients := make([]*clientv3.Client, nc)
-	regs := make([]*lease.Registry, nc)
-	lh := make([]*session.Session, w)
-	mx := make([]*concurrency.Session, w)
-	defer func() {
-		var wg sync.WaitGroup
-		for i := range w {
-			wg.Go(func() {
-				if lh[i] != nil {
-					_ = lh[i].Close(context.Background())
-				}
-				if mx[i] != nil {
-					_ = mx[i].Close()
-				}
-			})
-		}
-		wg.Wait()
-		for i := range nc {
-			if regs[i] != nil {
-				_ = regs[i].Close()
-			}
-			if clients[i] != nil {
-				_ = clients[i].Close()
-			}
-		}
-	}()
-	for i := range nc {
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: b.cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialOptions: counter.dialOptions(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		clients[i] = cli
-		regs[i] = lease.NewRegistry(cli, lease.WithNamespace(nsContended))
-	}
-	errs := make([]error, w)
-	var wg sync.WaitGroup
-	for i := range w {
-		wg.Go(func() {
-			cli := clients[i%nc]
-			var err error
-			lh[i], err = session.New(ctx, cli, session.WithWorker(fmt.Sprintf("contender-%02d", i)))
-			if err == nil {
-				mx[i], err = concurrency.NewSession(cli)
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	c := newContenders(w, nc, nsContended, "contender")
+	defer c.close()
+	if err := c.open(ctx, b.cluster.Endpoints(), counter); err != nil {
 		return nil, err
 	}
+	runs, err := b.contendedRounds(ctx, cfg, c, counter)
+	if err != nil {
+		return nil, err
+	}
+	return []*section{runs.report(cfg, w, nc)}, nil
+}
 
-	leasehold := func(res string) acquireFunc {
-		return func(ctx context.Context, i int) (func(context.Context) error, error) {
-			l, err := regs[i%nc].Acquire(ctx, lh[i], res)
-			if err != nil {
-				return nil, err
-			}
-			return l.Release, nil
-		}
-	}
-	mutex := func(name string) acquireFunc {
-		return func(ctx context.Context, i int) (func(context.Context) error, error) {
-			m := concurrency.NewMutex(mx[i], name)
-			if err := m.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return m.Unlock, nil
-		}
-	}
-	const lhName, mxName = "leasehold", "Mutex"
-	runs := map[string][]contendedRun{}
+// contendedRounds runs the warm-up and cfg.contendedRounds rounds, each
+// a run of both contenders in alternating order, wiping the namespaces
+// after every run.
+func (b *bench) contendedRounds(ctx context.Context, cfg config, c *contenders, counter *callCounter) (contendedRuns, error) {
+	runs := contendedRuns{}
 	warmUp := cfg.contendedRunFor / 5
 	for round := -1; round < cfg.contendedRounds; round++ { // round -1 warms up
 		d, tag := cfg.contendedRunFor, fmt.Sprintf("r%d", round)
@@ -374,11 +428,11 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 			slices.Reverse(order)
 		}
 		for _, name := range order {
-			acquire := leasehold(tag)
+			acquire := c.leasehold(tag)
 			if name == mxName {
-				acquire = mutex(nsContendedMutex + "/" + tag)
+				acquire = c.mutex(nsContendedMutex + "/" + tag)
 			}
-			r, err := contend(ctx, w, d, counter, acquire)
+			r, err := contend(ctx, c.w, d, counter, acquire)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
@@ -397,113 +451,90 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 			}
 		}
 	}
+	return runs, nil
+}
 
-	// per is the median over rounds of f of each run.
-	per := func(name string, f func(contendedRun) float64) float64 {
-		var xs []float64
-		for _, r := range runs[name] {
-			xs = append(xs, f(r))
-		}
-		return median(xs)
+// per is the median over rounds of f of each run.
+func (runs contendedRuns) per(name string, f func(contendedRun) float64) float64 {
+	var xs []float64
+	for _, r := range runs[name] {
+		xs = append(xs, f(r))
 	}
-	dur := func(name string, f func(contendedRun) time.Duration) time.Duration {
-		return time.Duration(per(name, func(r contendedRun) float64 { return float64(f(r)) }))
-	}
-	// ratio is the median over rounds of f(leasehold) / f(Mutex).
-	ratio := func(f func(contendedRun) float64) float64 {
-		var xs []float64
-		for i := range min(len(runs[lhName]), len(runs[mxName])) {
-			xs = append(xs, f(runs[lhName][i])/f(runs[mxName][i]))
-		}
-		return median(xs)
-	}
-	total := func(name string) (handoffs int64, calls callCounts) {
-		for _, r := range runs[name] {
-			handoffs += int64(r.handoffs)
-			calls = calls.add(r.calls)
-		}
-		return handoffs, calls
-	}
+	return median(xs)
+}
 
+// dur is per for durations.
+func (runs contendedRuns) dur(name string, f func(contendedRun) time.Duration) time.Duration {
+	return time.Duration(runs.per(name, func(r contendedRun) float64 { return float64(f(r)) }))
+}
+
+// ratio is the median over rounds of f(leasehold) / f(Mutex).
+func (runs contendedRuns) ratio(f func(contendedRun) float64) float64 {
+	return runs.ratioOf(lhName, mxName, f)
+}
+
+// ratioOf is the median over rounds of f(a) / f(b).
+func (runs contendedRuns) ratioOf(a, b string, f func(contendedRun) float64) float64 {
+	var xs []float64
+	for i := range min(len(runs[a]), len(runs[b])) {
+		xs = append(xs, f(runs[a][i])/f(runs[b][i]))
+	}
+	return median(xs)
+}
+
+// total sums the handoffs and calls of name's runs.
+func (runs contendedRuns) total(name string) (handoffs int64, calls callCounts) {
+	for _, r := range runs[name] {
+		handoffs += int64(r.handoffs)
+		calls = calls.add(r.calls)
+	}
+	return handoffs, calls
+}
+
+// cut counts the waits of name's runs pending at the rounds' ends, and the
+// longest of them.
+func (runs contendedRuns) cut(name string) (n int, longest time.Duration) {
+	for _, r := range runs[name] {
+		n += len(r.cutShort)
+		longest = max(longest, percentile(r.cutShort, 100))
+	}
+	return n, longest
+}
+
+// again is the percentage of name's handoffs back to the worker that had
+// just released, over all rounds.
+func (runs contendedRuns) again(name string) float64 {
+	var n, a int
+	for _, r := range runs[name] {
+		n, a = n+r.handoffs, a+r.again
+	}
+	return 100 * float64(a) / float64(max(n, 1))
+}
+
+// gap is the median over rounds of the p-th percentile of name's handoffs
+// after Release.
+func (runs contendedRuns) gap(name string, p float64) time.Duration {
+	return runs.dur(name, func(r contendedRun) time.Duration { return percentile(r.gaps, p) })
+}
+
+// rel is the median over rounds of the p-th percentile of name's Release
+// (Unlock) calls.
+func (runs contendedRuns) rel(name string, p float64) time.Duration {
+	return runs.dur(name, func(r contendedRun) time.Duration { return percentile(r.releases, p) })
+}
+
+// report writes section 10 from the runs of w workers on nc clients.
+func (runs contendedRuns) report(cfg config, w, nc int) *section {
 	s := &section{title: fmt.Sprintf("10. contended handoff: %d workers on one resource (Acquire → Release) against %d on one concurrency.Mutex (Lock → Unlock)", w, w)}
 	s.addf("each worker its own session.Session (leasehold) and concurrency.Session (Mutex); %d clients shared round-robin by both contenders (worker i on client i mod %d), one registry per client", nc, nc)
-	s.addf("%d rounds × %v per contender after a warm-up of %v each, alternating which goes first; a fresh resource (lock) per run; medians over rounds", cfg.contendedRounds, cfg.contendedRunFor, warmUp)
-	s.addf("%-24s %10s %12s %10s %10s %10s %10s", "", "handoffs/s", "to another/s", "wait p50", "wait p99", "longest", "max")
-	longestMax := map[string]time.Duration{}
-	for _, name := range []string{lhName, mxName} {
-		for _, r := range runs[name] {
-			longestMax[name] = max(longestMax[name], r.longest())
-		}
-		s.addf("%-24s %10.0f %12.0f %10s %10s %10s %10s", name, per(name, contendedRun.rate), per(name, contendedRun.otherRate),
-			ms(dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 50) })),
-			ms(dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 99) })),
-			ms(dur(name, contendedRun.longest)), ms(longestMax[name]))
-	}
-	rateRatio, otherRatio := ratio(contendedRun.rate), ratio(contendedRun.otherRate)
-	longRatio := ratio(func(r contendedRun) float64 { return float64(r.longest()) })
-	s.addf("leasehold/Mutex: %.2f× the handoffs/s, %.2f× the handoffs to another worker, %.2f× the longest wait (medians of per-round ratios)", rateRatio, otherRatio, longRatio)
-	s.addf("a wait runs from the Acquire (Lock) call to its return; longest: the round's longest wait, returned or still pending at the round's end (counted to the end), median over rounds; max: over all rounds")
-	cut := func(name string) (n int, longest time.Duration) {
-		for _, r := range runs[name] {
-			n += len(r.cutShort)
-			longest = max(longest, percentile(r.cutShort, 100))
-		}
-		return n, longest
-	}
-	lhCut, lhCutMax := cut(lhName)
-	mxCut, mxCutMax := cut(mxName)
-	s.addf("waits pending at the rounds' ends: leasehold %d, longest %s; Mutex %d, longest %s", lhCut, ms(lhCutMax), mxCut, ms(mxCutMax))
-	again := func(name string) float64 {
-		var n, a int
-		for _, r := range runs[name] {
-			n, a = n+r.handoffs, a+r.again
-		}
-		return 100 * float64(a) / float64(max(n, 1))
-	}
-	s.addf("to another: handoffs to a worker other than the one that had just released; back to that worker: leasehold %.1f%%, Mutex %.1f%% of handoffs (all rounds)", again(lhName), again(mxName))
+	s.addf("%d rounds × %v per contender after a warm-up of %v each, alternating which goes first; a fresh resource (lock) per run; medians over rounds", cfg.contendedRounds, cfg.contendedRunFor, cfg.contendedRunFor/5)
+	rateRatio, otherRatio, longRatio := runs.reportWaits(s)
+	runs.reportGaps(s, w)
+	perHandoff := runs.reportCalls(s)
 
-	s.addf("%-36s %10s %10s %10s", fmt.Sprintf("handoff after Release, %d contending", w), "p50", "p99", "max")
-	gap := func(name string, p float64) time.Duration {
-		return dur(name, func(r contendedRun) time.Duration { return percentile(r.gaps, p) })
-	}
-	rel := func(name string, p float64) time.Duration {
-		return dur(name, func(r contendedRun) time.Duration { return percentile(r.releases, p) })
-	}
-	s.addf("%-36s %10s %10s %10s", "leasehold Release → next Acquire", ms(gap(lhName, 50)), ms(gap(lhName, 99)), ms(gap(lhName, 100)))
-	s.addf("%-36s %10s %10s %10s", "Mutex Unlock → next Lock", ms(gap(mxName, 50)), ms(gap(mxName, 99)), ms(gap(mxName, 100)))
-	s.addf("%-36s %10s %10s %10s", "  of which the Release call", ms(rel(lhName, 50)), ms(rel(lhName, 99)), ms(rel(lhName, 100)))
-	s.addf("%-36s %10s %10s %10s", "  of which the Unlock call", ms(rel(mxName, 50)), ms(rel(mxName, 99)), ms(rel(mxName, 100)))
-	s.addf("measured from the holder's Release (Unlock) call to the next holder's return, whoever that is (the releaser too, if it wins again); medians over rounds")
-
-	s.addf("etcd requests per handoff, counted by interceptors on the workers' clients over all rounds:")
-	s.addf("%-14s %9s %7s %7s %7s %7s %7s %7s %13s %7s %8s %7s", "", "handoffs", "Txn", "Put", "Delete", "Range", "RO-Txn", "other", "transactions", "reads", "watches", "events")
-	perHandoff := map[string]map[string]float64{}
-	var otherNames []string
-	for _, name := range []string{lhName, mxName} {
-		n, c := total(name)
-		f := func(v int64) float64 { return float64(v) / float64(max(n, 1)) }
-		otherN, other := c.others()
-		if other != "" {
-			otherNames = append(otherNames, name+": "+other)
-		}
-		perHandoff[name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches), "events": f(c.events)}
-		s.addf("%-14s %9d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %13.2f %7.2f %8.2f %7.2f", name, n,
-			f(c.unary["/etcdserverpb.KV/Txn"]), f(c.unary["/etcdserverpb.KV/Put"]), f(c.unary["/etcdserverpb.KV/DeleteRange"]), f(c.unary["/etcdserverpb.KV/Range"]), f(c.unary[readTxn]), f(otherN),
-			f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events))
-	}
-	s.addf("Txn: transactions that write on some branch; RO-Txn: read-only transactions, which etcd serves as reads; transactions = Txn + Put + DeleteRange calls; reads = Range + RO-Txn calls; watches: watches created (clientv3 Watch calls); events: watch events received by the workers' clients")
-	lhH, lhC := total(lhName)
-	mxH, mxC := total(mxName)
-	s.addf("watch responses with events per handoff: leasehold %.2f (%.1f events each), Mutex %.2f (%.1f events each)",
-		float64(lhC.responses)/float64(max(lhH, 1)), float64(lhC.events)/float64(max(lhC.responses, 1)),
-		float64(mxC.responses)/float64(max(mxH, 1)), float64(mxC.events)/float64(max(mxC.responses, 1)))
-	if len(otherNames) > 0 {
-		s.addf("other calls: %s", strings.Join(otherNames, "; "))
-	}
-
-	lhRate, mxRate := per(lhName, contendedRun.rate), per(mxName, contendedRun.rate)
-	lhLong, mxLong := dur(lhName, contendedRun.longest), dur(mxName, contendedRun.longest)
-	gap99 := gap(lhName, 99)
+	lhRate, mxRate := runs.per(lhName, contendedRun.rate), runs.per(mxName, contendedRun.rate)
+	lhLong, mxLong := runs.dur(lhName, contendedRun.longest), runs.dur(mxName, contendedRun.longest)
+	gap99 := runs.gap(lhName, 99)
 	s.metric("contended leasehold", "rate", lhRate)
 	s.metric("contended Mutex", "rate", mxRate)
 	s.metric("contended lh/Mutex", "ratio", rateRatio)
@@ -512,7 +543,7 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 	s.metric("contended leasehold longest wait", "latency", lhLong.Seconds())
 	s.metric("contended Mutex longest wait", "latency", mxLong.Seconds())
 	s.metric("contended handoff leasehold p99", "latency", gap99.Seconds())
-	s.metric("contended handoff Mutex p99", "latency", gap(mxName, 99).Seconds())
+	s.metric("contended handoff Mutex p99", "latency", runs.gap(mxName, 99).Seconds())
 	for _, name := range []string{lhName, mxName} {
 		for _, k := range []string{"txns", "reads", "watches", "events"} {
 			s.metric(fmt.Sprintf("contended %s/handoff %s", k, name), "count", perHandoff[name][k])
@@ -525,6 +556,75 @@ func (b *bench) contended(ctx context.Context, cfg config) ([]*section, error) {
 	s.goal("contended transactions per handoff ≤ 3", perHandoff[lhName]["txns"] <= 3,
 		fmt.Sprintf("%.2f; Mutex %.2f", perHandoff[lhName]["txns"], perHandoff[mxName]["txns"]))
 	s.goal(fmt.Sprintf("handoff after Release p99 ≤ 10 ms with %d contending", w), gap99 <= 10*time.Millisecond,
-		fmt.Sprintf("%s; Mutex %s", ms(gap99), ms(gap(mxName, 99))))
-	return []*section{s}, nil
+		fmt.Sprintf("%s; Mutex %s", ms(gap99), ms(runs.gap(mxName, 99))))
+	return s
+}
+
+// reportWaits writes the table of handoff rates and waits, the waits cut
+// short and the handoffs back to the releaser, and returns the
+// leasehold/Mutex ratios of the rate, the rate to another worker and the
+// longest wait.
+func (runs contendedRuns) reportWaits(s *section) (rateRatio, otherRatio, longRatio float64) {
+	s.addf("%-24s %10s %12s %10s %10s %10s %10s", "", "handoffs/s", "to another/s", "wait p50", "wait p99", "longest", "max")
+	longestMax := map[string]time.Duration{}
+	for _, name := range []string{lhName, mxName} {
+		for _, r := range runs[name] {
+			longestMax[name] = max(longestMax[name], r.longest())
+		}
+		s.addf("%-24s %10.0f %12.0f %10s %10s %10s %10s", name, runs.per(name, contendedRun.rate), runs.per(name, contendedRun.otherRate),
+			ms(runs.dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 50) })),
+			ms(runs.dur(name, func(r contendedRun) time.Duration { return percentile(r.waits, 99) })),
+			ms(runs.dur(name, contendedRun.longest)), ms(longestMax[name]))
+	}
+	rateRatio, otherRatio = runs.ratio(contendedRun.rate), runs.ratio(contendedRun.otherRate)
+	longRatio = runs.ratio(func(r contendedRun) float64 { return float64(r.longest()) })
+	s.addf("leasehold/Mutex: %.2f× the handoffs/s, %.2f× the handoffs to another worker, %.2f× the longest wait (medians of per-round ratios)", rateRatio, otherRatio, longRatio)
+	s.addf("a wait runs from the Acquire (Lock) call to its return; longest: the round's longest wait, returned or still pending at the round's end (counted to the end), median over rounds; max: over all rounds")
+	lhCut, lhCutMax := runs.cut(lhName)
+	mxCut, mxCutMax := runs.cut(mxName)
+	s.addf("waits pending at the rounds' ends: leasehold %d, longest %s; Mutex %d, longest %s", lhCut, ms(lhCutMax), mxCut, ms(mxCutMax))
+	s.addf("to another: handoffs to a worker other than the one that had just released; back to that worker: leasehold %.1f%%, Mutex %.1f%% of handoffs (all rounds)", runs.again(lhName), runs.again(mxName))
+	return rateRatio, otherRatio, longRatio
+}
+
+// reportGaps writes the table of handoffs after Release (Unlock) with w
+// workers contending.
+func (runs contendedRuns) reportGaps(s *section, w int) {
+	s.addf("%-36s %10s %10s %10s", fmt.Sprintf("handoff after Release, %d contending", w), "p50", "p99", "max")
+	s.addf("%-36s %10s %10s %10s", "leasehold Release → next Acquire", ms(runs.gap(lhName, 50)), ms(runs.gap(lhName, 99)), ms(runs.gap(lhName, 100)))
+	s.addf("%-36s %10s %10s %10s", "Mutex Unlock → next Lock", ms(runs.gap(mxName, 50)), ms(runs.gap(mxName, 99)), ms(runs.gap(mxName, 100)))
+	s.addf("%-36s %10s %10s %10s", "  of which the Release call", ms(runs.rel(lhName, 50)), ms(runs.rel(lhName, 99)), ms(runs.rel(lhName, 100)))
+	s.addf("%-36s %10s %10s %10s", "  of which the Unlock call", ms(runs.rel(mxName, 50)), ms(runs.rel(mxName, 99)), ms(runs.rel(mxName, 100)))
+	s.addf("measured from the holder's Release (Unlock) call to the next holder's return, whoever that is (the releaser too, if it wins again); medians over rounds")
+}
+
+// reportCalls writes the table of etcd requests per handoff and returns
+// them by contender and kind: txns, reads, watches and events.
+func (runs contendedRuns) reportCalls(s *section) map[string]map[string]float64 {
+	s.addf("etcd requests per handoff, counted by interceptors on the workers' clients over all rounds:")
+	s.addf("%-14s %9s %7s %7s %7s %7s %7s %7s %13s %7s %8s %7s", "", "handoffs", "Txn", "Put", "Delete", "Range", "RO-Txn", "other", "transactions", "reads", "watches", "events")
+	perHandoff := map[string]map[string]float64{}
+	var otherNames []string
+	for _, name := range []string{lhName, mxName} {
+		n, c := runs.total(name)
+		f := func(v int64) float64 { return float64(v) / float64(max(n, 1)) }
+		otherN, other := c.others()
+		if other != "" {
+			otherNames = append(otherNames, name+": "+other)
+		}
+		perHandoff[name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches), "events": f(c.events)}
+		s.addf("%-14s %9d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %13.2f %7.2f %8.2f %7.2f", name, n,
+			f(c.unary["/etcdserverpb.KV/Txn"]), f(c.unary["/etcdserverpb.KV/Put"]), f(c.unary["/etcdserverpb.KV/DeleteRange"]), f(c.unary["/etcdserverpb.KV/Range"]), f(c.unary[readTxn]), f(otherN),
+			f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events))
+	}
+	s.addf("Txn: transactions that write on some branch; RO-Txn: read-only transactions, which etcd serves as reads; transactions = Txn + Put + DeleteRange calls; reads = Range + RO-Txn calls; watches: watches created (clientv3 Watch calls); events: watch events received by the workers' clients")
+	lhH, lhC := runs.total(lhName)
+	mxH, mxC := runs.total(mxName)
+	s.addf("watch responses with events per handoff: leasehold %.2f (%.1f events each), Mutex %.2f (%.1f events each)",
+		float64(lhC.responses)/float64(max(lhH, 1)), float64(lhC.events)/float64(max(lhC.responses, 1)),
+		float64(mxC.responses)/float64(max(mxH, 1)), float64(mxC.events)/float64(max(mxC.responses, 1)))
+	if len(otherNames) > 0 {
+		s.addf("other calls: %s", strings.Join(otherNames, "; "))
+	}
+	return perHandoff
 }

@@ -246,37 +246,82 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 	maxW := slices.Max(append(slices.Clone(cfg.workers), cfg.batchWorkers))
 	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), min: keys.MustNew(nsMinimal), batch: cfg.batch}
 	defer c.reg.Close()
+	defer c.closeSessions()
+	if err := c.openSessions(ctx, b.cli, maxW); err != nil {
+		return nil, err
+	}
+	st, err := b.throughputRounds(ctx, cfg, c)
+	if err != nil {
+		return nil, err
+	}
+	var out []*section
+	if cfg.sections[1] {
+		out = append(out, st.cycleSection(cfg))
+	}
+	if cfg.sections[7] {
+		out = append(out, st.batchSection(cfg))
+	}
+	return out, nil
+}
+
+// openSessions starts maxW workers' leasehold and concurrency sessions on
+// cli. What it opened before failing is left for closeSessions.
+func (c *cycler) openSessions(ctx context.Context, cli *clientv3.Client, maxW int) error {
 	c.lh, c.mx = make([]*session.Session, maxW), make([]*concurrency.Session, maxW)
-	defer func() {
-		var wg sync.WaitGroup
-		for w := range maxW {
-			wg.Go(func() {
-				if c.lh[w] != nil {
-					_ = c.lh[w].Close(context.Background())
-				}
-				if c.mx[w] != nil {
-					_ = c.mx[w].Close()
-				}
-			})
-		}
-		wg.Wait()
-	}()
 	var wg sync.WaitGroup
 	errs := make([]error, maxW)
 	for w := range maxW {
 		wg.Go(func() {
 			var err error
-			c.lh[w], err = session.New(ctx, b.cli, session.WithWorker(fmt.Sprintf("bench-%d", w)))
+			c.lh[w], err = session.New(ctx, cli, session.WithWorker(fmt.Sprintf("bench-%d", w)))
 			if err == nil {
-				c.mx[w], err = concurrency.NewSession(b.cli)
+				c.mx[w], err = concurrency.NewSession(cli)
 			}
 			errs[w] = err
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	return errors.Join(errs...)
+}
+
+// closeSessions closes whatever openSessions opened.
+func (c *cycler) closeSessions() {
+	var wg sync.WaitGroup
+	for w := range len(c.lh) {
+		wg.Go(func() {
+			if c.lh[w] != nil {
+				_ = c.lh[w].Close(context.Background())
+			}
+			if c.mx[w] != nil {
+				_ = c.mx[w].Close()
+			}
+		})
 	}
+	wg.Wait()
+}
+
+// cycleStats are the throughput rounds' figures by contender name and
+// workers, one per round.
+type cycleStats struct {
+	rates  map[string]map[int][]float64 // cycles (tasks) per second
+	cpus   map[string]map[int][]float64 // CPU µs per task
+	allocs map[string]map[int][]float64 // KB allocated per task
+}
+
+// record adds one round's figures of contender name at w workers.
+func (st *cycleStats) record(name string, w int, m runStats) {
+	if st.rates[name] == nil {
+		st.rates[name], st.cpus[name], st.allocs[name] = map[int][]float64{}, map[int][]float64{}, map[int][]float64{}
+	}
+	st.rates[name][w] = append(st.rates[name][w], m.rate())
+	st.cpus[name][w] = append(st.cpus[name][w], float64(m.cpuPerTask())/float64(time.Microsecond))
+	st.allocs[name][w] = append(st.allocs[name][w], m.allocPerTask())
+}
+
+// throughputRounds runs the warm-up (unless smoke) and cfg.rounds rounds
+// of every contender at every level of workers the sections ask for,
+// wiping the namespaces after every round.
+func (b *bench) throughputRounds(ctx context.Context, cfg config, c *cycler) (*cycleStats, error) {
 	contenders := []contender{
 		{"leasehold", c.leasehold},
 		{"bare", c.bareCycle},
@@ -285,18 +330,7 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 		{"rawTxn", c.rawTxn},
 	}
 	batches := []contender{{"batch", c.batchCycle}, {"bare batch", c.bareBatchCycle}}
-	// rates[name][workers] = one rate per round
-	rates := map[string]map[int][]float64{}
-	cpus := map[string]map[int][]float64{}   // CPU µs per task
-	allocs := map[string]map[int][]float64{} // KB allocated per task
-	record := func(name string, w int, m runStats) {
-		if rates[name] == nil {
-			rates[name], cpus[name], allocs[name] = map[int][]float64{}, map[int][]float64{}, map[int][]float64{}
-		}
-		rates[name][w] = append(rates[name][w], m.rate())
-		cpus[name][w] = append(cpus[name][w], float64(m.cpuPerTask())/float64(time.Microsecond))
-		allocs[name][w] = append(allocs[name][w], m.allocPerTask())
-	}
+	st := &cycleStats{rates: map[string]map[int][]float64{}, cpus: map[string]map[int][]float64{}, allocs: map[string]map[int][]float64{}}
 	var levels []int
 	if cfg.sections[1] {
 		levels = slices.Clone(cfg.workers)
@@ -321,38 +355,8 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			if cfg.sections[7] && w == cfg.batchWorkers {
 				list = append(slices.Clone(list), batches...)
 			}
-			// Each contender runs twice for half the time: in the
-			// rotated order, then in reverse. The store grows as a round
-			// writes, and the machine drifts; a drift linear over the
-			// round cancels, since every contender's two halves
-			// straddle the round's midpoint.
-			order := rotate(list, max(round, 0)+w)
-			runs := make([]runStats, len(order))
-			rpcs := make([]map[string]int, len(order))
-			for _, i := range forthAndBack(len(order)) {
-				ct := order[i]
-				b.rpc.reset()
-				m, err := measure(ctx, w, d/2, ct.cycle)
-				unary, _ := b.rpc.reset()
-				if err != nil {
-					return nil, fmt.Errorf("%s at %d workers: %w", ct.name, w, err)
-				}
-				runs[i] = runs[i].add(m)
-				if rpcs[i] == nil {
-					rpcs[i] = map[string]int{}
-				}
-				for k, v := range unary {
-					rpcs[i][k] += v
-				}
-			}
-			for i, ct := range order {
-				m := runs[i]
-				if round >= 0 {
-					record(ct.name, w, m)
-				}
-				if cfg.verbose {
-					fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task %5.1f KB/task, RPCs %v\n", round, ct.name, w, m.rate(), float64(m.cpuPerTask())/1e3, m.allocPerTask(), rpcs[i])
-				}
+			if err := b.throughputLevel(ctx, cfg, st, list, round, w, d); err != nil {
+				return nil, err
 			}
 		}
 		// Every round starts from the same empty store.
@@ -360,72 +364,117 @@ func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) 
 			return nil, err
 		}
 	}
+	return st, nil
+}
 
-	var out []*section
-	if cfg.sections[1] {
-		s := &section{title: "1. task cycle throughput (TryAcquire + Complete, audited), cycles/s"}
-		s.addf("%7s %10s %10s %10s %10s %9s %9s %11s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare", "lh/Mutex", "lh/(raw/2)")
-		for _, w := range cfg.workers {
-			lh, bare, mx, raw := rates["leasehold"][w], rates["bare"][w], rates["Mutex"][w], rates["rawTxn"][w]
-			rBare, rMutex, rRaw := ratios(lh, bare, 1), ratios(lh, mx, 1), ratios(lh, raw, 0.5)
-			s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f %9.3f %11.3f", w, median(lh), median(bare), median(mx), median(raw), rBare, rMutex, rRaw)
-			for name, v := range map[string]float64{"leasehold": median(lh), "bare": median(bare), "Mutex": median(mx), "rawTxn": median(raw)} {
-				s.metric(fmt.Sprintf("cycle %s %dw", name, w), "rate", v)
-			}
-			s.metric(fmt.Sprintf("cycle lh/bare %dw", w), "ratio", rBare)
-			s.metric(fmt.Sprintf("cycle lh/Mutex %dw", w), "ratio", rMutex)
-			s.metric(fmt.Sprintf("cycle lh/(raw/2) %dw", w), "ratio", rRaw)
-			s.goal(fmt.Sprintf("leasehold/bare ≥ 0.95 at %d workers", w), rBare >= 0.95, fmt.Sprintf("%.3f", rBare))
+// throughputLevel runs every contender of list at w workers for d in
+// round, recording the figures in st unless the round warms up.
+func (b *bench) throughputLevel(ctx context.Context, cfg config, st *cycleStats, list []contender, round, w int, d time.Duration) error {
+	// Each contender runs twice for half the time: in the
+	// rotated order, then in reverse. The store grows as a round
+	// writes, and the machine drifts; a drift linear over the
+	// round cancels, since every contender's two halves
+	// straddle the round's midpoint.
+	order := rotate(list, max(round, 0)+w)
+	runs := make([]runStats, len(order))
+	rpcs := make([]map[string]int, len(order))
+	for _, i := range forthAndBack(len(order)) {
+		ct := order[i]
+		b.rpc.reset()
+		m, err := measure(ctx, w, d/2, ct.cycle)
+		unary, _ := b.rpc.reset()
+		if err != nil {
+			return fmt.Errorf("%s at %d workers: %w", ct.name, w, err)
 		}
-		s.addf("the minimal audited protocol (issue 26's baseline: the claim and Complete with the SDK's payloads and nothing for features unused), cycles/s:")
-		s.addf("%7s %10s %10s %9s %12s %12s", "workers", "leasehold", "minimal", "lh/min", "CPU µs lh", "CPU µs min")
-		for _, w := range cfg.workers {
-			lh, mn := rates["leasehold"][w], rates["minimal"][w]
-			r := ratios(lh, mn, 1)
-			s.addf("%7d %10.0f %10.0f %9.3f %12.0f %12.0f", w, median(lh), median(mn), r, median(cpus["leasehold"][w]), median(cpus["minimal"][w]))
-			s.metric(fmt.Sprintf("cycle minimal %dw", w), "rate", median(mn))
-			s.metric(fmt.Sprintf("cycle lh/minimal %dw", w), "ratio", r)
-			s.goal(fmt.Sprintf("leasehold/minimal ≥ 0.9 at %d workers", w), r >= 0.9, fmt.Sprintf("%.3f", r))
+		runs[i] = runs[i].add(m)
+		if rpcs[i] == nil {
+			rpcs[i] = map[string]int{}
 		}
-		s.addf("ratios are medians of per-round ratios; rawTxn is one single-key Txn per cycle")
-		s.addf("process CPU per cycle (client and embedded server), µs:")
-		s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
-		for _, w := range cfg.workers {
-			lh, bare, mx, raw := cpus["leasehold"][w], cpus["bare"][w], cpus["Mutex"][w], cpus["rawTxn"][w]
-			s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
-			s.metric(fmt.Sprintf("cpu/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
+		for k, v := range unary {
+			rpcs[i][k] += v
 		}
-		s.addf("process allocation per cycle (client and embedded server), KB:")
-		s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
-		for _, w := range cfg.workers {
-			lh, bare, mx, raw := allocs["leasehold"][w], allocs["bare"][w], allocs["Mutex"][w], allocs["rawTxn"][w]
-			s.addf("%7d %10.1f %10.1f %10.1f %10.1f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
-			s.metric(fmt.Sprintf("alloc/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
-		}
-		out = append(out, s)
 	}
-	if cfg.sections[7] {
-		w := cfg.batchWorkers
-		s := &section{title: fmt.Sprintf("7. batch claim + complete (TryAcquireMany + CompleteMany of %d) at %d workers, tasks/s", cfg.batch, w)}
-		bt, bare, mx := rates["batch"][w], rates["bare batch"][w], rates["Mutex"][w]
-		r := ratios(bt, mx, 1)
-		s.addf("%-34s %10s %12s %8s %9s", "", "tasks/s", "CPU µs/task", "KB/task", "vs Mutex")
-		row := func(label, name string, ratio float64) {
-			s.addf("%-34s %10.0f %12.0f %8.1f %8.2f×", label, median(rates[name][w]), median(cpus[name][w]), median(allocs[name][w]), ratio)
+	for i, ct := range order {
+		m := runs[i]
+		if round >= 0 {
+			st.record(ct.name, w, m)
 		}
-		row("leasehold batch", "batch", r)
-		row("the same transactions, bare", "bare batch", ratios(bare, mx, 1))
-		row("Mutex Lock+Unlock (one task each)", "Mutex", 1.0)
-		s.addf("leasehold batch / bare batch: %.3f", ratios(bt, bare, 1))
-		s.metric("batch tasks", "rate", median(bt))
-		s.metric("batch bare", "rate", median(bare))
-		s.metric("batch Mutex", "rate", median(mx))
-		s.metric("batch/Mutex", "ratio", r)
-		s.metric("batch/bare batch", "ratio", ratios(bt, bare, 1))
-		s.goal("batch ≥ 3× Mutex", r >= 3, fmt.Sprintf("%.2f×", r))
-		out = append(out, s)
+		if cfg.verbose {
+			fmt.Fprintf(os.Stderr, "round %d: %-10s %2d workers: %8.0f/s %6.0f µs CPU/task %5.1f KB/task, RPCs %v\n", round, ct.name, w, m.rate(), float64(m.cpuPerTask())/1e3, m.allocPerTask(), rpcs[i])
+		}
 	}
-	return out, nil
+	return nil
+}
+
+// cycleSection writes section 1: the task cycle's throughput, CPU and
+// allocation against its references.
+func (st *cycleStats) cycleSection(cfg config) *section {
+	rates, cpus, allocs := st.rates, st.cpus, st.allocs
+	s := &section{title: "1. task cycle throughput (TryAcquire + Complete, audited), cycles/s"}
+	s.addf("%7s %10s %10s %10s %10s %9s %9s %11s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare", "lh/Mutex", "lh/(raw/2)")
+	for _, w := range cfg.workers {
+		lh, bare, mx, raw := rates["leasehold"][w], rates["bare"][w], rates["Mutex"][w], rates["rawTxn"][w]
+		rBare, rMutex, rRaw := ratios(lh, bare, 1), ratios(lh, mx, 1), ratios(lh, raw, 0.5)
+		s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f %9.3f %11.3f", w, median(lh), median(bare), median(mx), median(raw), rBare, rMutex, rRaw)
+		for name, v := range map[string]float64{"leasehold": median(lh), "bare": median(bare), "Mutex": median(mx), "rawTxn": median(raw)} {
+			s.metric(fmt.Sprintf("cycle %s %dw", name, w), "rate", v)
+		}
+		s.metric(fmt.Sprintf("cycle lh/bare %dw", w), "ratio", rBare)
+		s.metric(fmt.Sprintf("cycle lh/Mutex %dw", w), "ratio", rMutex)
+		s.metric(fmt.Sprintf("cycle lh/(raw/2) %dw", w), "ratio", rRaw)
+		s.goal(fmt.Sprintf("leasehold/bare ≥ 0.95 at %d workers", w), rBare >= 0.95, fmt.Sprintf("%.3f", rBare))
+	}
+	s.addf("the minimal audited protocol (issue 26's baseline: the claim and Complete with the SDK's payloads and nothing for features unused), cycles/s:")
+	s.addf("%7s %10s %10s %9s %12s %12s", "workers", "leasehold", "minimal", "lh/min", "CPU µs lh", "CPU µs min")
+	for _, w := range cfg.workers {
+		lh, mn := rates["leasehold"][w], rates["minimal"][w]
+		r := ratios(lh, mn, 1)
+		s.addf("%7d %10.0f %10.0f %9.3f %12.0f %12.0f", w, median(lh), median(mn), r, median(cpus["leasehold"][w]), median(cpus["minimal"][w]))
+		s.metric(fmt.Sprintf("cycle minimal %dw", w), "rate", median(mn))
+		s.metric(fmt.Sprintf("cycle lh/minimal %dw", w), "ratio", r)
+		s.goal(fmt.Sprintf("leasehold/minimal ≥ 0.9 at %d workers", w), r >= 0.9, fmt.Sprintf("%.3f", r))
+	}
+	s.addf("ratios are medians of per-round ratios; rawTxn is one single-key Txn per cycle")
+	s.addf("process CPU per cycle (client and embedded server), µs:")
+	s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
+	for _, w := range cfg.workers {
+		lh, bare, mx, raw := cpus["leasehold"][w], cpus["bare"][w], cpus["Mutex"][w], cpus["rawTxn"][w]
+		s.addf("%7d %10.0f %10.0f %10.0f %10.0f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
+		s.metric(fmt.Sprintf("cpu/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
+	}
+	s.addf("process allocation per cycle (client and embedded server), KB:")
+	s.addf("%7s %10s %10s %10s %10s %9s", "workers", "leasehold", "bare", "Mutex", "rawTxn", "lh/bare")
+	for _, w := range cfg.workers {
+		lh, bare, mx, raw := allocs["leasehold"][w], allocs["bare"][w], allocs["Mutex"][w], allocs["rawTxn"][w]
+		s.addf("%7d %10.1f %10.1f %10.1f %10.1f %9.3f", w, median(lh), median(bare), median(mx), median(raw), ratios(lh, bare, 1))
+		s.metric(fmt.Sprintf("alloc/cycle lh/bare %dw", w), "ratio", ratios(lh, bare, 1))
+	}
+	return s
+}
+
+// batchSection writes section 7: the batch claims at cfg.batchWorkers
+// workers against the same transactions bare and against the Mutex.
+func (st *cycleStats) batchSection(cfg config) *section {
+	rates, cpus, allocs := st.rates, st.cpus, st.allocs
+	w := cfg.batchWorkers
+	s := &section{title: fmt.Sprintf("7. batch claim + complete (TryAcquireMany + CompleteMany of %d) at %d workers, tasks/s", cfg.batch, w)}
+	bt, bare, mx := rates["batch"][w], rates["bare batch"][w], rates["Mutex"][w]
+	r := ratios(bt, mx, 1)
+	s.addf("%-34s %10s %12s %8s %9s", "", "tasks/s", "CPU µs/task", "KB/task", "vs Mutex")
+	row := func(label, name string, ratio float64) {
+		s.addf("%-34s %10.0f %12.0f %8.1f %8.2f×", label, median(rates[name][w]), median(cpus[name][w]), median(allocs[name][w]), ratio)
+	}
+	row("leasehold batch", "batch", r)
+	row("the same transactions, bare", "bare batch", ratios(bare, mx, 1))
+	row("Mutex Lock+Unlock (one task each)", "Mutex", 1.0)
+	s.addf("leasehold batch / bare batch: %.3f", ratios(bt, bare, 1))
+	s.metric("batch tasks", "rate", median(bt))
+	s.metric("batch bare", "rate", median(bare))
+	s.metric("batch Mutex", "rate", median(mx))
+	s.metric("batch/Mutex", "ratio", r)
+	s.metric("batch/bare batch", "ratio", ratios(bt, bare, 1))
+	s.goal("batch ≥ 3× Mutex", r >= 3, fmt.Sprintf("%.2f×", r))
+	return s
 }
 
 // forthAndBack is 0, 1, …, n-1, n-1, …, 1, 0.

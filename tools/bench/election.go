@@ -102,34 +102,50 @@ func (b *bench) electionFailover(ctx context.Context, cfg config) ([]*section, e
 		return nil, err
 	}
 
-	took := func(fs []failover) []time.Duration {
-		var out []time.Duration
-		for _, f := range fs {
-			out = append(out, f.took)
-		}
-		return out
+	return []*section{electionReport(cfg, ttlSeconds, lh, et)}, nil
+}
+
+// failoverTook is every sample's time from the cut to the successor
+// leading.
+func failoverTook(fs []failover) []time.Duration {
+	var out []time.Duration
+	for _, f := range fs {
+		out = append(out, f.took)
 	}
-	told := func(fs []failover) (first int, lead []time.Duration) {
-		for _, f := range fs {
-			if f.toldFirst() {
-				first++
-			}
-			if f.told > 0 {
-				lead = append(lead, f.took-f.told)
-			}
+	return out
+}
+
+// failoverTold counts the samples whose deposed leader learned first, and
+// lists, for every sample whose leader learned, how long before its
+// successor led it did.
+func failoverTold(fs []failover) (first int, lead []time.Duration) {
+	for _, f := range fs {
+		if f.toldFirst() {
+			first++
 		}
-		return first, lead
-	}
-	react := func(fs []failover) []time.Duration {
-		var out []time.Duration
-		for _, f := range fs {
-			out = append(out, f.react)
+		if f.told > 0 {
+			lead = append(lead, f.took-f.told)
 		}
-		return out
 	}
-	lhTook, etTook := took(lh), took(et)
-	lhFirst, lhLead := told(lh)
-	etFirst, etLead := told(et)
+	return first, lead
+}
+
+// failoverReact is every sample's time from the expiry to the successor
+// leading.
+func failoverReact(fs []failover) []time.Duration {
+	var out []time.Duration
+	for _, f := range fs {
+		out = append(out, f.react)
+	}
+	return out
+}
+
+// electionReport writes section 11 from the leasehold samples lh and the
+// etcd samples et, with sessions of ttlSeconds.
+func electionReport(cfg config, ttlSeconds int, lh, et []failover) *section {
+	lhTook, etTook := failoverTook(lh), failoverTook(et)
+	lhFirst, lhLead := failoverTold(lh)
+	etFirst, etLead := failoverTold(et)
 	lhP50, etP50 := percentile(lhTook, 50), percentile(etTook, 50)
 	ratio := lhP50.Seconds() / etP50.Seconds()
 	s := &section{title: fmt.Sprintf("11. election failover after a leader's crash (client blackholed, session left to expire; TTL %v, %d samples each in groups of %d)", time.Duration(ttlSeconds)*time.Second, cfg.electionSamples, cfg.electionGroup)}
@@ -139,8 +155,8 @@ func (b *bench) electionFailover(ctx context.Context, cfg config) ([]*section, e
 	s.addf("%-40s %10s %10s %10s", "", "min", "p50", "max")
 	row("leasehold: cut → successor leads", lhTook)
 	row("etcd Election: cut → successor leads", etTook)
-	row("  leasehold: of which expiry → leads", react(lh))
-	row("  etcd Election: of which expiry → leads", react(et))
+	row("  leasehold: of which expiry → leads", failoverReact(lh))
+	row("  etcd Election: of which expiry → leads", failoverReact(et))
 	row("leasehold: leader told → successor leads", lhLead)
 	row("etcd Election: leader told → successor", etLead)
 	s.addf("leasehold/etcd p50 failover: %.2f×", ratio)
@@ -155,7 +171,7 @@ func (b *bench) electionFailover(ctx context.Context, cfg config) ([]*section, e
 	ttl := time.Duration(ttlSeconds) * time.Second
 	s.goal("election failover max ≤ TTL + 1 s", percentile(lhTook, 100) <= ttl+time.Second, fmt.Sprintf("%s vs %v", ms(percentile(lhTook, 100)), ttl+time.Second))
 	s.goal("deposed leader told before its successor led 100%", lhFirst == len(lh), fmt.Sprintf("%d/%d", lhFirst, len(lh)))
-	return []*section{s}, nil
+	return s
 }
 
 // cutOff is a leader's client behind its own fault proxy.

@@ -321,24 +321,8 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 	alone := lease.NewRegistry(b.cli, lease.WithNamespace(nsFanoutAlone))
 	defer alone.Close()
 	sessions := make([]*session.Session, w)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, s := range sessions {
-			if s != nil {
-				wg.Go(func() { _ = s.Close(context.Background()) })
-			}
-		}
-		wg.Wait()
-	}()
-	errs := make([]error, w)
-	var wg sync.WaitGroup
-	for i := range w {
-		wg.Go(func() {
-			sessions[i], errs[i] = session.New(ctx, b.cli, session.WithWorker(fmt.Sprintf("fan-%d", i)))
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	defer closeFanSessions(sessions)
+	if err := openFanSessions(ctx, b.cli, sessions); err != nil {
 		return nil, err
 	}
 
@@ -369,8 +353,65 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 			return 1, l.Complete(ctx, "ok")
 		}
 	}
-	aloneName, besideName := "alone", fmt.Sprintf("beside %d idle processes", cfg.fanoutIdle)
-	list := []contender{{aloneName, cycle(alone)}, {besideName, cycle(shared)}}
+	list := []contender{{fanAlone, cycle(alone)}, {fanBeside(cfg), cycle(shared)}}
+	halves, err := b.fanoutRounds(ctx, cfg, procs, list)
+	if err != nil {
+		return nil, err
+	}
+	end, err := procs.stat()
+	if err != nil {
+		return nil, err
+	}
+
+	s := fanoutReport(cfg, started, list, halves, end)
+	if end.Live != cfg.fanoutIdle {
+		return nil, fmt.Errorf("only %d of %d idle leases still live", end.Live, cfg.fanoutIdle)
+	}
+	procs.stop() // they release their leases
+	stopped = true
+	if err := b.wipe(ctx, nsFanout+"/"); err != nil {
+		return nil, err
+	}
+	return []*section{s}, nil
+}
+
+// fanAlone names section 9's contender in a namespace of its own.
+const fanAlone = "alone"
+
+// fanBeside names section 9's contender beside the idle processes.
+func fanBeside(cfg config) string { return fmt.Sprintf("beside %d idle processes", cfg.fanoutIdle) }
+
+// openFanSessions starts a session per slot of sessions on cli, the
+// workers named fan-N. What it started before failing is left for
+// closeFanSessions.
+func openFanSessions(ctx context.Context, cli *clientv3.Client, sessions []*session.Session) error {
+	errs := make([]error, len(sessions))
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Go(func() {
+			sessions[i], errs[i] = session.New(ctx, cli, session.WithWorker(fmt.Sprintf("fan-%d", i)))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeFanSessions closes the sessions started.
+func closeFanSessions(sessions []*session.Session) {
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		if s != nil {
+			wg.Go(func() { _ = s.Close(context.Background()) })
+		}
+	}
+	wg.Wait()
+}
+
+// fanoutRounds runs the warm-up (unless smoke) and cfg.fanoutRounds
+// rounds of the contenders in list, forth and back, each half followed by
+// the idle processes going quiet. It returns, per contender, each
+// measured round's two halves summed.
+func (b *bench) fanoutRounds(ctx context.Context, cfg config, procs idleProcs, list []contender) (map[string][]fanHalf, error) {
 	halves := map[string][]fanHalf{} // per round, both halves summed
 	first := -1                      // round -1 warms up
 	if cfg.smoke {
@@ -390,7 +431,7 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 				return nil, err
 			}
 			cpu0 := cpuTime()
-			m, err := measure(ctx, w, d/2, ct.cycle)
+			m, err := measure(ctx, cfg.fanoutWorkers, d/2, ct.cycle)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", ct.name, err)
 			}
@@ -416,22 +457,21 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 			return nil, err
 		}
 	}
-	end, err := procs.stat()
-	if err != nil {
-		return nil, err
-	}
+	return halves, nil
+}
 
-	s := &section{title: fmt.Sprintf("9. fan-out: the task cycle (TryAcquire + Complete) at %d workers, alone and beside %d idle worker processes on its namespace", w, cfg.fanoutIdle)}
-	s.addf("idle processes: %d child processes (this binary re-executed), each with its own clientv3 client (own gRPC connection), registry and session, holding one lease for the whole section; started in %v",
-		cfg.fanoutIdle, started.Round(time.Millisecond))
-	s.addf("alone: the same workers in a namespace of their own on the same member, the idle processes still running; %d rounds × %v per contender, forth and back", cfg.fanoutRounds, cfg.fanoutRunFor)
-	type row struct {
-		rate, cpuRun, cpu, idleCPU, events, catchUp []float64
-		cycles, idleEvents                          int64
-	}
-	rows := map[string]*row{}
+// fanRow is a fan-out contender's figures over the measured rounds: one
+// per round, per cycle, and the totals.
+type fanRow struct {
+	rate, cpuRun, cpu, idleCPU, events, catchUp []float64
+	cycles, idleEvents                          int64
+}
+
+// fanRows sums up every contender's halves.
+func fanRows(cfg config, list []contender, halves map[string][]fanHalf) map[string]*fanRow {
+	rows := map[string]*fanRow{}
 	for _, ct := range list {
-		r := &row{}
+		r := &fanRow{}
 		for _, h := range halves[ct.name] {
 			n := float64(max(h.run.tasks, 1))
 			r.rate = append(r.rate, h.run.rate())
@@ -445,13 +485,24 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 		}
 		rows[ct.name] = r
 	}
+	return rows
+}
+
+// fanoutReport writes section 9: the idle processes started in started,
+// the contenders' halves, and the idle processes' figures at the end.
+func fanoutReport(cfg config, started time.Duration, list []contender, halves map[string][]fanHalf, end fanoutStat) *section {
+	s := &section{title: fmt.Sprintf("9. fan-out: the task cycle (TryAcquire + Complete) at %d workers, alone and beside %d idle worker processes on its namespace", cfg.fanoutWorkers, cfg.fanoutIdle)}
+	s.addf("idle processes: %d child processes (this binary re-executed), each with its own clientv3 client (own gRPC connection), registry and session, holding one lease for the whole section; started in %v",
+		cfg.fanoutIdle, started.Round(time.Millisecond))
+	s.addf("alone: the same workers in a namespace of their own on the same member, the idle processes still running; %d rounds × %v per contender, forth and back", cfg.fanoutRounds, cfg.fanoutRunFor)
+	rows := fanRows(cfg, list, halves)
 	s.addf("%-30s %9s %14s %14s %15s %12s", "", "cycles/s", "CPU µs/cycle", "idle procs'", "events/idle", "catch-up")
 	s.addf("%-30s %9s %14s %14s %15s %12s", "", "", "(this process)", "CPU µs/cycle", "proc/cycle", "max ms")
 	for _, ct := range list {
 		r := rows[ct.name]
 		s.addf("%-30s %9.0f %14.0f %14.1f %15.3f %12.0f", ct.name, median(r.rate), median(r.cpu), median(r.idleCPU), float64(r.idleEvents)/float64(max(r.cycles, 1))/float64(cfg.fanoutIdle), maxOf(r.catchUp))
 	}
-	ab, bs := rows[aloneName], rows[besideName]
+	ab, bs := rows[fanAlone], rows[fanBeside(cfg)]
 	ratio := ratios(bs.rate, ab.rate, 1)
 	perCycle := float64(bs.idleEvents) / float64(max(bs.cycles, 1)) / float64(cfg.fanoutIdle)
 	s.addf("beside/alone: %.3f (median of per-round ratios); CPU per cycle beside/alone: %.3f this process, %.3f with the idle processes'",
@@ -468,15 +519,7 @@ func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 	s.metric("fanout idle live", "fraction", float64(end.Live)/float64(cfg.fanoutIdle))
 	s.goal(fmt.Sprintf("cycle beside %d idle processes ≥ 0.95× alone", cfg.fanoutIdle), ratio >= 0.95, fmt.Sprintf("%.3f", ratio))
 	s.goal("events per idle process per foreign cycle = 0", bs.idleEvents == 0, fmt.Sprintf("%.3f (%d events)", perCycle, bs.idleEvents))
-	if end.Live != cfg.fanoutIdle {
-		return nil, fmt.Errorf("only %d of %d idle leases still live", end.Live, cfg.fanoutIdle)
-	}
-	procs.stop() // they release their leases
-	stopped = true
-	if err := b.wipe(ctx, nsFanout+"/"); err != nil {
-		return nil, err
-	}
-	return []*section{s}, nil
+	return s
 }
 
 func maxOf(xs []float64) float64 {

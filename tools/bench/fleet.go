@@ -420,41 +420,18 @@ func (b *bench) fleetTakeover(ctx context.Context, cfg config, s *section) error
 	defer sreg.Close()
 	ttl := worker.WithSessionOptions(session.WithTTL(cfg.fleetTTL))
 
-	type holding struct {
-		epoch int64
-		at    time.Time // the steady pool's handler start
+	t := &takeover{
+		slots: slots, fill: fill,
+		held:     make(chan *lease.Lease, 2*slots),
+		watched:  map[string]int64{},
+		taken:    map[string]takeoverHolding{},
+		allTaken: make(chan struct{}),
 	}
-	held := make(chan *lease.Lease, 2*slots)
-	victim, err := worker.New(vreg, worker.Prefix(vcli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
-		select {
-		case held <- l:
-		default:
-		}
-		<-ctx.Done()
-		return "", context.Cause(ctx)
-	}, worker.WithSlots(slots), worker.WithWorker("victim"), worker.WithGrace(0), ttl)
+	victim, err := worker.New(vreg, worker.Prefix(vcli, prefix), t.victimHandler, worker.WithSlots(slots), worker.WithWorker("victim"), worker.WithGrace(0), ttl)
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	watched := map[string]int64{} // the victim's tasks → its epochs
-	taken := map[string]holding{}
-	allTaken := make(chan struct{})
-	work := fleetWork(cfg.fleetWork)
-	steady, err := worker.New(sreg, worker.Prefix(scli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
-		at := time.Now()
-		mu.Lock()
-		if _, ok := watched[l.Resource()]; ok {
-			if _, dup := taken[l.Resource()]; !dup {
-				taken[l.Resource()] = holding{l.Epoch(), at}
-				if len(taken) == len(watched) {
-					close(allTaken)
-				}
-			}
-		}
-		mu.Unlock()
-		return work(ctx, l)
-	}, worker.WithSlots(slots), worker.WithWorker("steady"), ttl)
+	steady, err := worker.New(sreg, worker.Prefix(scli, prefix), t.steadyHandler(fleetWork(cfg.fleetWork)), worker.WithSlots(slots), worker.WithWorker("steady"), ttl)
 	if err != nil {
 		return err
 	}
@@ -472,57 +449,126 @@ func (b *bench) fleetTakeover(ctx context.Context, cfg config, s *section) error
 		<-sdone
 	}()
 
-	var leases []*lease.Lease
-	timeout := time.After(time.Minute)
-	for len(leases) < slots {
-		select {
-		case l := <-held:
-			leases = append(leases, l)
-		case err := <-vdone:
-			vdone <- err
-			return fmt.Errorf("the victim's Run returned before it held %d tasks: %v", slots, err)
-		case <-timeout:
-			return fmt.Errorf("the victim held %d tasks after a minute, want %d", len(leases), slots)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := t.awaitHeld(ctx, vdone); err != nil {
+		return err
 	}
-	grantedTTL := leases[0].Session().TTL()
-	mu.Lock()
-	for _, l := range leases {
-		watched[l.Resource()] = l.Epoch()
+	t.grantedTTL = t.leases[0].Session().TTL()
+	t.mu.Lock()
+	for _, l := range t.leases {
+		t.watched[l.Resource()] = l.Epoch()
 	}
-	mu.Unlock()
-	atKill := steady.Stats().Completed
-	kill := time.Now()
+	t.mu.Unlock()
+	t.atKill = steady.Stats().Completed
+	t.kill = time.Now()
 	killed = true
 	_ = vcli.Close()
 	stopVictim()
 	wait := time.NewTimer(cfg.fleetTakeoverWait)
 	defer wait.Stop()
 	select {
-	case <-allTaken:
+	case <-t.allTaken:
 	case <-wait.C:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	waited := time.Since(kill)
-	afterWait := steady.Stats().Completed
+	t.waited = time.Since(t.kill)
+	t.afterWait = steady.Stats().Completed
 	vst := victim.Stats()
 	if vst.Completed != 0 {
 		return fmt.Errorf("the killed victim completed %d tasks", vst.Completed)
 	}
+	t.report(cfg, s)
+	return nil
+}
 
+// takeoverHolding is a victim's task as the steady pool took it over.
+type takeoverHolding struct {
+	epoch int64
+	at    time.Time // the steady pool's handler start
+}
+
+// takeover is the state of part 2 of section 14: what the victim pool
+// held, what the steady pool took over, and when.
+type takeover struct {
+	slots int
+	fill  time.Duration // writing the backlog
+	held  chan *lease.Lease
+
+	mu       sync.Mutex
+	watched  map[string]int64 // the victim's tasks → its epochs
+	taken    map[string]takeoverHolding
+	allTaken chan struct{}
+
+	leases     []*lease.Lease // the victim's, once it held slots tasks
+	grantedTTL time.Duration
+	kill       time.Time
+	waited     time.Duration // from the kill to every task taken over, or to giving up
+	atKill     int64         // the steady pool's completions at the kill
+	afterWait  int64         // and after the wait
+}
+
+// victimHandler hands its lease to t.held and blocks until cancelled.
+func (t *takeover) victimHandler(ctx context.Context, l *lease.Lease) (string, error) {
+	select {
+	case t.held <- l:
+	default:
+	}
+	<-ctx.Done()
+	return "", context.Cause(ctx)
+}
+
+// steadyHandler notes when the steady pool starts on a task of the
+// victim's, closing t.allTaken once it has them all, and does work.
+func (t *takeover) steadyHandler(work worker.Handler) worker.Handler {
+	return func(ctx context.Context, l *lease.Lease) (string, error) {
+		at := time.Now()
+		t.mu.Lock()
+		if _, ok := t.watched[l.Resource()]; ok {
+			if _, dup := t.taken[l.Resource()]; !dup {
+				t.taken[l.Resource()] = takeoverHolding{l.Epoch(), at}
+				if len(t.taken) == len(t.watched) {
+					close(t.allTaken)
+				}
+			}
+		}
+		t.mu.Unlock()
+		return work(ctx, l)
+	}
+}
+
+// awaitHeld waits, a minute at most, for the victim to hold t.slots
+// tasks, into t.leases; vdone is the victim's Run's result.
+func (t *takeover) awaitHeld(ctx context.Context, vdone chan error) error {
+	timeout := time.After(time.Minute)
+	for len(t.leases) < t.slots {
+		select {
+		case l := <-t.held:
+			t.leases = append(t.leases, l)
+		case err := <-vdone:
+			vdone <- err
+			return fmt.Errorf("the victim's Run returned before it held %d tasks: %v", t.slots, err)
+		case <-timeout:
+			return fmt.Errorf("the victim held %d tasks after a minute, want %d", len(t.leases), t.slots)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// report adds the takeover's rows, metrics and goal to s.
+func (t *takeover) report(cfg config, s *section) {
+	slots, waited, kill := t.slots, t.waited, t.kill
 	s.addf("2. takeover: a steady pool and a victim pool of %d slots each, sessions of TTL %v, over one Prefix of %d task keys (written in %v); %v of work per task",
-		slots, grantedTTL, cfg.fleetBacklog, fill.Round(100*time.Millisecond), cfg.fleetWork)
+		slots, t.grantedTTL, cfg.fleetBacklog, t.fill.Round(100*time.Millisecond), cfg.fleetWork)
 	s.addf("   the victim's handlers block; once it held %d tasks it was killed: its client closed (nothing released or revoked), its Run cancelled", slots)
 	s.addf("   delay = from the kill to the steady pool's handler starting on the task")
 	s.addf("   %-10s %13s %13s %12s", "task", "victim epoch", "steady epoch", "delay")
-	mu.Lock()
+	t.mu.Lock()
 	var delays []time.Duration
 	missing := 0
-	for _, l := range leases {
-		h, ok := taken[l.Resource()]
+	for _, l := range t.leases {
+		h, ok := t.taken[l.Resource()]
 		if !ok {
 			missing++
 			s.addf("   %-10s %13d %13s %12s", l.Resource(), l.Epoch(), "—", "> "+waited.Round(100*time.Millisecond).String())
@@ -532,10 +578,10 @@ func (b *bench) fleetTakeover(ctx context.Context, cfg config, s *section) error
 		delays = append(delays, d)
 		s.addf("   %-10s %13d %13d %12s", l.Resource(), l.Epoch(), h.epoch, ms(d))
 	}
-	mu.Unlock()
-	steadyRate := float64(afterWait-atKill) / waited.Seconds()
+	t.mu.Unlock()
+	steadyRate := float64(t.afterWait-t.atKill) / waited.Seconds()
 	s.addf("   the steady pool completed %d tasks before the kill and %d in the %v after it (%.0f tasks/s); %d of the backlog left",
-		atKill, afterWait-atKill, waited.Round(100*time.Millisecond), steadyRate, int64(cfg.fleetBacklog)-afterWait)
+		t.atKill, t.afterWait-t.atKill, waited.Round(100*time.Millisecond), steadyRate, int64(cfg.fleetBacklog)-t.afterWait)
 	if missing > 0 {
 		s.addf("   %d of the victim's %d tasks not taken over within %v: a task the steady pool's source offered while the victim held it",
 			missing, slots, cfg.fleetTakeoverWait)
@@ -553,8 +599,7 @@ func (b *bench) fleetTakeover(ctx context.Context, cfg config, s *section) error
 	if missing > 0 {
 		verdict = fmt.Sprintf("%d of %d not taken over in %v", missing, slots, waited.Round(100*time.Millisecond))
 	}
-	s.goal("fleet takeover max ≤ TTL + 1 s", missing == 0 && worst <= grantedTTL+time.Second, fmt.Sprintf("%s vs %v", verdict, grantedTTL+time.Second))
-	return nil
+	s.goal("fleet takeover max ≤ TTL + 1 s", missing == 0 && worst <= t.grantedTTL+time.Second, fmt.Sprintf("%s vs %v", verdict, t.grantedTTL+time.Second))
 }
 
 // fleetChildConfig is what the parent tells a child of section 14.
@@ -948,21 +993,78 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 	defer rcli.Close()
 	reg := lease.NewRegistry(hcli, lease.WithNamespace(ns))
 	defer reg.Close()
-	closeSession := func(ss *session.Session) {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = ss.Close(cctx)
-	}
 	holder, err := session.New(ctx, hcli, session.WithWorker("holder"))
 	if err != nil {
 		return err
 	}
-	defer closeSession(holder)
+	defer closeSessionSoon(holder)
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("x%06d", i)
 	}
 	claimStart := time.Now()
+	if err := claimAll(ctx, reg, holder, names); err != nil {
+		return err
+	}
+	claimed := time.Since(claimStart)
+
+	log := audit.New(rcli, audit.WithNamespace(ns))
+	stop := recorder(ctx, log)
+	defer func() { _ = stop() }()
+	// A probe: a lease whose session is revoked once the recorder runs.
+	// Its Expired entry means the recorder has reconciled and follows the
+	// lease keys.
+	probe, err := session.New(ctx, hcli, session.WithWorker("probe"))
+	if err != nil {
+		return err
+	}
+	defer closeSessionSoon(probe)
+	if _, err := reg.TryAcquire(ctx, probe, "probe"); err != nil {
+		return err
+	}
+	base, err := b.countUnder(ctx, auditPrefix)
+	if err != nil {
+		return err
+	}
+	if _, err := b.admin.Revoke(ctx, probe.LeaseID()); err != nil {
+		return err
+	}
+	if ok, err := b.auditReached(ctx, auditPrefix, base+1, time.Minute); err != nil || !ok {
+		return fmt.Errorf("the recorder did not record the probe's expiry within a minute (%v)", err)
+	}
+	base++
+
+	before := rcounter.snapshot()
+	revoked := time.Now()
+	if _, err := b.admin.Revoke(ctx, holder.LeaseID()); err != nil {
+		return err
+	}
+	p, err := b.expiryProgress(ctx, auditPrefix, base, int64(n), revoked, revoked.Add(cfg.fleetExpiryWait))
+	if err != nil {
+		return err
+	}
+	calls := rcounter.snapshot().sub(before)
+	if err := stop(); err != nil {
+		return fmt.Errorf("recorder: %w", err)
+	}
+	expired, err := log.List(ctx, audit.Filter{Kind: audit.Expired})
+	if err != nil {
+		return err
+	}
+	return p.report(s, n, claimed, calls, len(expired))
+}
+
+// closeSessionSoon closes ss, giving it a second.
+func closeSessionSoon(ss *session.Session) {
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = ss.Close(cctx)
+}
+
+// claimAll claims every resource of names for holder, in batches of
+// lease.MaxBatch by 4 goroutines.
+func claimAll(ctx context.Context, reg *lease.Registry, holder *session.Session, names []string) error {
+	n := len(names)
 	var next atomic.Int64
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
@@ -986,112 +1088,89 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	claimed := time.Since(claimStart)
+	return errors.Join(errs...)
+}
 
-	log := audit.New(rcli, audit.WithNamespace(ns))
-	stop := recorder(ctx, log)
-	defer func() { _ = stop() }()
-	// A probe: a lease whose session is revoked once the recorder runs.
-	// Its Expired entry means the recorder has reconciled and follows the
-	// lease keys.
-	probe, err := session.New(ctx, hcli, session.WithWorker("probe"))
-	if err != nil {
-		return err
-	}
-	defer closeSession(probe)
-	if _, err := reg.TryAcquire(ctx, probe, "probe"); err != nil {
-		return err
-	}
-	base, err := b.countUnder(ctx, auditPrefix)
-	if err != nil {
-		return err
-	}
-	if _, err := b.admin.Revoke(ctx, probe.LeaseID()); err != nil {
-		return err
-	}
-	reached := func(want int64, limit time.Duration) (bool, error) {
-		deadline := time.Now().Add(limit)
-		for time.Now().Before(deadline) {
-			c, err := b.countUnder(ctx, auditPrefix)
-			if err != nil || c >= want {
-				return err == nil, err
-			}
-			select {
-			case <-ctx.Done():
-				return false, ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		return false, nil
-	}
-	if ok, err := reached(base+1, time.Minute); err != nil || !ok {
-		return fmt.Errorf("the recorder did not record the probe's expiry within a minute (%v)", err)
-	}
-	base++
-
-	before := rcounter.snapshot()
-	revoked := time.Now()
-	if _, err := b.admin.Revoke(ctx, holder.LeaseID()); err != nil {
-		return err
-	}
-	// Progress, every 10 ms, to report how the entries came.
-	var firstAt, halfAt time.Duration
-	deadline := revoked.Add(cfg.fleetExpiryWait)
-	var got int64
+// auditReached waits, at most limit, for want keys under prefix.
+func (b *bench) auditReached(ctx context.Context, prefix string, want int64, limit time.Duration) (bool, error) {
+	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		c, err := b.countUnder(ctx, auditPrefix)
+		c, err := b.countUnder(ctx, prefix)
+		if err != nil || c >= want {
+			return err == nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false, nil
+}
+
+// expiries is how the Expired entries of part 4(a) came after the revoke.
+type expiries struct {
+	got             int64 // entries written
+	done            bool  // all of them
+	firstAt, halfAt time.Duration
+	took            time.Duration
+}
+
+// expiryProgress counts the keys under prefix beyond base every 10 ms,
+// from revoked until n are there or the deadline.
+func (b *bench) expiryProgress(ctx context.Context, prefix string, base, n int64, revoked, deadline time.Time) (expiries, error) {
+	var p expiries
+	for time.Now().Before(deadline) {
+		c, err := b.countUnder(ctx, prefix)
 		if err != nil {
-			return err
+			return p, err
 		}
-		got = c - base
-		if got > 0 && firstAt == 0 {
-			firstAt = time.Since(revoked)
+		p.got = c - base
+		if p.got > 0 && p.firstAt == 0 {
+			p.firstAt = time.Since(revoked)
 		}
-		if got >= int64(n)/2 && halfAt == 0 {
-			halfAt = time.Since(revoked)
+		if p.got >= n/2 && p.halfAt == 0 {
+			p.halfAt = time.Since(revoked)
 		}
-		if got >= int64(n) {
+		if p.got >= n {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return p, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	took := time.Since(revoked)
-	calls := rcounter.snapshot().sub(before)
-	if err := stop(); err != nil {
-		return fmt.Errorf("recorder: %w", err)
-	}
-	expired, err := log.List(ctx, audit.Filter{Kind: audit.Expired})
-	if err != nil {
-		return err
-	}
+	p.took = time.Since(revoked)
+	p.done = p.got >= n
+	return p, nil
+}
+
+// report adds part 4(a)'s rows, metrics and goal to s: n leases claimed
+// in claimed, the recorder's calls, and the Expired entries the log
+// lists. All entries written but not n+1 listed is an error.
+func (p expiries) report(s *section, n int, claimed time.Duration, calls callCounts, expired int) error {
+	got, took := p.got, p.took
 	s.addf("4. recorder (a): one session holding %d leases (claimed in batches of %d in %v), a recorder running; then the session's etcd lease revoked,",
 		n, lease.MaxBatch, claimed.Round(100*time.Millisecond))
 	s.addf("   which deletes every lease key at one revision; timed from the revoke until every Expired entry exists (audit keys counted every 10 ms)")
-	done := got >= int64(n)
-	if done {
-		s.addf("   all %d Expired entries after %s (%.0f entries/s); the first after %s, half after %s", n, ms(took), float64(n)/took.Seconds(), ms(firstAt), ms(halfAt))
+	if p.done {
+		s.addf("   all %d Expired entries after %s (%.0f entries/s); the first after %s, half after %s", n, ms(took), float64(n)/took.Seconds(), ms(p.firstAt), ms(p.halfAt))
 	} else {
-		s.addf("   %d of %d Expired entries after %v (%.0f entries/s); the first after %s", got, n, took.Round(100*time.Millisecond), float64(got)/took.Seconds(), ms(firstAt))
+		s.addf("   %d of %d Expired entries after %v (%.0f entries/s); the first after %s", got, n, took.Round(100*time.Millisecond), float64(got)/took.Seconds(), ms(p.firstAt))
 	}
 	s.addf("   the log lists %d Expired entries (the %d leases and the probe's); the recorder's client sent %.3f read-only and %.3f write transactions per entry",
-		len(expired), n, float64(calls.unary[readTxn])/float64(max(got, 1)), float64(calls.of(txnMethods))/float64(max(got, 1)))
-	if done && len(expired) != n+1 {
-		return fmt.Errorf("the log lists %d Expired entries, want %d", len(expired), n+1)
+		expired, n, float64(calls.unary[readTxn])/float64(max(got, 1)), float64(calls.of(txnMethods))/float64(max(got, 1)))
+	if p.done && expired != n+1 {
+		return fmt.Errorf("the log lists %d Expired entries, want %d", expired, n+1)
 	}
 	s.metric("fleet expiries", "latency", took.Seconds())
 	s.metric("fleet expiries rate", "rate", float64(max(got, 1))/took.Seconds())
 	verdict := ms(took)
-	if !done {
+	if !p.done {
 		verdict = fmt.Sprintf("%d of %d after %v", got, n, took.Round(100*time.Millisecond))
 	}
-	s.goal(fmt.Sprintf("fleet recorder: %d simultaneous expiries recorded ≤ 2 s", n), done && took <= 2*time.Second, verdict)
+	s.goal(fmt.Sprintf("fleet recorder: %d simultaneous expiries recorded ≤ 2 s", n), p.done && took <= 2*time.Second, verdict)
 	return nil
 }
 
@@ -1151,40 +1230,16 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 	defer preg.Close()
 	rctx, cancel := context.WithTimeout(ctx, cfg.fleetRecorderFor)
 	defer cancel()
-	var lags []time.Duration // -1: not recorded within the interval
-	var stored []int64       // keys under the namespace after each probe
+	h := &heapRun{slots: slots, every: every}
 	var probeErr error
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-rctx.Done():
-				return
-			case <-tick.C:
-			}
-			lag, err := b.probeRecorder(rctx, pcli, preg, ns, fmt.Sprintf("probe%04d", i), every)
-			if err != nil {
-				if rctx.Err() == nil {
-					probeErr = err
-				}
-				return
-			}
-			n, err := b.countUnder(rctx, ns+"/")
-			if err != nil {
-				if rctx.Err() == nil {
-					probeErr = err
-				}
-				return
-			}
-			lags, stored = append(lags, lag), append(stored, n)
-		}
+		probeErr = h.probe(rctx, b, pcli, preg, ns)
 	}()
 	start := time.Now()
 	runErr := p.Run(rctx)
-	ran := time.Since(start)
+	h.ran = time.Since(start)
 	<-probed
 	if runErr != nil && !errors.Is(runErr, context.DeadlineExceeded) {
 		return runErr
@@ -1196,36 +1251,83 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 		return err
 	}
 	_ = in.Close()
-	res, err := readChild(out, cmd, stderr)
-	if err != nil {
+	if h.res, err = readChild(out, cmd, stderr); err != nil {
 		return err
 	}
-	st := p.Stats()
-	if len(res.Samples) < 2 {
-		return fmt.Errorf("the recorder child took %d samples", len(res.Samples))
+	h.completed = p.Stats().Completed
+	if len(h.res.Samples) < 2 {
+		return fmt.Errorf("the recorder child took %d samples", len(h.res.Samples))
 	}
+	h.report(cfg, s)
+	return nil
+}
+
+// heapRun is part 4(b) of section 14: a pool of slots at full speed for
+// ran, the recorder child's report, and the probes of its lag every
+// every.
+type heapRun struct {
+	slots     int
+	every     time.Duration
+	ran       time.Duration
+	completed int64 // by the pool
+	res       fleetChildResult
+	lags      []time.Duration // -1: not recorded within the interval
+	stored    []int64         // keys under the namespace after each probe
+}
+
+// probe probes the recorder's lag every h.every until ctx is done, noting
+// the keys under ns after each probe. A probe that fails once ctx is done
+// is no error.
+func (h *heapRun) probe(ctx context.Context, b *bench, pcli *clientv3.Client, preg *lease.Registry, ns string) error {
+	tick := time.NewTicker(h.every)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		lag, err := b.probeRecorder(ctx, pcli, preg, ns, fmt.Sprintf("probe%04d", i), h.every)
+		if err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			return nil
+		}
+		n, err := b.countUnder(ctx, ns+"/")
+		if err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			return nil
+		}
+		h.lags, h.stored = append(h.lags, lag), append(h.stored, n)
+	}
+}
+
+// report adds part 4(b)'s rows, metrics and goal to s.
+func (h *heapRun) report(cfg config, s *section) {
+	res, every, ran := h.res, h.every, h.ran
 	var xs, ys []float64
 	var series []string
-	for _, h := range res.Samples {
-		xs, ys = append(xs, h.At.Minutes()), append(ys, mb(int64(h.Live)))
-		series = append(series, fmt.Sprintf("%.1f", mb(int64(h.Live))))
+	for _, sm := range res.Samples {
+		xs, ys = append(xs, sm.At.Minutes()), append(ys, mb(int64(sm.Live)))
+		series = append(series, fmt.Sprintf("%.1f", mb(int64(sm.Live))))
 	}
 	slope := leastSquaresSlope(xs, ys) // MB per minute
 	third := max(len(ys)/3, 1)
 	early, late := median(ys[:third]), median(ys[len(ys)-third:])
 	firstS, lastS := res.Samples[0], res.Samples[len(res.Samples)-1]
 	s.addf("4. recorder (b): a recorder in a child process (audit.WithRetention(%v), no archive) beside a pool of %d slots at full speed (fresh tasks, handlers returning at once) for %v",
-		cfg.fleetRetention, slots, ran.Round(time.Second))
+		cfg.fleetRetention, h.slots, ran.Round(time.Second))
 	s.addf("   the pool completed %d tasks (%.0f tasks/s); the recorder used %v of CPU (%.1f%% of one core)",
-		st.Completed, float64(st.Completed)/ran.Seconds(), res.CPU.Round(10*time.Millisecond), 100*res.CPU.Seconds()/ran.Seconds())
+		h.completed, float64(h.completed)/ran.Seconds(), res.CPU.Round(10*time.Millisecond), 100*res.CPU.Seconds()/ran.Seconds())
 	s.addf("   the recorder's live heap after a forced GC, every %v (MB; %.1f MB before it started): %s", every, mb(int64(res.Base.Live)), strings.Join(series, " "))
 	s.addf("   first %.1f MB at %.0fs, last %.1f MB at %.0fs; least-squares slope %+.3f MB/min; median of the first third %.1f MB, of the last third %.1f MB; RSS %.1f → %.1f MB",
 		mb(int64(firstS.Live)), firstS.At.Seconds(), mb(int64(lastS.Live)), lastS.At.Seconds(), slope, early, late, mb(int64(firstS.RSS)), mb(int64(lastS.RSS)))
 	var lagList []string
-	late0 := 0
-	for _, d := range lags {
+	for _, d := range h.lags {
 		if d < 0 {
-			late0++
 			lagList = append(lagList, ">"+every.String())
 			continue
 		}
@@ -1233,18 +1335,17 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 	}
 	s.addf("   the recorder's lag, probed every %v from this process (a probe lease's session revoked → its Expired entry exists), ms: %s", every, strings.Join(lagList, " "))
 	var storedList []string
-	for _, n := range stored {
+	for _, n := range h.stored {
 		storedList = append(storedList, fmt.Sprintf("%.1f", float64(n)/1000))
 	}
 	s.addf("   thousands of keys under the namespace after each probe (what retention leaves in etcd): %s", strings.Join(storedList, " "))
 	s.addf("   its client received %d watch events (on every watch it opened: %.1f per task) and sent %.3f read-only and %.3f write transactions per task; %d retention passes failed",
-		lastS.Events, float64(lastS.Events)/float64(max(st.Completed, 1)), float64(lastS.Reads)/float64(max(st.Completed, 1)), float64(lastS.Writes)/float64(max(st.Completed, 1)), res.PruneFailed)
+		lastS.Events, float64(lastS.Events)/float64(max(h.completed, 1)), float64(lastS.Reads)/float64(max(h.completed, 1)), float64(lastS.Writes)/float64(max(h.completed, 1)), res.PruneFailed)
 	s.metric("fleet recorder heap first", "bytes", float64(firstS.Live))
 	s.metric("fleet recorder heap last", "bytes", float64(lastS.Live))
 	s.metric("fleet recorder heap slope", "count", slope)
 	s.goal("fleet recorder heap flat (median of the last third ≤ 1.1 × the first third's + 1 MB)", late <= 1.1*early+1,
 		fmt.Sprintf("%.1f → %.1f MB, %+.3f MB/min over %v", early, late, slope, ran.Round(time.Second)))
-	return nil
 }
 
 // probeRecorder measures how far behind the recorder of namespace ns is:

@@ -32,95 +32,39 @@ func (b *bench) handoffRelease(ctx context.Context, cfg config) ([]*section, err
 		return nil, err
 	}
 	defer holderCli.Close()
-	holderReg := lease.NewRegistry(holderCli, lease.WithNamespace(nsHandoff))
-	defer holderReg.Close()
-	waiterReg := lease.NewRegistry(b.cli, lease.WithNamespace(nsHandoff))
-	defer waiterReg.Close()
-	holder, err := session.New(ctx, holderCli, session.WithWorker("holder"))
-	if err != nil {
+	h := &handoffPair{}
+	h.holderReg = lease.NewRegistry(holderCli, lease.WithNamespace(nsHandoff))
+	defer h.holderReg.Close()
+	h.waiterReg = lease.NewRegistry(b.cli, lease.WithNamespace(nsHandoff))
+	defer h.waiterReg.Close()
+	if h.holder, err = session.New(ctx, holderCli, session.WithWorker("holder")); err != nil {
 		return nil, err
 	}
-	defer holder.Close(context.Background())
-	waiter, err := session.New(ctx, b.cli, session.WithWorker("waiter"))
-	if err != nil {
+	defer h.holder.Close(context.Background())
+	if h.waiter, err = session.New(ctx, b.cli, session.WithWorker("waiter")); err != nil {
 		return nil, err
 	}
-	defer waiter.Close(context.Background())
-	mHolder, err := concurrency.NewSession(holderCli)
-	if err != nil {
+	defer h.waiter.Close(context.Background())
+	if h.mHolder, err = concurrency.NewSession(holderCli); err != nil {
 		return nil, err
 	}
-	defer mHolder.Close()
-	mWaiter, err := concurrency.NewSession(b.cli)
-	if err != nil {
+	defer h.mHolder.Close()
+	if h.mWaiter, err = concurrency.NewSession(b.cli); err != nil {
 		return nil, err
 	}
-	defer mWaiter.Close()
+	defer h.mWaiter.Close()
 
-	var releaseRTs []time.Duration // the Release call alone: one etcd commit
-	leasehold := func(i int) (time.Duration, error) {
-		res := fmt.Sprintf("h%d", i)
-		l, err := holderReg.TryAcquire(ctx, holder, res)
-		if err != nil {
-			return 0, err
-		}
-		type result struct {
-			l   *lease.Lease
-			at  time.Time
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := waiterReg.Acquire(ctx, waiter, res)
-			got <- result{l, time.Now(), err}
-		}()
-		time.Sleep(waiterBlocked)
-		released := time.Now()
-		if err := l.Release(ctx); err != nil {
-			return 0, err
-		}
-		releaseRTs = append(releaseRTs, time.Since(released))
-		r := <-got
-		if r.err != nil {
-			return 0, r.err
-		}
-		return r.at.Sub(released), r.l.Release(ctx)
-	}
-	mutex := func(i int) (time.Duration, error) {
-		name := fmt.Sprintf("%s/mutex/h%d", nsHandoff, i)
-		mh, mw := concurrency.NewMutex(mHolder, name), concurrency.NewMutex(mWaiter, name)
-		if err := mh.Lock(ctx); err != nil {
-			return 0, err
-		}
-		got := make(chan time.Time, 1)
-		errc := make(chan error, 1)
-		go func() {
-			err := mw.Lock(ctx)
-			got <- time.Now()
-			errc <- err
-		}()
-		time.Sleep(waiterBlocked)
-		released := time.Now()
-		if err := mh.Unlock(ctx); err != nil {
-			return 0, err
-		}
-		at := <-got
-		if err := <-errc; err != nil {
-			return 0, err
-		}
-		return at.Sub(released), mw.Unlock(ctx)
-	}
 	var lh, mx []time.Duration
 	for i := range cfg.handoffs {
-		first, second := leasehold, mutex
+		first, second := h.leasehold, h.mutex
 		if i%2 == 1 {
-			first, second = mutex, leasehold
+			first, second = h.mutex, h.leasehold
 		}
-		d1, err := first(i)
+		d1, err := first(ctx, i)
 		if err != nil {
 			return nil, err
 		}
-		d2, err := second(i)
+		d2, err := second(ctx, i)
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +76,7 @@ func (b *bench) handoffRelease(ctx context.Context, cfg config) ([]*section, err
 	if err := b.wipe(ctx, nsHandoff+"/"); err != nil {
 		return nil, err
 	}
+	releaseRTs := h.releaseRTs
 	s := &section{title: fmt.Sprintf("2. handoff after Release to a blocked waiter (%d samples each, holder and waiter on separate clients)", cfg.handoffs)}
 	s.addf("%-30s %10s %10s %10s", "", "p50", "p99", "max")
 	s.addf("%-30s %10s %10s %10s", "leasehold Release → Acquire", ms(percentile(lh, 50)), ms(percentile(lh, 99)), ms(percentile(lh, 100)))
@@ -145,6 +90,74 @@ func (b *bench) handoffRelease(ctx context.Context, cfg config) ([]*section, err
 	p99 := percentile(lh, 99)
 	s.goal("handoff p99 ≤ 10 ms", p99 <= 10*time.Millisecond, ms(p99))
 	return []*section{s}, nil
+}
+
+// handoffPair is section 2's holder and waiter: a registry and session
+// each for leasehold, a concurrency session each for the Mutex, the
+// holder's on a client of its own.
+type handoffPair struct {
+	holderReg, waiterReg *lease.Registry
+	holder, waiter       *session.Session
+	mHolder, mWaiter     *concurrency.Session
+	releaseRTs           []time.Duration // the Release call alone: one etcd commit
+}
+
+// leasehold times one handoff of resource h<i> from the holder's Release
+// to the blocked waiter's Acquire returning.
+func (h *handoffPair) leasehold(ctx context.Context, i int) (time.Duration, error) {
+	res := fmt.Sprintf("h%d", i)
+	l, err := h.holderReg.TryAcquire(ctx, h.holder, res)
+	if err != nil {
+		return 0, err
+	}
+	type result struct {
+		l   *lease.Lease
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := h.waiterReg.Acquire(ctx, h.waiter, res)
+		got <- result{l, time.Now(), err}
+	}()
+	time.Sleep(waiterBlocked)
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		return 0, err
+	}
+	h.releaseRTs = append(h.releaseRTs, time.Since(released))
+	r := <-got
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.at.Sub(released), r.l.Release(ctx)
+}
+
+// mutex times one handoff of the Mutex …/mutex/h<i> from the holder's
+// Unlock to the blocked waiter's Lock returning.
+func (h *handoffPair) mutex(ctx context.Context, i int) (time.Duration, error) {
+	name := fmt.Sprintf("%s/mutex/h%d", nsHandoff, i)
+	mh, mw := concurrency.NewMutex(h.mHolder, name), concurrency.NewMutex(h.mWaiter, name)
+	if err := mh.Lock(ctx); err != nil {
+		return 0, err
+	}
+	got := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		err := mw.Lock(ctx)
+		got <- time.Now()
+		errc <- err
+	}()
+	time.Sleep(waiterBlocked)
+	released := time.Now()
+	if err := mh.Unlock(ctx); err != nil {
+		return 0, err
+	}
+	at := <-got
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	return at.Sub(released), mw.Unlock(ctx)
 }
 
 // handoffCrash is section 3: a holder whose process dies — its client is

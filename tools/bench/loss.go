@@ -36,22 +36,14 @@ func (b *bench) lossDetection(ctx context.Context, cfg config) ([]*section, erro
 	if err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex
-	deleted := map[string]time.Time{}
+	d := &lossDeletions{at: map[string]time.Time{}}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	wch := b.admin.Watch(wctx, nsLoss+"/lease/", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(start.Header.Revision+1))
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		for resp := range wch {
-			now := time.Now()
-			mu.Lock()
-			for _, ev := range resp.Events {
-				deleted[string(ev.Kv.Key)] = now
-			}
-			mu.Unlock()
-		}
+		d.record(wch)
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
@@ -70,19 +62,10 @@ func (b *bench) lossDetection(ctx context.Context, cfg config) ([]*section, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			at, err := b.lossGroup(ctx, cfg, g, samples, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, s := range samples {
-					if _, ok := deleted[s.key]; !ok {
-						return false
-					}
-				}
-				return true
-			})
-			mu.Lock()
+			at, err := b.lossGroup(ctx, cfg, g, samples, func() bool { return d.allOf(samples) })
+			d.mu.Lock()
 			blackholed[g] = at
-			mu.Unlock()
+			d.mu.Unlock()
 			if err != nil {
 				errc <- fmt.Errorf("group %d: %w", g, err)
 			}
@@ -96,13 +79,50 @@ func (b *bench) lossDetection(ctx context.Context, cfg config) ([]*section, erro
 	if err := b.wipe(ctx, nsLoss+"/"); err != nil {
 		return nil, err
 	}
+	return []*section{d.report(cfg, all, blackholed)}, nil
+}
 
+// lossDeletions are the lease keys of section 4 etcd deleted, and when
+// the watch saw each deletion. Its mutex guards the groups' blackhole
+// times too.
+type lossDeletions struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// record notes the deletions wch delivers until it is closed.
+func (d *lossDeletions) record(wch clientv3.WatchChan) {
+	for resp := range wch {
+		now := time.Now()
+		d.mu.Lock()
+		for _, ev := range resp.Events {
+			d.at[string(ev.Kv.Key)] = now
+		}
+		d.mu.Unlock()
+	}
+}
+
+// allOf reports whether every sample's key was deleted.
+func (d *lossDeletions) allOf(samples []*lossSample) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range samples {
+		if _, ok := d.at[s.key]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// report writes section 4 from all samples, their groups blackholed at
+// the times of blackholed.
+func (d *lossDeletions) report(cfg config, all []*lossSample, blackholed []time.Time) *section {
 	before := 0
 	var margins, toCancel, toDelete []time.Duration
 	var early []string
-	mu.Lock()
+	d.mu.Lock()
 	for i, s := range all {
-		s.deleted = deleted[s.key]
+		s.deleted = d.at[s.key]
 		bh := blackholed[i/cfg.lossGroup]
 		if errors.Is(s.cause, session.ErrLost) && s.cancelled.Before(s.deleted) {
 			before++
@@ -113,7 +133,7 @@ func (b *bench) lossDetection(ctx context.Context, cfg config) ([]*section, erro
 		toCancel = append(toCancel, s.cancelled.Sub(bh))
 		toDelete = append(toDelete, s.deleted.Sub(bh))
 	}
-	mu.Unlock()
+	d.mu.Unlock()
 	frac := float64(before) / float64(len(all))
 	margin := max(cfg.lossTTL/session.DefaultMarginFraction, session.MinMargin).Round(time.Millisecond)
 	s := &section{title: fmt.Sprintf("4. loss detection (%d blackholed sessions in groups of %d, TTL %v, default margin %v)", len(all), cfg.lossGroup, cfg.lossTTL, margin)}
@@ -131,7 +151,7 @@ func (b *bench) lossDetection(ctx context.Context, cfg config) ([]*section, erro
 	s.metric("loss cancelled first", "fraction", frac)
 	s.metric("loss margin p50", "latency", percentile(margins, 50).Seconds())
 	s.goal("loss detected before deletion 100%", before == len(all), fmt.Sprintf("%d/%d", before, len(all)))
-	return []*section{s}, nil
+	return s
 }
 
 // lossGroup runs one group behind its own proxy and returns when it
@@ -142,68 +162,20 @@ func (b *bench) lossGroup(ctx context.Context, cfg config, g int, samples []*los
 		return time.Time{}, err
 	}
 	defer p.Close()
-	type worker struct {
-		cli *clientv3.Client
-		reg *lease.Registry
-		s   *session.Session
-	}
-	workers := make([]*worker, len(samples))
+	lg := &lossGroupRun{workers: make([]*lossWorker, len(samples)), samples: samples}
 	defer func() {
 		p.Heal()
-		var wg sync.WaitGroup
-		for _, w := range workers {
-			if w == nil {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if w.s != nil {
-					cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					_ = w.s.Close(cctx)
-					cancel()
-				}
-				w.reg.Close()
-				_ = w.cli.Close()
-			}()
-		}
-		wg.Wait()
+		lg.close()
 	}()
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errc := make(chan error, len(samples))
-	for i, smp := range samples {
+	for i := range samples {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Start at a random point of the renewal interval, so the
-			// blackhole finds sessions at every phase of it.
-			time.Sleep(rand.N(cfg.lossTTL / 3))
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
+			if err := lg.start(ctx, cfg, p.Endpoint(), g, i); err != nil {
 				errc <- err
-				return
 			}
-			w := &worker{cli: cli, reg: lease.NewRegistry(cli, lease.WithNamespace(nsLoss))}
-			mu.Lock()
-			workers[i] = w
-			mu.Unlock()
-			s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("loss-%d-%d", g, i)), session.WithTTL(cfg.lossTTL))
-			if err != nil {
-				errc <- err
-				return
-			}
-			w.s = s
-			l, err := w.reg.TryAcquire(ctx, s, fmt.Sprintf("g%d-%d", g, i))
-			if err != nil {
-				errc <- err
-				return
-			}
-			context.AfterFunc(l.Context(), func() {
-				mu.Lock()
-				smp.cancelled, smp.cause = time.Now(), context.Cause(l.Context())
-				mu.Unlock()
-			})
 		}()
 	}
 	wg.Wait()
@@ -223,18 +195,96 @@ func (b *bench) lossGroup(ctx context.Context, cfg config, g int, samples []*los
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Wait for the cancellations' callbacks to have run.
+	return at, lg.awaitCancelled(deadline)
+}
+
+// lossWorker is one session of a loss group, on its own client behind
+// the group's proxy.
+type lossWorker struct {
+	cli *clientv3.Client
+	reg *lease.Registry
+	s   *session.Session
+}
+
+// lossGroupRun is one loss group's workers, one per sample; its mutex
+// guards the workers and the samples' cancellations.
+type lossGroupRun struct {
+	mu      sync.Mutex
+	workers []*lossWorker
+	samples []*lossSample
+}
+
+// start starts worker i of group g through the proxy at endpoint: a
+// client, a session and the lease of sample i, whose cancellation it
+// notes in the sample.
+func (lg *lossGroupRun) start(ctx context.Context, cfg config, endpoint string, g, i int) error {
+	smp := lg.samples[i]
+	// Start at a random point of the renewal interval, so the
+	// blackhole finds sessions at every phase of it.
+	time.Sleep(rand.N(cfg.lossTTL / 3))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	w := &lossWorker{cli: cli, reg: lease.NewRegistry(cli, lease.WithNamespace(nsLoss))}
+	lg.mu.Lock()
+	lg.workers[i] = w
+	lg.mu.Unlock()
+	s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("loss-%d-%d", g, i)), session.WithTTL(cfg.lossTTL))
+	if err != nil {
+		return err
+	}
+	w.s = s
+	l, err := w.reg.TryAcquire(ctx, s, fmt.Sprintf("g%d-%d", g, i))
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(l.Context(), func() {
+		lg.mu.Lock()
+		smp.cancelled, smp.cause = time.Now(), context.Cause(l.Context())
+		lg.mu.Unlock()
+	})
+	return nil
+}
+
+// close closes every worker started: its session (2 s at most), registry
+// and client.
+func (lg *lossGroupRun) close() {
+	var wg sync.WaitGroup
+	for _, w := range lg.workers {
+		if w == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w.s != nil {
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = w.s.Close(cctx)
+				cancel()
+			}
+			w.reg.Close()
+			_ = w.cli.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// awaitCancelled waits until every sample's lease context was cancelled,
+// or the deadline.
+func (lg *lossGroupRun) awaitCancelled(deadline time.Time) error {
 	for {
-		mu.Lock()
+		lg.mu.Lock()
 		ready := true
-		for _, s := range samples {
+		for _, s := range lg.samples {
 			ready = ready && !s.cancelled.IsZero()
 		}
-		mu.Unlock()
+		lg.mu.Unlock()
 		if ready {
-			return at, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return at, errors.New("a lease context was never cancelled")
+			return errors.New("a lease context was never cancelled")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -232,89 +232,11 @@ func main() {
 	if runChild() || runFanoutChild() || runFleetChild() {
 		return
 	}
-	smoke := flag.Bool("smoke", false, "tiny sizes: check that every section runs")
-	sections := flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13,14", "sections to run")
-	fsyncOff := flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	memProfile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
-	verbose := flag.Bool("v", false, "print every throughput run's rate on stderr")
-	workers := flag.String("workers", "", "section 1 concurrency levels (default 1,16,64)")
-	rounds := flag.Int("rounds", 0, "throughput rounds, fsync on and off (default 12 and 8)")
-	runFor := flag.Duration("run-for", 0, "throughput run per contender per round, fsync on and off (default 600ms and 500ms)")
-	batch := flag.Int("batch", 0, "tasks per batch in section 7 (default 16)")
-	batchWorkers := flag.Int("batch-workers", 0, "workers in section 7 (default 16)")
-	longCycles := flag.Int("retention-long", -1, "task cycles of section 8's long run (default 100000; 0 skips it)")
-	fanoutIdle := flag.Int("fanout-idle", 0, "idle worker processes in section 9 (default 32)")
-	fleetBacklog := flag.Int("fleet-backlog", 0, "task keys behind section 14's takeover (default 100000)")
-	fleetBig := flag.Int("fleet-big", 0, "task keys under section 14's big prefix (default 1000000)")
-	fleetRecorderFor := flag.Duration("fleet-recorder-duration", 0, "section 14's run of the recorder beside a busy pool (default 10m; 20s with -smoke)")
-	fleetWork := flag.Duration("fleet-work", 0, "the handler's work per task in section 14, parts 1–3 (default 5ms)")
-	fleetParts := flag.String("fleet-parts", "", "section 14's parts to run, by name (default all: cost,takeover,big prefix,expiries,recorder heap)")
+	fl := defineFlags()
 	flag.Parse()
-
-	cfg := fullConfig()
-	if *smoke {
-		cfg = smokeConfig()
-	}
-	cfg.fsyncOff, cfg.verbose = *fsyncOff, *verbose
-	if *workers != "" {
-		cfg.workers = nil
-		for _, f := range strings.Split(*workers, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				fmt.Fprintf(os.Stderr, "bench: -workers: %q is not a positive number\n", f)
-				os.Exit(2)
-			}
-			cfg.workers = append(cfg.workers, n)
-		}
-	}
-	if *rounds > 0 {
-		cfg.rounds, cfg.offRounds = *rounds, *rounds
-	}
-	if *runFor > 0 {
-		cfg.runFor, cfg.offRunFor = *runFor, *runFor
-	}
-	if *batch > 0 {
-		cfg.batch = *batch
-	}
-	if *batchWorkers > 0 {
-		cfg.batchWorkers = *batchWorkers
-	}
-	if *longCycles >= 0 {
-		cfg.longCycles = *longCycles
-	}
-	if *fanoutIdle > 0 {
-		cfg.fanoutIdle = *fanoutIdle
-	}
-	if *fleetBacklog > 0 {
-		cfg.fleetBacklog = *fleetBacklog
-	}
-	if *fleetBig > 0 {
-		cfg.fleetBig = *fleetBig
-	}
-	if *fleetRecorderFor > 0 {
-		cfg.fleetRecorderFor = *fleetRecorderFor
-	}
-	if *fleetWork > 0 {
-		cfg.fleetWork = *fleetWork
-	}
-	if *fleetParts != "" {
-		cfg.fleetParts = map[string]bool{}
-		for _, f := range strings.Split(*fleetParts, ",") {
-			cfg.fleetParts[strings.TrimSpace(f)] = true
-		}
-	}
-	cfg.sections = map[int]bool{}
-	for _, f := range strings.Split(*sections, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || !allSections()[n] {
-			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section of this program\n", f)
-			os.Exit(2)
-		}
-		cfg.sections[n] = true
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	cfg := fl.config()
+	if *fl.cpuProfile != "" {
+		f, err := os.Create(*fl.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
@@ -331,8 +253,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	if *memProfile != "" {
-		f, err := os.Create(*memProfile)
+	if *fl.memProfile != "" {
+		f, err := os.Create(*fl.memProfile)
 		if err == nil {
 			err = errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
 		}
@@ -341,6 +263,108 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// benchFlags are the command line's flags, once defined.
+type benchFlags struct {
+	smoke, fsyncOff, verbose                  *bool
+	sections, cpuProfile, memProfile, workers *string
+	rounds, batch, batchWorkers, longCycles   *int
+	fanoutIdle, fleetBacklog, fleetBig        *int
+	runFor, fleetRecorderFor, fleetWork       *time.Duration
+	fleetParts                                *string
+}
+
+// defineFlags defines the command line's flags on flag.CommandLine.
+func defineFlags() *benchFlags {
+	return &benchFlags{
+		smoke:            flag.Bool("smoke", false, "tiny sizes: check that every section runs"),
+		sections:         flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13,14", "sections to run"),
+		fsyncOff:         flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off"),
+		cpuProfile:       flag.String("cpuprofile", "", "write a CPU profile of the run to this file"),
+		memProfile:       flag.String("memprofile", "", "write an allocation profile of the run to this file"),
+		verbose:          flag.Bool("v", false, "print every throughput run's rate on stderr"),
+		workers:          flag.String("workers", "", "section 1 concurrency levels (default 1,16,64)"),
+		rounds:           flag.Int("rounds", 0, "throughput rounds, fsync on and off (default 12 and 8)"),
+		runFor:           flag.Duration("run-for", 0, "throughput run per contender per round, fsync on and off (default 600ms and 500ms)"),
+		batch:            flag.Int("batch", 0, "tasks per batch in section 7 (default 16)"),
+		batchWorkers:     flag.Int("batch-workers", 0, "workers in section 7 (default 16)"),
+		longCycles:       flag.Int("retention-long", -1, "task cycles of section 8's long run (default 100000; 0 skips it)"),
+		fanoutIdle:       flag.Int("fanout-idle", 0, "idle worker processes in section 9 (default 32)"),
+		fleetBacklog:     flag.Int("fleet-backlog", 0, "task keys behind section 14's takeover (default 100000)"),
+		fleetBig:         flag.Int("fleet-big", 0, "task keys under section 14's big prefix (default 1000000)"),
+		fleetRecorderFor: flag.Duration("fleet-recorder-duration", 0, "section 14's run of the recorder beside a busy pool (default 10m; 20s with -smoke)"),
+		fleetWork:        flag.Duration("fleet-work", 0, "the handler's work per task in section 14, parts 1–3 (default 5ms)"),
+		fleetParts:       flag.String("fleet-parts", "", "section 14's parts to run, by name (default all: cost,takeover,big prefix,expiries,recorder heap)"),
+	}
+}
+
+// config is the configuration the parsed flags ask for: the full or the
+// smoke sizes, overridden by the flags set. A malformed -workers or
+// -sections exits with status 2.
+func (fl *benchFlags) config() config {
+	cfg := fullConfig()
+	if *fl.smoke {
+		cfg = smokeConfig()
+	}
+	cfg.fsyncOff, cfg.verbose = *fl.fsyncOff, *fl.verbose
+	if *fl.workers != "" {
+		cfg.workers = nil
+		for _, f := range strings.Split(*fl.workers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: -workers: %q is not a positive number\n", f)
+				os.Exit(2)
+			}
+			cfg.workers = append(cfg.workers, n)
+		}
+	}
+	if *fl.rounds > 0 {
+		cfg.rounds, cfg.offRounds = *fl.rounds, *fl.rounds
+	}
+	if *fl.runFor > 0 {
+		cfg.runFor, cfg.offRunFor = *fl.runFor, *fl.runFor
+	}
+	if *fl.batch > 0 {
+		cfg.batch = *fl.batch
+	}
+	if *fl.batchWorkers > 0 {
+		cfg.batchWorkers = *fl.batchWorkers
+	}
+	if *fl.longCycles >= 0 {
+		cfg.longCycles = *fl.longCycles
+	}
+	if *fl.fanoutIdle > 0 {
+		cfg.fanoutIdle = *fl.fanoutIdle
+	}
+	if *fl.fleetBacklog > 0 {
+		cfg.fleetBacklog = *fl.fleetBacklog
+	}
+	if *fl.fleetBig > 0 {
+		cfg.fleetBig = *fl.fleetBig
+	}
+	if *fl.fleetRecorderFor > 0 {
+		cfg.fleetRecorderFor = *fl.fleetRecorderFor
+	}
+	if *fl.fleetWork > 0 {
+		cfg.fleetWork = *fl.fleetWork
+	}
+	if *fl.fleetParts != "" {
+		cfg.fleetParts = map[string]bool{}
+		for _, f := range strings.Split(*fl.fleetParts, ",") {
+			cfg.fleetParts[strings.TrimSpace(f)] = true
+		}
+	}
+	cfg.sections = map[int]bool{}
+	for _, f := range strings.Split(*fl.sections, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || !allSections()[n] {
+			fmt.Fprintf(os.Stderr, "bench: -sections: %q is not a section of this program\n", f)
+			os.Exit(2)
+		}
+		cfg.sections[n] = true
+	}
+	return cfg
 }
 
 // metric is one figure of the report, for the smoke test's checks.

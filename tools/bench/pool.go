@@ -125,45 +125,80 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 	for i := range tasks {
 		tasks[i] = fmt.Sprintf("t%04d", i)
 	}
-
-	poolName, batchName, handName := fmt.Sprintf("Pool (%d slots)", slots), fmt.Sprintf("Pool, WithBatch(%d)", cfg.poolBatch), fmt.Sprintf("hand-written (%d goroutines)", slots)
+	pr := &poolRunner{cli: cli, counter: counter, tasks: tasks}
+	names := newPoolNames(cfg)
 	contenders := []poolContender{
-		{poolName, runPool(slots)},
-		{batchName, runPool(slots, worker.WithBatch(cfg.poolBatch))},
-		{handName, runHandWritten(slots)},
+		{names.pool, runPool(slots)},
+		{names.batch, runPool(slots, worker.WithBatch(cfg.poolBatch))},
+		{names.hand, runHandWritten(slots)},
 	}
-	// One contender's run: a fresh registry in a fresh namespace, timed
-	// from the start of the job to its end.
-	seq := 0
-	once := func(ct poolContender) (poolRun, error) {
-		seq++
-		reg := lease.NewRegistry(cli, lease.WithNamespace(fmt.Sprintf("%s/run%d", nsPool, seq)))
-		defer reg.Close()
-		rctx, cancel := context.WithTimeout(ctx, poolRunTimeout)
-		defer cancel()
-		var mem0, mem1 runtime.MemStats
-		runtime.ReadMemStats(&mem0)
-		before, cpu0 := counter.snapshot(), cpuTime()
-		start := time.Now()
-		completed, st, err := ct.run(rctx, reg, tasks)
-		r := poolRun{runStats: runStats{tasks: int64(completed), elapsed: time.Since(start), cpu: cpuTime() - cpu0}, stats: st}
-		r.calls = counter.snapshot().sub(before)
-		runtime.ReadMemStats(&mem1)
-		r.alloc = mem1.TotalAlloc - mem0.TotalAlloc
-		if err != nil {
-			return poolRun{}, fmt.Errorf("%s: %w (completed %d of %d; %+v)", ct.name, err, completed, n, st)
-		}
-		if completed != n {
-			return poolRun{}, fmt.Errorf("%s returned with %d of %d fresh tasks completed (%+v)", ct.name, completed, n, st)
-		}
-		return r, nil
+	st, err := b.poolRounds(ctx, cfg, pr, contenders)
+	if err != nil {
+		return nil, err
 	}
+	return []*section{st.report(cfg, names, contenders)}, nil
+}
 
-	// rates[name] is one rate per round; runs[name] every timed run.
-	rates := map[string][]float64{}
-	cpus := map[string][]float64{}   // CPU µs per task
-	allocs := map[string][]float64{} // KB allocated per task
-	runs := map[string][]poolRun{}
+// poolNames are section 13's contenders' names.
+type poolNames struct{ pool, batch, hand string }
+
+// newPoolNames names section 13's contenders after cfg's sizes.
+func newPoolNames(cfg config) poolNames {
+	return poolNames{
+		pool:  fmt.Sprintf("Pool (%d slots)", cfg.poolSlots),
+		batch: fmt.Sprintf("Pool, WithBatch(%d)", cfg.poolBatch),
+		hand:  fmt.Sprintf("hand-written (%d goroutines)", cfg.poolSlots),
+	}
+}
+
+// poolRunner runs section 13's contenders on one client, counted by
+// counter, over the same fresh tasks.
+type poolRunner struct {
+	cli     *clientv3.Client
+	counter *callCounter
+	tasks   []string
+	seq     int // runs so far, naming each run's namespace
+}
+
+// once is one contender's run: a fresh registry in a fresh namespace,
+// timed from the start of the job to its end.
+func (pr *poolRunner) once(ctx context.Context, ct poolContender) (poolRun, error) {
+	n := len(pr.tasks)
+	pr.seq++
+	reg := lease.NewRegistry(pr.cli, lease.WithNamespace(fmt.Sprintf("%s/run%d", nsPool, pr.seq)))
+	defer reg.Close()
+	rctx, cancel := context.WithTimeout(ctx, poolRunTimeout)
+	defer cancel()
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
+	before, cpu0 := pr.counter.snapshot(), cpuTime()
+	start := time.Now()
+	completed, st, err := ct.run(rctx, reg, pr.tasks)
+	r := poolRun{runStats: runStats{tasks: int64(completed), elapsed: time.Since(start), cpu: cpuTime() - cpu0}, stats: st}
+	r.calls = pr.counter.snapshot().sub(before)
+	runtime.ReadMemStats(&mem1)
+	r.alloc = mem1.TotalAlloc - mem0.TotalAlloc
+	if err != nil {
+		return poolRun{}, fmt.Errorf("%s: %w (completed %d of %d; %+v)", ct.name, err, completed, n, st)
+	}
+	if completed != n {
+		return poolRun{}, fmt.Errorf("%s returned with %d of %d fresh tasks completed (%+v)", ct.name, completed, n, st)
+	}
+	return r, nil
+}
+
+// poolStats are section 13's measured rounds by contender name.
+type poolStats struct {
+	rates  map[string][]float64 // one rate per round
+	cpus   map[string][]float64 // CPU µs per task
+	allocs map[string][]float64 // KB allocated per task
+	runs   map[string][]poolRun // every timed run
+}
+
+// poolRounds runs the warm-up (unless smoke) and cfg.poolRounds rounds of
+// the contenders, wiping the namespace after every round.
+func (b *bench) poolRounds(ctx context.Context, cfg config, pr *poolRunner, contenders []poolContender) (*poolStats, error) {
+	st := &poolStats{rates: map[string][]float64{}, cpus: map[string][]float64{}, allocs: map[string][]float64{}, runs: map[string][]poolRun{}}
 	first := -1 // round -1 warms up
 	if cfg.smoke {
 		first = 0
@@ -175,13 +210,13 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 		order := rotate(contenders, max(round, 0))
 		sums := make([]runStats, len(order))
 		for _, i := range forthAndBack(len(order)) {
-			r, err := once(order[i])
+			r, err := pr.once(ctx, order[i])
 			if err != nil {
 				return nil, err
 			}
 			sums[i] = sums[i].add(r.runStats)
 			if round >= 0 {
-				runs[order[i].name] = append(runs[order[i].name], r)
+				st.runs[order[i].name] = append(st.runs[order[i].name], r)
 			}
 			if cfg.verbose {
 				fmt.Fprintf(os.Stderr, "pool round %d: %-28s %6.0f tasks/s in %v, RPCs %v, %d watches, %d events; %+v\n",
@@ -190,9 +225,9 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 		}
 		if round >= 0 {
 			for i, ct := range order {
-				rates[ct.name] = append(rates[ct.name], sums[i].rate())
-				cpus[ct.name] = append(cpus[ct.name], float64(sums[i].cpuPerTask())/float64(time.Microsecond))
-				allocs[ct.name] = append(allocs[ct.name], sums[i].allocPerTask())
+				st.rates[ct.name] = append(st.rates[ct.name], sums[i].rate())
+				st.cpus[ct.name] = append(st.cpus[ct.name], float64(sums[i].cpuPerTask())/float64(time.Microsecond))
+				st.allocs[ct.name] = append(st.allocs[ct.name], sums[i].allocPerTask())
 			}
 		}
 		// Every round starts from the same empty store.
@@ -200,8 +235,14 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 			return nil, err
 		}
 	}
+	return st, nil
+}
 
-	rounds := len(rates[poolName])
+// report writes section 13.
+func (ps *poolStats) report(cfg config, names poolNames, contenders []poolContender) *section {
+	n, slots := cfg.poolTasks, cfg.poolSlots
+	rates, runs := ps.rates, ps.runs
+	rounds := len(rates[names.pool])
 	s := &section{title: fmt.Sprintf("13. worker pool: %d tasks by a worker.Pool of %d slots over worker.Static against %d hand-written goroutines (TryAcquire + Complete), tasks/s", n, slots, slots)}
 	s.addf("one client for all; per run a fresh registry in a fresh namespace (%d fresh tasks), timed from the session's start to its close; the handler returns \"done\" at once", n)
 	s.addf("hand-written: one session and the registry shared by %d goroutines, each taking the next task of a shared list (skipping held and completed ones)", slots)
@@ -213,28 +254,13 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 			took = append(took, float64(r.elapsed))
 		}
 		s.addf("%-28s %10.0f %10s %12.0f %8.1f %15.3f×", ct.name, median(rates[ct.name]), ms(time.Duration(median(took))),
-			median(cpus[ct.name]), median(allocs[ct.name]), ratios(rates[ct.name], rates[handName], 1))
+			median(ps.cpus[ct.name]), median(ps.allocs[ct.name]), ratios(rates[ct.name], rates[names.hand], 1))
 	}
-	r, rBatch := ratios(rates[poolName], rates[handName], 1), ratios(rates[batchName], rates[handName], 1)
+	r, rBatch := ratios(rates[names.pool], rates[names.hand], 1), ratios(rates[names.batch], rates[names.hand], 1)
 	s.addf("Pool/hand-written: %.3f× the tasks/s (goal ≥ 0.95×); WithBatch(%d): %.3f× (medians of per-round ratios)", r, cfg.poolBatch, rBatch)
-	s.addf("etcd requests per task, counted by interceptors on the client over all rounds (per run: the other calls):")
-	s.addf("%-28s %8s %13s %7s %8s %7s  %s", "", "tasks", "transactions", "reads", "watches", "events", "other calls per run")
-	perTask := map[string]map[string]float64{}
-	for _, ct := range contenders {
-		var tasks int64
-		var c callCounts
-		for _, r := range runs[ct.name] {
-			tasks += r.tasks
-			c = c.add(r.calls)
-		}
-		f := func(v int64) float64 { return float64(v) / float64(max(tasks, 1)) }
-		perTask[ct.name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches)}
-		other := perRun(c, len(runs[ct.name]))
-		s.addf("%-28s %8d %13.3f %7.3f %8.3f %7.3f  %s", ct.name, tasks, f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events), other)
-	}
-	s.addf("transactions = Txn (writing) + Put + DeleteRange calls; reads = Range + read-only Txn calls")
+	perTask := ps.reportCalls(s, contenders)
 	var st worker.Stats
-	for _, name := range []string{poolName, batchName} {
+	for _, name := range []string{names.pool, names.batch} {
 		for _, r := range runs[name] {
 			st = addStats(st, r.stats)
 		}
@@ -242,18 +268,40 @@ func (b *bench) poolSection(ctx context.Context, cfg config) ([]*section, error)
 	s.addf("the pools' Stats over all timed runs: started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, reclaimed %d, sessions replaced %d",
 		st.Started, st.Completed, st.Stale, st.Failed, st.Retried, st.Interrupted, st.Unknown, st.Reclaimed, st.SessionsReplaced)
 
-	s.metric("pool tasks", "rate", median(rates[poolName]))
-	s.metric("pool batch tasks", "rate", median(rates[batchName]))
-	s.metric("pool hand-written tasks", "rate", median(rates[handName]))
+	s.metric("pool tasks", "rate", median(rates[names.pool]))
+	s.metric("pool batch tasks", "rate", median(rates[names.batch]))
+	s.metric("pool hand-written tasks", "rate", median(rates[names.hand]))
 	s.metric("pool/hand-written", "ratio", r)
 	s.metric("pool batch/hand-written", "ratio", rBatch)
 	for _, k := range []string{"txns", "reads"} {
-		s.metric("pool "+k+"/task", "count", perTask[poolName][k])
-		s.metric("pool hand-written "+k+"/task", "count", perTask[handName][k])
+		s.metric("pool "+k+"/task", "count", perTask[names.pool][k])
+		s.metric("pool hand-written "+k+"/task", "count", perTask[names.hand][k])
 	}
 	s.metric("pool started/completed", "ratio", float64(st.Started)/float64(max(st.Completed, 1)))
 	s.goal(fmt.Sprintf("Pool/hand-written ≥ 0.95× (%d slots, %d tasks)", slots, n), r >= 0.95, fmt.Sprintf("%.3f×", r))
-	return []*section{s}, nil
+	return s
+}
+
+// reportCalls writes the table of etcd requests per task and returns them
+// by contender and kind: txns, reads and watches.
+func (ps *poolStats) reportCalls(s *section, contenders []poolContender) map[string]map[string]float64 {
+	s.addf("etcd requests per task, counted by interceptors on the client over all rounds (per run: the other calls):")
+	s.addf("%-28s %8s %13s %7s %8s %7s  %s", "", "tasks", "transactions", "reads", "watches", "events", "other calls per run")
+	perTask := map[string]map[string]float64{}
+	for _, ct := range contenders {
+		var tasks int64
+		var c callCounts
+		for _, r := range ps.runs[ct.name] {
+			tasks += r.tasks
+			c = c.add(r.calls)
+		}
+		f := func(v int64) float64 { return float64(v) / float64(max(tasks, 1)) }
+		perTask[ct.name] = map[string]float64{"txns": f(c.of(txnMethods)), "reads": f(c.of(readMethods)), "watches": f(c.watches)}
+		other := perRun(c, len(ps.runs[ct.name]))
+		s.addf("%-28s %8d %13.3f %7.3f %8.3f %7.3f  %s", ct.name, tasks, f(c.of(txnMethods)), f(c.of(readMethods)), f(c.watches), f(c.events), other)
+	}
+	s.addf("transactions = Txn (writing) + Put + DeleteRange calls; reads = Range + read-only Txn calls")
+	return perTask
 }
 
 // perRun names the unary methods counted in c that are neither

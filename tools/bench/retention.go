@@ -447,17 +447,16 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 	archLog := audit.New(b.cli, audit.WithNamespace(nsRetArch), audit.WithRetention(d), audit.WithArchive(arch), audit.WithLogger(recorderLogger(&failed)))
 	recLog := audit.New(b.cli, audit.WithNamespace(nsRetRec), audit.WithLogger(recorderLogger(&failed)))
 
-	type variant struct {
-		name string
-		ns   string
-		tw   *taskWorkers
+	r := &retentionRounds{
+		arch: arch, archLog: archLog,
+		variants: []*retVariant{
+			{name: "no recorder", ns: nsRetNone},
+			{name: "recorder, no retention", ns: nsRetRec},
+			{name: fmt.Sprintf("recorder archiving (retention %v)", d), ns: nsRetArch},
+		},
+		rates: map[string][]float64{}, cpus: map[string][]float64{},
 	}
-	variants := []*variant{
-		{name: "no recorder", ns: nsRetNone},
-		{name: "recorder, no retention", ns: nsRetRec},
-		{name: fmt.Sprintf("recorder archiving (retention %v)", d), ns: nsRetArch},
-	}
-	for _, v := range variants {
+	for _, v := range r.variants {
 		if v.tw, err = b.newTaskWorkers(ctx, v.ns, cfg.retentionWorkers, 0); err != nil {
 			return err
 		}
@@ -468,9 +467,38 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 	stopRec := recorder(ctx, recLog)
 	defer func() { _ = stopRec() }()
 
-	rates, cpus := map[string][]float64{}, map[string][]float64{}
-	var archived, archTime, archBusy float64 // over the archiving halves of the measured rounds
-	first := -1                              // round -1 warms up (and gives the first archiving half a backlog)
+	if err := b.runRetentionRounds(ctx, cfg, r); err != nil {
+		return err
+	}
+	r.report(cfg, s, &failed)
+	return nil
+}
+
+// retVariant is one contender of section 8's throughput part: task
+// workers in namespace ns.
+type retVariant struct {
+	name string
+	ns   string
+	tw   *taskWorkers
+}
+
+// retentionRounds are the contenders of section 8's throughput part and
+// what the measured rounds gave.
+type retentionRounds struct {
+	arch     *countingArchive
+	archLog  *audit.Log // the archiving recorder's, run during its own halves
+	variants []*retVariant
+
+	rates, cpus                  map[string][]float64 // by variant name, one per round; CPU µs per cycle
+	archived, archTime, archBusy float64              // over the archiving halves of the measured rounds
+}
+
+// runRetentionRounds runs the warm-up (unless smoke) and
+// cfg.retentionRounds rounds of the variants, forth and back, the
+// archiving recorder running during the archiving variant's halves.
+func (b *bench) runRetentionRounds(ctx context.Context, cfg config, r *retentionRounds) error {
+	arch, variants := r.arch, r.variants
+	first := -1 // round -1 warms up (and gives the first archiving half a backlog)
 	if cfg.smoke {
 		first = 0
 	}
@@ -486,7 +514,7 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 			var stop func() error
 			entries0, busy0 := arch.entries.Load(), arch.busy.Load()
 			if v.ns == nsRetArch {
-				stop = recorder(ctx, archLog)
+				stop = recorder(ctx, r.archLog)
 			}
 			m, err := measure(ctx, cfg.retentionWorkers, half, v.tw.cycle)
 			if stop != nil {
@@ -494,9 +522,9 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 					err = fmt.Errorf("recorder: %w", serr)
 				}
 				if round >= 0 {
-					archived += float64(arch.entries.Load() - entries0)
-					archBusy += float64(arch.busy.Load() - busy0)
-					archTime += m.elapsed.Seconds()
+					r.archived += float64(arch.entries.Load() - entries0)
+					r.archBusy += float64(arch.busy.Load() - busy0)
+					r.archTime += m.elapsed.Seconds()
 				}
 			}
 			if err != nil {
@@ -506,8 +534,8 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 		}
 		for i, v := range order {
 			if round >= 0 {
-				rates[v.name] = append(rates[v.name], runs[i].rate())
-				cpus[v.name] = append(cpus[v.name], float64(runs[i].cpuPerTask())/float64(time.Microsecond))
+				r.rates[v.name] = append(r.rates[v.name], runs[i].rate())
+				r.cpus[v.name] = append(r.cpus[v.name], float64(runs[i].cpuPerTask())/float64(time.Microsecond))
 			}
 			if cfg.verbose {
 				fmt.Fprintf(os.Stderr, "round %d: %-34s %8.0f/s %6.0f µs CPU/task\n", round, v.name, runs[i].rate(), float64(runs[i].cpuPerTask())/1e3)
@@ -520,7 +548,14 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 			return err
 		}
 	}
+	return nil
+}
 
+// report adds the throughput part's rows, metrics and figures to s;
+// failed counts the retention passes that failed.
+func (r *retentionRounds) report(cfg config, s *section, failed *atomic.Int64) {
+	rates, cpus, variants := r.rates, r.cpus, r.variants
+	archived, archTime, archBusy := r.archived, r.archTime, r.archBusy
 	none, rec, arc := variants[0].name, variants[1].name, variants[2].name
 	rArch, rRec, rArchRec := ratios(rates[arc], rates[none], 1), ratios(rates[rec], rates[none], 1), ratios(rates[arc], rates[rec], 1)
 	cycleRate := median(rates[arc])
@@ -551,7 +586,6 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 	s.metric("retention archiving/none", "ratio", rArch)
 	s.metric("retention archiving/recorder", "ratio", rArchRec)
 	s.metric("retention archived entries", "count", archRate) // per second; 0 in a smoke run, whose halves are shorter than the retention
-	return nil
 }
 
 // curvePoint is one row of the long run's curve.
@@ -592,93 +626,183 @@ func (b *bench) retentionLong(ctx context.Context, cfg config, dir string, s *se
 	stop := recorder(ctx, log)
 	defer func() { _ = stop() }()
 
-	start := time.Now()
-	point := func(after bool) (curvePoint, error) {
-		p := curvePoint{cycles: tw.seq.Load(), at: time.Since(start), archived: arch.entries.Load(), afterTheCycle: after}
-		n, rev, err := b.keysUnder(ctx, nsRetLong+"/")
-		if err != nil {
-			return p, err
-		}
-		p.keys = n
-		if p.live, err = b.liveBytes(ctx, nsRetLong+"/", rev); err != nil {
-			return p, err
-		}
-		p.size, p.inUse, err = b.dbSizes(ctx, rev)
+	r := &longRun{b: b, tw: tw, arch: arch, start: time.Now()}
+	res, err := r.measure(ctx, cfg, stop)
+	if err != nil {
+		return err
+	}
+	res.failed = failed.Load()
+	res.report(cfg, s)
+	return nil
+}
+
+// longRun is the long run of section 8 while it runs: its task workers,
+// their archive, and when it started.
+type longRun struct {
+	b     *bench
+	tw    *taskWorkers
+	arch  *countingArchive
+	start time.Time
+}
+
+// longResult is what the long run measured.
+type longResult struct {
+	curve            []curvePoint
+	last, final      curvePoint // after the last cycle, and once the archive has caught up
+	cycles, rejected int64
+	archivedAtEnd    int64 // entries archived when the last cycle was done
+	took             time.Duration
+	drained          time.Duration // from the last cycle to the archive catching up
+	kinds            map[audit.Kind]int
+	failed           int64 // retention passes failed
+}
+
+// point reads the run's figures now: cycles, archived entries, keys and
+// live bytes under the namespace, and the database sizes after a
+// compaction to the revision read.
+func (r *longRun) point(ctx context.Context, after bool) (curvePoint, error) {
+	p := curvePoint{cycles: r.tw.seq.Load(), at: time.Since(r.start), archived: r.arch.entries.Load(), afterTheCycle: after}
+	n, rev, err := r.b.keysUnder(ctx, nsRetLong+"/")
+	if err != nil {
 		return p, err
 	}
-	// The curve is sampled while the workers run: every cfg.longEvery
-	// cycles (or as soon after as the previous point is done).
+	p.keys = n
+	if p.live, err = r.b.liveBytes(ctx, nsRetLong+"/", rev); err != nil {
+		return p, err
+	}
+	p.size, p.inUse, err = r.b.dbSizes(ctx, rev)
+	return p, err
+}
+
+// sample samples the curve while the workers run, until sampling is done:
+// every cfg.longEvery cycles (or as soon after as the previous point is
+// done). A point that fails once sampling is done is no error.
+func (r *longRun) sample(ctx, sampling context.Context, cfg config) ([]curvePoint, error) {
+	var curve []curvePoint
+	next := int64(cfg.longEvery)
+	for sampling.Err() == nil && next < int64(cfg.longCycles) {
+		if r.tw.seq.Load() < next {
+			select {
+			case <-sampling.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		p, err := r.point(ctx, false)
+		if err != nil {
+			if sampling.Err() == nil {
+				return curve, err
+			}
+			return curve, nil
+		}
+		curve = append(curve, p)
+		if cfg.verbose {
+			fmt.Fprintf(os.Stderr, "long run: %d cycles at %v: %d keys, %.2f MB live, db %.1f MB, in use %.1f MB, %d archived\n",
+				p.cycles, p.at.Round(100*time.Millisecond), p.keys, mb(p.live), mb(p.size), mb(p.inUse), p.archived)
+		}
+		for next <= p.cycles {
+			next += int64(cfg.longEvery)
+		}
+	}
+	return curve, nil
+}
+
+// measure runs cfg.longCycles cycles while sampling the curve, waits for
+// the archive to catch up, stops the recorder and checks that the archive
+// holds every entry written.
+func (r *longRun) measure(ctx context.Context, cfg config, stop func() error) (*longResult, error) {
+	d := cfg.longRetention
 	var curve []curvePoint
 	var curveErr error
 	sampling, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		next := int64(cfg.longEvery)
-		for sampling.Err() == nil && next < int64(cfg.longCycles) {
-			if tw.seq.Load() < next {
-				select {
-				case <-sampling.Done():
-				case <-time.After(20 * time.Millisecond):
-				}
-				continue
-			}
-			p, err := point(false)
-			if err != nil {
-				if sampling.Err() == nil {
-					curveErr = err
-				}
-				return
-			}
-			curve = append(curve, p)
-			if cfg.verbose {
-				fmt.Fprintf(os.Stderr, "long run: %d cycles at %v: %d keys, %.2f MB live, db %.1f MB, in use %.1f MB, %d archived\n",
-					p.cycles, p.at.Round(100*time.Millisecond), p.keys, mb(p.live), mb(p.size), mb(p.inUse), p.archived)
-			}
-			for next <= p.cycles {
-				next += int64(cfg.longEvery)
-			}
-		}
+		curve, curveErr = r.sample(ctx, sampling, cfg)
 	}()
-	took, err := tw.runCount(ctx, int64(cfg.longCycles))
+	took, err := r.tw.runCount(ctx, int64(cfg.longCycles))
 	stopSampling()
 	<-sampled
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if curveErr != nil {
-		return curveErr
+		return nil, curveErr
 	}
-	cycles, rejected := tw.seq.Load(), tw.rejected.Load()
-	archivedAtEnd := arch.entries.Load()
-	last, err := point(true)
-	if err != nil {
-		return err
+	res := &longResult{cycles: r.tw.seq.Load(), rejected: r.tw.rejected.Load(), archivedAtEnd: r.arch.entries.Load(), took: took}
+	if res.last, err = r.point(ctx, true); err != nil {
+		return nil, err
 	}
-	curve = append(curve, last)
-	drained, err := b.drain(ctx, nsRetLong, 2*d+pruneInterval(d)+10*time.Second)
-	if err != nil {
-		return err
+	curve = append(curve, res.last)
+	if res.drained, err = r.b.drain(ctx, nsRetLong, 2*d+pruneInterval(d)+10*time.Second); err != nil {
+		return nil, err
 	}
 	if err := stop(); err != nil {
-		return fmt.Errorf("recorder: %w", err)
+		return nil, fmt.Errorf("recorder: %w", err)
 	}
-	final, err := point(true)
-	if err != nil {
-		return err
+	if res.final, err = r.point(ctx, true); err != nil {
+		return nil, err
 	}
-	final.at = time.Since(start)
-	curve = append(curve, final)
-	kinds, err := arch.kinds(ctx, nsRetLong)
-	if err != nil {
-		return fmt.Errorf("count the archive: %w", err)
+	res.final.at = time.Since(r.start)
+	res.curve = append(curve, res.final)
+	if res.kinds, err = r.arch.kinds(ctx, nsRetLong); err != nil {
+		return nil, fmt.Errorf("count the archive: %w", err)
 	}
-	if err := checkCounts(kinds, int(cycles), int(rejected)); err != nil {
-		return fmt.Errorf("the archive: %w", err)
+	if err := checkCounts(res.kinds, int(res.cycles), int(res.rejected)); err != nil {
+		return nil, fmt.Errorf("the archive: %w", err)
 	}
+	return res, nil
+}
 
+// report adds the long run's curve, steady state, metrics and figures to s.
+func (res *longResult) report(cfg config, s *section) {
+	d, curve := cfg.longRetention, res.curve
 	s.addf("long run: %d cycles, %d with a stale Complete, retention %v; every %d cycles, sampled while the workers run: keys and live bytes (keys + values) under the namespace, how far the archive is behind the cycle (lag: the time since the cycle had written what is archived), then an explicit compaction to the revision read (the member's auto-compaction does not act within the run) and the member's database size and in-use size:",
-		cycles, rejected, d, cfg.longEvery)
+		res.cycles, res.rejected, d, cfg.longEvery)
+	res.reportCurve(cfg, s)
+	// Steady state: from the first point at least three retentions in
+	// (the first due entries are archived one retention and a pass in,
+	// and the backlog of the first retention is gone a pass or two later)
+	// to the last cycle.
+	rate := float64(res.cycles) / res.took.Seconds()
+	steady := -1
+	for i, p := range curve {
+		if !p.afterTheCycle && p.at >= 3*d {
+			steady = i
+			break
+		}
+	}
+	s.addf("%.0f cycles/s over the whole run (%v, sampling included); the archive caught up %v after the last cycle",
+		rate, res.took.Round(100*time.Millisecond), res.drained.Round(100*time.Millisecond))
+	if steady >= 0 {
+		from := curve[steady]
+		dt := (res.last.at - from.at).Seconds()
+		steadyCycles := float64(res.last.cycles-from.cycles) / dt
+		steadyArch := float64(res.archivedAtEnd-from.archived) / dt
+		s.addf("steady state (from %.0fs to the last cycle): %.0f cycles/s, %.0f entries archived/s (%.2f per cycle; 2 written per cycle, plus a rejection every %d); live bytes %.2f–%.2f MB",
+			from.at.Seconds(), steadyCycles, steadyArch, steadyArch/steadyCycles, cfg.rejectEvery, mb(minLive(curve[steady:len(curve)-2])), mb(maxLive(curve[steady:len(curve)-2])))
+		s.metric("retention long steady archived/cycle", "ratio", steadyArch/steadyCycles)
+	} else {
+		s.addf("(no point three retentions in: no steady-state figures)")
+	}
+	kinds := res.kinds
+	s.addf("the archive holds %d acquired, %d completed, %d rejected: every entry written", kinds[audit.Acquired], kinds[audit.Completed], kinds[audit.Rejected])
+	s.addf("retention passes failed: %d (a pass reads the audit and done prefixes at one revision; the curve's compaction to the current revision can overtake it, and the pass is retried a pass interval later)", res.failed)
+	s.metric("retention long passes failed", "count", float64(res.failed))
+	var sizes []float64
+	for _, p := range curve {
+		sizes = append(sizes, float64(p.inUse))
+	}
+	s.metric("retention long cycle", "rate", rate)
+	s.metric("retention long db size", "bytes", float64(res.final.size))
+	s.metric("retention long max in use", "bytes", slices.Max(sizes))
+	s.metric("retention long max keys", "count", float64(maxKeys(curve)))
+}
+
+// reportCurve adds the curve's table to s: a row per point, with the
+// rates since the previous point and the archive's lag.
+func (res *longResult) reportCurve(cfg config, s *section) {
+	curve := res.curve
 	s.addf("  %8s %8s %8s %9s %8s %10s %10s %9s %11s %6s", "cycles", "elapsed", "keys", "live MB", "db MB", "in use MB", "archived", "cycles/s", "archived/s", "lag")
 	var prev curvePoint
 	for i, p := range curve {
@@ -701,43 +825,6 @@ func (b *bench) retentionLong(ctx context.Context, cfg config, dir string, s *se
 		s.addf("  %8s %7.1fs %8d %9.2f %8.1f %10.1f %10d %9s %11s %6s", label, p.at.Seconds(), p.keys, mb(p.live), mb(p.size), mb(p.inUse), p.archived, rate, arate, lag)
 		prev = p
 	}
-	// Steady state: from the first point at least three retentions in
-	// (the first due entries are archived one retention and a pass in,
-	// and the backlog of the first retention is gone a pass or two later)
-	// to the last cycle.
-	rate := float64(cycles) / took.Seconds()
-	steady := -1
-	for i, p := range curve {
-		if !p.afterTheCycle && p.at >= 3*d {
-			steady = i
-			break
-		}
-	}
-	s.addf("%.0f cycles/s over the whole run (%v, sampling included); the archive caught up %v after the last cycle",
-		rate, took.Round(100*time.Millisecond), drained.Round(100*time.Millisecond))
-	if steady >= 0 {
-		from := curve[steady]
-		dt := (last.at - from.at).Seconds()
-		steadyCycles := float64(last.cycles-from.cycles) / dt
-		steadyArch := float64(archivedAtEnd-from.archived) / dt
-		s.addf("steady state (from %.0fs to the last cycle): %.0f cycles/s, %.0f entries archived/s (%.2f per cycle; 2 written per cycle, plus a rejection every %d); live bytes %.2f–%.2f MB",
-			from.at.Seconds(), steadyCycles, steadyArch, steadyArch/steadyCycles, cfg.rejectEvery, mb(minLive(curve[steady:len(curve)-2])), mb(maxLive(curve[steady:len(curve)-2])))
-		s.metric("retention long steady archived/cycle", "ratio", steadyArch/steadyCycles)
-	} else {
-		s.addf("(no point three retentions in: no steady-state figures)")
-	}
-	s.addf("the archive holds %d acquired, %d completed, %d rejected: every entry written", kinds[audit.Acquired], kinds[audit.Completed], kinds[audit.Rejected])
-	s.addf("retention passes failed: %d (a pass reads the audit and done prefixes at one revision; the curve's compaction to the current revision can overtake it, and the pass is retried a pass interval later)", failed.Load())
-	s.metric("retention long passes failed", "count", float64(failed.Load()))
-	var sizes []float64
-	for _, p := range curve {
-		sizes = append(sizes, float64(p.inUse))
-	}
-	s.metric("retention long cycle", "rate", rate)
-	s.metric("retention long db size", "bytes", float64(final.size))
-	s.metric("retention long max in use", "bytes", slices.Max(sizes))
-	s.metric("retention long max keys", "count", float64(maxKeys(curve)))
-	return nil
 }
 
 // archiveLag is how far the archive is behind the cycle at the last of

@@ -128,9 +128,46 @@ func scaleChild(ctx context.Context, cfg scaleChildConfig) (*scaleChildResult, e
 	if _, err := oneReg.TryAcquire(ctx, one, "one"); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	held, err := fillBig(ctx, cfg, bigReg, big)
+	if err != nil {
+		return nil, err
+	}
+	res.FillRate = float64(cfg.Leases) / time.Since(start).Seconds()
+
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	res.HeapAfter, res.HeapSys = m.HeapAlloc, m.HeapSys
+	res.RSS, res.PeakRSS = procStatus("VmRSS"), procStatus("VmHWM")
+
+	// Keepalive traffic over two TTLs, nothing else running.
+	bigRPC.reset()
+	oneRPC.reset()
+	res.Window = time.Duration(cfg.Window) * big.TTL()
+	time.Sleep(res.Window)
+	unary, streams := bigRPC.reset()
+	res.KeepAlivesBig, res.UnaryBig = streams[keepAliveMethod], sum(unary)
+	_, streams = oneRPC.reset()
+	res.KeepAlivesOne = streams[keepAliveMethod]
+
+	// Acquire throughput: TryAcquire + Release cycles on the big session
+	// against the one-lease session, rounds interleaved.
+	if err := acquireRates(ctx, cfg, res, bigReg, big, oneReg, one); err != nil {
+		return nil, err
+	}
+	for _, l := range held {
+		if l.Context().Err() == nil {
+			res.LiveLeases++
+		}
+	}
+	return res, nil
+}
+
+// fillBig acquires cfg.Leases leases, big-00000 on, for the big session
+// with cfg.Workers goroutines.
+func fillBig(ctx context.Context, cfg scaleChildConfig, bigReg *lease.Registry, big *session.Session) ([]*lease.Lease, error) {
 	var next atomic.Int64
 	held := make([]*lease.Lease, cfg.Leases)
-	start := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, cfg.Workers)
 	for range cfg.Workers {
@@ -156,25 +193,13 @@ func scaleChild(ctx context.Context, cfg scaleChildConfig) (*scaleChildResult, e
 	if err := errors.Join(collect(errc)...); err != nil {
 		return nil, err
 	}
-	res.FillRate = float64(cfg.Leases) / time.Since(start).Seconds()
+	return held, nil
+}
 
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	res.HeapAfter, res.HeapSys = m.HeapAlloc, m.HeapSys
-	res.RSS, res.PeakRSS = procStatus("VmRSS"), procStatus("VmHWM")
-
-	// Keepalive traffic over two TTLs, nothing else running.
-	bigRPC.reset()
-	oneRPC.reset()
-	res.Window = time.Duration(cfg.Window) * big.TTL()
-	time.Sleep(res.Window)
-	unary, streams := bigRPC.reset()
-	res.KeepAlivesBig, res.UnaryBig = streams[keepAliveMethod], sum(unary)
-	_, streams = oneRPC.reset()
-	res.KeepAlivesOne = streams[keepAliveMethod]
-
-	// Acquire throughput: TryAcquire + Release cycles on the big session
-	// against the one-lease session, rounds interleaved.
+// acquireRates measures cfg.Rounds rounds of TryAcquire + Release cycles
+// on the big session against the one-lease session, the order alternating,
+// into res.RatesBig and res.RatesOne.
+func acquireRates(ctx context.Context, cfg scaleChildConfig, res *scaleChildResult, bigReg *lease.Registry, big *session.Session, oneReg *lease.Registry, one *session.Session) error {
 	var seq atomic.Int64
 	cycle := func(reg *lease.Registry, s *session.Session) func(context.Context, int) (int, error) {
 		return func(ctx context.Context, _ int) (int, error) {
@@ -194,24 +219,19 @@ func scaleChild(ctx context.Context, cfg scaleChildConfig) (*scaleChildResult, e
 			if isBig {
 				rate, err := runRate(ctx, cfg.Workers, cfg.RunFor, cycle(bigReg, big))
 				if err != nil {
-					return nil, err
+					return err
 				}
 				res.RatesBig = append(res.RatesBig, rate)
 			} else {
 				rate, err := runRate(ctx, cfg.Workers, cfg.RunFor, cycle(oneReg, one))
 				if err != nil {
-					return nil, err
+					return err
 				}
 				res.RatesOne = append(res.RatesOne, rate)
 			}
 		}
 	}
-	for _, l := range held {
-		if l.Context().Err() == nil {
-			res.LiveLeases++
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // procStatus reads a size field of /proc/self/status in bytes (0 if
@@ -356,25 +376,7 @@ func (b *bench) manySessions(ctx context.Context, cfg config, s *section) error 
 		}
 		wg.Wait()
 	}()
-	parallel := func(f func(i int) error) error {
-		var wg sync.WaitGroup
-		errc := make(chan error, cfg.sessions)
-		sem := make(chan struct{}, 64)
-		for i := range cfg.sessions {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := f(i); err != nil {
-					errc <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		return errors.Join(collect(errc)...)
-	}
+	parallel := func(f func(i int) error) error { return parallel64(cfg.sessions, f) }
 	start := time.Now()
 	err := parallel(func(i int) error {
 		se, err := session.New(ctx, conns[i%nCli].cli, session.WithWorker(fmt.Sprintf("s%d", i)), session.WithTTL(cfg.sessionTTL), session.WithObserver(obs))
@@ -421,4 +423,26 @@ func (b *bench) manySessions(ctx context.Context, cfg config, s *section) error 
 	s.metric("sessions renewal p99", "latency", percentile(rtts, 99).Seconds())
 	s.goal(fmt.Sprintf("%d concurrent sessions all stay live", cfg.sessions), live == cfg.sessions, fmt.Sprintf("%d/%d", live, cfg.sessions))
 	return nil
+}
+
+// parallel64 calls f(i) for every i below n, 64 at a time, and joins
+// their errors.
+func parallel64(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return errors.Join(collect(errc)...)
 }

@@ -136,17 +136,7 @@ func drawPanel(w *svgWriter, r rect, res panelResult, duration float64) {
 	defer w.f("</g>\n")
 
 	if len(res.Errors) > 0 {
-		y := r.Y + 50
-		w.text(r.X+10, y, 12, colError, "", "600", "query rejected by Prometheus:")
-		for _, e := range res.Errors {
-			for _, line := range wrap(strings.ReplaceAll(e, "\n", " "), int((r.W-20)/6.2)) {
-				y += 15
-				if y > r.Y+r.H-10 {
-					return
-				}
-				w.text(r.X+10, y, 11, colError, "", "", line)
-			}
-		}
+		drawPanelErrors(w, r, res.Errors)
 		return
 	}
 	finite := 0
@@ -160,36 +150,12 @@ func drawPanel(w *svgWriter, r rect, res panelResult, duration float64) {
 		}
 	}
 	if finite == 0 {
-		w.text(r.X+r.W/2, r.Y+r.H/2, 14, colDim, "middle", "", "no data in this run")
-		why := "its queries returned no series"
-		if n := len(res.Series); n > 0 {
-			why = fmt.Sprintf("its queries returned %d series, every point NaN", n)
-		}
-		w.text(r.X+r.W/2, r.Y+r.H/2+18, 11, colDim, "middle", "", why)
+		drawNoData(w, r, len(res.Series))
 		return
 	}
 
 	// Legend: below the plot, items flowing left to right.
-	type item struct {
-		x, line float64
-		name    string
-		color   string
-	}
-	var items []item
-	x, line := 0.0, 0.0
-	for i, s := range res.Series {
-		name := s.Name
-		if name == "" {
-			name = "series"
-		}
-		iw := 22 + textWidth(name, 11) + 14
-		if x > 0 && x+iw > r.W-20 {
-			x, line = 0, line+1
-		}
-		items = append(items, item{x: x, line: line, name: name, color: palette[i%len(palette)]})
-		x += iw
-	}
-	legendH := (line+1)*16 + 6
+	items, legendH := layoutLegend(res.Series, r)
 
 	unit := p.FieldConfig.Defaults.Unit
 	if unit == "" {
@@ -198,44 +164,74 @@ func drawPanel(w *svgWriter, r rect, res panelResult, duration float64) {
 	ticks := yTicks(lo, hi)
 	plot := rect{X: r.X + 64, Y: r.Y + 36, W: r.W - 64 - 14}
 	plot.H = r.Y + r.H - legendH - 22 - plot.Y
-	yMin, yMax := ticks[0], ticks[len(ticks)-1]
-	ypx := func(v float64) float64 { return plot.Y + plot.H - (v-yMin)/(yMax-yMin)*plot.H }
 	if duration <= 0 {
 		duration = 1
 	}
-	xpx := func(t float64) float64 { return plot.X + t/duration*plot.W }
-
-	for _, v := range ticks {
-		y := ypx(v)
-		w.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", plot.X, y, plot.X+plot.W, y, colGrid)
-		w.text(plot.X-8, y+4, 11, colDim, "end", "", formatValue(v, unit))
-	}
-	for _, t := range xTicks(duration) {
-		x := xpx(t)
-		w.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, plot.Y, x, plot.Y+plot.H, colGrid)
-		w.text(x, plot.Y+plot.H+15, 11, colDim, "middle", "", strconv.FormatFloat(t, 'f', -1, 64)+"s")
-	}
-
+	a := plotAxes{plot: plot, yMin: ticks[0], yMax: ticks[len(ticks)-1], duration: duration}
+	a.draw(w, ticks, unit)
 	for i, s := range res.Series {
-		color := palette[i%len(palette)]
-		w.f(`<g class="series" data-name="%s">`+"\n", esc(s.Name))
-		for _, seg := range segments(s.Points) {
-			if len(seg) == 1 {
-				w.f(`<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>`+"\n", xpx(seg[0].T), ypx(seg[0].V), color)
-				continue
-			}
-			var pts strings.Builder
-			for j, pt := range seg {
-				if j > 0 {
-					pts.WriteByte(' ')
-				}
-				fmt.Fprintf(&pts, "%.1f,%.1f", xpx(pt.T), ypx(pt.V))
-			}
-			w.f(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5" stroke-linejoin="round"/>`+"\n", pts.String(), color)
-		}
-		w.f("</g>\n")
+		a.drawSeries(w, s, palette[i%len(palette)])
 	}
+	drawLegend(w, r, items, legendH)
+}
 
+// drawPanelErrors writes a panel's rejected queries' errors, wrapped to
+// its width and cut at its bottom.
+func drawPanelErrors(w *svgWriter, r rect, errs []string) {
+	y := r.Y + 50
+	w.text(r.X+10, y, 12, colError, "", "600", "query rejected by Prometheus:")
+	for _, e := range errs {
+		for _, line := range wrap(strings.ReplaceAll(e, "\n", " "), int((r.W-20)/6.2)) {
+			y += 15
+			if y > r.Y+r.H-10 {
+				return
+			}
+			w.text(r.X+10, y, 11, colError, "", "", line)
+		}
+	}
+}
+
+// drawNoData writes why a panel whose queries returned n series has no
+// point to draw.
+func drawNoData(w *svgWriter, r rect, n int) {
+	w.text(r.X+r.W/2, r.Y+r.H/2, 14, colDim, "middle", "", "no data in this run")
+	why := "its queries returned no series"
+	if n > 0 {
+		why = fmt.Sprintf("its queries returned %d series, every point NaN", n)
+	}
+	w.text(r.X+r.W/2, r.Y+r.H/2+18, 11, colDim, "middle", "", why)
+}
+
+// legendItem is one series' entry in a panel's legend: its offset in the
+// line, its line, its name and its colour.
+type legendItem struct {
+	x, line float64
+	name    string
+	color   string
+}
+
+// layoutLegend flows the series' legend items left to right in lines as
+// wide as r, and returns them with the legend's height.
+func layoutLegend(series []series, r rect) ([]legendItem, float64) {
+	var items []legendItem
+	x, line := 0.0, 0.0
+	for i, s := range series {
+		name := s.Name
+		if name == "" {
+			name = "series"
+		}
+		iw := 22 + textWidth(name, 11) + 14
+		if x > 0 && x+iw > r.W-20 {
+			x, line = 0, line+1
+		}
+		items = append(items, legendItem{x: x, line: line, name: name, color: palette[i%len(palette)]})
+		x += iw
+	}
+	return items, (line+1)*16 + 6
+}
+
+// drawLegend writes the legend's items at the bottom of r.
+func drawLegend(w *svgWriter, r rect, items []legendItem, legendH float64) {
 	ly := r.Y + r.H - legendH + 8
 	for _, it := range items {
 		x := r.X + 10 + it.x
@@ -243,6 +239,59 @@ func drawPanel(w *svgWriter, r rect, res panelResult, duration float64) {
 		w.f(`<rect x="%.1f" y="%.1f" width="14" height="3" rx="1" fill="%s"/>`+"\n", x, y+4, it.color)
 		w.text(x+20, y+9, 11, colText, "", "", it.name)
 	}
+}
+
+// plotAxes maps a panel's values, yMin to yMax, and seconds, 0 to
+// duration, to the plot's pixels.
+type plotAxes struct {
+	plot       rect
+	yMin, yMax float64
+	duration   float64
+}
+
+// x is the pixel of t seconds.
+func (a plotAxes) x(t float64) float64 { return a.plot.X + t/a.duration*a.plot.W }
+
+// y is the pixel of the value v.
+func (a plotAxes) y(v float64) float64 {
+	return a.plot.Y + a.plot.H - (v-a.yMin)/(a.yMax-a.yMin)*a.plot.H
+}
+
+// draw writes the grid lines and labels of the value ticks, in unit, and
+// of the time ticks.
+func (a plotAxes) draw(w *svgWriter, ticks []float64, unit string) {
+	plot := a.plot
+	for _, v := range ticks {
+		y := a.y(v)
+		w.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", plot.X, y, plot.X+plot.W, y, colGrid)
+		w.text(plot.X-8, y+4, 11, colDim, "end", "", formatValue(v, unit))
+	}
+	for _, t := range xTicks(a.duration) {
+		x := a.x(t)
+		w.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, plot.Y, x, plot.Y+plot.H, colGrid)
+		w.text(x, plot.Y+plot.H+15, 11, colDim, "middle", "", strconv.FormatFloat(t, 'f', -1, 64)+"s")
+	}
+}
+
+// drawSeries writes s in color: a polyline per run of finite points, a
+// dot for a lone one.
+func (a plotAxes) drawSeries(w *svgWriter, s series, color string) {
+	w.f(`<g class="series" data-name="%s">`+"\n", esc(s.Name))
+	for _, seg := range segments(s.Points) {
+		if len(seg) == 1 {
+			w.f(`<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>`+"\n", a.x(seg[0].T), a.y(seg[0].V), color)
+			continue
+		}
+		var pts strings.Builder
+		for j, pt := range seg {
+			if j > 0 {
+				pts.WriteByte(' ')
+			}
+			fmt.Fprintf(&pts, "%.1f,%.1f", a.x(pt.T), a.y(pt.V))
+		}
+		w.f(`<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5" stroke-linejoin="round"/>`+"\n", pts.String(), color)
+	}
+	w.f("</g>\n")
 }
 
 func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -93,6 +93,8 @@ func main() {
 // rejected at least one of the dashboard's queries.
 var errRejected = errors.New("the Prometheus server rejected queries of the dashboard (see above)")
 
+// run runs the demo scraped by a Prometheus server, evaluates the
+// dashboard's queries over the run and draws its panels.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.workers < 2 || cfg.tasks < 1 || cfg.work < 0 || cfg.tail < 0 || cfg.width < 600 {
 		return errors.New("need -workers >= 2, -tasks >= 1, -work >= 0, -tail >= 0 and -width >= 600")
@@ -137,33 +139,15 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer prom.stop()
-	api := &promAPI{base: "http://" + promAddr, client: &http.Client{Timeout: 30 * time.Second}}
-	if err := api.waitReady(ctx, prom, 30*time.Second); err != nil {
-		return fmt.Errorf("the Prometheus server: %w (its log: %s)", err, prom.logTail())
-	}
-	version, err := api.version(ctx)
+	api, version, err := connectPrometheus(ctx, prom, promAddr, demoAddr, stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "Prometheus %s at http://%s, scraping %s every 1s\n", version, promAddr, demoAddr)
-	if err := api.waitScraping(ctx, 30*time.Second); err != nil {
-		return fmt.Errorf("the Prometheus server: %w (its log: %s)", err, prom.logTail())
-	}
 
-	start, end, err := runDemo(ctx, cfg, leaseholdBin, demoAddr, stderr)
+	start, end, err := scrapedDemo(ctx, cfg, leaseholdBin, demoAddr, stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "scraping %v more\n", cfg.tail)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(cfg.tail):
-	}
-	end = end.Add(cfg.tail)
-	// Whole seconds: the step is 1 s.
-	start, end = start.Truncate(time.Second), end.Truncate(time.Second).Add(time.Second)
-
 	scrapes, err := api.countScrapes(ctx, start, end)
 	if err != nil {
 		return err
@@ -184,6 +168,55 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			cfg.workers, cfg.tasks, cfg.work, end.Sub(start), rateInterval),
 		Duration: end.Sub(start).Seconds(),
 	}
+	if err := writePicture(ctx, cfg, dash, results, meta, chromiumBin, tmp, stderr); err != nil {
+		return err
+	}
+	if printSummary(stdout, results) {
+		return errRejected
+	}
+	return nil
+}
+
+// connectPrometheus waits for the Prometheus server prom at promAddr to
+// be ready and to scrape the demo's address, and returns its API and
+// version.
+func connectPrometheus(ctx context.Context, prom *process, promAddr, demoAddr string, stderr io.Writer) (*promAPI, string, error) {
+	api := &promAPI{base: "http://" + promAddr, client: &http.Client{Timeout: 30 * time.Second}}
+	if err := api.waitReady(ctx, prom, 30*time.Second); err != nil {
+		return nil, "", fmt.Errorf("the Prometheus server: %w (its log: %s)", err, prom.logTail())
+	}
+	version, err := api.version(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(stderr, "Prometheus %s at http://%s, scraping %s every 1s\n", version, promAddr, demoAddr)
+	if err := api.waitScraping(ctx, 30*time.Second); err != nil {
+		return nil, "", fmt.Errorf("the Prometheus server: %w (its log: %s)", err, prom.logTail())
+	}
+	return api, version, nil
+}
+
+// scrapedDemo runs the demo, lets Prometheus scrape cfg.tail more, and
+// returns the window to query, in whole seconds (the step is 1 s).
+func scrapedDemo(ctx context.Context, cfg config, leaseholdBin, demoAddr string, stderr io.Writer) (start, end time.Time, err error) {
+	start, end, err = runDemo(ctx, cfg, leaseholdBin, demoAddr, stderr)
+	if err != nil {
+		return start, end, err
+	}
+	fmt.Fprintf(stderr, "scraping %v more\n", cfg.tail)
+	select {
+	case <-ctx.Done():
+		return start, end, ctx.Err()
+	case <-time.After(cfg.tail):
+	}
+	end = end.Add(cfg.tail)
+	// Whole seconds: the step is 1 s.
+	return start.Truncate(time.Second), end.Truncate(time.Second).Add(time.Second), nil
+}
+
+// writePicture draws the panels' results into cfg.out and, with -png,
+// screenshots it into cfg.png with chromiumBin, working in tmp.
+func writePicture(ctx context.Context, cfg config, dash dashboard, results []panelResult, meta pictureMeta, chromiumBin, tmp string, stderr io.Writer) error {
 	svg, height := drawSVG(dash, results, meta, cfg.width)
 	if dir := filepath.Dir(cfg.out); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -199,9 +232,6 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %s\n", cfg.png)
-	}
-	if printSummary(stdout, results) {
-		return errRejected
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func prometheusBinary(t *testing.T) string {
 // package creates its series) shows no rate at all.
 func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	bin := prometheusBinary(t)
-	d, err := readDashboard("../../../docs/grafana/leasehold.json")
+	d, err := readDashboard("../../docs/grafana/leasehold.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,21 +103,41 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	entries, dones, err := l.pruneRead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	due, pending := dueGroups(groupEpochs(entries, dones), clock)
+	// A clock that cannot advance now delays pruning, never hastens it:
+	// what is due is pruned all the same, and the error reported after.
+	clockErr := l.advanceClock(ctx, pending)
+	if len(due) == 0 {
+		return 0, clockErr
+	}
+	if err := l.archiveGroups(ctx, due); err != nil {
+		return 0, err
+	}
+	deleted, err := l.deleteGroups(ctx, due)
+	if err != nil {
+		return deleted, err
+	}
+	if deleted > 0 {
+		l.log.Debug("pruned", "keys", deleted, "epochs", len(due), "archived", l.archive != nil)
+	}
+	return deleted, clockErr
+}
+
+// groupEpochs groups the live entries by epoch, with the done record each
+// completed epoch wrote.
+func groupEpochs(entries map[string]Entry, dones map[string]doneRecord) map[epochID]*pruneGroup {
 	groups := map[epochID]*pruneGroup{}
-	group := func(id epochID) *pruneGroup {
+	for _, e := range entries {
+		id := epochID{e.Resource, e.Epoch}
 		g := groups[id]
 		if g == nil {
 			g = &pruneGroup{id: id}
 			groups[id] = g
 		}
-		return g
-	}
-	entries, dones, err := l.pruneRead(ctx)
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		g := group(epochID{e.Resource, e.Epoch})
 		g.entries = append(g.entries, e)
 		g.newest = max(g.newest, e.Revision)
 		switch {
@@ -133,18 +153,21 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 			g.done = d.kv
 		}
 	}
+	return groups
+}
 
-	var due []*pruneGroup
-	var pending int64 // the highest revision an ended epoch not yet due waits for
+// dueGroups returns the groups due at clock, in epoch order, and the
+// highest revision an ended epoch not yet due waits for (pending): an
+// epoch is due when its end entry is at a revision ≤ clock, or — only
+// rejections, written after their epoch was pruned or beside a corrupt
+// start — when the newest of them is.
+func dueGroups(groups map[epochID]*pruneGroup, clock int64) (due []*pruneGroup, pending int64) {
 	for _, g := range groups {
 		var at int64 // the revision that makes the group due once old enough
 		switch {
 		case g.end != nil:
 			at = g.end.Revision
 		case !g.start:
-			// Only rejections: their epoch was pruned before they were
-			// written (a stale call after the retention), or its start
-			// entry is corrupt.
 			at = g.newest
 		default:
 			continue // live, or its expiry is not recorded yet
@@ -158,59 +181,41 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 		}
 		due = append(due, g)
 	}
-	// A clock that cannot advance now delays pruning, never hastens it:
-	// what is due is pruned all the same, and the error reported after.
-	clockErr := l.advanceClock(ctx, pending)
-	if len(due) == 0 {
-		return 0, clockErr
-	}
 	slices.SortFunc(due, func(a, b *pruneGroup) int {
 		return cmp.Or(cmp.Compare(a.id.epoch, b.id.epoch), cmp.Compare(a.id.res, b.id.res))
 	})
+	return due, pending
+}
 
-	if l.archive != nil {
-		var batch []Entry
-		for _, g := range due {
-			batch = append(batch, g.entries...)
-			if len(batch) >= archiveChunk {
-				if err := l.archive.Append(ctx, l.space.Namespace(), batch); err != nil {
-					return 0, fmt.Errorf("audit: archive: %w", err)
-				}
-				batch = batch[:0]
-			}
-		}
-		if len(batch) > 0 {
-			if err := l.archive.Append(ctx, l.space.Namespace(), batch); err != nil {
-				return 0, fmt.Errorf("audit: archive: %w", err)
-			}
-		}
-	}
-
-	deleted := 0
-	var ops []clientv3.Op
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		actx, cancel := l.bound(ctx)
-		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("audit: prune: %w", err)
-		}
-		for _, r := range resp.Responses {
-			if r.GetResponseTxn().GetSucceeded() {
-				deleted++
-			}
-		}
-		ops = ops[:0]
+// archiveGroups appends the entries of the due groups to the archive, if
+// there is one, archiveChunk at a time.
+func (l *Log) archiveGroups(ctx context.Context, due []*pruneGroup) error {
+	if l.archive == nil {
 		return nil
 	}
+	var batch []Entry
+	for i, g := range due {
+		batch = append(batch, g.entries...)
+		if len(batch) >= archiveChunk || (i == len(due)-1 && len(batch) > 0) {
+			if err := l.archive.Append(ctx, l.space.Namespace(), batch); err != nil {
+				return fmt.Errorf("audit: archive: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// deleteGroups deletes the due groups' keys with guarded deletes, each
+// group in one transaction with as many others as fit, and returns how
+// many keys were deleted.
+func (l *Log) deleteGroups(ctx context.Context, due []*pruneGroup) (int, error) {
+	d := &pruneDeleter{l: l}
 	for _, g := range due {
 		gk := g.keys()
-		if len(ops)+len(gk) > maxPruneOps {
-			if err := flush(); err != nil {
-				return deleted, err
+		if len(d.ops)+len(gk) > maxPruneOps {
+			if err := d.flush(ctx); err != nil {
+				return d.deleted, err
 			}
 		}
 		// A group larger than one transaction (an epoch with more than a
@@ -220,28 +225,50 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 		for len(gk) > maxPruneOps {
 			var rest []guardedKey
 			for _, k := range gk {
-				if ak, err := l.space.ParseAudit(k.key); err == nil && ak.Kind == keys.AuditKindRejected && len(ops) < maxPruneOps {
-					ops = append(ops, guardedDelete(k))
+				if ak, err := l.space.ParseAudit(k.key); err == nil && ak.Kind == keys.AuditKindRejected && len(d.ops) < maxPruneOps {
+					d.ops = append(d.ops, guardedDelete(k))
 					continue
 				}
 				rest = append(rest, k)
 			}
-			if err := flush(); err != nil {
-				return deleted, err
+			if err := d.flush(ctx); err != nil {
+				return d.deleted, err
 			}
 			gk = rest
 		}
 		for _, k := range gk {
-			ops = append(ops, guardedDelete(k))
+			d.ops = append(d.ops, guardedDelete(k))
 		}
 	}
-	if err := flush(); err != nil {
-		return deleted, err
+	err := d.flush(ctx)
+	return d.deleted, err
+}
+
+// pruneDeleter gathers guarded deletes into transactions.
+type pruneDeleter struct {
+	l       *Log
+	ops     []clientv3.Op
+	deleted int
+}
+
+// flush sends the deletes gathered so far in one transaction.
+func (d *pruneDeleter) flush(ctx context.Context) error {
+	if len(d.ops) == 0 {
+		return nil
 	}
-	if deleted > 0 {
-		l.log.Debug("pruned", "keys", deleted, "epochs", len(due), "archived", l.archive != nil)
+	actx, cancel := d.l.bound(ctx)
+	resp, err := d.l.cli.Txn(actx).Then(d.ops...).Commit()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("audit: prune: %w", err)
 	}
-	return deleted, clockErr
+	for _, r := range resp.Responses {
+		if r.GetResponseTxn().GetSucceeded() {
+			d.deleted++
+		}
+	}
+	d.ops = d.ops[:0]
+	return nil
 }
 
 // guardedDelete deletes k only while it has the mod revision read.

@@ -227,64 +227,19 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	seen := make(map[string]int, len(leases))
-	for i, l := range leases {
-		if l == nil {
-			return nil, fmt.Errorf("lease: complete batch: lease %d is nil", i)
-		}
-		if l.r != leases[0].r {
-			return nil, fmt.Errorf("lease: complete batch: lease %d (%q) is from another registry than lease 0", i, l.resource)
-		}
-		if err := l.notCompletable("complete batch"); err != nil {
-			return nil, err
-		}
-		if j, dup := seen[l.resource]; dup {
-			return nil, fmt.Errorf("lease: complete batch: %q at %d and %d: %w", l.resource, j, i, ErrDuplicateResource)
-		}
-		seen[l.resource] = i
+	if err := checkCompleteBatch(leases); err != nil {
+		return nil, err
 	}
 	r := leases[0].r
 	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, telemetry.AttrBatch.Int(len(leases)))
-	defer func() {
-		stale := 0
-		for i, e := range errs {
-			var se *StaleError
-			if errors.As(e, &se) {
-				stale++
-				sp.AddEvent(telemetry.EventStale, trace.WithAttributes(telemetry.AttrResource.String(leases[i].resource), telemetry.AttrEpoch.Int64(se.Epoch), telemetry.AttrCurrentEpoch.Int64(se.CurrentEpoch)))
-			}
-		}
-		sp.SetAttributes(attribute.Int("leasehold.stale", stale))
-		sp.finish(leases[0].epoch, err)
-	}()
+	defer func() { endBatchSpan(sp, leases, errs, err) }()
 
-	now := time.Now()
-	attempts := make([]*staleAttempt, len(leases))
-	cas := make([]clientv3.Op, len(leases))
-	// build makes each lease's CAS, decided by its own compare only, with
-	// its stale path as of this try: a try after one whose outcome was
-	// unknown carries the idempotency compare (protocol.End.Stale).
-	build := func() error {
-		for i, l := range leases {
-			e := l.newEnd(record.Completed, status, now)
-			then, err := e.Then()
-			if err != nil {
-				return err
-			}
-			attempts[i] = l.newStaleAttempt("complete", e)
-			reject, err := attempts[i].ops(true)
-			if err != nil {
-				return err
-			}
-			cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
-		}
-		return nil
-	}
-	if err := build(); err != nil {
+	b := &batchCAS{leases: leases, status: status, now: time.Now()}
+	if err := b.build(); err != nil {
 		return nil, err
 	}
 	size := 0
-	for _, a := range attempts {
+	for _, a := range b.attempts {
 		size += a.e.Size()
 	}
 	if size > maxBatchBytes {
@@ -298,12 +253,12 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	tries := 0
 	err = retryUnknown(ctx, r.log, func() error {
 		if tries++; tries > 1 {
-			if err := build(); err != nil {
+			if err := b.build(); err != nil {
 				return err
 			}
 		}
 		var err error
-		results, err = completeMany(ctx, r, attempts, cas)
+		results, err = completeMany(ctx, r, b.attempts, b.cas)
 		return err
 	})
 	for i, l := range leases {
@@ -320,6 +275,75 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 		return nil, err
 	}
 	return results, nil
+}
+
+// checkCompleteBatch refuses, before anything is sent, a batch with a nil
+// lease, leases of two registries, a recipe's holding, or one resource
+// twice.
+func checkCompleteBatch(leases []*Lease) error {
+	seen := make(map[string]int, len(leases))
+	for i, l := range leases {
+		if l == nil {
+			return fmt.Errorf("lease: complete batch: lease %d is nil", i)
+		}
+		if l.r != leases[0].r {
+			return fmt.Errorf("lease: complete batch: lease %d (%q) is from another registry than lease 0", i, l.resource)
+		}
+		if err := l.notCompletable("complete batch"); err != nil {
+			return err
+		}
+		if j, dup := seen[l.resource]; dup {
+			return fmt.Errorf("lease: complete batch: %q at %d and %d: %w", l.resource, j, i, ErrDuplicateResource)
+		}
+		seen[l.resource] = i
+	}
+	return nil
+}
+
+// endBatchSpan ends a CompleteMany span: an EventStale event per stale
+// lease, with the epoch that held its resource, and their count.
+func endBatchSpan(sp span, leases []*Lease, errs []error, err error) {
+	stale := 0
+	for i, e := range errs {
+		var se *StaleError
+		if errors.As(e, &se) {
+			stale++
+			sp.AddEvent(telemetry.EventStale, trace.WithAttributes(telemetry.AttrResource.String(leases[i].resource), telemetry.AttrEpoch.Int64(se.Epoch), telemetry.AttrCurrentEpoch.Int64(se.CurrentEpoch)))
+		}
+	}
+	sp.SetAttributes(attribute.Int("leasehold.stale", stale))
+	sp.finish(leases[0].epoch, err)
+}
+
+// batchCAS is a CompleteMany batch's transaction: one CAS per lease.
+type batchCAS struct {
+	leases   []*Lease
+	status   string
+	now      time.Time
+	attempts []*staleAttempt
+	cas      []clientv3.Op
+}
+
+// build makes each lease's CAS, decided by its own compare only, with its
+// stale path as of this try: a try after one whose outcome was unknown
+// carries the idempotency compare (protocol.End.Stale).
+func (b *batchCAS) build() error {
+	b.attempts = make([]*staleAttempt, len(b.leases))
+	b.cas = make([]clientv3.Op, len(b.leases))
+	for i, l := range b.leases {
+		e := l.newEnd(record.Completed, b.status, b.now)
+		then, err := e.Then()
+		if err != nil {
+			return err
+		}
+		b.attempts[i] = l.newStaleAttempt("complete", e)
+		reject, err := b.attempts[i].ops(true)
+		if err != nil {
+			return err
+		}
+		b.cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
+	}
+	return nil
 }
 
 // completeMany sends the batch's CAS transaction and the stale path's

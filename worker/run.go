@@ -548,66 +548,19 @@ func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 // handle runs the handler on l and ends the lease: Complete with the
 // status it returned, or Release after an error or a panic.
 func (r *run) handle(l *lease.Lease) {
-	name, obs := l.Resource(), r.p.cfg.observer
-	log := r.log.With("resource", name, "epoch", l.Epoch(), "worker", l.Worker())
-	r.p.stats.started.Add(1)
-	obs.TaskStarted(name)
-	log.Debug("task started")
-	// The handler's span: the lease's and the guards' spans under the
-	// handler's context, and the Complete or Release after it, are its
-	// children.
-	_, sp := r.p.cfg.tracer().Start(r.ctx, "worker.handle", trace.WithAttributes(
-		telemetry.AttrResource.String(name), telemetry.AttrEpoch.Int64(l.Epoch()), telemetry.AttrWorker.String(l.Worker())))
-	spanned := func(ctx context.Context) context.Context { return trace.ContextWithSpan(ctx, sp) }
-	var took time.Duration
-	ended := func(res Result) {
-		obs.TaskEnded(name, res, took)
-		sp.SetAttributes(telemetry.AttrResult.String(string(res)))
-		sp.End()
-	}
-
-	hctx, cancel := context.WithCancelCause(spanned(l.Context()))
+	h := r.startHandling(l)
+	hctx, cancel := context.WithCancelCause(h.spanned(l.Context()))
 	unstop := context.AfterFunc(r.stop, func() { cancel(context.Cause(r.stop)) })
 	start := time.Now()
 	status, err := r.call(hctx, l)
-	took = time.Since(start)
+	h.took = time.Since(start)
 	interrupted, cause := hctx.Err() != nil, context.Cause(hctx)
 	unstop()
 	cancel(nil)
 
 	if err == nil {
-		cctx := spanned(r.stop)
-		if cs, ok := r.p.src.(completingSource); ok {
-			cctx = protocol.WithCompletionOps(cctx, cs.completionOps(name)...)
-		}
-		err = l.Complete(cctx, status)
-		var stale *lease.StaleError
-		switch {
-		case err == nil:
-			r.p.stats.completed.Add(1)
-			ended(Completed)
-			log.Debug("task completed", "status", status, "took", took)
-			r.finished(name)
-			return
-		case errors.As(err, &stale):
-			r.p.stats.stale.Add(1)
-			ended(Stale)
-			log.Warn("completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
-			r.giveBack(name)
-			return
-		case errors.Is(err, lease.ErrInvalidStatus):
-			log.Error("the handler returned a status that is not valid", "status", status, "error", err)
-			// A failure of the handler's: release, and retry per policy.
-		case outcome.Refused(err) && r.stop.Err() == nil:
-			// A refused Complete applied nothing (a missing permission,
-			// a limit): treat it as the handler's failure — release, and
-			// retry per policy — rather than hold the resource.
-			log.Error("the completion was refused (nothing applied); releasing", "status", status, "error", err)
-		default:
-			r.p.stats.unknown.Add(1)
-			ended(Unknown)
-			log.Error("completion not decided before the pool stopped; the session's end will settle it", "error", err)
-			r.giveBack(name)
+		var done bool
+		if err, done = h.complete(status); done {
 			return
 		}
 	}
@@ -615,40 +568,133 @@ func (r *run) handle(l *lease.Lease) {
 	if interrupted && !errors.As(err, &perr) {
 		// The lease was lost, or the pool is shutting down: not the
 		// handler's failure, and no attempt is spent.
-		released := r.releaseCtx(spanned(r.stop), l)
-		r.p.stats.interrupted.Add(1)
-		ended(Interrupted)
-		log.Info("handler stopped: its context ended; "+released, "cause", cause, "error", err)
-		r.giveBack(name)
+		released := r.releaseCtx(h.spanned(r.stop), l)
+		h.end(Interrupted, hclog.Info, "handler stopped: its context ended; "+released, "cause", cause, "error", err)
+		r.giveBack(h.name)
 		return
 	}
 	if errors.As(err, &perr) {
 		r.p.stats.panics.Add(1)
-		log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))
-		sp.AddEvent("worker.panic", trace.WithAttributes(attribute.String("worker.panic", fmt.Sprint(perr.Value))))
+		h.log.Error("handler panicked; releasing", "panic", perr.Value, "stack", string(perr.Stack))
+		h.sp.AddEvent("worker.panic", trace.WithAttributes(attribute.String("worker.panic", fmt.Sprint(perr.Value))))
 	}
-	released := r.releaseCtx(spanned(r.stop), l)
+	h.failed(err)
+}
+
+// handling is one run of the handler on a task: what its outcome is
+// reported to — the pool's stats, the observer, the span and the log —
+// all at once, by end.
+type handling struct {
+	r    *run
+	l    *lease.Lease
+	name string
+	log  hclog.Logger
+	sp   trace.Span
+	took time.Duration // the handler's run
+}
+
+// startHandling counts and reports the start of a handler run on l, and
+// starts its span: the lease's and the guards' spans under the handler's
+// context, and the Complete or Release after it, are its children.
+func (r *run) startHandling(l *lease.Lease) *handling {
+	name := l.Resource()
+	h := &handling{r: r, l: l, name: name, log: r.log.With("resource", name, "epoch", l.Epoch(), "worker", l.Worker())}
+	r.p.stats.started.Add(1)
+	r.p.cfg.observer.TaskStarted(name)
+	h.log.Debug("task started")
+	_, h.sp = r.p.cfg.tracer().Start(r.ctx, "worker.handle", trace.WithAttributes(
+		telemetry.AttrResource.String(name), telemetry.AttrEpoch.Int64(l.Epoch()), telemetry.AttrWorker.String(l.Worker())))
+	return h
+}
+
+// spanned returns ctx carrying the handler's span.
+func (h *handling) spanned(ctx context.Context) context.Context {
+	return trace.ContextWithSpan(ctx, h.sp)
+}
+
+// end reports how the run ended, once: the result's counter in Stats, the
+// observer, the span's result attribute and end, and the log line at
+// level.
+func (h *handling) end(res Result, level hclog.Level, msg string, args ...any) {
+	st := &h.r.p.stats
+	switch res {
+	case Completed:
+		st.completed.Add(1)
+	case Stale:
+		st.stale.Add(1)
+	case Unknown:
+		st.unknown.Add(1)
+	case Interrupted:
+		st.interrupted.Add(1)
+	case Retried:
+		st.retried.Add(1)
+	case Failed:
+		st.failed.Add(1)
+	}
+	h.r.p.cfg.observer.TaskEnded(h.name, res, h.took)
+	h.sp.SetAttributes(telemetry.AttrResult.String(string(res)))
+	h.sp.End()
+	h.log.Log(level, msg, args...)
+}
+
+// complete completes the task with the handler's status. done reports that
+// the run has ended (completed, stale, or undecided when the pool
+// stopped); otherwise err is the failure to go on with, as the handler's:
+// an invalid status, or a Complete etcd refused whole (a missing
+// permission, a limit), which applied nothing — release, and retry per
+// policy, rather than hold the resource.
+func (h *handling) complete(status string) (err error, done bool) {
+	r := h.r
+	cctx := h.spanned(r.stop)
+	if cs, ok := r.p.src.(completingSource); ok {
+		cctx = protocol.WithCompletionOps(cctx, cs.completionOps(h.name)...)
+	}
+	err = h.l.Complete(cctx, status)
+	var stale *lease.StaleError
+	switch {
+	case err == nil:
+		h.end(Completed, hclog.Debug, "task completed", "status", status, "took", h.took)
+		r.finished(h.name)
+		return nil, true
+	case errors.As(err, &stale):
+		h.end(Stale, hclog.Warn, "completion rejected as stale (audited); not retried", "current_epoch", stale.CurrentEpoch, "error", err)
+		r.giveBack(h.name)
+		return err, true
+	case errors.Is(err, lease.ErrInvalidStatus):
+		h.log.Error("the handler returned a status that is not valid", "status", status, "error", err)
+		return err, false
+	case outcome.Refused(err) && r.stop.Err() == nil:
+		h.log.Error("the completion was refused (nothing applied); releasing", "status", status, "error", err)
+		return err, false
+	default:
+		h.end(Unknown, hclog.Error, "completion not decided before the pool stopped; the session's end will settle it", "error", err)
+		r.giveBack(h.name)
+		return err, true
+	}
+}
+
+// failed releases the task after the handler's failure err and retries it
+// per WithRetry, or gives up on it for this run.
+func (h *handling) failed(err error) {
+	r := h.r
+	released := r.releaseCtx(h.spanned(r.stop), h.l)
 	r.mu.Lock()
-	r.failures[name]++
-	n := r.failures[name]
+	r.failures[h.name]++
+	n := r.failures[h.name]
 	retry := n < r.p.cfg.attempts && r.stop.Err() == nil
 	if retry {
-		r.notBefore[name] = time.Now().Add(r.p.cfg.backoff << min(n-1, 20))
-		delete(r.busy, name)
+		r.notBefore[h.name] = time.Now().Add(r.p.cfg.backoff << min(n-1, 20))
+		delete(r.busy, h.name)
 	} else {
-		r.given[name] = true
+		r.given[h.name] = true
 	}
 	r.mu.Unlock()
 	if retry {
-		r.p.stats.retried.Add(1)
-		ended(Retried)
-		log.Warn("handler failed; "+released+", will retry", "attempt", n, "error", err)
+		h.end(Retried, hclog.Warn, "handler failed; "+released+", will retry", "attempt", n, "error", err)
 		return
 	}
-	r.p.stats.failed.Add(1)
-	ended(Failed)
-	log.Error("handler failed; "+released+", giving up on it for this run", "attempts", n, "error", err)
-	r.finished(name)
+	h.end(Failed, hclog.Error, "handler failed; "+released+", giving up on it for this run", "attempts", n, "error", err)
+	r.finished(h.name)
 }
 
 // call runs the handler, turning a panic into a *PanicError.

@@ -395,6 +395,8 @@ func (d *demoRun) poolStats() worker.Stats {
 	return sum
 }
 
+// demo runs the demo against an embedded etcd, or the external cluster
+// under a scratch namespace, and reports how it went.
 func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err error) {
 	start := time.Now()
 	var endpoints []string
@@ -442,26 +444,11 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 
 	var obs *metrics.Metrics
 	if cfg.metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		if obs, err = metrics.New(reg); err != nil {
+		var stopMetrics func()
+		if obs, stopMetrics, err = g.serveDemoMetrics(ctx, cfg.metricsAddr, cli, ns); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", cfg.metricsAddr)
-		if err != nil {
-			return usageError{fmt.Errorf("--metrics-addr: %w", err)}
-		}
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
-		// Takeovers and handoffs are counted from the audit log.
-		wctx, stopWatch := context.WithCancel(ctx)
-		watchDone := make(chan struct{})
-		go func() {
-			defer close(watchDone)
-			_ = obs.WatchAudit(wctx, audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)), 0)
-		}()
-		defer func() { stopWatch(); <-watchDone }()
+		defer stopMetrics()
 	}
 	d = &demoRun{g: g, cfg: cfg, ns: ns, metrics: obs, store: newDemoStore(cfg.noFencing, obs), gate: newStartGate(cfg.workers, cfg.tasks)}
 	for i := 0; i < cfg.tasks; i++ {
@@ -471,13 +458,56 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if err := d.runWorkers(wctx, &dg); err != nil {
+		// No report: the invariants are not checked on an unfinished run,
+		// but how it went over time is worth seeing.
+		fmt.Fprintf(g.out, "\nrun failed after %v: %d/%d tasks completed\n", time.Since(start).Round(time.Millisecond), d.poolStats().Completed, cfg.tasks)
+		d.printTimeline(time.Now())
+		return err
+	}
+	return d.report(ctx, cli, time.Since(start))
+}
+
+// serveDemoMetrics serves the demo's metrics at addr, counting takeovers
+// and handoffs from the audit log under ns, and returns them with the
+// call that stops both.
+func (g *globals) serveDemoMetrics(ctx context.Context, addr string, cli *clientv3.Client, ns string) (*metrics.Metrics, func(), error) {
+	reg := prometheus.NewRegistry()
+	obs, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--metrics-addr: %w", err)}
+	}
+	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Fprintf(g.out, "metrics at http://%s/metrics\n", ln.Addr())
+	// Takeovers and handoffs are counted from the audit log.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		_ = obs.WatchAudit(wctx, audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)), 0)
+	}()
+	return obs, func() {
+		stopWatch()
+		<-watchDone
+		_ = srv.Close()
+	}, nil
+}
+
+// runWorkers runs the demo's workers with dg's endpoints until ctx is
+// done, printing the progress meanwhile, and joins their errors.
+func (d *demoRun) runWorkers(wctx context.Context, dg *globals) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, cfg.workers)
-	for w := 1; w <= cfg.workers; w++ {
+	errs := make(chan error, d.cfg.workers)
+	for w := 1; w <= d.cfg.workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := d.worker(wctx, &dg, w); err != nil {
+			if err := d.worker(wctx, dg, w); err != nil {
 				errs <- fmt.Errorf("worker-%d: %w", w, err)
 			}
 		}()
@@ -492,14 +522,7 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	for err := range errs {
 		runErrs = append(runErrs, err)
 	}
-	if err := errors.Join(runErrs...); err != nil {
-		// No report: the invariants are not checked on an unfinished run,
-		// but how it went over time is worth seeing.
-		fmt.Fprintf(g.out, "\nrun failed after %v: %d/%d tasks completed\n", time.Since(start).Round(time.Millisecond), d.poolStats().Completed, cfg.tasks)
-		d.printTimeline(time.Now())
-		return err
-	}
-	return d.report(ctx, cli, time.Since(start))
+	return errors.Join(runErrs...)
 }
 
 // inspectTask is the task most worth a timeline: the first whose

@@ -54,9 +54,10 @@ func newDrillCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// drill runs the forced-expiry drill on res under a fresh scratch
+// namespace, deleted afterwards unless keep, and prints its verdict.
 func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, ttl time.Duration, keep, noFencing bool) (err error) {
 	ns := fmt.Sprintf("%s/drill-%d", g.namespace, time.Now().UnixNano())
-	say := func(format string, args ...any) { fmt.Fprintf(g.out, "  "+format+"\n", args...) }
 	fmt.Fprintf(g.out, "drill on %q under scratch namespace %s\n", res, ns)
 	if !keep {
 		defer func() {
@@ -67,8 +68,9 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 			}
 		}()
 	}
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
-	defer reg.Close()
+	d := &drillRun{g: g, cli: cli, res: res, ns: ns}
+	d.reg = lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	defer d.reg.Close()
 	newSession := func(worker string) (*session.Session, error) {
 		return session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(ttl), session.WithLogger(g.log))
 	}
@@ -82,78 +84,21 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		return err
 	}
 	defer s2.Close(context.Background())
-	guard, err := fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns))
-	if err != nil {
+	if d.guard, err = fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns)); err != nil {
 		return err
 	}
-	downstream := ns + "/downstream/" + keys.Escape(res) + "/"
+	d.downstream = ns + "/downstream/" + keys.Escape(res) + "/"
 
-	l1, err := reg.TryAcquire(ctx, s1, res)
+	l1, err := d.forceExpiry(ctx, s1, s2)
 	if err != nil {
 		return err
 	}
-	say("worker 1 acquired epoch %d", l1.Epoch())
-	if err := reg.Revoke(ctx, res, "leasehold drill: forced expiry"); err != nil {
-		return err
-	}
-	select {
-	case <-l1.Context().Done():
-		say("forced expiry: worker 1's lease context ended (%v)", context.Cause(l1.Context()))
-	case <-ctx.Done():
-		return fmt.Errorf("worker 1's lease context was not cancelled: %w", context.Cause(ctx))
-	}
-	l2, err := reg.TryAcquire(ctx, s2, res)
-	if err != nil {
-		return err
-	}
-	if _, err := guard.AdmitOps(ctx, l2.Token(), clientv3.OpPut(downstream+"drill-worker-2", fmt.Sprint(l2.Epoch()))); err != nil {
-		return fmt.Errorf("worker 2's fenced write: %w", err)
-	}
-	if err := l2.Complete(ctx, "done"); err != nil {
-		return err
-	}
-	say("worker 2 acquired epoch %d, wrote downstream, completed", l2.Epoch())
-
 	// Worker 1 carries on as if it still held the resource.
-	var writeErr error
-	if noFencing {
-		_, writeErr = cli.Put(ctx, downstream+"drill-worker-1", fmt.Sprint(l1.Epoch()))
-	} else {
-		_, writeErr = guard.AdmitOps(ctx, l1.Token(), clientv3.OpPut(downstream+"drill-worker-1", fmt.Sprint(l1.Epoch())))
-	}
-	say("worker 1's downstream write: %v", orOK(writeErr))
-	completeErr := l1.Complete(ctx, "done")
-	say("worker 1's completion: %v", orOK(completeErr))
+	writeErr, completeErr := d.staleAttempt(ctx, l1, noFencing)
 
-	// Verify from what etcd holds, not from what the workers were told.
-	entries, err := audit.New(cli, audit.WithNamespace(ns)).List(ctx, audit.Filter{Resource: res})
+	checks, err := d.checks(ctx, l1, writeErr, completeErr)
 	if err != nil {
 		return err
-	}
-	rejected := false
-	for _, e := range entries {
-		if e.Kind == audit.Rejected && e.Epoch == l1.Epoch() && e.Worker == "drill-worker-1" && e.Status == "done" {
-			rejected = true
-		}
-	}
-	resp, err := cli.Get(ctx, downstream, clientv3.WithPrefix())
-	if err != nil {
-		return err
-	}
-	var effects []string
-	fromWorker1 := false
-	for _, kv := range resp.Kvs {
-		effects = append(effects, fmt.Sprintf("%s=%s", kv.Key[len(downstream):], kv.Value))
-		if string(kv.Value) == fmt.Sprint(l1.Epoch()) {
-			fromWorker1 = true
-		}
-	}
-	var stale *lease.StaleError
-	checks := []check{
-		{"worker 1's downstream write refused", errors.Is(writeErr, fence.ErrFenced), fmt.Sprint(orOK(writeErr))},
-		{"worker 1's completion is a StaleError", errors.As(completeErr, &stale), fmt.Sprint(orOK(completeErr))},
-		{fmt.Sprintf("the audit shows epoch %d's completion rejected", l1.Epoch()), rejected, fmt.Sprintf("%d entries", len(entries))},
-		{fmt.Sprintf("the downstream holds no effect from epoch %d", l1.Epoch()), !fromWorker1, fmt.Sprint(effects)},
 	}
 	failed := printChecks(g.out, 52, checks)
 	verdict := "PASS"
@@ -168,6 +113,102 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		return fmt.Errorf("drill failed %d check(s)", failed)
 	}
 	return nil
+}
+
+// drillRun is a drill on resource res under the scratch namespace ns: its
+// registry, the fenced downstream kept in etcd, and the key prefix of
+// that downstream's writes.
+type drillRun struct {
+	g          *globals
+	cli        *clientv3.Client
+	res, ns    string
+	reg        *lease.Registry
+	guard      *fence.EtcdGuard
+	downstream string
+}
+
+// say prints one step of the drill, indented.
+func (d *drillRun) say(format string, args ...any) { fmt.Fprintf(d.g.out, "  "+format+"\n", args...) }
+
+// forceExpiry has worker 1 (session s1) acquire the resource, revokes it,
+// and has worker 2 (session s2) acquire it, write downstream and
+// complete. It returns worker 1's lease.
+func (d *drillRun) forceExpiry(ctx context.Context, s1, s2 *session.Session) (*lease.Lease, error) {
+	l1, err := d.reg.TryAcquire(ctx, s1, d.res)
+	if err != nil {
+		return nil, err
+	}
+	d.say("worker 1 acquired epoch %d", l1.Epoch())
+	if err := d.reg.Revoke(ctx, d.res, "leasehold drill: forced expiry"); err != nil {
+		return nil, err
+	}
+	select {
+	case <-l1.Context().Done():
+		d.say("forced expiry: worker 1's lease context ended (%v)", context.Cause(l1.Context()))
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker 1's lease context was not cancelled: %w", context.Cause(ctx))
+	}
+	l2, err := d.reg.TryAcquire(ctx, s2, d.res)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.guard.AdmitOps(ctx, l2.Token(), clientv3.OpPut(d.downstream+"drill-worker-2", fmt.Sprint(l2.Epoch()))); err != nil {
+		return nil, fmt.Errorf("worker 2's fenced write: %w", err)
+	}
+	if err := l2.Complete(ctx, "done"); err != nil {
+		return nil, err
+	}
+	d.say("worker 2 acquired epoch %d, wrote downstream, completed", l2.Epoch())
+	return l1, nil
+}
+
+// staleAttempt has worker 1 write downstream (through the guard unless
+// noFencing) and complete with its expired lease l1, and returns what
+// each returned.
+func (d *drillRun) staleAttempt(ctx context.Context, l1 *lease.Lease, noFencing bool) (writeErr, completeErr error) {
+	if noFencing {
+		_, writeErr = d.cli.Put(ctx, d.downstream+"drill-worker-1", fmt.Sprint(l1.Epoch()))
+	} else {
+		_, writeErr = d.guard.AdmitOps(ctx, l1.Token(), clientv3.OpPut(d.downstream+"drill-worker-1", fmt.Sprint(l1.Epoch())))
+	}
+	d.say("worker 1's downstream write: %v", orOK(writeErr))
+	completeErr = l1.Complete(ctx, "done")
+	d.say("worker 1's completion: %v", orOK(completeErr))
+	return writeErr, completeErr
+}
+
+// checks are the drill's verdicts on worker 1's stale attempt, verified
+// from what etcd holds, not from what the workers were told.
+func (d *drillRun) checks(ctx context.Context, l1 *lease.Lease, writeErr, completeErr error) ([]check, error) {
+	entries, err := audit.New(d.cli, audit.WithNamespace(d.ns)).List(ctx, audit.Filter{Resource: d.res})
+	if err != nil {
+		return nil, err
+	}
+	rejected := false
+	for _, e := range entries {
+		if e.Kind == audit.Rejected && e.Epoch == l1.Epoch() && e.Worker == "drill-worker-1" && e.Status == "done" {
+			rejected = true
+		}
+	}
+	resp, err := d.cli.Get(ctx, d.downstream, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var effects []string
+	fromWorker1 := false
+	for _, kv := range resp.Kvs {
+		effects = append(effects, fmt.Sprintf("%s=%s", kv.Key[len(d.downstream):], kv.Value))
+		if string(kv.Value) == fmt.Sprint(l1.Epoch()) {
+			fromWorker1 = true
+		}
+	}
+	var stale *lease.StaleError
+	return []check{
+		{"worker 1's downstream write refused", errors.Is(writeErr, fence.ErrFenced), fmt.Sprint(orOK(writeErr))},
+		{"worker 1's completion is a StaleError", errors.As(completeErr, &stale), fmt.Sprint(orOK(completeErr))},
+		{fmt.Sprintf("the audit shows epoch %d's completion rejected", l1.Epoch()), rejected, fmt.Sprintf("%d entries", len(entries))},
+		{fmt.Sprintf("the downstream holds no effect from epoch %d", l1.Epoch()), !fromWorker1, fmt.Sprint(effects)},
+	}, nil
 }
 
 func orOK(err error) any {

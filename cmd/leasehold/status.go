@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -313,6 +314,8 @@ func (g *globals) memberStatus(ctx context.Context, cli *clientv3.Client) []memb
 	return out
 }
 
+// printStatus writes st for a reader: the revisions, the prefixes' table,
+// the oldest audit entry, the members' table, the alarms and the notes.
 func (g *globals) printStatus(st statusJSON) error {
 	w := g.out
 	compaction := "compact revision unknown: " + st.CompactRevisionError
@@ -325,6 +328,26 @@ func (g *globals) printStatus(st statusJSON) error {
 	}
 	fmt.Fprintf(w, "namespace %s at revision %d; %s\n\n", st.Namespace, st.Revision, compaction)
 
+	if err := printPrefixes(w, st.Prefixes); err != nil {
+		return err
+	}
+	printOldestAudit(w, st.OldestAudit)
+
+	fmt.Fprintln(w)
+	rows, notes := memberRows(st.Members)
+	if err := table(w, []string{"MEMBER", "ENDPOINT", "DB SIZE", "IN USE", "QUOTA", "SIZE/QUOTA", "ROLE"}, rows); err != nil {
+		return err
+	}
+	notes = append(notes, printAlarms(w, st.Alarms)...)
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+// printPrefixes writes the table of the keys and bytes under each prefix,
+// and their total.
+func printPrefixes(w io.Writer, prefixes []prefixJSON) error {
 	var rows [][]string
 	var total prefixJSON
 	var totalValues int64
@@ -334,7 +357,7 @@ func (g *globals) printStatus(st statusJSON) error {
 		}
 		return iec(*p.ValueBytes)
 	}
-	for _, p := range st.Prefixes {
+	for _, p := range prefixes {
 		rows = append(rows, []string{p.Name, fmt.Sprint(p.Keys), iec(p.KeyBytes), valueBytes(p)})
 		total.Keys += p.Keys
 		total.KeyBytes += p.KeyBytes
@@ -344,11 +367,13 @@ func (g *globals) printStatus(st statusJSON) error {
 		}
 	}
 	rows = append(rows, []string{"total", fmt.Sprint(total.Keys), iec(total.KeyBytes), valueBytes(total)})
-	if err := table(w, []string{"PREFIX", "KEYS", "KEY BYTES", "VALUE BYTES"}, rows); err != nil {
-		return err
-	}
+	return table(w, []string{"PREFIX", "KEYS", "KEY BYTES", "VALUE BYTES"}, rows)
+}
 
-	switch o := st.OldestAudit; {
+// printOldestAudit writes the line on the oldest audit entry, o (nil:
+// none).
+func printOldestAudit(w io.Writer, o *oldestAuditJSON) {
+	switch {
 	case o == nil:
 		fmt.Fprintln(w, "\noldest audit entry: none in etcd")
 	case o.Corrupt != "":
@@ -359,11 +384,12 @@ func (g *globals) printStatus(st statusJSON) error {
 		fmt.Fprintf(w, "\noldest audit entry: %q at revision %d, written %s (%s ago)\n",
 			o.Key, o.Revision, o.Time.Format(time.RFC3339), ageLong(time.Duration(*o.AgeSeconds*float64(time.Second))))
 	}
+}
 
-	fmt.Fprintln(w)
-	rows = rows[:0]
-	var notes []string
-	for _, m := range st.Members {
+// memberRows are the members' table rows, and the warnings and notes on
+// their databases' sizes.
+func memberRows(members []memberJSON) (rows [][]string, notes []string) {
+	for _, m := range members {
 		name := m.Name
 		if name == "" {
 			name = "(" + m.ID + ")"
@@ -391,30 +417,29 @@ func (g *globals) printStatus(st statusJSON) error {
 			notes = append(notes, fmt.Sprintf("note: defragmenting %s would return about %s to the file system (etcdctl defrag, one member at a time)", name, iec(free)))
 		}
 	}
-	if err := table(w, []string{"MEMBER", "ENDPOINT", "DB SIZE", "IN USE", "QUOTA", "SIZE/QUOTA", "ROLE"}, rows); err != nil {
-		return err
-	}
-	if len(st.Alarms) == 0 {
+	return rows, notes
+}
+
+// printAlarms writes the line on the cluster's alarms and returns the note
+// NOSPACE calls for, if raised.
+func printAlarms(w io.Writer, alarms []alarmJSON) []string {
+	if len(alarms) == 0 {
 		fmt.Fprintln(w, "\nalarms: none")
-	} else {
-		var as []string
-		for _, a := range st.Alarms {
-			who := a.Member
-			if who == "" {
-				who = a.MemberID
-			}
-			as = append(as, a.Alarm+" on "+who)
-		}
-		fmt.Fprintf(w, "\nalarms: %s\n", strings.Join(as, ", "))
-		for _, a := range st.Alarms {
-			if a.Alarm == "NOSPACE" {
-				notes = append(notes, "NOSPACE: etcd refuses every write until space is reclaimed (compact, then defragment each member) and the alarm is disarmed (etcdctl alarm disarm)")
-				break
-			}
-		}
+		return nil
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
+	var as []string
+	for _, a := range alarms {
+		who := a.Member
+		if who == "" {
+			who = a.MemberID
+		}
+		as = append(as, a.Alarm+" on "+who)
+	}
+	fmt.Fprintf(w, "\nalarms: %s\n", strings.Join(as, ", "))
+	for _, a := range alarms {
+		if a.Alarm == "NOSPACE" {
+			return []string{"NOSPACE: etcd refuses every write until space is reclaimed (compact, then defragment each member) and the alarm is disarmed (etcdctl alarm disarm)"}
+		}
 	}
 	return nil
 }

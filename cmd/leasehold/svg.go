@@ -173,141 +173,182 @@ func timelineSVG(w io.Writer, resource string, epochs []epochJSON, now time.Time
 	}
 	ends := barEnds(epochs, now)
 	t0, t1 := timelineSpan(epochs, ends, now)
-	span := t1.Sub(t0)
-	x := func(t time.Time) float64 {
-		return svgPlotX0 + float64(t.Sub(t0))/float64(span)*(svgPlotX1-svgPlotX0)
-	}
+	c := &timelineCanvas{b: bufio.NewWriter(w), t0: t0, span: t1.Sub(t0)}
 	axisY := svgTop + len(epochs)*svgLaneH + 8
 	height := axisY + 90
 
-	b := bufio.NewWriter(w)
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	esc := html.EscapeString
-	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	c.header(resource, len(epochs), omitted, t1, height)
+	c.axis(axisY)
+	for i, ep := range epochs {
+		c.lane(i, ep, ends[i])
+	}
+	c.legend(resource, epochs, axisY)
+	c.p("</svg>\n")
+	return c.b.Flush()
+}
 
-	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"`,
+// timelineCanvas is a timeline picture being written: its writer, and
+// its time axis from t0 over span.
+type timelineCanvas struct {
+	b    *bufio.Writer
+	t0   time.Time
+	span time.Duration
+}
+
+// p writes to the picture.
+func (c *timelineCanvas) p(format string, args ...any) { fmt.Fprintf(c.b, format, args...) }
+
+// x is the abscissa of t.
+func (c *timelineCanvas) x(t time.Time) float64 {
+	return svgPlotX0 + float64(t.Sub(c.t0))/float64(c.span)*(svgPlotX1-svgPlotX0)
+}
+
+// svgStamp is t as the pictures' data-* attributes carry it.
+func svgStamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// header opens the picture, height high, with its data attributes, title
+// and subtitle: n epochs drawn up to t1, omitted not.
+func (c *timelineCanvas) header(resource string, n, omitted int, t1 time.Time, height int) {
+	esc := html.EscapeString
+	c.p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12"`,
 		svgWidth, height, svgWidth, height)
-	p(` data-resource="%s" data-t0="%s" data-t1="%s" data-x0="%d" data-x1="%d" data-omitted="%d">`+"\n",
-		esc(resource), stamp(t0), stamp(t1), svgPlotX0, svgPlotX1, omitted)
-	p(`<title>timeline of %s</title>`+"\n", esc(resource))
-	p(`<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`+"\n", svgWidth, height)
-	p(`<text x="16" y="26" font-size="16" font-weight="600">timeline of %s</text>`+"\n", esc(resource))
-	sub := fmt.Sprintf("%d epoch(s) from %s UTC over %s", len(epochs), t0.UTC().Format("2006-01-02 15:04:05.000"), shortDuration(span))
+	c.p(` data-resource="%s" data-t0="%s" data-t1="%s" data-x0="%d" data-x1="%d" data-omitted="%d">`+"\n",
+		esc(resource), svgStamp(c.t0), svgStamp(t1), svgPlotX0, svgPlotX1, omitted)
+	c.p(`<title>timeline of %s</title>`+"\n", esc(resource))
+	c.p(`<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`+"\n", svgWidth, height)
+	c.p(`<text x="16" y="26" font-size="16" font-weight="600">timeline of %s</text>`+"\n", esc(resource))
+	sub := fmt.Sprintf("%d epoch(s) from %s UTC over %s", n, c.t0.UTC().Format("2006-01-02 15:04:05.000"), shortDuration(c.span))
 	if omitted > 0 {
 		sub += fmt.Sprintf("; %d earlier epoch(s) not drawn", omitted)
 	}
-	p(`<text x="16" y="46" fill="#555">%s</text>`+"\n", esc(sub))
+	c.p(`<text x="16" y="46" fill="#555">%s</text>`+"\n", esc(sub))
+}
 
-	// Grid and axis.
-	step := tickStep(span)
-	p(`<g class="axis" stroke="#e0e0e0">` + "\n")
-	for d := time.Duration(0); d <= span; d += step {
-		tx := x(t0.Add(d))
-		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`+"\n", tx, svgTop-6, tx, axisY)
+// axis writes the grid and the time axis at axisY, with its ticks.
+func (c *timelineCanvas) axis(axisY int) {
+	step := tickStep(c.span)
+	c.p(`<g class="axis" stroke="#e0e0e0">` + "\n")
+	for d := time.Duration(0); d <= c.span; d += step {
+		tx := c.x(c.t0.Add(d))
+		c.p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`+"\n", tx, svgTop-6, tx, axisY)
 	}
-	p(`</g>` + "\n")
-	p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#424242"/>`+"\n", svgPlotX0, axisY, svgPlotX1, axisY)
-	for d := time.Duration(0); d <= span; d += step {
-		p(`<text x="%.1f" y="%d" text-anchor="middle" fill="#555">+%s</text>`+"\n", x(t0.Add(d)), axisY+16, d)
+	c.p(`</g>` + "\n")
+	c.p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#424242"/>`+"\n", svgPlotX0, axisY, svgPlotX1, axisY)
+	for d := time.Duration(0); d <= c.span; d += step {
+		c.p(`<text x="%.1f" y="%d" text-anchor="middle" fill="#555">+%s</text>`+"\n", c.x(c.t0.Add(d)), axisY+16, d)
 	}
+}
 
-	for i, ep := range epochs {
-		top := svgTop + i*svgLaneH
-		barY := top + (svgLaneH-svgBarH)/2
-		mid := barY + svgBarH/2
-		start, startKnown := ep.AcquiredAt, !ep.AcquiredAt.IsZero()
-		if !startKnown {
-			start = t0
-		}
-		end := ends[i]
-		bx, ex := x(start), x(end.at)
-		width := max(ex-bx, svgMinBarW)
-		worker := ep.Worker
-		if worker == "" {
-			worker = "(unknown worker)"
-		}
-		p(`<text x="%d" y="%d" text-anchor="end" dominant-baseline="middle"><tspan font-weight="600">epoch %d</tspan> <tspan fill="#333">%s</tspan></text>`+"\n",
-			svgPlotX0-10, mid, ep.Epoch, esc(truncate(worker, 18)))
-
-		endedAttr, recordedAttr, endRevAttr := "", "", ""
-		if end.ended {
-			endedAttr = stamp(end.at)
-		}
-		if ep.EndedAt != nil {
-			recordedAttr = stamp(*ep.EndedAt)
-		}
-		if ep.EndRevision > 0 {
-			endRevAttr = endAt{ep.EndRevision, ep.EndedBefore}.String()
-		}
-		startAttr := ""
-		if startKnown {
-			startAttr = stamp(ep.AcquiredAt)
-		}
-		p(`<rect class="epoch" data-epoch="%d" data-worker="%s" data-end="%s" data-start="%s" data-ended="%s" data-recorded="%s" data-end-revision="%s" x="%.2f" y="%d" width="%.2f" height="%d" rx="3" fill="%s"`,
-			ep.Epoch, esc(ep.Worker), esc(ep.End), startAttr, endedAttr, recordedAttr, esc(endRevAttr), bx, barY, width, svgBarH, endColour(ep.End))
-		if !startKnown {
-			// The acquisition is older than the audit trail keeps.
-			p(` stroke="#424242" stroke-dasharray="3 2"`)
-		}
-		p(`><title>%s</title></rect>`+"\n", esc(epochTitle(ep, startKnown, end)))
-
-		// The expiry's reason is always the same sentence; the colour
-		// says it.
-		label := ep.End
-		switch {
-		case ep.Reason != "" && ep.End != "expired":
-			label += ": " + ep.Reason
-		case ep.Status != "":
-			label += " " + ep.Status
-		}
-		switch {
-		case !startKnown:
-			label += " (acquired before the oldest entry)"
-		case ep.End == "unrecorded":
-			label = "ended " + where(ep) + ", unrecorded"
-		case ep.End == "expired" || end.clamped:
-			// Its entry's time is not when it ended.
-			label += " " + where(ep)
-		case ep.EndedAt != nil:
-			label += " after " + shortDuration(ep.EndedAt.Sub(ep.AcquiredAt))
-		}
-		p(`<text x="%d" y="%d" dominant-baseline="middle" fill="%s">%s</text>`+"\n", svgEndX, mid, endColour(ep.End), esc(truncate(label, 34)))
-
-		for _, r := range ep.Rejections {
-			rx := x(r.Time)
-			cur := int64(0)
-			if r.CurrentEpoch != nil {
-				cur = *r.CurrentEpoch
-			}
-			p(`<g class="rejection" data-epoch="%d" data-worker="%s" data-time="%s" data-attempted="%s" data-current-epoch="%d">`,
-				r.Epoch, esc(r.Worker), stamp(r.Time), esc(r.Attempted), cur)
-			p(`<title>%s</title>`, esc(rejectionTitle(r, cur)))
-			p(`<circle cx="%.2f" cy="%d" r="8" fill="#ffffff" stroke="%s" stroke-width="2"/>`, rx, mid, rejectionColour)
-			p(`<path d="M%.2f %d l8 8 M%.2f %d l-8 8" stroke="%s" stroke-width="2.5" stroke-linecap="round"/>`,
-				rx-4, mid-4, rx+4, mid-4, rejectionColour)
-			p(`</g>` + "\n")
-		}
+// lane writes lane i: epoch ep's label, its bar up to end, how it ended,
+// and the stale attempts rejected against it.
+func (c *timelineCanvas) lane(i int, ep epochJSON, end barEnd) {
+	esc := html.EscapeString
+	top := svgTop + i*svgLaneH
+	barY := top + (svgLaneH-svgBarH)/2
+	mid := barY + svgBarH/2
+	start, startKnown := ep.AcquiredAt, !ep.AcquiredAt.IsZero()
+	if !startKnown {
+		start = c.t0
 	}
+	bx, ex := c.x(start), c.x(end.at)
+	width := max(ex-bx, svgMinBarW)
+	worker := ep.Worker
+	if worker == "" {
+		worker = "(unknown worker)"
+	}
+	c.p(`<text x="%d" y="%d" text-anchor="end" dominant-baseline="middle"><tspan font-weight="600">epoch %d</tspan> <tspan fill="#333">%s</tspan></text>`+"\n",
+		svgPlotX0-10, mid, ep.Epoch, esc(truncate(worker, 18)))
 
-	// Legend.
+	endedAttr, recordedAttr, endRevAttr := "", "", ""
+	if end.ended {
+		endedAttr = svgStamp(end.at)
+	}
+	if ep.EndedAt != nil {
+		recordedAttr = svgStamp(*ep.EndedAt)
+	}
+	if ep.EndRevision > 0 {
+		endRevAttr = endAt{ep.EndRevision, ep.EndedBefore}.String()
+	}
+	startAttr := ""
+	if startKnown {
+		startAttr = svgStamp(ep.AcquiredAt)
+	}
+	c.p(`<rect class="epoch" data-epoch="%d" data-worker="%s" data-end="%s" data-start="%s" data-ended="%s" data-recorded="%s" data-end-revision="%s" x="%.2f" y="%d" width="%.2f" height="%d" rx="3" fill="%s"`,
+		ep.Epoch, esc(ep.Worker), esc(ep.End), startAttr, endedAttr, recordedAttr, esc(endRevAttr), bx, barY, width, svgBarH, endColour(ep.End))
+	if !startKnown {
+		// The acquisition is older than the audit trail keeps.
+		c.p(` stroke="#424242" stroke-dasharray="3 2"`)
+	}
+	c.p(`><title>%s</title></rect>`+"\n", esc(epochTitle(ep, startKnown, end)))
+	c.p(`<text x="%d" y="%d" dominant-baseline="middle" fill="%s">%s</text>`+"\n", svgEndX, mid, endColour(ep.End), esc(truncate(epochLabel(ep, startKnown, end), 34)))
+	for _, r := range ep.Rejections {
+		c.rejection(r, mid)
+	}
+}
+
+// epochLabel says how ep ended, right of its bar.
+func epochLabel(ep epochJSON, startKnown bool, end barEnd) string {
+	// The expiry's reason is always the same sentence; the colour
+	// says it.
+	label := ep.End
+	switch {
+	case ep.Reason != "" && ep.End != "expired":
+		label += ": " + ep.Reason
+	case ep.Status != "":
+		label += " " + ep.Status
+	}
+	switch {
+	case !startKnown:
+		label += " (acquired before the oldest entry)"
+	case ep.End == "unrecorded":
+		label = "ended " + where(ep) + ", unrecorded"
+	case ep.End == "expired" || end.clamped:
+		// Its entry's time is not when it ended.
+		label += " " + where(ep)
+	case ep.EndedAt != nil:
+		label += " after " + shortDuration(ep.EndedAt.Sub(ep.AcquiredAt))
+	}
+	return label
+}
+
+// rejection marks the stale attempt r on the lane whose middle is mid.
+func (c *timelineCanvas) rejection(r entryJSON, mid int) {
+	esc := html.EscapeString
+	rx := c.x(r.Time)
+	cur := int64(0)
+	if r.CurrentEpoch != nil {
+		cur = *r.CurrentEpoch
+	}
+	c.p(`<g class="rejection" data-epoch="%d" data-worker="%s" data-time="%s" data-attempted="%s" data-current-epoch="%d">`,
+		r.Epoch, esc(r.Worker), svgStamp(r.Time), esc(r.Attempted), cur)
+	c.p(`<title>%s</title>`, esc(rejectionTitle(r, cur)))
+	c.p(`<circle cx="%.2f" cy="%d" r="8" fill="#ffffff" stroke="%s" stroke-width="2"/>`, rx, mid, rejectionColour)
+	c.p(`<path d="M%.2f %d l8 8 M%.2f %d l-8 8" stroke="%s" stroke-width="2.5" stroke-linecap="round"/>`,
+		rx-4, mid-4, rx+4, mid-4, rejectionColour)
+	c.p(`</g>` + "\n")
+}
+
+// legend writes the colours' and the mark's legend below the axis at
+// axisY ("unrecorded" only if an epoch is), and the note on reading the
+// picture.
+func (c *timelineCanvas) legend(resource string, epochs []epochJSON, axisY int) {
+	esc := html.EscapeString
 	ly := axisY + 44
 	lx := 16
 	unrecorded := slices.ContainsFunc(epochs, func(ep epochJSON) bool { return ep.End == "unrecorded" })
-	for _, c := range endColours {
-		if c.end == "unrecorded" && !unrecorded {
+	for _, col := range endColours {
+		if col.end == "unrecorded" && !unrecorded {
 			continue
 		}
-		p(`<rect x="%d" y="%d" width="14" height="10" rx="2" fill="%s"/>`, lx, ly-8, c.colour)
-		p(`<text x="%d" y="%d" fill="#333">%s</text>`+"\n", lx+20, ly+1, esc(c.meaning))
-		lx += 40 + 6*len(c.meaning)
+		c.p(`<rect x="%d" y="%d" width="14" height="10" rx="2" fill="%s"/>`, lx, ly-8, col.colour)
+		c.p(`<text x="%d" y="%d" fill="#333">%s</text>`+"\n", lx+20, ly+1, esc(col.meaning))
+		lx += 40 + 6*len(col.meaning)
 	}
-	p(`<circle cx="%d" cy="%d" r="6" fill="#ffffff" stroke="%s" stroke-width="2"/>`, lx+6, ly-3, rejectionColour)
-	p(`<path d="M%d %d l6 6 M%d %d l-6 6" stroke="%s" stroke-width="2" stroke-linecap="round"/>`, lx+3, ly-6, lx+9, ly-6, rejectionColour)
-	p(`<text x="%d" y="%d" fill="#333">stale attempt rejected</text>`+"\n", lx+18, ly+1)
-	p(`<text x="16" y="%d" fill="#777" font-size="11">A rejected attempt sits on the lane of the epoch it was made with. Hover a bar or a mark for its details;`+
+	c.p(`<circle cx="%d" cy="%d" r="6" fill="#ffffff" stroke="%s" stroke-width="2"/>`, lx+6, ly-3, rejectionColour)
+	c.p(`<path d="M%d %d l6 6 M%d %d l-6 6" stroke="%s" stroke-width="2" stroke-linecap="round"/>`, lx+3, ly-6, lx+9, ly-6, rejectionColour)
+	c.p(`<text x="%d" y="%d" fill="#333">stale attempt rejected</text>`+"\n", lx+18, ly+1)
+	c.p(`<text x="16" y="%d" fill="#777" font-size="11">A rejected attempt sits on the lane of the epoch it was made with. Hover a bar or a mark for its details;`+
 		` leasehold timeline %s -o json gives the same data.</text>`+"\n", ly+26, esc(shellQuote(resource)))
-	p("</svg>\n")
-	return b.Flush()
 }
 
 // where says at (or before) which revision ep ended: "at rev 480".

@@ -147,9 +147,11 @@ func openDB(pgDSN string) (*sql.DB, bool, func(), error) {
 	return db, false, func() { _ = db.Close(); _ = os.RemoveAll(dir) }, err
 }
 
+// run runs the service and the two workers through the forced expiry, on
+// the database pgDSN names (empty: SQLite) and etcd c connects to (no
+// endpoints: embedded).
 func run(pgDSN string, c etcdflags.Conn) error {
 	ctx := context.Background()
-	step := func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
 
 	// The downstream service.
 	db, pg, closeDB, err := openDB(pgDSN)
@@ -157,34 +159,16 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	defer closeDB()
-	guard, err := fence.NewSQLGuard(db)
+	svc, err := newService(ctx, db, pg)
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shipments(order_id TEXT NOT NULL, worker TEXT NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
-		return err
-	}
-	// Each run starts etcd afresh, so its epochs start low again: forget
-	// order 42's shipments and fence row from any earlier run against the
-	// same database (a reused PostgreSQL).
-	if _, err := db.ExecContext(ctx, `DELETE FROM shipments WHERE order_id = '42'`); err != nil {
-		return err
-	}
-	if _, err := db.ExecContext(ctx, `DELETE FROM "`+guard.Table()+`" WHERE resource = 'orders/42'`); err != nil {
-		return err
-	}
-	svc := &service{db: db, guard: guard, pg: pg}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders/{id}/ship", svc.ship)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := svc.serve()
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
-	step("downstream service on %s (%s database, SQL guard table %q)", base, guard.Dialect(), guard.Table())
+	defer stop()
+	step("downstream service on %s (%s database, SQL guard table %q)", base, svc.guard.Dialect(), svc.guard.Table())
 
 	// etcd, and worker-1 behind a fault proxy (it forwards bytes, so TLS
 	// runs end to end through it).
@@ -232,21 +216,7 @@ func run(pgDSN string, c etcdflags.Conn) error {
 
 	// Workers call the service through fence.NewTransport, which sends the
 	// token carried by the request's context.
-	client := &http.Client{Transport: fence.NewTransport(nil), Timeout: 5 * time.Second}
-	ship := func(ctx context.Context, l *lease.Lease) (int, string, error) {
-		req, err := http.NewRequestWithContext(fence.WithToken(ctx, l.Token()), http.MethodPost, base+"/orders/"+order+"/ship", nil)
-		if err != nil {
-			return 0, "", err
-		}
-		req.Header.Set("Worker", l.Worker())
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body), err
-	}
+	sh := &shipper{client: &http.Client{Transport: fence.NewTransport(nil), Timeout: 5 * time.Second}, url: base + "/orders/" + order + "/ship"}
 
 	l1, err := reg1.TryAcquire(ctx, s1, resource)
 	if err != nil {
@@ -262,7 +232,86 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	step("worker-2 acquired %s at epoch %d", resource, l2.Epoch())
-	code, body, err := ship(l2.Context(), l2)
+	if err := sh.shipCurrent(ctx, l2); err != nil {
+		return err
+	}
+
+	proxy.Heal()
+	// worker-1 wakes up and ships with its old token.
+	if err := sh.shipStale(ctx, l1, l2.Epoch()); err != nil {
+		return err
+	}
+	return svc.checkShipments(ctx, order, l2.Epoch())
+}
+
+// step prints one step of the run, indented.
+func step(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
+
+// newService prepares the downstream's database, db (PostgreSQL if pg,
+// else SQLite): the SQL guard's table and the shipments table, without
+// order 42's rows of an earlier run.
+func newService(ctx context.Context, db *sql.DB, pg bool) (*service, error) {
+	guard, err := fence.NewSQLGuard(db)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS shipments(order_id TEXT NOT NULL, worker TEXT NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
+		return nil, err
+	}
+	// Each run starts etcd afresh, so its epochs start low again: forget
+	// order 42's shipments and fence row from any earlier run against the
+	// same database (a reused PostgreSQL).
+	if _, err := db.ExecContext(ctx, `DELETE FROM shipments WHERE order_id = '42'`); err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM "`+guard.Table()+`" WHERE resource = 'orders/42'`); err != nil {
+		return nil, err
+	}
+	return &service{db: db, guard: guard, pg: pg}, nil
+}
+
+// serve serves the service on a free loopback port, and returns its base
+// URL and the call that closes the server.
+func (s *service) serve() (base string, stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders/{id}/ship", s.ship)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// shipper is how the workers call the service: through client, at the
+// order's ship URL.
+type shipper struct {
+	client *http.Client
+	url    string
+}
+
+// ship ships the order with l's token, sent by the transport from ctx,
+// and returns the service's answer.
+func (sh *shipper) ship(ctx context.Context, l *lease.Lease) (int, string, error) {
+	req, err := http.NewRequestWithContext(fence.WithToken(ctx, l.Token()), http.MethodPost, sh.url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Worker", l.Worker())
+	resp, err := sh.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// shipCurrent has worker-2 ship with its current lease l2, which must
+// answer 201, and complete the task.
+func (sh *shipper) shipCurrent(ctx context.Context, l2 *lease.Lease) error {
+	code, body, err := sh.ship(l2.Context(), l2)
 	if err != nil {
 		return err
 	}
@@ -270,13 +319,13 @@ func run(pgDSN string, c etcdflags.Conn) error {
 	if code != http.StatusCreated {
 		return fmt.Errorf("worker-2's shipment got %d", code)
 	}
-	if err := l2.Complete(ctx, "shipped"); err != nil {
-		return err
-	}
+	return l2.Complete(ctx, "shipped")
+}
 
-	proxy.Heal()
-	// worker-1 wakes up and ships with its old token.
-	code, body, err = ship(ctx, l1)
+// shipStale has worker-1 ship with its expired lease l1, which must
+// answer 412 with a problem body naming the current epoch.
+func (sh *shipper) shipStale(ctx context.Context, l1 *lease.Lease, current int64) error {
+	code, body, err := sh.ship(ctx, l1)
 	if err != nil {
 		return err
 	}
@@ -285,11 +334,16 @@ func run(pgDSN string, c etcdflags.Conn) error {
 	if code != http.StatusPreconditionFailed || json.Unmarshal([]byte(body), &problem) != nil {
 		return fmt.Errorf("worker-1's stale shipment got %d, want 412 with a problem body", code)
 	}
-	if fe, ok := problem.Fenced(); !ok || !errors.Is(fe, fence.ErrFenced) || fe.Current != l2.Epoch() {
-		return fmt.Errorf("412 body does not name the current epoch %d: %+v", l2.Epoch(), problem)
+	if fe, ok := problem.Fenced(); !ok || !errors.Is(fe, fence.ErrFenced) || fe.Current != current {
+		return fmt.Errorf("412 body does not name the current epoch %d: %+v", current, problem)
 	}
+	return nil
+}
 
-	rows, err := db.QueryContext(ctx, svc.rebind(`SELECT worker, epoch FROM shipments WHERE order_id = ? ORDER BY epoch`), order)
+// checkShipments checks that the database holds the order's one
+// shipment, worker-2's at epoch current, and says PASS.
+func (s *service) checkShipments(ctx context.Context, order string, current int64) error {
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT worker, epoch FROM shipments WHERE order_id = ? ORDER BY epoch`), order)
 	if err != nil {
 		return err
 	}
@@ -307,7 +361,7 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	step("shipments of order %s: %v", order, got)
-	if len(got) != 1 || got[0] != fmt.Sprintf("worker-2@%d", l2.Epoch()) {
+	if len(got) != 1 || got[0] != fmt.Sprintf("worker-2@%d", current) {
 		return fmt.Errorf("the database holds %v, want only worker-2's row", got)
 	}
 	fmt.Println("PASS: the stale worker got 412 and its row never appeared")

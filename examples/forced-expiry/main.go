@@ -80,14 +80,13 @@ func (s *store) write(ctx context.Context, tok fence.Token, row string) error {
 	})
 }
 
+// run replays the forced expiry, worker-1 losing its lease as mode says
+// (blackhole or revoke), with sessions of ttl, against the etcd c connects
+// to (no endpoints: embedded).
 func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 	ctx := context.Background()
-	start := time.Now()
-	step := func(format string, args ...any) {
-		fmt.Printf("%6.2fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	r := &replay{start: time.Now(), mode: mode, ttl: ttl, task: "orders/42"}
 
-	task := "orders/42"
 	endpoints := c.Endpoints
 	if len(endpoints) == 0 {
 		cluster, err := e2e.Start("")
@@ -96,11 +95,11 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		}
 		defer cluster.Close()
 		endpoints = cluster.Endpoints()
-		step("embedded etcd up at %s", endpoints[0])
+		r.step("embedded etcd up at %s", endpoints[0])
 	} else {
 		// An existing cluster keeps what earlier runs did: a task of our own.
-		task = fmt.Sprintf("orders/42-%d", time.Now().UnixNano())
-		step("etcd at %s", strings.Join(endpoints, ","))
+		r.task = fmt.Sprintf("orders/42-%d", time.Now().UnixNano())
+		r.step("etcd at %s", strings.Join(endpoints, ","))
 	}
 
 	// worker-1 talks to etcd through a fault proxy so it can be cut off.
@@ -110,108 +109,160 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		return err
 	}
 	defer proxy.Close()
-	cli1, err := c.ProxiedClient(proxy.Endpoint())
-	if err != nil {
+	r.proxy = proxy
+	if r.cli1, err = c.ProxiedClient(proxy.Endpoint()); err != nil {
 		return err
 	}
-	defer cli1.Close()
-	cli2, err := c.Client(endpoints...)
-	if err != nil {
+	defer r.cli1.Close()
+	if r.cli2, err = c.Client(endpoints...); err != nil {
 		return err
 	}
-	defer cli2.Close()
+	defer r.cli2.Close()
 
 	// One expiry recorder per namespace turns etcd's silent lease expiry
 	// into an audit entry.
 	rctx, stopRecorder := context.WithCancel(ctx)
 	defer stopRecorder()
-	go func() { _ = audit.New(cli2).RunRecorder(rctx) }()
+	go func() { _ = audit.New(r.cli2).RunRecorder(rctx) }()
 
-	s1, err := session.New(ctx, cli1, session.WithWorker("worker-1"), session.WithTTL(ttl))
+	s1, err := session.New(ctx, r.cli1, session.WithWorker("worker-1"), session.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
 	defer s1.Close(ctx)
-	s2, err := session.New(ctx, cli2, session.WithWorker("worker-2"), session.WithTTL(ttl))
+	s2, err := session.New(ctx, r.cli2, session.WithWorker("worker-2"), session.WithTTL(ttl))
 	if err != nil {
 		return err
 	}
 	defer s2.Close(ctx)
-	reg1, reg2 := lease.NewRegistry(cli1), lease.NewRegistry(cli2)
+	reg1, reg2 := lease.NewRegistry(r.cli1), lease.NewRegistry(r.cli2)
 	defer reg1.Close()
 	defer reg2.Close()
-	downstream := &store{guard: fence.NewMemoryGuard()}
+	r.reg2 = reg2
+	r.downstream = &store{guard: fence.NewMemoryGuard()}
 
-	l1, err := reg1.TryAcquire(ctx, s1, task)
+	l1, err := reg1.TryAcquire(ctx, s1, r.task)
 	if err != nil {
 		return err
 	}
-	step("worker-1 acquired %q at epoch %d (token %s)", task, l1.Epoch(), l1.Token())
+	r.step("worker-1 acquired %q at epoch %d (token %s)", r.task, l1.Epoch(), l1.Token())
+	if err := r.loseLease(ctx, l1); err != nil {
+		return err
+	}
+	if err := r.takeOver(ctx, s2); err != nil {
+		return err
+	}
+	if err := r.staleAttempts(ctx, l1); err != nil {
+		return err
+	}
+	return r.printTrail(ctx, l1)
+}
 
-	deleted := watchDelete(ctx, cli2, l1)
+// replay is a run of the forced expiry: how worker-1 loses its lease
+// (mode) on task, worker-1's client behind the proxy, worker-2's client
+// and registry, and the downstream.
+type replay struct {
+	start      time.Time
+	mode       string
+	ttl        time.Duration
+	task       string
+	proxy      *e2e.Proxy
+	cli1, cli2 *clientv3.Client
+	reg2       *lease.Registry
+	downstream *store
+}
+
+// step prints one step of the run, timed from its start.
+func (r *replay) step(format string, args ...any) {
+	fmt.Printf("%6.2fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// loseLease ends worker-1's epoch, l1, as r.mode says, and waits for etcd
+// to delete its lease key; when blackholed, worker-1 must have been told
+// to stop first.
+func (r *replay) loseLease(ctx context.Context, l1 *lease.Lease) error {
+	deleted := watchDelete(ctx, r.cli2, l1)
 	var cancelledAt time.Time
-	switch mode {
+	switch r.mode {
 	case "blackhole":
-		proxy.Blackhole()
-		step("worker-1's connection blackholed; its renewals stop reaching etcd")
+		r.proxy.Blackhole()
+		r.step("worker-1's connection blackholed; its renewals stop reaching etcd")
 		<-l1.Context().Done()
 		cancelledAt = time.Now()
-		step("worker-1's lease context cancelled: %v", context.Cause(l1.Context()))
+		r.step("worker-1's lease context cancelled: %v", context.Cause(l1.Context()))
 	case "revoke":
-		if err := reg2.Revoke(ctx, task, "operator forced expiry"); err != nil {
+		if err := r.reg2.Revoke(ctx, r.task, "operator forced expiry"); err != nil {
 			return err
 		}
 		<-l1.Context().Done()
 		cancelledAt = time.Now()
-		step("operator revoked epoch %d; worker-1's lease context cancelled: %v", l1.Epoch(), context.Cause(l1.Context()))
+		r.step("operator revoked epoch %d; worker-1's lease context cancelled: %v", l1.Epoch(), context.Cause(l1.Context()))
 	}
 	var deletedAt time.Time
 	select {
 	case deletedAt = <-deleted:
-	case <-time.After(4 * ttl):
+	case <-time.After(4 * r.ttl):
 		return errors.New("etcd never deleted worker-1's lease key")
 	}
-	if mode == "blackhole" {
+	if r.mode == "blackhole" {
 		if !cancelledAt.Before(deletedAt) {
 			return fmt.Errorf("worker-1 was told to stop %v after etcd expired its lease", cancelledAt.Sub(deletedAt))
 		}
-		step("etcd expired worker-1's lease %v after worker-1 stopped (safe-deadline margin)", deletedAt.Sub(cancelledAt).Round(time.Millisecond))
+		r.step("etcd expired worker-1's lease %v after worker-1 stopped (safe-deadline margin)", deletedAt.Sub(cancelledAt).Round(time.Millisecond))
 	}
+	return nil
+}
 
-	l2, err := reg2.Acquire(ctx, s2, task)
+// takeOver has worker-2 (session s2) acquire the task, write downstream
+// and complete it.
+func (r *replay) takeOver(ctx context.Context, s2 *session.Session) error {
+	l2, err := r.reg2.Acquire(ctx, s2, r.task)
 	if err != nil {
 		return err
 	}
-	step("worker-2 acquired %q at epoch %d", task, l2.Epoch())
-	if err := downstream.write(l2.Context(), l2.Token(), "shipped by worker-2"); err != nil {
+	r.step("worker-2 acquired %q at epoch %d", r.task, l2.Epoch())
+	if err := r.downstream.write(l2.Context(), l2.Token(), "shipped by worker-2"); err != nil {
 		return err
 	}
-	step("worker-2 wrote downstream with token %s", l2.Token())
+	r.step("worker-2 wrote downstream with token %s", l2.Token())
 	if err := l2.Complete(ctx, "shipped"); err != nil {
 		return err
 	}
-	step("worker-2 completed %q", task)
+	r.step("worker-2 completed %q", r.task)
+	return nil
+}
 
-	proxy.Heal()
-	waitHealthy(ctx, cli1)
-	step("worker-1 is back and carries on as if it still held epoch %d", l1.Epoch())
-	err = downstream.write(ctx, l1.Token(), "shipped by worker-1")
+// staleAttempts brings worker-1 back, and has it write downstream and
+// complete with its stale lease l1: the write must be fenced, the
+// completion rejected.
+func (r *replay) staleAttempts(ctx context.Context, l1 *lease.Lease) error {
+	r.proxy.Heal()
+	waitHealthy(ctx, r.cli1)
+	r.step("worker-1 is back and carries on as if it still held epoch %d", l1.Epoch())
+	err := r.downstream.write(ctx, l1.Token(), "shipped by worker-1")
 	var fe *fence.FencedError
 	if !errors.As(err, &fe) {
 		return fmt.Errorf("worker-1's stale write was not fenced: %v", err)
 	}
-	step("worker-1's downstream write refused: %v", err)
+	r.step("worker-1's downstream write refused: %v", err)
 	err = l1.Complete(ctx, "shipped")
 	var se *lease.StaleError
 	if !errors.As(err, &se) {
 		return fmt.Errorf("worker-1's stale completion was not rejected: %v", err)
 	}
-	step("worker-1's completion rejected: %v", err)
+	r.step("worker-1's completion rejected: %v", err)
+	return nil
+}
 
+// printTrail prints the task's audit trail and the downstream's rows:
+// the audit must show epoch l1's rejection, the downstream worker-2's row
+// only.
+func (r *replay) printTrail(ctx context.Context, l1 *lease.Lease) error {
 	// Let the recorder catch up (blackhole mode), then print the trail.
 	var entries []audit.Entry
+	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		entries, err = audit.New(cli2).List(ctx, audit.Filter{Resource: task})
+		entries, err = audit.New(r.cli2).List(ctx, audit.Filter{Resource: r.task})
 		if err != nil {
 			return err
 		}
@@ -220,7 +271,7 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	fmt.Printf("\naudit trail of %q:\n", task)
+	fmt.Printf("\naudit trail of %q:\n", r.task)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  REV\tKIND\tWORKER\tEPOCH\tSTATUS\tCURRENT\tREASON")
 	rejected := false
@@ -231,9 +282,9 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		}
 	}
 	tw.Flush()
-	downstream.mu.Lock()
-	rows := downstream.rows
-	downstream.mu.Unlock()
+	r.downstream.mu.Lock()
+	rows := r.downstream.rows
+	r.downstream.mu.Unlock()
 	fmt.Printf("\ndownstream rows: %q\n", rows)
 	switch {
 	case !rejected:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -116,16 +117,26 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // (session.Session.TrailingLease, granted on the session's first such
 // claim: one more round trip, once).
 //
-// An error from the transaction itself matches outcome.ErrRefused or
+// An unknown outcome (a timeout, a broken connection) is resolved by
+// TryAcquire itself, as Complete resolves its own: it sends the same claim
+// again, with its backoff, until etcd decides it or ctx ends. A resend
+// also requires that the claim's start key — fresh for this call — does
+// not exist, and reads it:
+//
+//	If(…the claim's compares…, CreateRev(start) = 0) Then(…) Else(…, Get start)
+//
+// so a claim that an earlier try applied gives its Lease at that epoch
+// (or ErrNotHeld, if that epoch has already ended), and is never applied
+// twice (docs/protocol.md §3.1).
+//
+// An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
 // etcd lease gone — which also matches session.ErrExpired): nothing was
-// applied. Unknown (a timeout, ctx ending, a broken connection): etcd may
-// have applied it. A resource claimed that way stays held by the session,
-// with no Lease and an Acquired entry in the audit log, until the session's
-// etcd lease ends — Session.Close revokes it at once, and a running
-// audit.RunRecorder then writes its Expired entry. Reclaim tells which,
-// and returns the Lease of a claim that was applied (ErrNotHeld: it was
-// not, and TryAcquire may be called again).
+// applied. Unknown only when ctx ended before etcd decided: the resource
+// may then be held by the session, with no Lease and an Acquired entry in
+// the audit log, until the session's etcd lease ends — Session.Close
+// revokes it at once, and a running audit.RunRecorder then writes its
+// Expired entry.
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
 	ctx, sp := r.startSpan(ctx, "lease.TryAcquire", resource, s)
 	defer func() { sp.finish(epochOf(l), err) }()
@@ -138,14 +149,26 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	}
 	c := claimant.NewClaim(r.space, resource)
 	cond := protocol.Condition(ctx) // a recipe's own compares (protocol.WithCondition)
-	actx, cancel := r.attemptCtx(ctx)
-	resp, err := r.cli.Txn(actx).If(append(c.If, cond...)...).Then(c.Then...).Else(c.Else...).Commit()
-	cancel()
+	resp, err := r.claim(ctx, c, cond, false)
+	resent := false
+	if errors.Is(err, outcome.ErrUnknown) {
+		resent = true
+		err = retryUnknown(ctx, r.log, func() error {
+			var err error
+			resp, err = r.claim(ctx, c, cond, true)
+			return err
+		})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("lease: acquire %q: %w", resource, claimError(err))
+		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	if resp.Succeeded {
 		return r.acquired(s, resource, resp.Header.Revision, "claimed"), nil
+	}
+	if resent {
+		if l, err := r.appliedEarlier(s, resource, resp.Responses); l != nil || err != nil {
+			return l, err
+		}
 	}
 	if _, err := r.whyNot(ctx, resource, resp.Responses); err != nil {
 		return nil, err
@@ -156,6 +179,44 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	// The Else reads at the compares' revision, so one of them shows why;
 	// nothing else fails a claim.
 	return nil, fmt.Errorf("lease: acquire %q: the claim failed and its reads show no reason", resource)
+}
+
+// claim sends the claim c with the caller's compares cond. A resend — a
+// try after one whose outcome was unknown — also requires that the claim's
+// start key does not exist, and reads it in its Else: the start key is the
+// claim's own, so its existence says an earlier try applied (and the
+// resend must not write the entry again, nor begin a second epoch once
+// that one ended). A failed transaction's error is classified (claimError).
+func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.Cmp, resend bool) (*clientv3.TxnResponse, error) {
+	ifs, els := append(c.If, cond...), c.Else
+	if resend {
+		ifs = append(slices.Clip(ifs), clientv3.Compare(clientv3.CreateRevision(c.StartKey), "=", 0))
+		els = append(slices.Clip(els), clientv3.OpGet(c.StartKey))
+	}
+	actx, cancel := r.attemptCtx(ctx)
+	defer cancel()
+	resp, err := r.cli.Txn(actx).If(ifs...).Then(c.Then...).Else(els...).Commit()
+	if err != nil {
+		return nil, claimError(err)
+	}
+	return resp, nil
+}
+
+// appliedEarlier reads a failed resend's Else (claim): when the start key
+// exists, an earlier try of the claim applied, at the start key's revision
+// — the epoch. The Lease is returned when the session still holds that
+// epoch; an error when it has already ended (revoked, or the session's
+// etcd lease gone). Nil, nil: no earlier try applied.
+func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp) (*Lease, error) {
+	start := first(els[len(els)-1])
+	if start == nil {
+		return nil, nil
+	}
+	epoch := start.ModRevision
+	if kv := first(els[protocol.ClaimLease]); kv != nil && kv.ModRevision == epoch && clientv3.LeaseID(kv.Lease) == s.LeaseID() {
+		return r.acquired(s, resource, epoch, "claimed (resolved after an unknown outcome)"), nil
+	}
+	return nil, fmt.Errorf("lease: acquire %q: the claim applied at epoch %d, which has already ended: %w", resource, epoch, ErrNotHeld)
 }
 
 // claimantFor is who claims through r for the session, with r's

@@ -239,8 +239,13 @@ func ExampleRegistry_Reclaim() {
 	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(300*time.Millisecond))
 	defer reg.Close()
 
-	proxy.BlackholeReplies() // etcd applies the claim; its reply is lost
-	l, err := reg.TryAcquire(ctx, s, "invoices/2026-12")
+	// etcd applies the claim; its replies are lost until the caller gives
+	// up (TryAcquire resolves an unknown outcome itself while its context
+	// lasts).
+	proxy.BlackholeReplies()
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	l, err := reg.TryAcquire(tctx, s, "invoices/2026-12")
+	cancel()
 	fmt.Println("outcome unknown:", errors.Is(err, outcome.ErrUnknown))
 	proxy.Heal()
 

@@ -1,9 +1,9 @@
 // Package election elects one leader among workers' sessions, through
 // etcd, with a fencing token for every leader.
 //
-// An election is a lease on one resource, Resource(name) ("election/" +
-// name), taken through lease.Registry.Recipe(Kind): leadership is a
-// holding, not a task. Campaign is lease's Acquire, so campaigners wait in
+// An election is a lease on one resource, "election/" + name, held as a
+// holding of kind "election" rather than a task: leadership is never
+// completed. Campaign is lease's Acquire, so campaigners wait in
 // its fair queue, lead in the order they began campaigning, and a change
 // of leader wakes the next campaigner only, not every one. Leader and
 // Observe are lease's read side. The package adds no transaction of its

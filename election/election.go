@@ -4,52 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
-
-// Kind is the recipe kind of an election's holdings: the Kind of the
-// lease.Holder that leads (lease.Registry.Recipe).
-const Kind = "election"
-
-// Prefix begins the resource of every election: the election named name is
-// the resource Prefix + name.
-const Prefix = Kind + "/"
 
 // ErrNoLeader: nobody leads the election (Leader).
 var ErrNoLeader = errors.New("no leader")
 
 // ErrInvalidName: the election's name is empty, or makes a resource name
 // lease refuses (see lease.ErrInvalidResource, which the error also
-// matches). Every method of an Election with such a name returns it,
-// sending nothing.
+// matches): New refuses it.
 var ErrInvalidName = errors.New("invalid election name")
 
-// Resource returns the resource of the election named name: Prefix + name.
-// Tools that list holders (lease.Registry.Holders) recognise an election by
-// this prefix and by the holder's Kind.
-func Resource(name string) string { return Prefix + name }
-
-// NameOf returns the name of the election whose resource is resource, and
-// false when resource is not an election's.
-func NameOf(resource string) (name string, ok bool) {
-	name, ok = strings.CutPrefix(resource, Prefix)
-	return name, ok && name != ""
-}
-
-// ValidateName reports whether name can name an election: a non-empty
-// string that makes a valid resource name with Prefix (at most 512 bytes
+// validateName reports whether name can name an election: a non-empty
+// string that makes a valid resource name under the election prefix (at most 512 bytes
 // in all, valid UTF-8, no control characters). The error matches
 // ErrInvalidName and lease.ErrInvalidResource.
-func ValidateName(name string) error {
+func validateName(name string) error {
 	if name == "" {
 		return fmt.Errorf("election: %w: empty (%w)", ErrInvalidName, lease.ErrInvalidResource)
 	}
-	if err := keys.ValidateResource(Resource(name)); err != nil {
+	if err := keys.ValidateResource(recipekeys.Election(name)); err != nil {
 		return fmt.Errorf("election: %w %q: %w", ErrInvalidName, name, err)
 	}
 	return nil
@@ -58,34 +37,38 @@ func ValidateName(name string) error {
 // Election is one named election among the sessions of a namespace. Its
 // methods are safe for concurrent use.
 type Election struct {
-	reg      *lease.Registry // the recipe registry: its leases are holdings of Kind
+	reg      *lease.Registry // the recipe registry: its leases are holdings of kind "election"
 	name     string
 	resource string
-	err      error // ValidateName's verdict, returned by every method
 }
 
 // New returns the election called name in reg's namespace. Every process
 // that builds an Election of the same name and namespace takes part in the
-// same election. A bad name is reported by every method rather than here,
-// so New cannot fail, like lease.NewRegistry; so is a bad registry.
-func New(reg *lease.Registry, name string) *Election {
-	e := &Election{name: name, resource: Resource(name), err: ValidateName(name)}
+// same election. Its resource is "election/<name>": a name that makes no
+// valid resource (empty, over 512 bytes in all, not UTF-8, or with
+// control characters) is an error matching ErrInvalidName and
+// lease.ErrInvalidResource, and so is a nil registry.
+func New(reg *lease.Registry, name string) (*Election, error) {
 	if reg == nil {
-		e.err = errors.Join(e.err, errors.New("election: New: nil registry"))
-	} else {
-		e.reg = hook.Recipe(reg, Kind).(*lease.Registry)
+		return nil, errors.New("election: New: nil registry")
 	}
-	return e
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	return &Election{
+		reg:  hook.Recipe(reg, recipekeys.ElectionKind).(*lease.Registry),
+		name: name, resource: recipekeys.Election(name),
+	}, nil
 }
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.name }
 
-// Resource returns the election's resource, Resource(e.Name()).
+// Resource returns the election's resource, "election/" + e.Name().
 func (e *Election) Resource() string { return e.resource }
 
 // Campaign blocks until s leads the election, and returns the leadership:
-// a lease on the election's resource, of Kind, whose epoch is the leader's
+// a lease on the election's resource, of kind "election", whose epoch is the leader's
 // fencing epoch. Release resigns (handing the leadership to the next
 // campaigner in the same transaction); the leadership also ends when s
 // ends (lost, expired or closed) or an operator revokes it, and its
@@ -103,9 +86,6 @@ func (e *Election) Resource() string { return e.resource }
 // A session that already leads and campaigns again waits behind its own
 // leadership.
 func (e *Election) Campaign(ctx context.Context, s *session.Session) (*lease.Lease, error) {
-	if e.err != nil {
-		return nil, e.err
-	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("election %q: campaign: %w", e.name, context.Cause(ctx))
 	}
@@ -126,9 +106,6 @@ func (e *Election) Campaign(ctx context.Context, s *session.Session) (*lease.Lea
 // given the leader's token decides whether a write is the current
 // leader's.
 func (e *Election) Leader(ctx context.Context) (lease.Holder, error) {
-	if e.err != nil {
-		return lease.Holder{}, e.err
-	}
 	h, err := e.reg.Holder(ctx, e.resource)
 	switch {
 	case errors.Is(err, lease.ErrNotHeld):
@@ -145,12 +122,7 @@ func (e *Election) Leader(ctx context.Context) (lease.Holder, error) {
 // next campaigner's claim, or when no one campaigns). A reader slower than
 // the changes may skip intermediate leaders but never receives an older
 // state after a newer one, and always receives the latest. The channel is
-// closed when ctx ends, and at once for an invalid name or registry.
+// closed when ctx ends.
 func (e *Election) Observe(ctx context.Context) <-chan lease.Holder {
-	if e.err != nil {
-		ch := make(chan lease.Holder)
-		close(ch)
-		return ch
-	}
 	return e.reg.Observe(ctx, e.resource)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,7 +53,7 @@ func (f *fixture) session(cli *clientv3.Client, worker string, ttl time.Duration
 // queued returns the number of campaigners waiting in the election's queue.
 func (f *fixture) queued(name string) int {
 	f.t.Helper()
-	resp, err := f.cli.Get(context.Background(), keys.MustNew(keys.DefaultNamespace).QueuePrefix(election.Resource(name)), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.cli.Get(context.Background(), keys.MustNew(keys.DefaultNamespace).QueuePrefix(recipekeys.Election(name)), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func (o observer) next() string {
 		if !ok {
 			o.t.Fatal("Observe's channel closed")
 		}
-		if h.Epoch != 0 && h.Kind != election.Kind {
+		if h.Epoch != 0 && h.Kind != recipekeys.ElectionKind {
 			o.t.Fatalf("observed a holder of kind %q: %+v", h.Kind, h)
 		}
 		return fmt.Sprintf("%s:%d", h.Worker, h.Epoch)
@@ -168,7 +169,7 @@ func (f *fixture) leader(e *election.Election) string {
 func TestCampaignersLeadInTurn(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	e := election.New(f.reg, "scheduler")
+	e := mustElection(t, f.reg, "scheduler")
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := observer{t, e.Observe(octx)}
@@ -185,7 +186,7 @@ func TestCampaignersLeadInTurn(t *testing.T) {
 		t.Fatalf("Leader %s; want %s", got, w1)
 	}
 	obs.until(w1)
-	if l1.Resource() != election.Resource("scheduler") || e.Resource() != l1.Resource() || e.Name() != "scheduler" {
+	if l1.Resource() != recipekeys.Election("scheduler") || e.Resource() != l1.Resource() || e.Name() != "scheduler" {
 		t.Fatalf("leadership on %q, election resource %q name %q", l1.Resource(), e.Resource(), e.Name())
 	}
 
@@ -260,7 +261,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	t.Cleanup(func() { _ = preg.Close() })
 
 	old := f.session(pcli, "old", 2*time.Second)
-	l1 := lead(t, campaign(ctx, election.New(preg, "writer"), old)).l
+	l1 := lead(t, campaign(ctx, mustElection(t, preg, "writer"), old)).l
 	var lostAt time.Time
 	lost := make(chan struct{})
 	context.AfterFunc(l1.Context(), func() { lostAt = time.Now(); close(lost) })
@@ -276,7 +277,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 		t.Fatalf("the leader's first write: %v", err)
 	}
 
-	e := election.New(f.reg, "writer")
+	e := mustElection(t, f.reg, "writer")
 	next := campaign(ctx, e, f.session(f.cli, "next", 5*time.Second))
 	f.waitQueued("writer", 1)
 
@@ -328,7 +329,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 func TestErrors(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	e := election.New(f.reg, "x")
+	e := mustElection(t, f.reg, "x")
 	_, err := e.Leader(ctx)
 	if !errors.Is(err, election.ErrNoLeader) || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("Leader of an election nobody campaigned in: %v; want ErrNoLeader naming it", err)
@@ -346,8 +347,8 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("Leader %s after a refused Complete; want %s", got, want)
 	}
 	h, err := e.Leader(ctx)
-	if err != nil || h.Kind != election.Kind || h.Session != s1.LeaseID() || h.Resource != e.Resource() {
-		t.Fatalf("Leader = %+v, %v; want w1's session and kind %q", h, err, election.Kind)
+	if err != nil || h.Kind != recipekeys.ElectionKind || h.Session != s1.LeaseID() || h.Resource != e.Resource() {
+		t.Fatalf("Leader = %+v, %v; want w1's session and kind %q", h, err, recipekeys.ElectionKind)
 	}
 
 	// Given up before it began: ctx's cause, nothing queued.
@@ -389,38 +390,23 @@ func TestErrors(t *testing.T) {
 	}
 
 	for _, name := range []string{"", strings.Repeat("n", 600), "bad\x00name", "tab\there", "\xff"} {
-		bad := election.New(f.reg, name)
-		if err := election.ValidateName(name); !errors.Is(err, election.ErrInvalidName) || !errors.Is(err, lease.ErrInvalidResource) {
-			t.Errorf("ValidateName(%q) = %v; want ErrInvalidName and lease.ErrInvalidResource", name, err)
-		}
-		if _, err := bad.Campaign(ctx, s1); !errors.Is(err, election.ErrInvalidName) {
-			t.Errorf("Campaign in %q: %v; want ErrInvalidName", name, err)
-		}
-		if _, err := bad.Leader(ctx); !errors.Is(err, election.ErrInvalidName) {
-			t.Errorf("Leader of %q: %v; want ErrInvalidName", name, err)
-		}
-		select {
-		case h, ok := <-bad.Observe(ctx):
-			if ok {
-				t.Errorf("Observe of %q sent %+v", name, h)
-			}
-		case <-time.After(waitLimit):
-			t.Errorf("Observe of %q did not close", name)
+		if e, err := election.New(f.reg, name); !errors.Is(err, election.ErrInvalidName) || !errors.Is(err, lease.ErrInvalidResource) || e != nil {
+			t.Errorf("New(%q) = %v, %v; want ErrInvalidName and lease.ErrInvalidResource", name, e, err)
 		}
 	}
-	if _, err := election.New(nil, "x").Campaign(ctx, s1); err == nil {
-		t.Error("Campaign through a nil registry succeeded")
+	if e, err := election.New(nil, "x"); err == nil || e != nil {
+		t.Errorf("New through a nil registry = %v, %v; want an error", e, err)
 	}
 	for _, name := range []string{"x", "a/b", "with space", "ünï"} {
-		if err := election.ValidateName(name); err != nil {
-			t.Errorf("ValidateName(%q): %v", name, err)
+		if _, err := election.New(f.reg, name); err != nil {
+			t.Errorf("New(%q): %v", name, err)
 		}
-		if got, ok := election.NameOf(election.Resource(name)); !ok || got != name {
+		if got, ok := recipekeys.ElectionName(recipekeys.Election(name)); !ok || got != name {
 			t.Errorf("NameOf(Resource(%q)) = %q, %v", name, got, ok)
 		}
 	}
 	for _, res := range []string{"jobs/1", "election/", "elections/x"} {
-		if name, ok := election.NameOf(res); ok {
+		if name, ok := recipekeys.ElectionName(res); ok {
 			t.Errorf("NameOf(%q) = %q; want not an election", res, name)
 		}
 	}
@@ -432,7 +418,7 @@ func TestErrors(t *testing.T) {
 func TestObserveFollowsLeaders(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	e := election.New(f.reg, "obs")
+	e := mustElection(t, f.reg, "obs")
 	octx, stop := context.WithCancel(ctx)
 	obs := observer{t, e.Observe(octx)}
 	if got := obs.next(); got != ":0" {
@@ -498,14 +484,14 @@ func TestLockDelayAfterDeposedLeader(t *testing.T) {
 	const d = 2 * time.Second
 	regD := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
 	t.Cleanup(func() { _ = regD.Close() })
-	e := election.New(regD, "delayed")
+	e := mustElection(t, regD, "delayed")
 	space := keys.MustNew(keys.DefaultNamespace)
-	delayKey := space.Delay(election.Resource("delayed"))
+	delayKey := space.Delay(recipekeys.Election("delayed"))
 
 	first := lead(t, campaign(ctx, e, f.session(f.cli, "first", 5*time.Second))).l
 	next := campaign(ctx, e, f.session(f.cli, "next", 5*time.Second))
 	f.waitQueued("delayed", 1)
-	if err := f.reg.Revoke(ctx, election.Resource("delayed"), "deposed"); err != nil {
+	if err := f.reg.Revoke(ctx, recipekeys.Election("delayed"), "deposed"); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := f.cli.Get(ctx, delayKey)
@@ -549,4 +535,14 @@ func TestLockDelayAfterDeposedLeader(t *testing.T) {
 	if err := l3.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mustElection returns election.New(reg, name), failing the test on error.
+func mustElection(t testing.TB, reg *lease.Registry, name string) *election.Election {
+	t.Helper()
+	e, err := election.New(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

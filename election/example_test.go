@@ -42,7 +42,10 @@ func Example() {
 	s1, s2 := newSession("scheduler-1"), newSession("scheduler-2")
 	defer s1.Close(ctx)
 	defer s2.Close(ctx)
-	e := election.New(reg, "billing")
+	e, err := election.New(reg, "billing")
+	if err != nil {
+		panic(err)
+	}
 	guard := fence.NewMemoryGuard() // the downstream the leader writes to
 
 	first, err := e.Campaign(ctx, s1)

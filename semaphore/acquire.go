@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -296,7 +297,7 @@ func (p permits) free() []int {
 //	            Get N/lease/%queue/semaphore%2F<name>%2Fturnstile/ WithPrefix WithCountOnly ) // the others
 //
 // The permits' prefix also holds the permits of any semaphore named
-// "<name>/permit/…"; ParsePermit tells them apart.
+// "<name>/permit/…"; recipekeys.ParsePermit tells them apart.
 func (m *Semaphore) read(ctx context.Context, cli *clientv3.Client, turnstile bool) (permits, error) {
 	ops := []clientv3.Op{clientv3.OpGet(m.permitKeys, clientv3.WithPrefix(), clientv3.WithKeysOnly())}
 	if turnstile {
@@ -316,7 +317,7 @@ func (m *Semaphore) read(ctx context.Context, cli *clientv3.Client, turnstile bo
 		if err != nil {
 			continue // not a resource's lease key
 		}
-		if name, i, ok := ParsePermit(res); ok && name == m.name && i < m.limit {
+		if name, i, ok := recipekeys.ParsePermit(res); ok && name == m.name && i < m.limit {
 			p.held[i] = true
 		}
 	}
@@ -374,7 +375,7 @@ func (m *Semaphore) claimAny(ctx context.Context, s *session.Session, free []int
 // again with this semaphore's limit — no permit can be held while it is
 // absent — before the permit is claimed again.
 func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*lease.Lease, *lease.LockDelayError, error) {
-	res := PermitResource(m.name, i)
+	res := recipekeys.Permit(m.name, i)
 	for range maxRounds {
 		l, err := m.permits.TryAcquire(protocol.WithCondition(ctx, m.limitHeld...), s, res)
 		var delay *lease.LockDelayError

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -67,7 +68,7 @@ func (m *Semaphore) confirm(ctx context.Context, cli *clientv3.Client, stale boo
 // fails a value compare on a missing key), so a permit is only ever
 // claimed while the stored limit is the claimer's.
 func limitHeld(space keys.Space, name string, limit int) clientv3.Cmp {
-	return clientv3.Compare(clientv3.Value(space.Limit(limitResource(name))), "=", strconv.Itoa(limit))
+	return clientv3.Compare(clientv3.Value(space.Limit(recipekeys.Limit(name))), "=", strconv.Itoa(limit))
 }
 
 // storeLimit stores the semaphore's limit for its name, or compares it
@@ -85,7 +86,7 @@ func limitHeld(space keys.Space, name string, limit int) clientv3.Cmp {
 // earlier limit. Sending it again after an unknown outcome is safe: a
 // retry finds its own value.
 func (m *Semaphore) storeLimit(ctx context.Context, cli *clientv3.Client) error {
-	key := m.space.Limit(limitResource(m.name))
+	key := m.space.Limit(recipekeys.Limit(m.name))
 	want := strconv.Itoa(m.limit)
 	unset := clientv3.Compare(clientv3.CreateRevision(key), "=", 0) // no semaphore of this name stored a limit yet
 	store := clientv3.OpPut(key, want)                              // this one's becomes every later one's

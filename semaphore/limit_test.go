@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/hook"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
 )
@@ -109,8 +110,8 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	a := f.confirmed("waited", 3)
-	turnstile := semaphore.TurnstileResource("waited")
-	head, err := hook.Recipe(f.reg, semaphore.TurnstileKind).(*lease.Registry).TryAcquire(ctx, f.session("head"), turnstile)
+	turnstile := recipekeys.Turnstile("waited")
+	head, err := hook.Recipe(f.reg, recipekeys.TurnstileKind).(*lease.Registry).TryAcquire(ctx, f.session("head"), turnstile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	}
 	// b's permit, claimed as a semaphore of 1 claims it once the turnstile
 	// is clear.
-	if _, err := hook.Recipe(f.reg, semaphore.PermitKind).(*lease.Registry).TryAcquire(ctx, sb, semaphore.PermitResource("waited", 0)); err != nil {
+	if _, err := hook.Recipe(f.reg, recipekeys.PermitKind).(*lease.Registry).TryAcquire(ctx, sb, recipekeys.Permit("waited", 0)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,14 +17,7 @@ import (
 // MaxLimit is the largest limit a semaphore may have. TryAcquire and
 // Acquire read every held permit in one request, so the limit bounds that
 // read.
-const MaxLimit = 1024
-
-// The kinds of the holdings a semaphore takes (lease.Registry.Recipe):
-// permits, and the turnstile its head waiter holds.
-const (
-	PermitKind    = "permit"
-	TurnstileKind = "turnstile"
-)
+const MaxLimit = recipekeys.MaxLimit
 
 var (
 	// ErrFull: TryAcquire found every permit held, or Acquire calls waiting
@@ -44,8 +36,8 @@ var (
 // may share a name: they share its permits.
 type Semaphore struct {
 	reg        *lease.Registry
-	permits    *lease.Registry // reg.Recipe(PermitKind)
-	turnstiles *lease.Registry // reg.Recipe(TurnstileKind).WithoutLockDelay()
+	permits    *lease.Registry // reg.Recipe(recipekeys.PermitKind)
+	turnstiles *lease.Registry // reg.Recipe(recipekeys.TurnstileKind).WithoutLockDelay()
 	space      keys.Space      // reg's namespace
 	name       string
 	limit      int
@@ -80,7 +72,7 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	if name == "" {
 		return nil, fmt.Errorf("semaphore: New: %w: the name is empty", lease.ErrInvalidResource)
 	}
-	for _, res := range []string{PermitResource(name, limit-1), TurnstileResource(name)} {
+	for _, res := range []string{recipekeys.Permit(name, limit-1), recipekeys.Turnstile(name)} {
 		if err := keys.ValidateResource(res); err != nil {
 			return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
 		}
@@ -91,17 +83,17 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	}
 	return &Semaphore{
 		reg:        reg,
-		permits:    hook.Recipe(reg, PermitKind).(*lease.Registry),
-		turnstiles: hook.WithoutLockDelay(hook.Recipe(reg, TurnstileKind)).(*lease.Registry),
+		permits:    hook.Recipe(reg, recipekeys.PermitKind).(*lease.Registry),
+		turnstiles: hook.WithoutLockDelay(hook.Recipe(reg, recipekeys.TurnstileKind)).(*lease.Registry),
 		space:      space,
 		name:       name,
 		limit:      limit,
-		turnstile:  TurnstileResource(name),
+		turnstile:  recipekeys.Turnstile(name),
 		limitHeld:  []clientv3.Cmp{limitHeld(space, name, limit)},
 		// Escape works byte by byte, so this prefixes every permit's key
 		// (and those of any semaphore whose name extends name with
 		// "/permit/…", which ParsePermit tells apart).
-		permitKeys: space.Lease(resourcePrefix + name + permitSeparator),
+		permitKeys: space.Lease(recipekeys.PermitPrefix(name)),
 	}, nil
 }
 
@@ -111,73 +103,13 @@ func (m *Semaphore) Name() string { return m.name }
 // Limit returns the semaphore's limit: how many permits may be held at once.
 func (m *Semaphore) Limit() int { return m.limit }
 
-// resourcePrefix starts the resources of every semaphore.
-const resourcePrefix = "semaphore/"
-
-// permitSeparator separates a semaphore's name from a permit's index.
-const permitSeparator = "/permit/"
-
-// PermitResource is the resource of permit i of the semaphore name:
-// "semaphore/<name>/permit/<i>", i in decimal. Its lease key is the permit.
-func PermitResource(name string, i int) string {
-	return resourcePrefix + name + permitSeparator + strconv.Itoa(i)
-}
-
-// TurnstileResource is the resource of the semaphore's turnstile,
-// "semaphore/<name>/turnstile": the first Acquire call waiting for a
-// permit holds it, and the others wait in its queue.
-func TurnstileResource(name string) string { return resourcePrefix + name + "/turnstile" }
-
-// limitResource names the semaphore in its limit key (keys.Space.Limit).
-func limitResource(name string) string { return resourcePrefix + name }
-
-// ParseLimitResource returns the semaphore whose limit key names resource
-// (see docs/protocol.md §3.12), and false for any other recipe's.
-func ParseLimitResource(resource string) (name string, ok bool) {
-	name, ok = strings.CutPrefix(resource, resourcePrefix)
-	return name, ok && name != ""
-}
-
-// ParseTurnstile returns the semaphore whose turnstile is resource, and
-// false for any other resource.
-func ParseTurnstile(resource string) (name string, ok bool) {
-	rest, ok := strings.CutPrefix(resource, resourcePrefix)
-	if !ok {
-		return "", false
-	}
-	name, ok = strings.CutSuffix(rest, "/turnstile")
-	return name, ok && name != ""
-}
-
-// ParsePermit returns the semaphore and the index of a permit's resource,
-// and ok = false for any other resource. It splits at the last "/permit/",
-// which is followed by the index alone (decimal without a sign or leading
-// zeros, below MaxLimit), so a name containing "/permit/" is read back
-// whole and no two semaphores' permits share a resource.
-func ParsePermit(resource string) (name string, i int, ok bool) {
-	rest, found := strings.CutPrefix(resource, resourcePrefix)
-	if !found {
-		return "", 0, false
-	}
-	at := strings.LastIndex(rest, permitSeparator)
-	if at <= 0 {
-		return "", 0, false
-	}
-	digits := rest[at+len(permitSeparator):]
-	i, err := strconv.Atoi(digits)
-	if err != nil || i < 0 || i >= MaxLimit || strconv.Itoa(i) != digits {
-		return "", 0, false
-	}
-	return rest[:at], i, true
-}
-
 // Holders returns the semaphore's live permits, sorted by index: for each,
 // the worker, the epoch (the permit's fencing epoch), when it began and
 // the holding session. It reads through the registry
 // (the registry's holders with a prefix: the lease keys of this semaphore's permits
 // at one revision), so it needs no session and does not check the limit.
 func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
-	got, err := hook.HoldersWithPrefix(ctx, m.reg, resourcePrefix+m.name+permitSeparator)
+	got, err := hook.HoldersWithPrefix(ctx, m.reg, recipekeys.PermitPrefix(m.name))
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: holders: %w", m.name, err)
 	}
@@ -187,7 +119,7 @@ func (m *Semaphore) Holders(ctx context.Context) ([]lease.Holder, error) {
 	}
 	var mine []permit
 	for _, h := range got.([]lease.Holder) {
-		if name, i, ok := ParsePermit(h.Resource); ok && name == m.name {
+		if name, i, ok := recipekeys.ParsePermit(h.Resource); ok && name == m.name {
 			mine = append(mine, permit{i, h})
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
 	"github.com/leasehold/leasehold/session"
@@ -99,7 +100,7 @@ func (f *fixture) waitFor(what string, cond func() bool) {
 // head waiter), "" when nobody does.
 func (f *fixture) turnstileHolder(name string) string {
 	f.t.Helper()
-	h, err := f.reg.Holder(context.Background(), semaphore.TurnstileResource(name))
+	h, err := f.reg.Holder(context.Background(), recipekeys.Turnstile(name))
 	if errors.Is(err, lease.ErrNotHeld) {
 		return ""
 	}
@@ -114,7 +115,7 @@ func (f *fixture) turnstileHolder(name string) string {
 func (f *fixture) waitHead(name, worker string, n int) {
 	f.t.Helper()
 	f.waitFor(fmt.Sprintf("%s at the head of %q with %d behind", worker, name, n), func() bool {
-		return f.turnstileHolder(name) == worker && f.queued(semaphore.TurnstileResource(name)) == n
+		return f.turnstileHolder(name) == worker && f.queued(recipekeys.Turnstile(name)) == n
 	})
 }
 
@@ -237,7 +238,7 @@ func (f *fixture) checkHistory(name string, limit int, from int64) (bad []string
 				if err != nil {
 					f.t.Fatal(err)
 				}
-				n, i, ok := semaphore.ParsePermit(res)
+				n, i, ok := recipekeys.ParsePermit(res)
 				if !ok || n != name {
 					continue // a permit of a semaphore named "<name>/permit/…"
 				}
@@ -372,7 +373,7 @@ func TestTenWorkersNeverExceedThree(t *testing.T) {
 	if hs, err := m.Holders(context.Background()); err != nil || len(hs) != 0 {
 		t.Errorf("after the run Holders = %v, %v; want none", hs, err)
 	}
-	if n := f.queued(semaphore.TurnstileResource("pool")); n != 0 || f.turnstileHolder("pool") != "" {
+	if n := f.queued(recipekeys.Turnstile("pool")); n != 0 || f.turnstileHolder("pool") != "" {
 		t.Errorf("after the run the turnstile is held by %q with %d queued", f.turnstileHolder("pool"), n)
 	}
 
@@ -426,7 +427,7 @@ func TestTryAcquireFullAndFIFO(t *testing.T) {
 	}
 	var workers []string
 	for k, h := range hs {
-		if h.Resource != semaphore.PermitResource("fifo", k) || h.Kind != semaphore.PermitKind {
+		if h.Resource != recipekeys.Permit("fifo", k) || h.Kind != recipekeys.PermitKind {
 			t.Errorf("Holders[%d] = %+v; want permit %d", k, h, k)
 		}
 		workers = append(workers, h.Worker)
@@ -518,8 +519,8 @@ func TestTryAcquireDoesNotBargeAheadOfTheTurnstile(t *testing.T) {
 	ctx := context.Background()
 	m := f.sem("gate", 2)
 	s := f.session("s")
-	turnstiles := hook.Recipe(f.reg, semaphore.TurnstileKind).(*lease.Registry)
-	head, err := turnstiles.TryAcquire(ctx, f.session("head"), semaphore.TurnstileResource("gate"))
+	turnstiles := hook.Recipe(f.reg, recipekeys.TurnstileKind).(*lease.Registry)
+	head, err := turnstiles.TryAcquire(ctx, f.session("head"), recipekeys.Turnstile("gate"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,10 +531,10 @@ func TestTryAcquireDoesNotBargeAheadOfTheTurnstile(t *testing.T) {
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		l, err := turnstiles.Acquire(qctx, f.session("queued"), semaphore.TurnstileResource("gate"))
+		l, err := turnstiles.Acquire(qctx, f.session("queued"), recipekeys.Turnstile("gate"))
 		queued <- acquired{l, err}
 	}()
-	f.waitFor("a queued waiter", func() bool { return f.queued(semaphore.TurnstileResource("gate")) == 1 })
+	f.waitFor("a queued waiter", func() bool { return f.queued(recipekeys.Turnstile("gate")) == 1 })
 	if err := head.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +552,7 @@ func TestTryAcquireDoesNotBargeAheadOfTheTurnstile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire with a free permit and nobody waiting: %v", err)
 	}
-	if h, err := f.reg.Holder(ctx, l.Resource()); err != nil || h.Kind != semaphore.PermitKind || h.Epoch != l.Epoch() {
+	if h, err := f.reg.Holder(ctx, l.Resource()); err != nil || h.Kind != recipekeys.PermitKind || h.Epoch != l.Epoch() {
 		t.Fatalf("Holder(%s) = %+v, %v", l.Resource(), h, err)
 	}
 }
@@ -633,18 +634,18 @@ func TestNewRefusesBadInput(t *testing.T) {
 func TestPermitNames(t *testing.T) {
 	for _, name := range []string{"a", "a/permit/1", "a/permit/", "/", "permit", "x/permit/permit/7", "é"} {
 		for _, i := range []int{0, 1, 9, 10, semaphore.MaxLimit - 1} {
-			n, k, ok := semaphore.ParsePermit(semaphore.PermitResource(name, i))
+			n, k, ok := recipekeys.ParsePermit(recipekeys.Permit(name, i))
 			if !ok || n != name || k != i {
 				t.Errorf("ParsePermit(PermitResource(%q, %d)) = %q, %d, %v", name, i, n, k, ok)
 			}
 		}
-		if _, _, ok := semaphore.ParsePermit(semaphore.TurnstileResource(name)); ok {
+		if _, _, ok := recipekeys.ParsePermit(recipekeys.Turnstile(name)); ok {
 			t.Errorf("the turnstile of %q parses as a permit", name)
 		}
 	}
 	for _, res := range []string{"semaphore/a/permit/01", "semaphore/a/permit/-1", "semaphore/a/permit/+1", "semaphore//permit/0",
 		"semaphore/a/permit/", "semaphore/a/permit/x", "semaphore/a/permit/1024", "tasks/a/permit/1", "semaphore/a/turnstile", "a/permit/0"} {
-		if n, i, ok := semaphore.ParsePermit(res); ok {
+		if n, i, ok := recipekeys.ParsePermit(res); ok {
 			t.Errorf("ParsePermit(%q) = %q, %d; want not a permit", res, n, i)
 		}
 	}
@@ -681,7 +682,7 @@ func TestNestedNamesShareNothing(t *testing.T) {
 			t.Fatalf("%s: Holders = %+v, %v", m.Name(), hs, err)
 		}
 		for k, h := range hs {
-			if h.Resource != semaphore.PermitResource(m.Name(), k) {
+			if h.Resource != recipekeys.Permit(m.Name(), k) {
 				t.Errorf("%s: Holders[%d] = %s", m.Name(), k, h.Resource)
 			}
 		}
@@ -825,7 +826,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 	if got := receive(t, queued, "queued"); got.l != nil || !errors.Is(got.err, errQueued) {
 		t.Fatalf("cancelled queued waiter: %v, %v; want its cause", got.l, got.err)
 	}
-	if n := f.queued(semaphore.TurnstileResource("busy")); n != 0 {
+	if n := f.queued(recipekeys.Turnstile("busy")); n != 0 {
 		t.Fatalf("%d queue entries after the queued waiter gave up", n)
 	}
 	if w := f.turnstileHolder("busy"); w != "head" {
@@ -838,7 +839,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 	if w := f.turnstileHolder("busy"); w != "" {
 		t.Fatalf("turnstile held by %q after the head gave up", w)
 	}
-	if n := f.queued(semaphore.TurnstileResource("busy")); n != 0 {
+	if n := f.queued(recipekeys.Turnstile("busy")); n != 0 {
 		t.Fatalf("%d queue entries after both gave up", n)
 	}
 	if hs, err := m.Holders(ctx); err != nil || len(hs) != 1 || hs[0].Worker != "holder" {
@@ -846,7 +847,7 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 	}
 	// The turnstile's epoch was released, audited.
 	var kinds []string
-	entries, err := f.log.List(ctx, audit.Filter{Resource: semaphore.TurnstileResource("busy")})
+	entries, err := f.log.List(ctx, audit.Filter{Resource: recipekeys.Turnstile("busy")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -944,7 +945,7 @@ func TestPermitInLockDelay(t *testing.T) {
 
 	got := acquireAsync(ctx, m, c)
 	f.waitHead("delayed", "c", 0)
-	resp, err := f.cli.Get(ctx, f.space.Delay(semaphore.TurnstileResource("delayed")), clientv3.WithCountOnly())
+	resp, err := f.cli.Get(ctx, f.space.Delay(recipekeys.Turnstile("delayed")), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

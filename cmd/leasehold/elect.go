@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"github.com/spf13/cobra"
@@ -52,7 +54,7 @@ func newElectCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "elect <name> [-- command [args...]]",
 		Short: "Campaign in an election and, while leading, run a command with the fencing token in its environment",
-		Long: "Campaigns in the election <name> (the resource \"" + election.Prefix + "<name>\") with a session of its own,\n" +
+		Long: "Campaigns in the election <name> (the resource \"" + recipekeys.ElectionPrefix + "<name>\") with a session of its own,\n" +
 			"waiting its turn behind earlier campaigners, and prints every change of leader it observes,\n" +
 			"one line each: \"leader <worker> epoch <epoch>\", or \"no leader\" (-o json: one object a line).\n\n" +
 			"While it leads, it runs the command, if given, with " + envToken + " (the\n" +
@@ -79,7 +81,7 @@ func newElectCmd(g *globals) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := election.ValidateName(args[0]); err != nil {
+			if err := validElectionName(args[0]); err != nil {
 				return usageError{err}
 			}
 			if o.ttl < time.Second {
@@ -119,7 +121,10 @@ func (g *globals) elect(ctx context.Context, cmd *cobra.Command, cli *clientv3.C
 	log := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: g.log.GetLevel(), Output: errOut})
 	reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(log))
 	defer reg.Close()
-	e := election.New(reg, name)
+	e, err := election.New(reg, name)
+	if err != nil {
+		return err
+	}
 
 	p := newLeaderPrinter(out, g.output == "json")
 	octx, stopObserving := context.WithCancel(ctx)
@@ -267,7 +272,7 @@ type leaderJSON struct {
 func (p *leaderPrinter) print(h lease.Holder) {
 	switch {
 	case p.json:
-		name, _ := election.NameOf(h.Resource)
+		name, _ := recipekeys.ElectionName(h.Resource)
 		j := leaderJSON{Election: name, Leader: h.Worker, Epoch: h.Epoch}
 		if h.Epoch != 0 {
 			j.Since, j.LeaseID = &h.Since, fmt.Sprintf("%x", int64(h.Session))
@@ -323,4 +328,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// validElectionName checks name before connecting, as election.New would:
+// an election's resource is "election/<name>".
+func validElectionName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", election.ErrInvalidName)
+	}
+	if err := keys.ValidateResource(recipekeys.Election(name)); err != nil {
+		return fmt.Errorf("%w %q: %w", election.ErrInvalidName, name, err)
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
@@ -81,14 +82,14 @@ func TestElectRunsCommandWithToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LEASEHOLD_FENCING_TOKEN %q: %v", m[2], err)
 	}
-	if tok.Epoch != epoch || tok.Resource != election.Resource("jobs") || m[3] != m[1] || m[4] != tok.Resource {
-		t.Fatalf("token %+v, epoch %s, resource %s; want epoch %d on %q", tok, m[3], m[4], epoch, election.Resource("jobs"))
+	if tok.Epoch != epoch || tok.Resource != recipekeys.Election("jobs") || m[3] != m[1] || m[4] != tok.Resource {
+		t.Fatalf("token %+v, epoch %s, resource %s; want epoch %d on %q", tok, m[3], m[4], epoch, recipekeys.Election("jobs"))
 	}
 
 	// The leadership was an audited epoch of w1, ended by its resignation.
 	ctx := context.Background()
 	client := c.Client(t)
-	entries, err := audit.New(client).List(ctx, audit.Filter{Resource: election.Resource("jobs")})
+	entries, err := audit.New(client).List(ctx, audit.Filter{Resource: recipekeys.Election("jobs")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestElectRunsCommandWithToken(t *testing.T) {
 	}
 	reg := lease.NewRegistry(client)
 	defer reg.Close()
-	if _, err := election.New(reg, "jobs").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
+	if _, err := mustElection(t, reg, "jobs").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("after elect exited: %v; want no leader", err)
 	}
 
@@ -138,7 +139,7 @@ func TestElectListen(t *testing.T) {
 	client := c.Client(t)
 	reg := lease.NewRegistry(client)
 	defer reg.Close()
-	e := election.New(reg, "sched")
+	e := mustElection(t, reg, "sched")
 	newSession := func(worker string) *session.Session {
 		s, err := session.New(context.Background(), client, session.WithWorker(worker), session.WithTTL(5*time.Second))
 		if err != nil {
@@ -195,7 +196,7 @@ func TestElectStopsCommandWhenLeadershipLost(t *testing.T) {
 	reg := lease.NewRegistry(client)
 	defer reg.Close()
 	started := time.Now()
-	if err := reg.Revoke(ctx, election.Resource("jobs"), "operator: stuck leader"); err != nil {
+	if err := reg.Revoke(ctx, recipekeys.Election("jobs"), "operator: stuck leader"); err != nil {
 		t.Fatal(err)
 	}
 	if c := exitCode(t, code); c != 1 || !strings.Contains(errOut.String(), "lost (lease revoked); the command was stopped") {
@@ -217,7 +218,7 @@ func TestElectStopsCommandWhenLeadershipLost(t *testing.T) {
 	if !strings.Contains(errOut2.String(), "elect: resigned") {
 		t.Fatalf("interrupted leader did not resign:\n%s", errOut2.String())
 	}
-	if _, err := election.New(reg, "jobs").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
+	if _, err := mustElection(t, reg, "jobs").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("after the leader was interrupted: %v; want no leader", err)
 	}
 }

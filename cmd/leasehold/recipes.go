@@ -8,10 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
-	"github.com/leasehold/leasehold/semaphore"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -52,7 +51,7 @@ func recipeViews(ctx context.Context, cli *clientv3.Client, sp keys.Space, reg *
 	}
 	for _, kv := range limits.Kvs {
 		res, err := sp.ResourceFromLimit(string(kv.Key))
-		name, ok := semaphore.ParseLimitResource(res)
+		name, ok := recipekeys.ParseLimit(res)
 		if err != nil || !ok {
 			continue // another recipe's limit
 		}
@@ -61,19 +60,19 @@ func recipeViews(ctx context.Context, cli *clientv3.Client, sp keys.Space, reg *
 	turnstileHeld := map[string]bool{}
 	for _, h := range hs {
 		switch h.Kind {
-		case election.Kind:
-			if name, ok := election.NameOf(h.Resource); ok {
+		case recipekeys.ElectionKind:
+			if name, ok := recipekeys.ElectionName(h.Resource); ok {
 				els = append(els, electionView{Name: name, Leader: h})
 				continue
 			}
-		case semaphore.PermitKind:
-			if name, _, ok := semaphore.ParsePermit(h.Resource); ok {
+		case recipekeys.PermitKind:
+			if name, _, ok := recipekeys.ParsePermit(h.Resource); ok {
 				v := sem(name)
 				v.Permits = append(v.Permits, h)
 				continue
 			}
-		case semaphore.TurnstileKind:
-			if name, ok := semaphore.ParseTurnstile(h.Resource); ok {
+		case recipekeys.TurnstileKind:
+			if name, ok := recipekeys.ParseTurnstile(h.Resource); ok {
 				turnstileHeld[name] = true
 				continue
 			}
@@ -81,12 +80,12 @@ func recipeViews(ctx context.Context, cli *clientv3.Client, sp keys.Space, reg *
 		tasks = append(tasks, h)
 	}
 	for i := range els {
-		if els[i].Waiters, err = reg.Waiters(ctx, election.Resource(els[i].Name)); err != nil {
+		if els[i].Waiters, err = reg.Waiters(ctx, recipekeys.Election(els[i].Name)); err != nil {
 			return nil, nil, nil, err
 		}
 	}
 	for name, v := range byName {
-		if v.Waiters, err = reg.Waiters(ctx, semaphore.TurnstileResource(name)); err != nil {
+		if v.Waiters, err = reg.Waiters(ctx, recipekeys.Turnstile(name)); err != nil {
 			return nil, nil, nil, err
 		}
 		if turnstileHeld[name] {
@@ -110,7 +109,7 @@ func recipeRows(els []electionView, sems []semaphoreView, now time.Time) (elRows
 		}
 		var held []string
 		for _, p := range s.Permits {
-			_, i, _ := semaphore.ParsePermit(p.Resource)
+			_, i, _ := recipekeys.ParsePermit(p.Resource)
 			held = append(held, fmt.Sprintf("#%d %s@%d", i, p.Worker, p.Epoch))
 		}
 		if len(held) == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/election"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
 	"github.com/leasehold/leasehold/session"
@@ -37,7 +38,7 @@ func TestHoldersShowsRecipes(t *testing.T) {
 	if _, err := reg.TryAcquire(ctx, alice, "jobs/1"); err != nil {
 		t.Fatal(err)
 	}
-	el := election.New(reg, "scheduler")
+	el := mustElection(t, reg, "scheduler")
 	leader, err := el.Campaign(ctx, alice)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestHoldersShowsRecipes(t *testing.T) {
 	defer cancel()
 	go func() { _, _ = el.Campaign(wctx, bob) }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n, err := reg.Waiters(ctx, election.Resource("scheduler")); err == nil && n == 1 {
+		if n, err := reg.Waiters(ctx, recipekeys.Election("scheduler")); err == nil && n == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -88,7 +89,7 @@ func TestHoldersShowsRecipes(t *testing.T) {
 		t.Errorf("elections table (want scheduler led by alice at %d, 1 waiting):\n%s", leader.Epoch(), tables[1])
 	}
 	perm := func(l *lease.Lease, w string) string {
-		_, i, _ := semaphore.ParsePermit(l.Resource())
+		_, i, _ := recipekeys.ParsePermit(l.Resource())
 		return fmt.Sprintf("#%d %s@%d", i, w, l.Epoch())
 	}
 	if !strings.Contains(tables[2], "db-pool") || !strings.Contains(tables[2], "2/3") ||
@@ -106,7 +107,17 @@ func TestHoldersShowsRecipes(t *testing.T) {
 	for _, h := range hs {
 		kinds[h.Resource] = h.Kind
 	}
-	if kinds["jobs/1"] != "" || kinds[election.Resource("scheduler")] != election.Kind || kinds[p1.Resource()] != semaphore.PermitKind {
+	if kinds["jobs/1"] != "" || kinds[recipekeys.Election("scheduler")] != recipekeys.ElectionKind || kinds[p1.Resource()] != recipekeys.PermitKind {
 		t.Errorf("kinds in JSON: %v", kinds)
 	}
+}
+
+// mustElection returns election.New(reg, name), failing the test on error.
+func mustElection(t testing.TB, reg *lease.Registry, name string) *election.Election {
+	t.Helper()
+	e, err := election.New(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

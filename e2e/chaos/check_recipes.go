@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/semaphore"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -239,7 +239,7 @@ func (c *recipeChecker) checkSemaphore() {
 		granted := false
 		for ; i < len(c.fs.Leases) && c.fs.Leases[i].Rev == rev; i++ {
 			ev := c.fs.Leases[i]
-			if name, _, ok := semaphore.ParsePermit(ev.Task); !ok || name != recipeName {
+			if name, _, ok := recipekeys.ParsePermit(ev.Task); !ok || name != recipeName {
 				continue
 			}
 			cur, held := live[ev.Task]

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
@@ -44,7 +45,7 @@ const (
 // The controls of the recipe workload.
 const (
 	// ControlOverLimit: a recipe worker holding a permit also claims the
-	// permit the limit leaves out, semaphore.PermitResource(name, limit),
+	// permit the limit leaves out, recipekeys.Permit(name, limit),
 	// through the registry's permit recipe, as a semaphore that misread
 	// its limit would: more than the limit of permits are live.
 	ControlOverLimit Control = "over-limit"
@@ -155,9 +156,14 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 		_ = reg.Close()
 		return nil, err
 	}
+	elect, err := election.New(reg, recipeName)
+	if err != nil {
+		_ = reg.Close()
+		return nil, err
+	}
 	return &recipeWorker{
-		name: name, cli: cli, reg: reg, elect: election.New(reg, recipeName), sem: sem,
-		permits: hook.Recipe(reg, semaphore.PermitKind).(*lease.Registry), guard: guard,
+		name: name, cli: cli, reg: reg, elect: elect, sem: sem,
+		permits: hook.Recipe(reg, recipekeys.PermitKind).(*lease.Registry), guard: guard,
 		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
 	}, nil
 }
@@ -306,7 +312,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 // excludes, with one write under it.
 func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 	op := w.op(RecipeAcquire, nil)
-	op.Worker, op.Resource = s.Worker(), semaphore.PermitResource(recipeName, w.limit)
+	op.Worker, op.Resource = s.Worker(), recipekeys.Permit(recipeName, w.limit)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
 	cancel()
@@ -493,9 +499,9 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 			continue
 		}
 		hd := holding{s, res, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
-		if res == election.Resource(recipeName) {
+		if res == recipekeys.Election(recipeName) {
 			leader = append(leader, hd)
-		} else if _, _, ok := semaphore.ParsePermit(res); ok {
+		} else if _, _, ok := recipekeys.ParsePermit(res); ok {
 			permits = append(permits, hd)
 		}
 	}

@@ -264,7 +264,11 @@ func (b *bench) leaseholdFailover(ctx context.Context, cfg config, i int, freg *
 		cancel()
 	}()
 	name := fmt.Sprintf("e%d", i)
-	l, err := election.New(reg, name).Campaign(ctx, leader)
+	e, err := election.New(reg, name)
+	if err != nil {
+		return failover{}, err
+	}
+	l, err := e.Campaign(ctx, leader)
 	if err != nil {
 		return failover{}, err
 	}
@@ -276,7 +280,11 @@ func (b *bench) leaseholdFailover(ctx context.Context, cfg config, i int, freg *
 	got := make(chan won, 1)
 	var next *lease.Lease
 	go func() {
-		l, err := election.New(freg, name).Campaign(actx, follower)
+		var l *lease.Lease
+		fe, err := election.New(freg, name)
+		if err == nil {
+			l, err = fe.Campaign(actx, follower)
+		}
 		next = l
 		got <- won{time.Now(), err}
 	}()

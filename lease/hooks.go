@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/hook"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The registry's methods for sibling packages (election, semaphore,
@@ -13,6 +15,10 @@ func init() {
 	hook.Recipe = func(reg any, kind string) any { return reg.(*Registry).recipe(kind) }
 	hook.WithoutLockDelay = func(reg any) any { return reg.(*Registry).withoutLockDelay() }
 	hook.AttemptTimeout = func(reg any) time.Duration { return reg.(*Registry).attemptTimeout() }
+	hook.Telemetry = func(reg any) (hclog.Logger, any, trace.TracerProvider) {
+		r := reg.(*Registry)
+		return r.baseLog, r.observer, r.tp
+	}
 	hook.HoldersWithPrefix = func(ctx context.Context, reg any, prefix string) (any, error) {
 		return reg.(*Registry).holdersWithPrefix(ctx, prefix)
 	}

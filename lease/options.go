@@ -29,7 +29,9 @@ func WithNamespace(ns string) Option {
 	}
 }
 
-// WithLogger sets the logger. The default discards everything.
+// WithLogger sets the logger of the registry and of everything built on it
+// (worker pools and the sessions they start, named "worker"). The default
+// discards everything.
 func WithLogger(l hclog.Logger) Option {
 	return func(r *Registry) error {
 		if l == nil {
@@ -64,7 +66,10 @@ type WaitObserver interface {
 }
 
 // WithObserver sets an observer of acquisitions and endings (see package
-// metrics). The default observes nothing.
+// metrics). Worker pools built on the registry report to it too when it
+// implements worker.Observer, and their sessions when it implements
+// session.Observer; *metrics.Metrics implements all three, so one option
+// wires a worker program's metrics. The default observes nothing.
 func WithObserver(o Observer) Option {
 	return func(r *Registry) error {
 		if o == nil {

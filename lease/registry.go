@@ -31,11 +31,13 @@ type Registry struct {
 	cli      *clientv3.Client
 	space    keys.Space
 	log      hclog.Logger
+	baseLog  hclog.Logger // WithLogger's, for the pools built on the registry
 	observer Observer
-	tracer   trace.Tracer  // WithTracerProvider; nil: otel's global provider
-	attempt  time.Duration // bound of one etcd request (WithAttemptTimeout)
-	err      error         // configuration error, returned by every method
-	kind     string        // the recipe's kind (Recipe); empty for tasks
+	tracer   trace.Tracer         // WithTracerProvider; nil: otel's global provider
+	tp       trace.TracerProvider // WithTracerProvider's; nil: otel's global provider
+	attempt  time.Duration        // bound of one etcd request (WithAttemptTimeout)
+	err      error                // configuration error, returned by every method
+	kind     string               // the recipe's kind (Recipe); empty for tasks
 	// lockDelay is the delay an involuntary end of a lease acquired
 	// through the registry imposes (WithLockDelay); 0 for none.
 	lockDelay time.Duration
@@ -59,7 +61,7 @@ func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
 		errs = append(errs, o(r))
 	}
 	r.err = errors.Join(errs...)
-	r.log = r.log.Named("lease")
+	r.baseLog, r.log = r.log, r.log.Named("lease")
 	r.tracker = &tracker{}
 	r.tracker.init(r)
 	return r

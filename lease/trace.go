@@ -17,16 +17,17 @@ import (
 // TryAcquire, Acquire (its duration includes the wait in the queue, marked
 // by a leasehold.queued event), AcquireMany, TryAcquireMany, Reclaim, Complete,
 // CompleteMany, Release and Revoke, with the resource, epoch, worker,
-// namespace and result ("ok", "held", "stale", …) as
-// attributes (docs/operations.md); a stale rejection is a leasehold.stale event carrying the
-// current epoch. The default is otel's global provider, a no-op unless the
-// program sets one.
+// namespace and result ("ok", "held", "stale", …) as attributes
+// (docs/operations.md); a stale rejection is a leasehold.stale event
+// carrying the current epoch. Worker pools built on the registry start
+// their spans there too. The default is otel's global provider, a no-op
+// unless the program sets one.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(r *Registry) error {
 		if tp == nil {
 			return errors.New("lease: WithTracerProvider(nil)")
 		}
-		r.tracer = tp.Tracer(telemetry.LeaseTracer)
+		r.tracer, r.tp = tp.Tracer(telemetry.LeaseTracer), tp
 		return nil
 	}
 }

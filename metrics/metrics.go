@@ -4,12 +4,15 @@
 // admissions and refusals.
 //
 // Nothing is registered on the global registry: New registers on the
-// Registerer it is given, and the collectors reach the SDK through options:
+// Registerer it is given. One option on the registry wires a worker
+// program — its leases, its pools and the sessions they start:
 //
-//	m, err := metrics.New(reg)
-//	s, err := session.New(ctx, cli, session.WithObserver(m))
+//	m, err := metrics.New(promReg)
 //	r := lease.NewRegistry(cli, lease.WithObserver(m))
-//	g := m.Guard(fence.NewMemoryGuard())
+//	p, err := worker.New(r, src, handle) // reports to m too
+//
+// A session started by hand takes session.WithObserver(m), and a guard is
+// counted through m.Guard(g).
 //
 // Label values are bounded: results, ops and causes are fixed sets; no
 // resource or worker names become labels.

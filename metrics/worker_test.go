@@ -34,7 +34,7 @@ func TestWorkerCollectorsCountARealPool(t *testing.T) {
 			return "", errors.New("once")
 		}
 		return "done", nil
-	}, worker.WithObserver(m), worker.WithRetry(2, time.Millisecond))
+	}, worker.WithRetry(2, time.Millisecond)) // the registry's observer m reaches the pool
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,11 +252,12 @@ func TestPoolCountsAndLogsSkips(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	var ran atomic.Int64
-	again, err := worker.New(f.reg, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
+	logged := lease.NewRegistry(f.cli, lease.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})))
+	t.Cleanup(func() { _ = logged.Close() })
+	again, err := worker.New(logged, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
 		ran.Add(1)
 		return "done", nil
-	}, worker.WithSlots(2), worker.WithWorker("again"),
-		worker.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})))
+	}, worker.WithSlots(2), worker.WithWorker("again"))
 	if err != nil {
 		t.Fatal(err)
 	}

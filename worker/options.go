@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -54,23 +55,6 @@ func (c *config) tracer() trace.Tracer {
 	return c.tp.Tracer(telemetry.WorkerTracer)
 }
 
-// WithTracerProvider sets where the pool's spans go: one "worker.handle"
-// span per handler run, with the resource, epoch, worker and Result, a
-// "worker.panic" event for a panic, and as its children the spans the
-// handler's context reaches (lease and fence operations) and the Complete
-// or Release after it. Give the registry the same provider
-// (lease.WithTracerProvider) for the claims' spans. The default is otel's
-// global provider, a no-op unless the program sets one.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
-		if tp == nil {
-			return errors.New("worker: WithTracerProvider(nil)")
-		}
-		c.tp = tp
-		return nil
-	}
-}
-
 func defaults() config {
 	return config{
 		slots:          DefaultSlots,
@@ -82,6 +66,24 @@ func defaults() config {
 		observer:       nopObserver{},
 		sessionBackoff: 100 * time.Millisecond,
 		errorBackoff:   20 * time.Millisecond,
+	}
+}
+
+// fromRegistry gives c what reg reports through (lease.WithLogger,
+// WithObserver, WithTracerProvider), so a pool is configured once, on its
+// registry: its logger named "worker"; its observer, when the registry's
+// implements Observer; its tracer provider; and, ahead of any
+// WithSessionOptions, the same logger and — when it implements
+// session.Observer — observer for the sessions it starts.
+func fromRegistry(c *config, reg *lease.Registry) {
+	log, obs, tp := hook.Telemetry(reg)
+	c.log, c.tp = log.Named("worker"), tp
+	c.sessionOpts = append(c.sessionOpts, session.WithLogger(log))
+	if o, ok := obs.(Observer); ok {
+		c.observer = o
+	}
+	if o, ok := obs.(session.Observer); ok {
+		c.sessionOpts = append(c.sessionOpts, session.WithObserver(o))
 	}
 }
 
@@ -183,31 +185,6 @@ func WithGrace(d time.Duration) Option {
 			return fmt.Errorf("worker: WithGrace(%v): negative", d)
 		}
 		c.grace = d
-		return nil
-	}
-}
-
-// WithLogger sets the logger; the default discards everything. Lines carry
-// resource, epoch and worker. Held and completed resources are skipped
-// without a line above Trace.
-func WithLogger(l hclog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("worker: WithLogger(nil)")
-		}
-		c.log = l
-		return nil
-	}
-}
-
-// WithObserver sets an observer of the pool's tasks and sessions (package
-// metrics implements it). The default observes nothing.
-func WithObserver(o Observer) Option {
-	return func(c *config) error {
-		if o == nil {
-			return errors.New("worker: WithObserver(nil)")
-		}
-		c.observer = o
 		return nil
 	}
 }

@@ -129,6 +129,7 @@ func New(reg *lease.Registry, src Source, h Handler, opts ...Option) (*Pool, err
 		}
 	}
 	cfg := defaults()
+	fromRegistry(&cfg, reg)
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("worker: New: nil option")

@@ -479,8 +479,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"negative backoff":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(1, -1)) },
 		"negative grace":        func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithGrace(-1)) },
 		"empty worker":          func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithWorker("")) },
-		"nil logger":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithLogger(nil)) },
-		"nil observer":          func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithObserver(nil)) },
 		"nil session option": func() (*worker.Pool, error) {
 			return worker.New(f.reg, src, h, worker.WithSessionOptions(nil))
 		},

@@ -37,7 +37,7 @@ func TestHandlerSpans(t *testing.T) {
 			<-ctx.Done()
 		}
 		return "done", nil
-	}, worker.WithTracerProvider(tp))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

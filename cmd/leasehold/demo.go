@@ -287,6 +287,39 @@ func (o demoSessions) SessionEnded(worker string, cause error) {
 // timed for the timeline, and marked for worker-1's pause, which waits for
 // another worker to complete the task it lost. The events are passed on to
 // the metrics, if any.
+// demoObserver is the demo's observer of a registry and the pool and
+// sessions built on it (lease.WithObserver): the sessions' and tasks'
+// events feed the demo's timeline, and everything goes on to the metrics.
+type demoObserver struct {
+	demoSessions
+	demoTasks
+	leases *metrics.Metrics // nil: no metrics
+}
+
+func (o demoObserver) LeaseAcquired(resource string) {
+	if o.leases != nil {
+		o.leases.LeaseAcquired(resource)
+	}
+}
+
+func (o demoObserver) LeaseEnded(resource, op, result string) {
+	if o.leases != nil {
+		o.leases.LeaseEnded(resource, op, result)
+	}
+}
+
+func (o demoObserver) AcquireWaiting(delta int) {
+	if o.leases != nil {
+		o.leases.AcquireWaiting(delta)
+	}
+}
+
+func (o demoObserver) AcquireWaited(wait time.Duration) {
+	if o.leases != nil {
+		o.leases.AcquireWaited(wait)
+	}
+}
+
 type demoTasks struct {
 	d       *demoRun
 	metrics worker.Observer // nil: no metrics
@@ -599,13 +632,11 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	}
 	defer cli.Close()
 	cli.Lease = demoLease{Lease: cli.Lease, d: d}
-	regOpts := []lease.Option{lease.WithNamespace(d.ns), lease.WithLogger(g.log)}
-	sessObs, taskObs := demoSessions{d: d, ctx: ctx}, demoTasks{d: d}
+	obs := demoObserver{demoSessions: demoSessions{d: d, ctx: ctx}, demoTasks: demoTasks{d: d}}
 	if d.metrics != nil {
-		regOpts = append(regOpts, lease.WithObserver(d.metrics))
-		sessObs.metrics, taskObs.metrics = d.metrics, d.metrics
+		obs.demoSessions.metrics, obs.demoTasks.metrics, obs.leases = d.metrics, d.metrics, d.metrics
 	}
-	reg := lease.NewRegistry(cli, regOpts...)
+	reg := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(obs))
 	defer reg.Close()
 
 	taken := 0 // the handler's runs so far; with one slot they run one at a time
@@ -629,9 +660,7 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	p, err := worker.New(reg, worker.Static(d.tasks...), handler,
 		worker.WithSlots(1),
 		worker.WithWorker(name),
-		worker.WithSessionOptions(session.WithTTL(d.cfg.ttl), session.WithLogger(g.log), session.WithObserver(sessObs)),
-		worker.WithObserver(taskObs),
-		worker.WithLogger(g.log),
+		worker.WithSessionOptions(session.WithTTL(d.cfg.ttl)),
 	)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package hook carries the methods a public package of this module offers
 // its siblings but not its users: a recipe's registry, the attempt
 // timeout a sibling bounds its own requests with, a session's close hooks
-// and trailing lease. Each is set once, by the owning package's init (its
+// and trailing lease, the span of a fence admission. Each is set once, by the owning package's init (its
 // hooks.go), before any sibling can call it.
 //
 // The functions take and return any, not the owner's types, so that
@@ -14,7 +14,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Set by package lease; reg is a *lease.Registry.
@@ -27,6 +29,11 @@ var (
 	WithoutLockDelay func(reg any) any
 	// AttemptTimeout returns the bound of one etcd request of reg.
 	AttemptTimeout func(reg any) time.Duration
+	// Telemetry returns what reg was given to report through — its
+	// logger (not yet named), its observer (a lease.Observer, which may
+	// implement other packages' observers too) and its tracer provider
+	// (nil: otel's global one) — for the pools built on it.
+	Telemetry func(reg any) (log hclog.Logger, observer any, tp trace.TracerProvider)
 	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
 	// resources whose names begin with prefix (lease/holder.go).
 	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)
@@ -40,4 +47,12 @@ var (
 	// TrailingLease returns s's trailing etcd lease of extra beyond the
 	// session's own (session/trailing.go).
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
+)
+
+// Set by package fence, for the guards of its subpackages (fencesql).
+var (
+	// StartAdmit starts the span of one admission of the token (resource,
+	// epoch) by a guard of the given kind ("sql"), as fence's own guards
+	// do; finish ends it with the admission's error (fence/trace.go).
+	StartAdmit func(ctx context.Context, op, guard, resource string, epoch int64) (_ context.Context, finish func(err error))
 )

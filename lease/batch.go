@@ -214,9 +214,9 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 //     sent again, idempotently. Call CompleteMany again with the same
 //     status to resolve it.
 //
-// A per-lease error that matches ErrStale but is not a *StaleError means
-// that lease's CAS failed and writing its rejection in a follow-up
-// transaction had an unknown outcome, as with Complete.
+// A per-lease *StaleError with Unrecorded set means that lease's CAS
+// failed and writing its rejection in a follow-up transaction had an
+// unknown outcome, as with Complete.
 func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []error, err error) {
 	if err := validateStatus(status); err != nil {
 		return nil, fmt.Errorf("lease: complete batch: %w", err)

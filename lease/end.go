@@ -299,7 +299,8 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 	if kvs := resp.Responses[protocol.StaleEntry].GetResponseRange().Kvs; len(kvs) > 0 && !created {
 		prev, err := record.DecodeEntry(l.r.space, kvs[0])
 		if err != nil || prev.Kind != record.Rejected || prev.Epoch != l.epoch || prev.Attempted != a.e.Attempted || prev.Status != a.e.Status || prev.Worker != l.Worker() {
-			return true, fmt.Errorf("lease: %s %q epoch %d: %w, but its rejection key %q holds an entry that is not this attempt's (decode error: %v)", a.op, l.resource, l.epoch, ErrStale, kvs[0].Key, err)
+			return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status,
+				Unrecorded: fmt.Errorf("its rejection key %q holds an entry that is not this attempt's (decode error: %v)", kvs[0].Key, err)}
 		}
 		l.log.Debug("stale attempt already rejected by an earlier try", "op", a.op, "status", a.e.Status, "current_epoch", prev.CurrentEpoch)
 		return true, &StaleError{Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch, Status: a.e.Status, CurrentEpoch: prev.CurrentEpoch, Earlier: true}
@@ -340,7 +341,8 @@ func (l *Lease) mayHaveCommitted() {
 // known to have failed; only the audit write is in doubt, and a retry
 // writes it at most once.
 func (a *staleAttempt) staleUnknown(err error) error {
-	return fmt.Errorf("lease: %s %q epoch %d: %w, but writing its rejection entry had an unknown outcome (a retry records it once): %w", a.op, a.l.resource, a.l.epoch, ErrStale, err)
+	return &StaleError{Resource: a.l.resource, Worker: a.l.Worker(), Epoch: a.l.epoch, Status: a.e.Status,
+		Unrecorded: fmt.Errorf("writing the rejection entry had an unknown outcome (a retry records it once): %w", outcome.Classify(err))}
 }
 
 // validateStatus checks a Complete status before anything is sent: 1–256

@@ -83,14 +83,16 @@ func (e *CompletedError) Error() string {
 // Is makes a *CompletedError match ErrCompleted.
 func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
 
-// StaleError is a rejected Complete or Release. When it is returned, the
-// rejection is already in the audit log, exactly once for the attempt
-// (the epoch, the operation and the status): the CAS transaction wrote it,
-// or — when its guess of the current epoch was wrong — a follow-up
-// transaction did, or an earlier try of the same attempt did and this one
-// read it (CurrentEpoch is then that entry's). An error that matches
-// ErrStale but is not a *StaleError means the CAS failed and writing the
-// rejection had an unknown outcome; a retry records it at most once.
+// StaleError is a rejected Complete or Release: every stale end returns
+// one, so a caller branches on three outcomes — nil, a *StaleError, or
+// an error matching outcome.ErrUnknown (or outcome.ErrRefused) that says
+// the end may not have been decided.
+//
+// Unless Unrecorded is set, the rejection is in the audit log, exactly
+// once for the attempt (the epoch, the operation and the status): the
+// CAS transaction wrote it, or — when its guess of the current epoch was
+// wrong — a follow-up transaction did, or an earlier try of the same
+// attempt did and this one read it (CurrentEpoch is then that entry's).
 type StaleError struct {
 	Resource string
 	Worker   string
@@ -105,6 +107,12 @@ type StaleError struct {
 	// been rejected: this try found its entry and wrote nothing, and
 	// CurrentEpoch is from then, not from now.
 	Earlier bool
+	// Unrecorded, when not nil, says why the rejection entry is not known
+	// to be in the audit log: the CAS failed, but writing the entry had an
+	// unknown outcome until the caller's context ended (the error matches
+	// outcome.ErrUnknown too; a retry writes it at most once), or its key
+	// holds an entry that is not this attempt's. CurrentEpoch is then 0.
+	Unrecorded error
 }
 
 func (e *StaleError) Error() string {
@@ -119,11 +127,18 @@ func (e *StaleError) Error() string {
 	if e.Earlier {
 		cur = "an earlier try was rejected, " + strings.Replace(cur, "holds", "held", 1) + " then"
 	}
+	if e.Unrecorded != nil {
+		return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: rejection not recorded: %v", op, e.Resource, e.Worker, e.Epoch, e.Unrecorded)
+	}
 	return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: %s (rejection audited)", op, e.Resource, e.Worker, e.Epoch, cur)
 }
 
 // Is makes a *StaleError match ErrStale.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// Unwrap returns Unrecorded: a stale end whose rejection had an unknown
+// outcome also matches outcome.ErrUnknown.
+func (e *StaleError) Unwrap() error { return e.Unrecorded }
 
 // LockDelayError says until when a resource is in a lock-delay: a claim
 // (TryAcquire, TryAcquireMany, Acquire's) found nobody holding it, but the

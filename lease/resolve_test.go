@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -83,4 +86,35 @@ func TestTryAcquireResolvesAClaimThatEndedMeanwhile(t *testing.T) {
 	if get, err := f.cli.Get(context.Background(), "/leasehold/lease/r"); err != nil || len(get.Kvs) != 0 {
 		t.Fatalf("lease key after: %v %v; want none", get.Kvs, err)
 	}
+}
+
+// TestStaleWithAPlantedRejectionIsAStaleError: a stale Complete whose
+// rejection key already holds an entry that is not its own cannot record
+// its rejection; it is still a *StaleError — every stale end is — with
+// Unrecorded saying why, so callers need no branch for "matches ErrStale
+// but is not a *StaleError".
+func TestStaleWithAPlantedRejectionIsAStaleError(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	l, err := f.reg.TryAcquire(ctx, f.session("w1"), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.reg.Revoke(ctx, "r", "test"); err != nil {
+		t.Fatal(err)
+	}
+	space, err := keys.New(keys.DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej := protocol.End{Space: space, Resource: "r", Epoch: l.Epoch(), Attempted: record.Completed, Status: "ok"}.RejectionKey()
+	if _, err := f.cli.Put(ctx, rej, "planted"); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Complete(ctx, "ok")
+	var se *lease.StaleError
+	if !errors.As(err, &se) || se.Unrecorded == nil || !errors.Is(err, lease.ErrStale) || se.Epoch != l.Epoch() {
+		t.Fatalf("stale Complete with a planted rejection: %v; want a *StaleError with Unrecorded set", err)
+	}
+	t.Logf("%v", err)
 }

@@ -41,8 +41,7 @@ const (
 	OutRefused   Outcome = "refused"   // write: fenced, the guard holds epoch Current
 	OutStale     Outcome = "stale"     // complete, release: a *lease.StaleError; Current is its CurrentEpoch
 	// OutStaleUnknown: the CAS failed, but whether the rejection entry was
-	// written is unknown (an error matching lease.ErrStale that is not a
-	// *lease.StaleError).
+	// written is unknown (a *lease.StaleError with Unrecorded set).
 	OutStaleUnknown Outcome = "stale-unknown"
 	// OutStaleEarlier: a *lease.StaleError with Earlier set — an earlier
 	// try of the same attempt (one whose outcome was unknown) was rejected,

@@ -952,12 +952,12 @@ func classifyEnd(err error) (Outcome, int64) {
 	switch {
 	case err == nil:
 		return OutOK, 0
+	case errors.As(err, &se) && se.Unrecorded != nil:
+		return OutStaleUnknown, 0
 	case errors.As(err, &se) && se.Earlier:
 		return OutStaleEarlier, se.CurrentEpoch
 	case errors.As(err, &se):
 		return OutStale, se.CurrentEpoch
-	case errors.Is(err, lease.ErrStale):
-		return OutStaleUnknown, 0
 	}
 	return OutUnknown, 0
 }

@@ -99,9 +99,9 @@ const sqliteInsertRows = 16
 
 // Dialect is the SQL database an SQLArchive talks to.
 //
-// Dialect is the same type as the fence package's Dialect (both are aliases
-// of one internal type), so one value configures an SQLArchive and a
-// fence.SQLGuard alike. Godoc lists its methods with that internal type, not
+// Dialect is the same type as the fencesql package's Dialect (both are
+// aliases of one internal type), so one value configures an SQLArchive and
+// a fencesql.Guard alike. Godoc lists its methods with that internal type, not
 // here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
 // reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
 // the n-th bind placeholder ($n or ?n), and MaxParams the most bind

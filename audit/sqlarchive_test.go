@@ -17,7 +17,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/audit"
-	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/sqltest"
 )
@@ -283,11 +283,11 @@ func TestSQLArchiveOptionErrors(t *testing.T) {
 			t.Errorf("WithTable(%q): %v, want an error", name, err)
 		}
 	}
-	// One type for both stores: a fence.Dialect is an audit.Dialect (this
+	// One type for both stores: a fencesql.Dialect is an audit.Dialect (this
 	// compiles only if they are the same type), with the same values.
-	var shared audit.Dialect = fence.DialectPostgres
-	if shared != audit.DialectPostgres || fence.DialectSQLite != audit.DialectSQLite {
-		t.Errorf("audit's dialects are %d and %d, fence's %d and %d", audit.DialectPostgres, audit.DialectSQLite, fence.DialectPostgres, fence.DialectSQLite)
+	var shared audit.Dialect = fencesql.DialectPostgres
+	if shared != audit.DialectPostgres || fencesql.DialectSQLite != audit.DialectSQLite {
+		t.Errorf("audit's dialects are %d and %d, fencesql's %d and %d", audit.DialectPostgres, audit.DialectSQLite, fencesql.DialectPostgres, fencesql.DialectSQLite)
 	}
 	if audit.DialectPostgres.String() != "PostgreSQL" || audit.DialectSQLite.String() != "SQLite" {
 		t.Errorf("dialect names %v, %v", audit.DialectPostgres, audit.DialectSQLite)

@@ -15,9 +15,23 @@
 // Every lease carries a fencing epoch: a positive int64 that strictly
 // increases each time the resource changes hands. A [Token] pairs the
 // resource name with that epoch. A worker attaches its token to every write
-// it sends downstream (as the [Header] HTTP header, the [MetadataKey] gRPC
-// metadata entry, or through a context with [WithToken]), and the receiving
-// side runs it through a [Guard] before performing the write.
+// it sends downstream (through a context with [WithToken], which the HTTP
+// transport and gRPC client interceptors of the subpackages send as the
+// Fencing-Token header and the fencing-token metadata entry), and the
+// receiving side runs it through a [Guard] before performing the write.
+//
+// This package holds the token, the guards and their errors, and nothing
+// that speaks HTTP, gRPC or SQL, so a worker program that imports it (as
+// the lease package does) links none of those. They live in subpackages:
+//
+//   - [github.com/leasehold/leasehold/fence/fencehttp]: middleware,
+//     transport and problem details;
+//   - [github.com/leasehold/leasehold/fence/fencegrpc]: server and client
+//     interceptors and status details;
+//   - [github.com/leasehold/leasehold/fence/fencesql]: a guard that admits
+//     in the caller's SQL transaction;
+//   - [github.com/leasehold/leasehold/fence/fencetest]: the checker a
+//     guard implementation runs in its tests.
 //
 // # The rule
 //
@@ -40,20 +54,22 @@
 // whenever the effect lives in the same process. Guards backed by a database
 // achieve the same by checking the epoch inside the transaction that writes.
 //
-// The HTTP middleware ([NewMiddleware]) and the gRPC interceptors
-// ([UnaryServerInterceptor], [StreamServerInterceptor]) hold the resource's
-// admission until the handler returns, which makes check and effect atomic
-// for one downstream process only. With several replicas, use the SQL or
-// etcd guard inside the effect's own transaction and answer its errors with
-// [ProblemFor] or [StatusFor]. On the client, [Problem.Refusal] and
-// [RefusalFromStatus] turn a refusal back into the guard's own error, the
-// same value over HTTP and gRPC. Fencing orders holders; it does not make
-// one holder's retries safe: deduplicate those with [IdempotencyKey].
+// The HTTP middleware (fencehttp.NewMiddleware) and the gRPC interceptors
+// (fencegrpc.UnaryServerInterceptor, fencegrpc.StreamServerInterceptor)
+// hold the resource's admission until the handler returns, which makes
+// check and effect atomic for one downstream process only. With several
+// replicas, use the SQL guard (fencesql.Guard) or an etcd guard
+// ([EtcdGuard.AdmitOps]) inside the effect's own transaction and answer its
+// errors with fencehttp.ProblemFor or fencegrpc.StatusFor. On the client,
+// fencehttp.Problem.Refusal and fencegrpc.Refusal turn a refusal back into
+// the guard's own error, the same value over HTTP and gRPC. Fencing orders
+// holders; it does not make one holder's retries safe: deduplicate those
+// with [IdempotencyKey].
 //
 // # Pruning
 //
 // Guards that keep a record per resource ([MemoryGuard], [EtcdGuard],
-// [SQLGuard]) keep it for every resource ever fenced, until Prune deletes
+// fencesql.Guard) keep it for every resource ever fenced, until Prune deletes
 // the records at or below a floor. The floor is recorded first, and from
 // then on every token at or below it is refused, for every resource, so a
 // pruned record never lets a superseded holder back in: epochs are etcd
@@ -79,7 +95,7 @@
 // # Example
 //
 //	g := fence.NewMemoryGuard()
-//	tok, err := fence.ParseToken(r.Header.Get(fence.Header))
+//	tok, err := fence.ParseToken(r.Header.Get(fencehttp.Header))
 //	if err != nil {
 //		http.Error(w, err.Error(), http.StatusBadRequest)
 //		return

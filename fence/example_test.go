@@ -59,3 +59,32 @@ func ExampleToken_String() {
 	fmt.Println(t)
 	// Output: 3:jobs/nightly%20report
 }
+
+// The same holder retrying the same effect (its first reply was lost) sends
+// the same idempotency key, so the downstream can answer the retry without
+// charging twice; another effect, or a new holder, gets a different key.
+func ExampleIdempotencyKey() {
+	holder := fence.Token{Resource: "orders/1001", Epoch: 42}
+	first := fence.IdempotencyKey(holder, "charge")
+	retry := fence.IdempotencyKey(holder, "charge")
+	refund := fence.IdempotencyKey(holder, "refund")
+	next := fence.IdempotencyKey(fence.Token{Resource: "orders/1001", Epoch: 43}, "charge")
+
+	fmt.Println(len(first), "hex characters")
+	fmt.Println("retry reuses the key:", retry == first)
+	fmt.Println("other effect, same key:", refund == first)
+	fmt.Println("new holder, same key:", next == first)
+
+	// With the key in the context as well as the token, fencehttp's
+	// transport (and fencegrpc's client interceptors) send both with every
+	// attempt.
+	ctx := fence.WithIdempotencyKey(fence.WithToken(context.Background(), holder), first)
+	key, _ := fence.IdempotencyKeyFrom(ctx)
+	fmt.Println("in the context:", key == first)
+	// Output:
+	// 64 hex characters
+	// retry reuses the key: true
+	// other effect, same key: false
+	// new holder, same key: false
+	// in the context: true
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leasehold/leasehold/internal/admission"
 )
 
 // ErrFenced matches, under errors.Is, every *FencedError, so callers can
@@ -22,9 +24,9 @@ type FencedError struct {
 	// token was refused; it lets the caller log or report who won.
 	//
 	// A guard whose state was pruned (MemoryGuard.Prune, EtcdGuard.Prune,
-	// SQLGuard.Prune) also refuses every token at or below its floor, the
-	// highest epoch whose records it pruned. When that is why the token
-	// was refused (no epoch above the token's is recorded for the
+	// fencesql.Guard.Prune) also refuses every token at or below its
+	// floor, the highest epoch whose records it pruned. When that is why
+	// the token was refused (no epoch above the token's is recorded for the
 	// resource), Current is the floor: at least every epoch ever admitted
 	// for the resource before its record was pruned, not necessarily an
 	// epoch of this resource, and possibly equal to Token.Epoch.
@@ -91,10 +93,10 @@ type MemoryGuard struct {
 type resourceState struct {
 	// lock lets waiters give up when their context is done instead of
 	// blocking behind a long effect forever. Unlike the admission locks
-	// of the middleware (resourceLocks), which are dropped when unused,
+	// of the middleware (internal/admission), which are dropped when unused,
 	// the state is kept for every resource ever seen, because highest
 	// must outlive the lock.
-	lock ctxLock
+	lock admission.Lock
 	// highest is the highest admitted epoch. It is written only while lock
 	// is held, and is atomic so Current can read it without waiting for an
 	// effect in progress.
@@ -115,7 +117,7 @@ func (g *MemoryGuard) state(resource string) *resourceState {
 	if st, ok := g.resources.Load(resource); ok {
 		return st.(*resourceState)
 	}
-	st, _ := g.resources.LoadOrStore(resource, &resourceState{lock: newCtxLock()})
+	st, _ := g.resources.LoadOrStore(resource, &resourceState{lock: admission.NewLock()})
 	return st.(*resourceState)
 }
 
@@ -125,17 +127,17 @@ func (g *MemoryGuard) state(resource string) *resourceState {
 func (g *MemoryGuard) acquire(ctx context.Context, resource string) (*resourceState, error) {
 	for {
 		st := g.state(resource)
-		if err := st.lock.lock(ctx); err != nil {
+		if err := st.lock.Lock(ctx); err != nil {
 			return nil, err
 		}
 		if !st.pruned {
 			return st, nil
 		}
-		st.lock.unlock()
+		st.lock.Unlock()
 	}
 }
 
-func (st *resourceState) release() { st.lock.unlock() }
+func (st *resourceState) release() { st.lock.Unlock() }
 
 // admitLocked applies the fencing rule; the caller holds st.lock. A token
 // below the resource's highest epoch is refused with it as current; any
@@ -251,9 +253,7 @@ func (g *MemoryGuard) Prune(floor int64) int {
 		if st.highest.Load() > floor {
 			return true
 		}
-		select {
-		case st.lock <- struct{}{}:
-		default:
+		if !st.lock.TryLock() {
 			return true // busy: a later Prune will find it
 		}
 		defer st.release()

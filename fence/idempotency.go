@@ -6,14 +6,6 @@ import (
 	"encoding/hex"
 )
 
-// IdempotencyHeader is the HTTP header that carries an idempotency key;
-// NewTransport sets it from the request's context.
-const IdempotencyHeader = "Idempotency-Key"
-
-// IdempotencyMetadataKey is the gRPC metadata key that carries an
-// idempotency key; the client interceptors set it from the call's context.
-const IdempotencyMetadataKey = "idempotency-key"
-
 // idempotencyKeyVersion is hashed into every key, so that a future change of
 // the derivation can never produce a key equal to one made by this one.
 const idempotencyKeyVersion = "leasehold/idempotency/v1"
@@ -37,9 +29,9 @@ const idempotencyKeyVersion = "leasehold/idempotency/v1"
 //
 //   - The fencing token orders holders. Use it when a newer holder must win
 //     over an older one: the downstream refuses a lower epoch once it has
-//     admitted a higher one (Guard, NewMiddleware). It says nothing about
-//     whether this exact write already happened: the same holder sending the
-//     same write twice is admitted twice.
+//     admitted a higher one (Guard, fencehttp.NewMiddleware). It says
+//     nothing about whether this exact write already happened: the same
+//     holder sending the same write twice is admitted twice.
 //   - The idempotency key deduplicates. Use it when the same holder retries
 //     the same effect, typically because a reply was lost and the outcome is
 //     unknown: the downstream remembers keys it has applied and answers a
@@ -67,9 +59,9 @@ func IdempotencyKey(t Token, effect string) string {
 
 type idempotencyKey struct{}
 
-// WithIdempotencyKey returns a context carrying key, which NewTransport and
-// the gRPC client interceptors send as the Idempotency-Key header and the
-// idempotency-key metadata entry. The key is sent exactly as given: a server
+// WithIdempotencyKey returns a context carrying key, which
+// fencehttp.NewTransport and the fencegrpc client interceptors send as the
+// Idempotency-Key header and the idempotency-key metadata entry. The key is sent exactly as given: a server
 // implementing the IETF Idempotency-Key header draft, which specifies a
 // quoted structured-field string, needs the quotes in key.
 //

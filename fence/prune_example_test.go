@@ -2,11 +2,7 @@ package fence_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"log"
-	"os"
-	"path/filepath"
 
 	"github.com/leasehold/leasehold/fence"
 )
@@ -63,45 +59,5 @@ func ExampleEtcdGuard_Prune() {
 	// Output:
 	// pruned: 2 floor: 50
 	// fenced: resource "orders/1": epoch 5 is below the current epoch 50
-	// <nil>
-}
-
-// SQLGuard.Prune deletes the rows at or below the floor and records the
-// floor in the same table, in one transaction.
-func ExampleSQLGuard_Prune() {
-	dir, err := os.MkdirTemp("", "leasehold-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_txlock=immediate")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	ctx := context.Background()
-	guard, err := fence.NewSQLGuard(db)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for res, epoch := range map[string]int64{"invoices/1": 5, "invoices/2": 6, "invoices/3": 90} {
-		if err := guard.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
-			log.Fatal(err)
-		}
-	}
-	pruned, err := guard.Prune(ctx, 50)
-	if err != nil {
-		log.Fatal(err)
-	}
-	floor, err := guard.Floor(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("pruned:", pruned, "floor:", floor)
-	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 12}))
-	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 51}))
-	// Output:
-	// pruned: 2 floor: 50
-	// fenced: resource "invoices/4": epoch 12 is below the current epoch 50
 	// <nil>
 }

@@ -10,15 +10,6 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 )
 
-// Header is the HTTP header that carries a token's text form, so that every
-// leasehold client and server agree on where to look for it.
-const Header = "Fencing-Token"
-
-// MetadataKey is the gRPC metadata key that carries a token's text form. It
-// is lowercase because gRPC metadata keys are case-insensitive and
-// transmitted in lowercase.
-const MetadataKey = "fencing-token"
-
 // ErrMalformedToken is wrapped by every error about a token that is not well
 // formed: text ParseToken refuses, or a Token whose epoch or resource is
 // invalid. Callers match it with errors.Is to tell a client bug (reject the

@@ -250,15 +250,6 @@ func TestContextToken(t *testing.T) {
 	}
 }
 
-func TestNames(t *testing.T) {
-	if fence.Header != "Fencing-Token" {
-		t.Errorf("Header = %q", fence.Header)
-	}
-	if fence.MetadataKey != "fencing-token" || fence.MetadataKey != strings.ToLower(fence.Header) {
-		t.Errorf("MetadataKey = %q", fence.MetadataKey)
-	}
-}
-
 // FuzzParseToken checks both round-trip guarantees: every string ParseToken
 // accepts is the canonical form of the token it returns, and every valid
 // token (here: one whose resource is the fuzz input) survives

@@ -39,6 +39,6 @@
 // its key with the completion, and a Source of your own must leave it out
 // (see Source). Exactly-once effects come from fencing: write
 // downstream through a fence guard with the lease's token, in the same
-// transaction as the effect (fence.SQLGuard), and an epoch that lost the
+// transaction as the effect (fencesql.Guard), and an epoch that lost the
 // resource can no longer land anything.
 package worker

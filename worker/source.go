@@ -37,7 +37,7 @@ var ErrExhausted = errors.New("worker: source exhausted")
 // To take tasks from your own database, implement Source: Next selects a
 // page of pending rows' ids (waiting on a notification, or a poll
 // interval, when there are none), and the handler updates the row in the
-// same SQL transaction as its effect, through fence.SQLGuard, so that the
+// same SQL transaction as its effect, through fencesql.Guard, so that the
 // row leaves the pending set exactly when the effect lands under the
 // current epoch.
 type Source interface {

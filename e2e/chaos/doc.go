@@ -17,7 +17,7 @@
 // a window of tasks it does not know to be done, takes it with TryAcquire
 // (sometimes waiting with Acquire), and in one to three steps writes an
 // effect to each downstream — a row in a SQLite file shared by all
-// processes, admitted by fence.SQLGuard in the row's transaction, and a key
+// processes, admitted by fencesql.Guard in the row's transaction, and a key
 // in etcd, admitted by fence.EtcdGuard.AdmitOps in the key's transaction —
 // then completes it (now and then releases it instead). One cycle in four
 // does the same with batches: it takes two to five tasks with one

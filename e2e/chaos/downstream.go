@@ -8,14 +8,14 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	_ "modernc.org/sqlite" // the SQL downstream
 )
 
 // The downstreams. SQLite: one file shared by every process; each effect is
 // a row of chaos_effects written in the transaction that admitted its token
-// (fence.SQLGuard.AdmitTx). Transactions take the write lock at BEGIN
+// (fencesql.Guard.AdmitTx). Transactions take the write lock at BEGIN
 // (_txlock=immediate) and wait for it (busy_timeout), so the AUTOINCREMENT
 // seq is the commit order. synchronous=OFF is safe against the faults the
 // suite injects — process crashes, not machine crashes — and keeps commits
@@ -41,7 +41,7 @@ func sqliteDSN(path string) string {
 }
 
 // openSQL opens the shared database and its guard; create makes the tables.
-func openSQL(dsn string, conns int) (*sql.DB, *fence.SQLGuard, error) {
+func openSQL(dsn string, conns int) (*sql.DB, *fencesql.Guard, error) {
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, nil, err
@@ -52,7 +52,7 @@ func openSQL(dsn string, conns int) (*sql.DB, *fence.SQLGuard, error) {
 		_ = db.Close()
 		return nil, nil, fmt.Errorf("chaos: create effects table: %w", err)
 	}
-	g, err := fence.NewSQLGuard(db)
+	g, err := fencesql.NewGuard(db)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -98,7 +98,7 @@ func readSQL(ctx context.Context, db *sql.DB) ([]Effect, map[string]int64, error
 	if err := rows.Close(); err != nil {
 		return nil, nil, err
 	}
-	rows, err = db.QueryContext(ctx, `SELECT resource, epoch FROM `+fence.DefaultSQLTable)
+	rows, err = db.QueryContext(ctx, `SELECT resource, epoch FROM `+fencesql.DefaultTable)
 	if err != nil {
 		return nil, nil, err
 	}

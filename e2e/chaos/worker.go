@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
@@ -121,7 +122,7 @@ type worker struct {
 	reg       *lease.Registry
 	space     keys.Space
 	db        *sql.DB
-	sqlGuard  *fence.SQLGuard
+	sqlGuard  *fencesql.Guard
 	etcdGuard *fence.EtcdGuard
 	adb       *sql.DB
 	log       *audit.Log // etcd and the archive as one log

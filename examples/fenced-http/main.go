@@ -40,6 +40,8 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencehttp"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	_ "modernc.org/sqlite" // SQLite driver "sqlite"
@@ -65,19 +67,19 @@ func main() {
 // the same transaction as the insert.
 type service struct {
 	db    *sql.DB
-	guard *fence.SQLGuard
+	guard *fencesql.Guard
 	pg    bool
 }
 
 func (s *service) ship(w http.ResponseWriter, r *http.Request) {
 	order := r.PathValue("id")
-	tok, err := fence.ParseToken(r.Header.Get(fence.Header))
+	tok, err := fence.ParseToken(r.Header.Get(fencehttp.Header))
 	switch {
-	case r.Header.Get(fence.Header) == "":
+	case r.Header.Get(fencehttp.Header) == "":
 		http.Error(w, "a Fencing-Token header is required", http.StatusPreconditionRequired)
 		return
 	case err != nil:
-		_ = fence.ProblemFor(err).Write(w)
+		_ = fencehttp.ProblemFor(err).Write(w)
 		return
 	case tok.Resource != "orders/"+order:
 		http.Error(w, "the token is for another resource", http.StatusBadRequest)
@@ -94,7 +96,7 @@ func (s *service) ship(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		_ = fence.ProblemFor(err).Write(w)
+		_ = fencehttp.ProblemFor(err).Write(w)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -214,9 +216,9 @@ func run(pgDSN string, c etcdflags.Conn) error {
 	defer reg1.Close()
 	defer reg2.Close()
 
-	// Workers call the service through fence.NewTransport, which sends the
-	// token carried by the request's context.
-	sh := &shipper{client: &http.Client{Transport: fence.NewTransport(nil), Timeout: 5 * time.Second}, url: base + "/orders/" + order + "/ship"}
+	// Workers call the service through fencehttp.NewTransport, which sends
+	// the token carried by the request's context.
+	sh := &shipper{client: &http.Client{Transport: fencehttp.NewTransport(nil), Timeout: 5 * time.Second}, url: base + "/orders/" + order + "/ship"}
 
 	l1, err := reg1.TryAcquire(ctx, s1, resource)
 	if err != nil {
@@ -251,7 +253,7 @@ func step(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
 // else SQLite): the SQL guard's table and the shipments table, without
 // order 42's rows of an earlier run.
 func newService(ctx context.Context, db *sql.DB, pg bool) (*service, error) {
-	guard, err := fence.NewSQLGuard(db)
+	guard, err := fencesql.NewGuard(db)
 	if err != nil {
 		return nil, err
 	}
@@ -330,11 +332,12 @@ func (sh *shipper) shipStale(ctx context.Context, l1 *lease.Lease, current int64
 		return err
 	}
 	step("worker-1 ships with epoch %d: %d %s", l1.Epoch(), code, strings.TrimSpace(body))
-	var problem fence.Problem
+	var problem fencehttp.Problem
 	if code != http.StatusPreconditionFailed || json.Unmarshal([]byte(body), &problem) != nil {
 		return fmt.Errorf("worker-1's stale shipment got %d, want 412 with a problem body", code)
 	}
-	if fe, ok := problem.Fenced(); !ok || !errors.Is(fe, fence.ErrFenced) || fe.Current != current {
+	var fe *fence.FencedError
+	if r := problem.Refusal(); !errors.As(r, &fe) || !errors.Is(r, fence.ErrFenced) || fe.Current != current {
 		return fmt.Errorf("412 body does not name the current epoch %d: %+v", current, problem)
 	}
 	return nil

@@ -1,12 +1,12 @@
 // Command sql-worker runs a worker.Pool whose handler writes each task's
-// effect into a SQL table, fenced by fence.SQLGuard in the handler's own
+// effect into a SQL table, fenced by fencesql.Guard in the handler's own
 // transaction. It needs no flags: etcd runs embedded and the database is a
 // SQLite file in a temporary directory (-postgres=DSN uses PostgreSQL
 // instead).
 //
 // Four slots take 50 invoices, invoice-1 to invoice-50, from worker.Static.
 // For each one the handler begins a transaction, admits its lease's fencing
-// token with SQLGuard.AdmitTx, upserts the invoice's row in the charges
+// token with Guard.AdmitTx, upserts the invoice's row in the charges
 // table and commits; it then returns "done", and the pool completes the
 // task in etcd with that status.
 //
@@ -41,6 +41,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/examples/internal/etcdflags"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/worker"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -75,14 +76,14 @@ var errTimeout = errors.New("simulated timeout")
 // the same transaction.
 type billing struct {
 	db     *sql.DB
-	guard  *fence.SQLGuard
+	guard  *fencesql.Guard
 	upsert string
 }
 
 // newBilling opens the guard (creating its table if missing) and the
 // charges table.
 func newBilling(ctx context.Context, db *sql.DB) (*billing, error) {
-	guard, err := fence.NewSQLGuard(db)
+	guard, err := fencesql.NewGuard(db)
 	if err != nil {
 		return nil, err
 	}

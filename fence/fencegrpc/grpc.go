@@ -1,4 +1,4 @@
-package fence
+package fencegrpc
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/admission"
 )
 
 // The google.rpc.ErrorInfo attached to the statuses the interceptors
@@ -25,33 +28,81 @@ const (
 	reasonMalformedToken = "MALFORMED_FENCING_TOKEN"
 )
 
-// UnaryServerInterceptor fences unary RPCs as NewMiddleware fences HTTP
-// requests, reading the token from the MetadataKey ("fencing-token")
-// metadata entry:
+// Option configures the server interceptors.
+//
+// Building an interceptor never panics. A misconfigured one (a nil Guard or
+// a nil option) fails closed instead: it fails every call, before looking
+// at its token, with codes.Internal and a message naming the mistake, and
+// never runs the handler.
+type Option func(*interceptorConfig)
+
+type interceptorConfig struct {
+	optional bool
+	// err is the configuration error; when set, every call is refused
+	// with it.
+	err error
+}
+
+// TokenOptional lets calls without a token through, unfenced and without
+// waiting for any resource, instead of refusing them with
+// FailedPrecondition. Use it while clients are being migrated, or on
+// services that mix fenced and unfenced callers. A token that is present
+// is still parsed and checked: malformed and stale tokens are refused as
+// usual.
+func TokenOptional() Option {
+	return func(c *interceptorConfig) { c.optional = true }
+}
+
+// newInterceptorConfig applies opts. It never panics: the first
+// configuration error is recorded in the returned config's err, prefixed
+// with "fence: " and caller, for the interceptor to fail every call with.
+func newInterceptorConfig(caller string, g fence.Guard, opts []Option) interceptorConfig {
+	var c interceptorConfig
+	if g == nil {
+		c.err = errors.New("the Guard is nil")
+	}
+	for i, o := range opts {
+		if o == nil {
+			if c.err == nil {
+				c.err = fmt.Errorf("the Option at index %d is nil", i)
+			}
+			continue
+		}
+		o(&c)
+	}
+	if c.err != nil {
+		c.err = fmt.Errorf("fence: %s misconfigured: %w", caller, c.err)
+	}
+	return c
+}
+
+// UnaryServerInterceptor fences unary RPCs as fencehttp.NewMiddleware
+// fences HTTP requests, reading the token from the MetadataKey
+// ("fencing-token") metadata entry:
 //
 //   - a malformed token, or more than one: codes.InvalidArgument;
 //   - no token: codes.FailedPrecondition (the handler runs unfenced instead
 //     with TokenOptional);
 //   - a stale token: codes.FailedPrecondition with a google.rpc.ErrorInfo
 //     detail {Reason "FENCED" or "NOT_CURRENT", Domain "leasehold",
-//     Metadata resource, presented_epoch, current_epoch}, which
-//     RefusalFromStatus and FencedFromStatus decode (see StatusFor). Never
-//     Unknown or Unavailable, which clients and retry policies retry: a
-//     superseded holder must stop, not try again;
+//     Metadata resource, presented_epoch, current_epoch}, which Refusal
+//     decodes (see StatusFor). Never Unknown or Unavailable, which clients
+//     and retry policies retry: a superseded holder must stop, not try
+//     again;
 //   - other guard errors: see StatusFor.
 //
-// The handler runs with the token in its context (TokenFrom) while the
-// token's resource is held in this process, exactly as with the HTTP
+// The handler runs with the token in its context (fence.TokenFrom) while
+// the token's resource is held in this process, exactly as with the HTTP
 // middleware (the lock is shared with it), and the same limits apply: the
 // check and the handler's effect are atomic only within this process; with
 // several replicas, fence inside the effect's own transaction (SQL or etcd
 // guard) and return StatusFor(err).Err(). Waiting for the resource ends with
 // codes.Canceled or codes.DeadlineExceeded when the call's context is done.
 //
-// A misconfigured interceptor (a nil g, a nil option, or WithResource, which
-// is HTTP-only) does not panic: it fails every call with codes.Internal and
-// a message naming the configuration error, without running the handler.
-func UnaryServerInterceptor(g Guard, opts ...MiddlewareOption) grpc.UnaryServerInterceptor {
+// A misconfigured interceptor (a nil g or a nil option) does not panic: it
+// fails every call with codes.Internal and a message naming the
+// configuration error, without running the handler.
+func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newInterceptorConfig("UnaryServerInterceptor", g, opts)
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if c.err != nil {
@@ -69,7 +120,7 @@ func UnaryServerInterceptor(g Guard, opts ...MiddlewareOption) grpc.UnaryServerI
 			return nil, StatusFor(err).Err()
 		}
 		defer release()
-		return handler(WithToken(ctx, t), req)
+		return handler(fence.WithToken(ctx, t), req)
 	}
 }
 
@@ -83,7 +134,7 @@ func UnaryServerInterceptor(g Guard, opts ...MiddlewareOption) grpc.UnaryServerI
 // inside its transaction instead. The handler's stream has the token in its
 // Context. A misconfigured interceptor fails every stream with
 // codes.Internal, as UnaryServerInterceptor does.
-func StreamServerInterceptor(g Guard, opts ...MiddlewareOption) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(g fence.Guard, opts ...Option) grpc.StreamServerInterceptor {
 	c := newInterceptorConfig("StreamServerInterceptor", g, opts)
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if c.err != nil {
@@ -102,18 +153,16 @@ func StreamServerInterceptor(g Guard, opts ...MiddlewareOption) grpc.StreamServe
 			return StatusFor(err).Err()
 		}
 		defer release()
-		return handler(srv, &fencedServerStream{ServerStream: ss, ctx: WithToken(ctx, t)})
+		return handler(srv, &fencedServerStream{ServerStream: ss, ctx: fence.WithToken(ctx, t)})
 	}
 }
 
-// newInterceptorConfig is newMiddlewareConfig for the gRPC interceptors,
-// which also refuse WithResource. Like it, it never panics.
-func newInterceptorConfig(caller string, g Guard, opts []MiddlewareOption) middlewareConfig {
-	c := newMiddlewareConfig(caller, g, opts)
-	if c.err == nil && c.resources > 0 {
-		c.err = fmt.Errorf("fence: %s misconfigured: WithResource applies to HTTP middleware only", caller)
-	}
-	return c
+// admit waits for t.Resource in this process, in the lock table shared
+// with the HTTP middleware, and asks g to admit t. On success the caller
+// holds the resource until it calls release, exactly once, after the
+// effect.
+func admit(ctx context.Context, g fence.Guard, t fence.Token) (release func(), err error) {
+	return admission.Admit(ctx, t.Resource, t, func(ctx context.Context) error { return g.Admit(ctx, t) })
 }
 
 // misconfigured is the status error with which a misconfigured interceptor
@@ -133,55 +182,57 @@ func (s *fencedServerStream) Context() context.Context { return s.ctx }
 
 // incomingToken reads the token from ctx's incoming metadata. ok is false
 // when there is none and optional allows that; err is a status error.
-func incomingToken(ctx context.Context, optional bool) (t Token, ok bool, err error) {
+func incomingToken(ctx context.Context, optional bool) (t fence.Token, ok bool, err error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(MetadataKey)
 	switch {
 	case len(vals) == 0 && optional:
-		return Token{}, false, nil
+		return fence.Token{}, false, nil
 	case len(vals) == 0:
 		s := withErrorInfo(status.New(codes.FailedPrecondition,
 			"fence: this call must carry a "+MetadataKey+" metadata entry"), reasonTokenRequired, nil)
-		return Token{}, false, s.Err()
+		return fence.Token{}, false, s.Err()
 	case len(vals) > 1:
 		s := withErrorInfo(status.New(codes.InvalidArgument,
 			fmt.Sprintf("fence: %d %s metadata entries; send exactly one", len(vals), MetadataKey)), reasonMalformedToken, nil)
-		return Token{}, false, s.Err()
+		return fence.Token{}, false, s.Err()
 	}
-	t, err = ParseToken(vals[0])
+	t, err = fence.ParseToken(vals[0])
 	if err != nil {
-		return Token{}, false, StatusFor(err).Err()
+		return fence.Token{}, false, StatusFor(err).Err()
 	}
 	return t, true, nil
 }
 
-// StatusFor maps an error from a Guard to the gRPC status the interceptors
-// return for it, so a handler that fences its own writes (for example with a
-// SQL guard inside its transaction) answers as the interceptors would:
+// StatusFor maps an error from a fence.Guard to the gRPC status the
+// interceptors return for it, so a handler that fences its own writes (for
+// example with a SQL guard inside its transaction) answers as the
+// interceptors would:
 //
-//   - a *NotCurrentError (a token that is not its resource's live lease,
-//     from LeaseGuard or Verifier): codes.FailedPrecondition, the error's
-//     own message, and a google.rpc.ErrorInfo {Reason "NOT_CURRENT",
-//     Domain "leasehold", Metadata resource, presented_epoch,
-//     current_epoch}, current_epoch being the live epoch, "0" if none;
-//   - any other *FencedError: codes.FailedPrecondition, its message, and
-//     the same ErrorInfo with Reason "FENCED", current_epoch being the
+//   - a *fence.NotCurrentError (a token that is not its resource's live
+//     lease, from fence.LeaseGuard or fence.Verifier):
+//     codes.FailedPrecondition, the error's own message, and a
+//     google.rpc.ErrorInfo {Reason "NOT_CURRENT", Domain "leasehold",
+//     Metadata resource, presented_epoch, current_epoch}, current_epoch
+//     being the live epoch, "0" if none;
+//   - any other *fence.FencedError: codes.FailedPrecondition, its message,
+//     and the same ErrorInfo with Reason "FENCED", current_epoch being the
 //     epoch that superseded the token;
-//   - an error wrapping ErrMalformedToken: codes.InvalidArgument;
+//   - an error wrapping fence.ErrMalformedToken: codes.InvalidArgument;
 //   - context errors: codes.Canceled or codes.DeadlineExceeded;
 //   - an error that already carries a gRPC status: that status;
 //   - anything else: codes.Internal, without the error's text, which may
 //     describe internal systems; log it where it happened.
 //
-// RefusalFromStatus turns either refusal back into the guard's error, and
-// Problem.Refusal does the same over HTTP, so a client decodes one refusal
-// to the same value from both. "NOT_CURRENT" is a reason of its own so that
+// Refusal turns either refusal back into the guard's error, and
+// fencehttp.Problem.Refusal does the same over HTTP, so a client decodes
+// one refusal to the same value from both. "NOT_CURRENT" is a reason of its own so that
 // a client that predates it, and knows only "FENCED", does not read a
 // token whose lease merely ended as superseded by a newer epoch: it sees a
 // FailedPrecondition it does not recognise, which no retry policy retries.
 func StatusFor(err error) *status.Status {
-	var fe *FencedError
-	var nc *NotCurrentError
+	var fe *fence.FencedError
+	var nc *fence.NotCurrentError
 	switch {
 	case errors.As(err, &fe):
 		reason := reasonFenced
@@ -193,7 +244,7 @@ func StatusFor(err error) *status.Status {
 			"presented_epoch": strconv.FormatInt(fe.Token.Epoch, 10),
 			"current_epoch":   strconv.FormatInt(fe.Current, 10),
 		})
-	case errors.Is(err, ErrMalformedToken):
+	case errors.Is(err, fence.ErrMalformedToken):
 		return withErrorInfo(status.New(codes.InvalidArgument, err.Error()), reasonMalformedToken, nil)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err)
@@ -214,25 +265,37 @@ func withErrorInfo(s *status.Status, reason string, md map[string]string) *statu
 	return withInfo
 }
 
-// RefusalFromStatus returns the refusal behind a call the server refused as
-// stale, as the server's guard returned it: a *NotCurrentError for a
+// fencedDetail explains a refusal: a token that is not the live lease's
+// says so, rather than "below the current epoch 0". It is fencehttp's
+// twin, so that the status message is the problem's detail.
+func fencedDetail(err error, fe *fence.FencedError) string {
+	var nc *fence.NotCurrentError
+	if errors.As(err, &nc) {
+		return nc.Error()
+	}
+	return fe.Error()
+}
+
+// Refusal returns the refusal behind a call the server refused as stale,
+// as the server's guard returned it: a *fence.NotCurrentError for a
 // codes.FailedPrecondition status carrying the "NOT_CURRENT" ErrorInfo, a
-// *FencedError for one carrying "FENCED" (see StatusFor), with the
-// presented token and current_epoch. errors.Is with ErrFenced and
-// ErrNotCurrent, and errors.As, then answer as they did on the server, and
-// as they do for Problem.Refusal of the same refusal sent over HTTP. An err
-// that already wraps a *NotCurrentError or a *FencedError yields that
-// error. It returns nil for every other error, including
+// *fence.FencedError for one carrying "FENCED" (see StatusFor), with the
+// presented token and current_epoch. errors.Is with fence.ErrFenced and
+// fence.ErrNotCurrent, and errors.As (a *fence.NotCurrentError holds a
+// *fence.FencedError), then answer as they did on the server, and as they
+// do for fencehttp.Problem.Refusal of the same refusal sent over HTTP. An
+// err that already wraps a *fence.NotCurrentError or a *fence.FencedError
+// yields that error. It returns nil for every other error, including
 // FailedPrecondition for a missing token.
-func RefusalFromStatus(err error) error {
+func Refusal(err error) error {
 	if err == nil {
 		return nil
 	}
-	var nc *NotCurrentError
+	var nc *fence.NotCurrentError
 	if errors.As(err, &nc) {
 		return nc
 	}
-	var fe *FencedError
+	var fe *fence.FencedError
 	if errors.As(err, &fe) {
 		return fe
 	}
@@ -252,35 +315,26 @@ func RefusalFromStatus(err error) error {
 		md := info.GetMetadata()
 		presented, err1 := strconv.ParseInt(md["presented_epoch"], 10, 64)
 		current, err2 := strconv.ParseInt(md["current_epoch"], 10, 64)
-		if err1 != nil || err2 != nil {
+		t := fence.Token{Resource: md["resource"], Epoch: presented}
+		switch {
+		case err1 != nil || err2 != nil || t.Validate() != nil || current < 0:
+			// Not something a server could have sent.
 			return nil
+		case reason == reasonNotCurrent:
+			return &fence.NotCurrentError{Token: t, Current: current}
+		default:
+			return &fence.FencedError{Token: t, Current: current}
 		}
-		return decodeRefusal(Token{Resource: md["resource"], Epoch: presented}, current, reason == reasonNotCurrent)
 	}
 	return nil
 }
 
-// FencedFromStatus is RefusalFromStatus's *FencedError: the refusal
-// itself, or for "NOT_CURRENT" the *FencedError that errors.As finds in
-// the *NotCurrentError, with the same Token and Current (0 when no lease
-// was live), as Problem.Fenced returns for the same refusal over HTTP. A
-// client can then handle a fenced RPC like a local fenced write
-// (errors.Is(fe, ErrFenced)). It reports false for every other error,
-// including FailedPrecondition for a missing token.
-func FencedFromStatus(err error) (*FencedError, bool) {
-	var fe *FencedError
-	if !errors.As(RefusalFromStatus(err), &fe) {
-		return nil, false
-	}
-	return fe, true
-}
-
 // UnaryClientInterceptor adds the token and idempotency key found in each
-// call's context (WithToken, WithIdempotencyKey) to its outgoing metadata,
-// as the MetadataKey and IdempotencyMetadataKey entries. Entries the caller
-// already put in the outgoing metadata win, as with NewTransport. A token
-// that could not have been issued is not sent: the call fails with an error
-// wrapping ErrMalformedToken.
+// call's context (fence.WithToken, fence.WithIdempotencyKey) to its
+// outgoing metadata, as the MetadataKey and IdempotencyMetadataKey
+// entries. Entries the caller already put in the outgoing metadata win, as
+// with fencehttp.NewTransport. A token that could not have been issued is
+// not sent: the call fails with an error wrapping fence.ErrMalformedToken.
 func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, err := outgoingContext(ctx)
@@ -304,8 +358,8 @@ func StreamClientInterceptor() grpc.StreamClientInterceptor {
 }
 
 func outgoingContext(ctx context.Context) (context.Context, error) {
-	t, hasToken := TokenFrom(ctx)
-	key, hasKey := IdempotencyKeyFrom(ctx)
+	t, hasToken := fence.TokenFrom(ctx)
+	key, hasKey := fence.IdempotencyKeyFrom(ctx)
 	if !hasToken && !hasKey {
 		return ctx, nil
 	}

@@ -1,4 +1,4 @@
-package fence
+package fencegrpc
 
 // gRPC tests run a real grpc.Server on 127.0.0.1:0 and call it through a
 // real client connection. The service is described by hand (no generated
@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 const (
@@ -40,7 +41,7 @@ type testWriter struct {
 }
 
 func echoToken(ctx context.Context) *wrapperspb.StringValue {
-	if t, ok := TokenFrom(ctx); ok {
+	if t, ok := fence.TokenFrom(ctx); ok {
 		return wrapperspb.String(t.String())
 	}
 	return wrapperspb.String("none")
@@ -112,7 +113,7 @@ func startGRPC(t *testing.T, w *testWriter, serverOpts ...grpc.ServerOption) *gr
 	return conn
 }
 
-func fencedServer(g Guard, opts ...MiddlewareOption) []grpc.ServerOption {
+func fencedServer(g fence.Guard, opts ...Option) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.UnaryInterceptor(UnaryServerInterceptor(g, opts...)),
 		grpc.StreamInterceptor(StreamServerInterceptor(g, opts...)),
@@ -121,11 +122,11 @@ func fencedServer(g Guard, opts ...MiddlewareOption) []grpc.ServerOption {
 
 // callWrite calls Write with a 10 s bound, with tk in the context if it is
 // not the zero Token.
-func callWrite(ctx context.Context, conn *grpc.ClientConn, tk Token) (string, error) {
+func callWrite(ctx context.Context, conn *grpc.ClientConn, tk fence.Token) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if tk != (Token{}) {
-		ctx = WithToken(ctx, tk)
+	if tk != (fence.Token{}) {
+		ctx = fence.WithToken(ctx, tk)
 	}
 	out := new(wrapperspb.StringValue)
 	if err := conn.Invoke(ctx, writeMethod, wrapperspb.String("x"), out); err != nil {
@@ -145,28 +146,28 @@ func errorInfo(err error) *errdetails.ErrorInfo {
 }
 
 func TestGRPCUnaryCodes(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	conn := startGRPC(t, &testWriter{}, fencedServer(g)...)
 	ctx := context.Background()
 
 	// Missing: FailedPrecondition, told apart from a fenced call by the
 	// ErrorInfo reason.
-	_, err := callWrite(ctx, conn, Token{})
+	_, err := callWrite(ctx, conn, fence.Token{})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("no token: %v, want FailedPrecondition", err)
 	}
 	if info := errorInfo(err); info == nil || info.GetReason() != "FENCING_TOKEN_REQUIRED" {
 		t.Errorf("no token: ErrorInfo %v, want reason FENCING_TOKEN_REQUIRED", info)
 	}
-	if fe, ok := FencedFromStatus(err); ok {
-		t.Errorf("FencedFromStatus(missing token) = %v, true", fe)
+	if fe, ok := fencedFromStatus(err); ok {
+		t.Errorf("fencedFromStatus(missing token) = %v, true", fe)
 	}
 
 	// Malformed, sent as explicit metadata (the client interceptor does
 	// not add a token when the caller already set one).
 	for _, vals := range [][]string{{"07:r"}, {""}, {"5:r", "6:r"}} {
 		md := metadata.MD{MetadataKey: vals}
-		_, err := callWrite(metadata.NewOutgoingContext(ctx, md), conn, Token{})
+		_, err := callWrite(metadata.NewOutgoingContext(ctx, md), conn, fence.Token{})
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("metadata %q: %v, want InvalidArgument", vals, err)
 		}
@@ -177,7 +178,7 @@ func TestGRPCUnaryCodes(t *testing.T) {
 
 	// Admitted, with the token in the handler's context.
 	for _, e := range []int64{5, 5, 7} {
-		tk := Token{Resource: "r", Epoch: e}
+		tk := fence.Token{Resource: "r", Epoch: e}
 		got, err := callWrite(ctx, conn, tk)
 		if err != nil || got != tk.String() {
 			t.Fatalf("%s: %q, %v; want the handler to see the token", tk, got, err)
@@ -185,7 +186,7 @@ func TestGRPCUnaryCodes(t *testing.T) {
 	}
 
 	// Stale: FailedPrecondition with the current epoch in the details.
-	_, err = callWrite(ctx, conn, Token{Resource: "r", Epoch: 6})
+	_, err = callWrite(ctx, conn, fence.Token{Resource: "r", Epoch: 6})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("stale token: %v, want FailedPrecondition", err)
 	}
@@ -194,19 +195,19 @@ func TestGRPCUnaryCodes(t *testing.T) {
 	if info == nil || info.GetReason() != "FENCED" || fmt.Sprint(info.GetMetadata()) != fmt.Sprint(wantMD) {
 		t.Errorf("stale token: ErrorInfo %v, want reason FENCED metadata %v", info, wantMD)
 	}
-	fe, ok := FencedFromStatus(err)
-	want := FencedError{Token: Token{Resource: "r", Epoch: 6}, Current: 7}
-	if !ok || *fe != want || !errors.Is(fe, ErrFenced) {
-		t.Errorf("FencedFromStatus = %v, %v; want %v", fe, ok, &want)
+	fe, ok := fencedFromStatus(err)
+	want := fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 6}, Current: 7}
+	if !ok || *fe != want || !errors.Is(fe, fence.ErrFenced) {
+		t.Errorf("fencedFromStatus = %v, %v; want %v", fe, ok, &want)
 	}
 	// A wrapped status error still decodes.
-	if fe, ok := FencedFromStatus(fmt.Errorf("calling Write: %w", err)); !ok || *fe != want {
-		t.Errorf("FencedFromStatus(wrapped) = %v, %v", fe, ok)
+	if fe, ok := fencedFromStatus(fmt.Errorf("calling Write: %w", err)); !ok || *fe != want {
+		t.Errorf("fencedFromStatus(wrapped) = %v, %v", fe, ok)
 	}
 
 	// Explicit outgoing metadata wins over the context's token.
 	mdCtx := metadata.AppendToOutgoingContext(ctx, MetadataKey, "6:r")
-	if _, err := callWrite(mdCtx, conn, Token{Resource: "r", Epoch: 9}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := callWrite(mdCtx, conn, fence.Token{Resource: "r", Epoch: 9}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("explicit stale metadata with a current context token: %v, want FailedPrecondition", err)
 	}
 	if g.Current("r") != 7 {
@@ -215,16 +216,16 @@ func TestGRPCUnaryCodes(t *testing.T) {
 }
 
 func TestGRPCTokenOptional(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	conn := startGRPC(t, &testWriter{}, fencedServer(g, TokenOptional())...)
 	ctx := context.Background()
-	if got, err := callWrite(ctx, conn, Token{}); err != nil || got != "none" {
+	if got, err := callWrite(ctx, conn, fence.Token{}); err != nil || got != "none" {
 		t.Errorf("no token: %q, %v; want the handler to run unfenced", got, err)
 	}
-	if got, err := callWrite(ctx, conn, Token{Resource: "o", Epoch: 3}); err != nil || got != "3:o" {
+	if got, err := callWrite(ctx, conn, fence.Token{Resource: "o", Epoch: 3}); err != nil || got != "3:o" {
 		t.Errorf("token: %q, %v", got, err)
 	}
-	if _, err := callWrite(ctx, conn, Token{Resource: "o", Epoch: 2}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := callWrite(ctx, conn, fence.Token{Resource: "o", Epoch: 2}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("stale token with TokenOptional: %v, want FailedPrecondition", err)
 	}
 }
@@ -234,24 +235,23 @@ func TestGRPCTokenOptional(t *testing.T) {
 // without a token, with codes.Internal naming the mistake, without running
 // the handler or admitting an epoch.
 func TestGRPCMisconfigured(t *testing.T) {
-	res := func(*http.Request) (string, error) { return "r", nil }
 	tests := []struct {
 		name string
 		nilG bool // build the interceptors with a nil Guard
-		opts []MiddlewareOption
+		opts []Option
 		want string // the message, after the interceptor's name
 	}{
 		{name: "nil guard", nilG: true, want: "misconfigured: the Guard is nil"},
-		{name: "nil option", opts: []MiddlewareOption{nil}, want: "misconfigured: the MiddlewareOption at index 0 is nil"},
-		{name: "WithResource", opts: []MiddlewareOption{WithResource(res)},
-			want: "misconfigured: WithResource applies to HTTP middleware only"},
-		{name: "WithResource nil", opts: []MiddlewareOption{TokenOptional(), WithResource(nil)},
-			want: "misconfigured: WithResource: the resource function is nil"},
+		{name: "nil option", opts: []Option{nil}, want: "misconfigured: the Option at index 0 is nil"},
+		{name: "nil option after another", opts: []Option{TokenOptional(), nil},
+			want: "misconfigured: the Option at index 1 is nil"},
+		{name: "nil guard and option", nilG: true, opts: []Option{nil},
+			want: "misconfigured: the Guard is nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mg := NewMemoryGuard()
-			var g Guard = mg
+			mg := fence.NewMemoryGuard()
+			var g fence.Guard = mg
 			if tt.nilG {
 				g = nil
 			}
@@ -276,7 +276,7 @@ func TestGRPCMisconfigured(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 
-			for _, tk := range []Token{{}, {Resource: "r", Epoch: 1}} {
+			for _, tk := range []fence.Token{{}, {Resource: "r", Epoch: 1}} {
 				_, err := callWrite(ctx, conn, tk)
 				want := "fence: UnaryServerInterceptor " + tt.want
 				if s := status.Convert(err); s.Code() != codes.Internal || s.Message() != want {
@@ -284,8 +284,8 @@ func TestGRPCMisconfigured(t *testing.T) {
 				}
 
 				sctx := ctx
-				if tk != (Token{}) {
-					sctx = WithToken(ctx, tk)
+				if tk != (fence.Token{}) {
+					sctx = fence.WithToken(ctx, tk)
 				}
 				cs, err := conn.NewStream(sctx, &writerDesc.Streams[0], streamMethod)
 				if err == nil {
@@ -319,21 +319,21 @@ func TestGRPCClientInterceptor(t *testing.T) {
 		return wrapperspb.String(""), nil
 	}}
 	conn := startGRPC(t, w) // no server interceptors: look at the raw metadata
-	tk := Token{Resource: "c/1", Epoch: 4}
-	ctx := WithIdempotencyKey(WithToken(context.Background(), tk), IdempotencyKey(tk, "charge"))
-	if _, err := callWrite(ctx, conn, Token{}); err != nil {
+	tk := fence.Token{Resource: "c/1", Epoch: 4}
+	ctx := fence.WithIdempotencyKey(fence.WithToken(context.Background(), tk), fence.IdempotencyKey(tk, "charge"))
+	if _, err := callWrite(ctx, conn, fence.Token{}); err != nil {
 		t.Fatal(err)
 	}
 	md := <-seen
 	if got := md.Get(MetadataKey); len(got) != 1 || got[0] != "4:c/1" {
 		t.Errorf("%s = %q, want [4:c/1]", MetadataKey, got)
 	}
-	if got := md.Get(IdempotencyMetadataKey); len(got) != 1 || got[0] != IdempotencyKey(tk, "charge") {
+	if got := md.Get(IdempotencyMetadataKey); len(got) != 1 || got[0] != fence.IdempotencyKey(tk, "charge") {
 		t.Errorf("%s = %q", IdempotencyMetadataKey, got)
 	}
 
 	// Without anything in the context, nothing is added.
-	if _, err := callWrite(context.Background(), conn, Token{}); err != nil {
+	if _, err := callWrite(context.Background(), conn, fence.Token{}); err != nil {
 		t.Fatal(err)
 	}
 	md = <-seen
@@ -342,12 +342,12 @@ func TestGRPCClientInterceptor(t *testing.T) {
 	}
 
 	// An invalid token never leaves the client.
-	_, err := callWrite(context.Background(), conn, Token{Resource: "c/1", Epoch: -1})
-	if !errors.Is(err, ErrMalformedToken) {
+	_, err := callWrite(context.Background(), conn, fence.Token{Resource: "c/1", Epoch: -1})
+	if !errors.Is(err, fence.ErrMalformedToken) {
 		t.Errorf("invalid token: %v, want ErrMalformedToken", err)
 	}
-	sctx := WithToken(context.Background(), Token{Epoch: 1})
-	if _, err := conn.NewStream(sctx, &writerDesc.Streams[0], streamMethod); !errors.Is(err, ErrMalformedToken) {
+	sctx := fence.WithToken(context.Background(), fence.Token{Epoch: 1})
+	if _, err := conn.NewStream(sctx, &writerDesc.Streams[0], streamMethod); !errors.Is(err, fence.ErrMalformedToken) {
 		t.Errorf("invalid token on a stream: %v, want ErrMalformedToken", err)
 	}
 	select {
@@ -360,7 +360,7 @@ func TestGRPCClientInterceptor(t *testing.T) {
 // TestGRPCStream checks the stream interceptor: codes, the token in the
 // stream's context, and the resource held for the stream's whole life.
 func TestGRPCStream(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	w := &testWriter{stream: func(ss grpc.ServerStream) error {
 		// Announce the token, then echo until the client is done.
 		if err := ss.SendMsg(echoToken(ss.Context())); err != nil {
@@ -402,18 +402,18 @@ func TestGRPCStream(t *testing.T) {
 		t.Errorf("stream with a malformed token: %v, want InvalidArgument", err)
 	}
 
-	cs, got, err := open(WithToken(ctx, Token{Resource: "s", Epoch: 2}))
+	cs, got, err := open(fence.WithToken(ctx, fence.Token{Resource: "s", Epoch: 2}))
 	if err != nil || got != "2:s" {
 		t.Fatalf("stream with a token: %q, %v; want the handler to see 2:s", got, err)
 	}
 	// While the stream is open, the stream holds "s": a unary call for
 	// "s" waits, one for another resource does not.
-	if _, err := callWrite(ctx, conn, Token{Resource: "other", Epoch: 1}); err != nil {
+	if _, err := callWrite(ctx, conn, fence.Token{Resource: "other", Epoch: 1}); err != nil {
 		t.Errorf("other resource during the stream: %v", err)
 	}
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := callWrite(ctx, conn, Token{Resource: "s", Epoch: 3})
+		_, err := callWrite(ctx, conn, fence.Token{Resource: "s", Epoch: 3})
 		waiting <- err
 	}()
 	waitForHolders(t, "s", 2)
@@ -441,11 +441,11 @@ func TestGRPCStream(t *testing.T) {
 		t.Errorf("Current = %d, want 3", g.Current("s"))
 	}
 
-	// A stale stream is refused with the details FencedFromStatus reads.
-	_, _, err = open(WithToken(ctx, Token{Resource: "s", Epoch: 2}))
-	fe, ok := FencedFromStatus(err)
+	// A stale stream is refused with the details Refusal reads.
+	_, _, err = open(fence.WithToken(ctx, fence.Token{Resource: "s", Epoch: 2}))
+	fe, ok := fencedFromStatus(err)
 	if status.Code(err) != codes.FailedPrecondition || !ok || fe.Current != 3 || fe.Token.Epoch != 2 {
-		t.Errorf("stale stream: %v (FencedFromStatus %v, %v)", err, fe, ok)
+		t.Errorf("stale stream: %v (Refusal as FencedError %v, %v)", err, fe, ok)
 	}
 	waitForHolders(t, "s", 0)
 }
@@ -453,11 +453,11 @@ func TestGRPCStream(t *testing.T) {
 // TestGRPCWaitAbandoned checks that a call waiting for a held resource ends
 // with its deadline and is not admitted.
 func TestGRPCWaitAbandoned(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	w := &testWriter{write: func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		if tk, _ := TokenFrom(ctx); tk.Epoch == 1 {
+		if tk, _ := fence.TokenFrom(ctx); tk.Epoch == 1 {
 			close(entered)
 			<-release
 		}
@@ -466,13 +466,13 @@ func TestGRPCWaitAbandoned(t *testing.T) {
 	conn := startGRPC(t, w, fencedServer(g)...)
 	first := make(chan error, 1)
 	go func() {
-		_, err := callWrite(context.Background(), conn, Token{Resource: "w", Epoch: 1})
+		_, err := callWrite(context.Background(), conn, fence.Token{Resource: "w", Epoch: 1})
 		first <- err
 	}()
 	<-entered
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	if _, err := callWrite(ctx, conn, Token{Resource: "w", Epoch: 2}); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := callWrite(ctx, conn, fence.Token{Resource: "w", Epoch: 2}); status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("waiting past the deadline: %v, want DeadlineExceeded", err)
 	}
 	// The server side notices too and leaves only the holder.
@@ -488,13 +488,13 @@ func TestGRPCWaitAbandoned(t *testing.T) {
 
 // grpcSender calls Write with tk through the client interceptor.
 func grpcSender(conn *grpc.ClientConn) sendFunc {
-	return func(ctx context.Context, tk Token) (bool, error) {
+	return func(ctx context.Context, tk fence.Token) (bool, error) {
 		_, err := callWrite(ctx, conn, tk)
 		switch {
 		case err == nil:
 			return true, nil
 		case status.Code(err) == codes.FailedPrecondition:
-			if _, ok := FencedFromStatus(err); ok {
+			if _, ok := fencedFromStatus(err); ok {
 				return false, nil
 			}
 		}
@@ -504,7 +504,7 @@ func grpcSender(conn *grpc.ClientConn) sendFunc {
 
 func effectWriter(log *effectLog) *testWriter {
 	return &testWriter{write: func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		tk, ok := TokenFrom(ctx)
+		tk, ok := fence.TokenFrom(ctx)
 		if !ok {
 			return nil, status.Error(codes.Internal, "no token in context")
 		}
@@ -516,7 +516,7 @@ func effectWriter(log *effectLog) *testWriter {
 // TestGRPCUnaryAtomic is TestMiddlewareAtomic over gRPC.
 func TestGRPCUnaryAtomic(t *testing.T) {
 	log := &effectLog{}
-	conn := startGRPC(t, effectWriter(log), fencedServer(NewMemoryGuard())...)
+	conn := startGRPC(t, effectWriter(log), fencedServer(fence.NewMemoryGuard())...)
 	admitted, fenced := runConcurrent(t, 7, 8, 60, grpcSender(conn))
 	t.Logf("%d admitted, %d fenced", admitted, fenced)
 	if v := log.violation(); v != "" {
@@ -532,7 +532,7 @@ func TestGRPCUnaryAtomic(t *testing.T) {
 func TestBrokenUnaryInterceptorIsCaught(t *testing.T) {
 	const maxRounds = 20
 	for round := range maxRounds {
-		g := NewMemoryGuard()
+		g := fence.NewMemoryGuard()
 		broken := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			tk, _, err := incomingToken(ctx, false)
 			if err != nil {
@@ -543,7 +543,7 @@ func TestBrokenUnaryInterceptorIsCaught(t *testing.T) {
 				return nil, StatusFor(err).Err()
 			}
 			release() // the bug
-			return handler(WithToken(ctx, tk), req)
+			return handler(fence.WithToken(ctx, tk), req)
 		}
 		log := &effectLog{}
 		var caught string
@@ -561,13 +561,13 @@ func TestBrokenUnaryInterceptorIsCaught(t *testing.T) {
 }
 
 func TestStatusFor(t *testing.T) {
-	fe := &FencedError{Token: Token{Resource: "r", Epoch: 1}, Current: 2}
+	fe := &fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 1}, Current: 2}
 	tests := []struct {
 		err  error
 		code codes.Code
 	}{
 		{fmt.Errorf("wrapped: %w", fe), codes.FailedPrecondition},
-		{fmt.Errorf("%w: bad", ErrMalformedToken), codes.InvalidArgument},
+		{fmt.Errorf("%w: bad", fence.ErrMalformedToken), codes.InvalidArgument},
 		{fmt.Errorf("waiting: %w", context.Canceled), codes.Canceled},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{status.Error(codes.Unavailable, "etcd down"), codes.Unavailable},
@@ -582,18 +582,18 @@ func TestStatusFor(t *testing.T) {
 			t.Errorf("StatusFor leaks an internal error: %q", s.Message())
 		}
 	}
-	if got, ok := FencedFromStatus(StatusFor(fe).Err()); !ok || *got != *fe {
-		t.Errorf("FencedFromStatus(StatusFor(fe)) = %v, %v", got, ok)
+	if got, ok := fencedFromStatus(StatusFor(fe).Err()); !ok || *got != *fe {
+		t.Errorf("fencedFromStatus(StatusFor(fe)) = %v, %v", got, ok)
 	}
 }
 
-func TestFencedFromStatusRejects(t *testing.T) {
+func TestRefusalRejects(t *testing.T) {
 	withInfo := func(c codes.Code, reason string, md map[string]string) error {
 		return withErrorInfo(status.New(c, "x"), reason, md).Err()
 	}
 	good := map[string]string{"resource": "r", "presented_epoch": "1", "current_epoch": "2"}
-	if _, ok := FencedFromStatus(withInfo(codes.FailedPrecondition, "FENCED", good)); !ok {
-		t.Fatalf("FencedFromStatus refused a well-formed status")
+	if _, ok := fencedFromStatus(withInfo(codes.FailedPrecondition, "FENCED", good)); !ok {
+		t.Fatalf("fencedFromStatus refused a well-formed status")
 	}
 	for name, err := range map[string]error{
 		"nil":                     nil,
@@ -608,11 +608,11 @@ func TestFencedFromStatusRejects(t *testing.T) {
 		"not current, no epoch":   withInfo(codes.FailedPrecondition, "NOT_CURRENT", map[string]string{"resource": "r", "current_epoch": "0"}),
 		"not current, other code": withInfo(codes.Aborted, "NOT_CURRENT", good),
 	} {
-		if fe, ok := FencedFromStatus(err); ok {
-			t.Errorf("%s: FencedFromStatus = %v, true", name, fe)
+		if fe, ok := fencedFromStatus(err); ok {
+			t.Errorf("%s: fencedFromStatus = %v, true", name, fe)
 		}
-		if r := RefusalFromStatus(err); r != nil {
-			t.Errorf("%s: RefusalFromStatus = %v", name, r)
+		if r := Refusal(err); r != nil {
+			t.Errorf("%s: Refusal = %v", name, r)
 		}
 	}
 }
@@ -623,7 +623,7 @@ func TestFencedFromStatusRejects(t *testing.T) {
 // Current 0 included.
 func TestStatusForNotCurrent(t *testing.T) {
 	for _, current := range []int64{0, 9} {
-		nc := &NotCurrentError{Token: Token{Resource: "r", Epoch: 12}, Current: current}
+		nc := &fence.NotCurrentError{Token: fence.Token{Resource: "r", Epoch: 12}, Current: current}
 		err := StatusFor(fmt.Errorf("fence: admitting: %w", nc)).Err()
 		info := errorInfo(err)
 		wantMD := map[string]string{"resource": "r", "presented_epoch": "12", "current_epoch": fmt.Sprint(current)}
@@ -633,35 +633,32 @@ func TestStatusForNotCurrent(t *testing.T) {
 		if msg := status.Convert(err).Message(); msg != nc.Error() {
 			t.Errorf("current %d: message %q, want %q", current, msg, nc.Error())
 		}
-		got := RefusalFromStatus(err)
-		if gnc, ok := got.(*NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, ErrNotCurrent) || !errors.Is(got, ErrFenced) {
-			t.Errorf("current %d: RefusalFromStatus = %#v, want %#v", current, got, nc)
+		got := Refusal(err)
+		if gnc, ok := got.(*fence.NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, fence.ErrNotCurrent) || !errors.Is(got, fence.ErrFenced) {
+			t.Errorf("current %d: Refusal = %#v, want %#v", current, got, nc)
 		}
-		if fe, ok := FencedFromStatus(err); !ok || fe.Token != nc.Token || fe.Current != current {
-			t.Errorf("current %d: FencedFromStatus = %v, %v", current, fe, ok)
+		if fe, ok := fencedFromStatus(err); !ok || fe.Token != nc.Token || fe.Current != current {
+			t.Errorf("current %d: fencedFromStatus = %v, %v", current, fe, ok)
 		}
 		// An error already holding the refusal yields it.
-		if got := RefusalFromStatus(fmt.Errorf("calling: %w", nc)); got != error(nc) {
-			t.Errorf("RefusalFromStatus(wrapped NotCurrentError) = %#v", got)
+		if got := Refusal(fmt.Errorf("calling: %w", nc)); got != error(nc) {
+			t.Errorf("Refusal(wrapped NotCurrentError) = %#v", got)
 		}
 	}
 	// A superseded token keeps reason FENCED and decodes to a FencedError.
-	fe := &FencedError{Token: Token{Resource: "r", Epoch: 5}, Current: 9}
+	fe := &fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 5}, Current: 9}
 	err := StatusFor(fe).Err()
 	if info := errorInfo(err); info == nil || info.GetReason() != "FENCED" {
 		t.Errorf("FencedError: ErrorInfo %v, want reason FENCED", info)
 	}
-	if got, ok := RefusalFromStatus(err).(*FencedError); !ok || *got != *fe || errors.Is(got, ErrNotCurrent) {
-		t.Errorf("RefusalFromStatus(FENCED) = %#v, want %#v", got, fe)
+	if got, ok := Refusal(err).(*fence.FencedError); !ok || *got != *fe || errors.Is(got, fence.ErrNotCurrent) {
+		t.Errorf("Refusal(FENCED) = %#v, want %#v", got, fe)
 	}
 	// "FENCED" with current_epoch 0, as servers before "NOT_CURRENT" sent
 	// for a lease that ended, decodes as over HTTP: a FencedError.
 	old := withErrorInfo(status.New(codes.FailedPrecondition, "x"), "FENCED",
 		map[string]string{"resource": "r", "presented_epoch": "5", "current_epoch": "0"}).Err()
-	if got, ok := FencedFromStatus(old); !ok || *got != (FencedError{Token: Token{Resource: "r", Epoch: 5}}) {
-		t.Errorf("FencedFromStatus(FENCED, current 0) = %v, %v", got, ok)
-	}
-	if p, ok := (Problem{Type: ProblemTypeFenced, Status: 412, Resource: "r", PresentedEpoch: 5}).Fenced(); !ok || *p != (FencedError{Token: Token{Resource: "r", Epoch: 5}}) {
-		t.Errorf("Problem.Fenced(current 0) = %v, %v", p, ok)
+	if got, ok := fencedFromStatus(old); !ok || *got != (fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 5}}) {
+		t.Errorf("fencedFromStatus(FENCED, current 0) = %v, %v", got, ok)
 	}
 }

@@ -1,4 +1,4 @@
-package fence_test
+package fencegrpc_test
 
 import (
 	"context"
@@ -18,7 +18,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencegrpc"
+	"github.com/leasehold/leasehold/fence/fencehttp"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
@@ -26,29 +29,29 @@ import (
 // fencedFrontends serves g behind the HTTP middleware and behind the gRPC
 // interceptors (in front of the standard health service), and returns a
 // function that presents a token to both and returns what each client saw.
-func fencedFrontends(t *testing.T, g fence.Guard) func(fence.Token) (fence.Problem, error) {
+func fencedFrontends(t *testing.T, g fence.Guard) func(fence.Token) (fencehttp.Problem, error) {
 	t.Helper()
-	hs := httptest.NewServer(fence.NewMiddleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	hs := httptest.NewServer(fencehttp.NewMiddleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	t.Cleanup(hs.Close)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(fence.UnaryServerInterceptor(g)))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(fencegrpc.UnaryServerInterceptor(g)))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(fence.UnaryClientInterceptor()))
+		grpc.WithUnaryInterceptor(fencegrpc.UnaryClientInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
 	hc := healthpb.NewHealthClient(conn)
-	httpc := &http.Client{Transport: fence.NewTransport(nil)}
+	httpc := &http.Client{Transport: fencehttp.NewTransport(nil)}
 
-	return func(tok fence.Token) (fence.Problem, error) {
+	return func(tok fence.Token) (fencehttp.Problem, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(fence.WithToken(t.Context(), tok), 10*time.Second)
 		defer cancel()
@@ -61,7 +64,7 @@ func fencedFrontends(t *testing.T, g fence.Guard) func(fence.Token) (fence.Probl
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var p fence.Problem
+		var p fencehttp.Problem
 		if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
 			t.Fatalf("%v: status %d, body is not a problem: %v", tok, resp.StatusCode, err)
 		}
@@ -81,12 +84,12 @@ func fencedFrontends(t *testing.T, g fence.Guard) func(fence.Token) (fence.Probl
 // stays one over gRPC as over HTTP, and the gRPC message is the problem's
 // detail, not "below the current epoch 0".
 func TestRefusalOverHTTPAndGRPC(t *testing.T) {
-	f := newEtcdFixture(t)
+	cli := e2e.NewCluster(t).Client(t)
 	ctx := t.Context()
-	ns := freshNamespace()
-	reg := lease.NewRegistry(f.cli, lease.WithNamespace(ns))
+	const ns = "/fencegrpc-test"
+	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
 	t.Cleanup(func() { _ = reg.Close() })
-	s, err := session.New(ctx, f.cli, session.WithWorker("w1"))
+	s, err := session.New(ctx, cli, session.WithWorker("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +97,10 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 	const res = "orders"
 
 	guards := map[string]fence.Guard{
-		"LeaseGuard": must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns))),
-		"Verifier":   must(fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))),
+		"LeaseGuard": must(fence.NewLeaseGuard(cli, fence.WithEtcdNamespace(ns))),
+		"Verifier":   must(fence.NewVerifier(cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))),
 	}
-	present := map[string]func(fence.Token) (fence.Problem, error){}
+	present := map[string]func(fence.Token) (fencehttp.Problem, error){}
 	for name, g := range guards {
 		present[name] = fencedFrontends(t, g)
 	}
@@ -119,9 +122,9 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 				errors.As(local, &fe)
 				want = fe
 			}
-			hr, gr := p.Refusal(), fence.RefusalFromStatus(gerr)
+			hr, gr := p.Refusal(), fencegrpc.Refusal(gerr)
 			if !reflect.DeepEqual(hr, want) || !reflect.DeepEqual(gr, want) {
-				t.Errorf("%s: %s: Problem.Refusal() = %#v, RefusalFromStatus = %#v; want %#v", name, what, hr, gr, want)
+				t.Errorf("%s: %s: Problem.Refusal() = %#v, fencegrpc.Refusal = %#v; want %#v", name, what, hr, gr, want)
 			}
 			for _, target := range []error{fence.ErrFenced, fence.ErrNotCurrent} {
 				if l, h, g := errors.Is(local, target), errors.Is(hr, target), errors.Is(gr, target); h != l || g != l {
@@ -129,12 +132,12 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 				}
 			}
 
-			hfe, hok := p.Fenced()
-			gfe, gok := fence.FencedFromStatus(gerr)
+			var hfe, gfe *fence.FencedError
+			hok, gok := errors.As(hr, &hfe), errors.As(gr, &gfe)
 			if !hok || !gok {
-				t.Errorf("%s: %s: Problem.Fenced() ok = %v, FencedFromStatus(%v) ok = %v; want both true", name, what, hok, gerr, gok)
+				t.Errorf("%s: %s: errors.As(Problem.Refusal()) = %v, errors.As(fencegrpc.Refusal(%v)) = %v; want both true", name, what, hok, gerr, gok)
 			} else if *hfe != *gfe || gfe.Token != tok || gfe.Current != current {
-				t.Errorf("%s: %s: Problem.Fenced() = %+v, FencedFromStatus = %+v; want token %v, current %d from both", name, what, hfe, gfe, tok, current)
+				t.Errorf("%s: %s: FencedError over HTTP %+v, over gRPC %+v; want token %v, current %d from both", name, what, hfe, gfe, tok, current)
 			}
 			// The message is the HTTP problem's detail, and a token that is
 			// not the live lease's is not said to be below anything.
@@ -161,4 +164,11 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 	}
 	check("superseded lease", tok1, l2.Epoch(), false)
 	check("forged epoch above the live one", fence.Token{Resource: res, Epoch: l2.Epoch() + 100}, l2.Epoch(), true)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

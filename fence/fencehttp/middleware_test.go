@@ -1,9 +1,10 @@
-package fence
+package fencehttp
 
-// These tests are internal to the package so they can watch the process-wide
-// lock table (admissions) and build the broken middleware variant from the
-// real parts. They drive real servers (httptest.NewServer) through real
-// clients. Goroutine leaks are checked by TestMain in fence_test.go.
+// These tests are internal to the package so they can build the broken
+// middleware variant from the real parts; they watch the process-wide lock
+// table through internal/admission. They drive real servers
+// (httptest.NewServer) through real clients. Goroutine leaks are checked by
+// TestMain in main_test.go.
 
 import (
 	"context"
@@ -18,6 +19,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/admission"
 )
 
 // httpReply is what a test client saw.
@@ -100,7 +104,7 @@ func (h *tokenEcho) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.calls++
 	h.mu.Unlock()
-	if t, ok := TokenFrom(r.Context()); ok {
+	if t, ok := fence.TokenFrom(r.Context()); ok {
 		fmt.Fprint(w, t.String())
 		return
 	}
@@ -114,9 +118,9 @@ func (h *tokenEcho) callCount() int {
 }
 
 func TestMiddlewareStatuses(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	h := &tokenEcho{}
-	srv := httptest.NewServer(Middleware(g, h))
+	srv := httptest.NewServer(NewMiddleware(g)(h))
 	defer srv.Close()
 	c := srv.Client()
 
@@ -126,7 +130,7 @@ func TestMiddlewareStatuses(t *testing.T) {
 		t.Fatalf("no token: status %d, want 428", r.status)
 	}
 	want := Problem{
-		Type:   ProblemTypeMissingToken,
+		Type:   problemTypeMissingToken,
 		Title:  "Fencing token required",
 		Status: 428,
 		Detail: "this request must carry a Fencing-Token header",
@@ -137,18 +141,18 @@ func TestMiddlewareStatuses(t *testing.T) {
 
 	// Malformed: 400, with ParseToken's error as the detail.
 	r = mustSend(t, c, srv.URL, "07:inv")
-	_, perr := ParseToken("07:inv")
-	want = Problem{Type: ProblemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: perr.Error()}
+	_, perr := fence.ParseToken("07:inv")
+	want = Problem{Type: problemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: perr.Error()}
 	if p := r.problem(t); r.status != 400 || p != want {
 		t.Errorf("malformed token: status %d problem %+v, want 400 %+v", r.status, p, want)
 	}
 	r = mustSend(t, c, srv.URL, "")
-	if p := r.problem(t); r.status != 400 || p.Type != ProblemTypeMalformedToken {
+	if p := r.problem(t); r.status != 400 || p.Type != problemTypeMalformedToken {
 		t.Errorf("empty token: status %d problem %+v, want 400 malformed", r.status, p)
 	}
 	// Two headers: which holder is writing? Refused, not resolved.
 	r = mustSend(t, c, srv.URL, "5:inv", "6:inv")
-	want = Problem{Type: ProblemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: "2 Fencing-Token headers; send exactly one"}
+	want = Problem{Type: problemTypeMalformedToken, Title: "Malformed fencing token", Status: 400, Detail: "2 Fencing-Token headers; send exactly one"}
 	if p := r.problem(t); r.status != 400 || p != want {
 		t.Errorf("two tokens: status %d problem %+v, want 400 %+v", r.status, p, want)
 	}
@@ -172,9 +176,9 @@ func TestMiddlewareStatuses(t *testing.T) {
 	if r.status != http.StatusPreconditionFailed {
 		t.Fatalf("stale token: status %d, want 412 (body %s)", r.status, r.body)
 	}
-	fe := &FencedError{Token: Token{Resource: "inv", Epoch: 6}, Current: 7}
+	fe := &fence.FencedError{Token: fence.Token{Resource: "inv", Epoch: 6}, Current: 7}
 	want = Problem{
-		Type:           ProblemTypeFenced,
+		Type:           problemTypeFenced,
 		Title:          "Stale fencing token",
 		Status:         412,
 		Detail:         fe.Error(),
@@ -191,8 +195,9 @@ func TestMiddlewareStatuses(t *testing.T) {
 	if !sameSet(members, wantMembers) {
 		t.Errorf("stale token: members %v, want %v", members, wantMembers)
 	}
-	if got, ok := p.Fenced(); !ok || *got != *fe || !errors.Is(got, ErrFenced) {
-		t.Errorf("Problem.Fenced() = %v, %v; want %v", got, ok, fe)
+	var got *fence.FencedError
+	if r := p.Refusal(); !errors.As(r, &got) || *got != *fe || !errors.Is(r, fence.ErrFenced) {
+		t.Errorf("Problem.Refusal() = %v; want %v", r, fe)
 	}
 	if n := h.callCount(); n != 3 {
 		t.Errorf("handler ran %d times, want 3 (the admitted requests only)", n)
@@ -219,7 +224,7 @@ func sameSet(a, b []string) bool {
 }
 
 func TestMiddlewareTokenOptional(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	h := &tokenEcho{}
 	srv := httptest.NewServer(NewMiddleware(g, TokenOptional())(h))
 	defer srv.Close()
@@ -241,7 +246,7 @@ func TestMiddlewareTokenOptional(t *testing.T) {
 }
 
 func TestMiddlewareWithResource(t *testing.T) {
-	g := NewMemoryGuard()
+	g := fence.NewMemoryGuard()
 	h := &tokenEcho{}
 	byPath := func(r *http.Request) (string, error) {
 		res, ok := strings.CutPrefix(r.URL.Path, "/invoices/")
@@ -259,7 +264,7 @@ func TestMiddlewareWithResource(t *testing.T) {
 	}
 	r := mustSend(t, c, srv.URL+"/invoices/2", "3:invoices/1")
 	want := Problem{
-		Type:           ProblemTypeWrongResource,
+		Type:           problemTypeWrongResource,
 		Title:          "Fencing token is for another resource",
 		Status:         400,
 		Detail:         `the token is for resource "invoices/1"; this request writes resource "invoices/2"`,
@@ -270,7 +275,7 @@ func TestMiddlewareWithResource(t *testing.T) {
 		t.Errorf("other resource: status %d problem %+v, want 400 %+v", r.status, p, want)
 	}
 	r = mustSend(t, c, srv.URL+"/other", "3:invoices/1")
-	if p := r.problem(t); r.status != 400 || p.Type != ProblemTypeWrongResource || !strings.Contains(p.Detail, `path "/other"`) {
+	if p := r.problem(t); r.status != 400 || p.Type != problemTypeWrongResource || !strings.Contains(p.Detail, `path "/other"`) {
 		t.Errorf("unnamed resource: status %d problem %+v", r.status, p)
 	}
 	if n := h.callCount(); n != 1 {
@@ -283,34 +288,34 @@ func TestMiddlewareWithResource(t *testing.T) {
 
 // TestMiddlewareMisconfigured checks that a misconfigured middleware is
 // built without panicking and then refuses every request, with or without
-// a token, with 500 ProblemTypeMisconfigured naming the mistake, without
+// a token, with 500 problemTypeMisconfigured naming the mistake, without
 // running the handler, admitting an epoch or taking a lock.
 func TestMiddlewareMisconfigured(t *testing.T) {
 	res := func(*http.Request) (string, error) { return "r", nil }
 	tests := []struct {
 		name  string
-		build func(Guard, http.Handler) http.Handler
+		build func(fence.Guard, http.Handler) http.Handler
 		want  string // in the problem's detail
 	}{
-		{"nil guard", func(_ Guard, h http.Handler) http.Handler { return NewMiddleware(nil)(h) },
+		{"nil guard", func(_ fence.Guard, h http.Handler) http.Handler { return NewMiddleware(nil)(h) },
 			"fence: NewMiddleware misconfigured: the Guard is nil"},
-		{"Middleware nil guard", func(_ Guard, h http.Handler) http.Handler { return Middleware(nil, h) },
-			"fence: Middleware misconfigured: the Guard is nil"},
-		{"Middleware nil next", func(g Guard, _ http.Handler) http.Handler { return Middleware(g, nil) },
-			"fence: Middleware misconfigured: the next handler is nil"},
-		{"NewMiddleware nil next", func(g Guard, _ http.Handler) http.Handler { return NewMiddleware(g, TokenOptional())(nil) },
+		{"nil guard and next", func(fence.Guard, http.Handler) http.Handler { return NewMiddleware(nil)(nil) },
+			"fence: NewMiddleware misconfigured: the Guard is nil"},
+		{"nil next", func(g fence.Guard, _ http.Handler) http.Handler { return NewMiddleware(g)(nil) },
 			"fence: NewMiddleware misconfigured: the next handler is nil"},
-		{"nil option", func(g Guard, h http.Handler) http.Handler { return NewMiddleware(g, TokenOptional(), nil)(h) },
-			"fence: NewMiddleware misconfigured: the MiddlewareOption at index 1 is nil"},
-		{"nil resource func", func(g Guard, h http.Handler) http.Handler { return NewMiddleware(g, WithResource(nil))(h) },
+		{"NewMiddleware nil next", func(g fence.Guard, _ http.Handler) http.Handler { return NewMiddleware(g, TokenOptional())(nil) },
+			"fence: NewMiddleware misconfigured: the next handler is nil"},
+		{"nil option", func(g fence.Guard, h http.Handler) http.Handler { return NewMiddleware(g, TokenOptional(), nil)(h) },
+			"fence: NewMiddleware misconfigured: the Option at index 1 is nil"},
+		{"nil resource func", func(g fence.Guard, h http.Handler) http.Handler { return NewMiddleware(g, WithResource(nil))(h) },
 			"fence: NewMiddleware misconfigured: WithResource: the resource function is nil"},
-		{"WithResource twice", func(g Guard, h http.Handler) http.Handler {
+		{"WithResource twice", func(g fence.Guard, h http.Handler) http.Handler {
 			return NewMiddleware(g, WithResource(res), TokenOptional(), WithResource(res))(h)
 		}, "fence: NewMiddleware misconfigured: WithResource given 2 times; give it at most once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := NewMemoryGuard()
+			g := fence.NewMemoryGuard()
 			h := &tokenEcho{}
 			srv := httptest.NewServer(tt.build(g, h))
 			defer srv.Close()
@@ -321,7 +326,7 @@ func TestMiddlewareMisconfigured(t *testing.T) {
 				r := mustSend(t, c, srv.URL, tokens...)
 				p := r.problem(t)
 				want := Problem{
-					Type:   ProblemTypeMisconfigured,
+					Type:   problemTypeMisconfigured,
 					Title:  "Fencing middleware misconfigured",
 					Status: http.StatusInternalServerError,
 					Detail: tt.want,
@@ -336,7 +341,7 @@ func TestMiddlewareMisconfigured(t *testing.T) {
 			if e := g.Current("r"); e != 0 {
 				t.Errorf("misconfigured middleware admitted epoch %d", e)
 			}
-			if n := admissions.size(); n != 0 {
+			if n := admission.Held(); n != 0 {
 				t.Errorf("%d resources still held", n)
 			}
 		})
@@ -352,7 +357,7 @@ type effectLog struct {
 
 // effect stands for a write that takes a while: it sleeps a random short
 // time, then records the epoch it was performed under.
-func (l *effectLog) effect(t Token) {
+func (l *effectLog) effect(t fence.Token) {
 	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 	l.mu.Lock()
 	l.epochs = append(l.epochs, t.Epoch)
@@ -385,7 +390,7 @@ func TestEffectLogViolation(t *testing.T) {
 
 // sendFunc sends one fenced write with t and reports whether it was
 // admitted (false: refused as stale).
-type sendFunc func(ctx context.Context, t Token) (admitted bool, err error)
+type sendFunc func(ctx context.Context, t fence.Token) (admitted bool, err error)
 
 // runConcurrent has workers send writes for one resource with random,
 // loosely increasing epochs, so that stale tokens race current ones.
@@ -400,7 +405,7 @@ func runConcurrent(t *testing.T, seed uint64, workers, ops int, send sendFunc) (
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			for i := range ops {
-				tk := Token{Resource: "atomic", Epoch: int64(i) + 1 + rng.Int64N(4)}
+				tk := fence.Token{Resource: "atomic", Epoch: int64(i) + 1 + rng.Int64N(4)}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				ok, err := send(ctx, tk)
 				cancel()
@@ -428,7 +433,7 @@ func runConcurrent(t *testing.T, seed uint64, workers, ops int, send sendFunc) (
 
 // httpSender posts to url with t in the Fencing-Token header.
 func httpSender(c *http.Client, url string) sendFunc {
-	return func(ctx context.Context, tk Token) (bool, error) {
+	return func(ctx context.Context, tk fence.Token) (bool, error) {
 		r, err := send(ctx, c, url, tk.String())
 		if err != nil {
 			return false, err
@@ -448,7 +453,7 @@ func httpSender(c *http.Client, url string) sendFunc {
 func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *effectLog) (*httptest.Server, *http.Client) {
 	t.Helper()
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tk, ok := TokenFrom(r.Context())
+		tk, ok := fence.TokenFrom(r.Context())
 		if !ok {
 			http.Error(w, "no token in context", http.StatusInternalServerError)
 			return
@@ -466,7 +471,7 @@ func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *ef
 func TestMiddlewareAtomic(t *testing.T) {
 	for round := range 3 {
 		log := &effectLog{}
-		srv, c := startEffectServer(t, NewMiddleware(NewMemoryGuard()), log)
+		srv, c := startEffectServer(t, NewMiddleware(fence.NewMemoryGuard()), log)
 		admitted, fenced := runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
 		t.Logf("round %d: %d admitted, %d fenced", round, admitted, fenced)
 		srv.Close()
@@ -483,10 +488,10 @@ func TestMiddlewareAtomic(t *testing.T) {
 // brokenMiddleware is the mistake NewMiddleware exists to prevent: it takes
 // the resource's lock and admits the token exactly as the real one does, but
 // lets go of the lock before calling the handler.
-func brokenMiddleware(g Guard) func(http.Handler) http.Handler {
+func brokenMiddleware(g fence.Guard) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tk, err := ParseToken(r.Header.Get(Header))
+			tk, err := fence.ParseToken(r.Header.Get(Header))
 			if err != nil {
 				_ = ProblemFor(err).Write(w)
 				return
@@ -497,7 +502,7 @@ func brokenMiddleware(g Guard) func(http.Handler) http.Handler {
 				return
 			}
 			release() // the bug
-			next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), tk)))
+			next.ServeHTTP(w, r.WithContext(fence.WithToken(r.Context(), tk)))
 		})
 	}
 }
@@ -509,7 +514,7 @@ func TestBrokenMiddlewareIsCaught(t *testing.T) {
 	const maxRounds = 20
 	for round := range maxRounds {
 		log := &effectLog{}
-		srv, c := startEffectServer(t, brokenMiddleware(NewMemoryGuard()), log)
+		srv, c := startEffectServer(t, brokenMiddleware(fence.NewMemoryGuard()), log)
 		runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
 		srv.Close()
 		if v := log.violation(); v != "" {
@@ -527,12 +532,7 @@ func waitForHolders(t *testing.T, resource string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		admissions.mu.Lock()
-		got := 0
-		if rl := admissions.m[resource]; rl != nil {
-			got = rl.refs
-		}
-		admissions.mu.Unlock()
+		got := admission.Holders(resource)
 		if got == n {
 			return
 		}
@@ -559,18 +559,18 @@ func (s *statusRecorder) WriteHeader(code int) {
 // own resource only: another resource proceeds, a request for the same
 // resource waits, and a waiting request gives up when its context is done.
 func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
-	g := NewMemoryGuard()
-	entered := make(chan Token, 1)
+	g := fence.NewMemoryGuard()
+	entered := make(chan fence.Token, 1)
 	release := make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tk, _ := TokenFrom(r.Context())
+		tk, _ := fence.TokenFrom(r.Context())
 		if tk.Resource == "held" && tk.Epoch == 1 {
 			entered <- tk
 			<-release
 		}
 		fmt.Fprint(w, tk.String())
 	})
-	mw := Middleware(g, handler)
+	mw := NewMiddleware(g)(handler)
 	outcomes := make(chan int, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Server-side deadline: the client sees the 503.
@@ -668,7 +668,7 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 		t.Errorf("second request: status %d body %q", r.status, r.body)
 	}
 	waitForHolders(t, "held", 0)
-	if n := admissions.size(); n != 0 {
+	if n := admission.Held(); n != 0 {
 		t.Errorf("lock table keeps %d idle resources", n)
 	}
 }
@@ -676,8 +676,8 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 // TestMiddlewareHandlerPanic checks that a panicking handler does not leave
 // its resource locked.
 func TestMiddlewareHandlerPanic(t *testing.T) {
-	g := NewMemoryGuard()
-	srv := httptest.NewServer(Middleware(g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g := fence.NewMemoryGuard()
+	srv := httptest.NewServer(NewMiddleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Panic") != "" {
 			panic(http.ErrAbortHandler)
 		}

@@ -1,4 +1,4 @@
-package fence
+package fencehttp
 
 import (
 	"context"
@@ -6,32 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
-// Problem types (RFC 9457 "type" members) of the responses written by the
-// HTTP middleware. They point at the documentation of the condition, and a
-// client can switch on them without parsing the human-readable title or
-// detail.
+// Problem types (RFC 9457 "type" members) of the responses the middleware
+// writes. A client tells a fenced write from the rest with Problem.Refusal,
+// which checks the type; the others are bugs of the client or of the
+// server's configuration, which the detail explains. The URIs are part of
+// the wire format and keep the fence package's anchors they had before the
+// middleware moved to this package.
 const (
-	// ProblemTypeFenced is the type of a 412 response: a higher epoch has
+	// problemTypeFenced is the type of a 412 response: a higher epoch has
 	// already been admitted for the resource, so the request's holder has
 	// been superseded and must stop writing.
-	ProblemTypeFenced = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#ErrFenced"
-	// ProblemTypeMalformedToken is the type of a 400 response to a
-	// Fencing-Token header that ParseToken refuses.
-	ProblemTypeMalformedToken = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#ErrMalformedToken"
-	// ProblemTypeMissingToken is the type of a 428 response to a request
+	problemTypeFenced = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#ErrFenced"
+	// problemTypeMalformedToken is the type of a 400 response to a
+	// Fencing-Token header that fence.ParseToken refuses.
+	problemTypeMalformedToken = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#ErrMalformedToken"
+	// problemTypeMissingToken is the type of a 428 response to a request
 	// without a Fencing-Token header.
-	ProblemTypeMissingToken = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#Header"
-	// ProblemTypeWrongResource is the type of a 400 response to a request
+	problemTypeMissingToken = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#Header"
+	// problemTypeWrongResource is the type of a 400 response to a request
 	// whose token is for another resource than the one the request writes
 	// (see WithResource).
-	ProblemTypeWrongResource = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#WithResource"
-	// ProblemTypeMisconfigured is the type of the 500 response with which
-	// a misconfigured middleware (see MiddlewareOption) answers every
-	// request. Its detail names the configuration error; the fault is the
-	// server's, not the request's.
-	ProblemTypeMisconfigured = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#MiddlewareOption"
+	problemTypeWrongResource = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#WithResource"
+	// problemTypeMisconfigured is the type of the 500 response with which
+	// a misconfigured middleware (see Option) answers every request. Its
+	// detail names the configuration error; the fault is the server's, not
+	// the request's.
+	problemTypeMisconfigured = "https://pkg.go.dev/github.com/leasehold/leasehold/fence#MiddlewareOption"
 )
 
 // Problem is an RFC 9457 problem details object, the body of every error
@@ -51,26 +55,27 @@ type Problem struct {
 	PresentedEpoch int64 `json:"presented_epoch,omitempty"`
 	// CurrentEpoch is the highest epoch admitted for Resource, or with
 	// NotCurrent the resource's live lease epoch, 0 (omitted) if none; set
-	// only on a 412 (ProblemTypeFenced).
+	// only on a 412.
 	CurrentEpoch int64 `json:"current_epoch,omitempty"`
 	// NotCurrent is set on a 412 whose token was refused as a
-	// *NotCurrentError: not its resource's live lease (the lease ended with
-	// no successor yet, or the epoch was never one of its leases), rather
-	// than below a newer epoch. The type stays ProblemTypeFenced, so a
-	// client that does not know this member still stops writing.
+	// *fence.NotCurrentError: not its resource's live lease (the lease ended
+	// with no successor yet, or the epoch was never one of its leases),
+	// rather than below a newer epoch. The type stays that of a fenced
+	// write, so a client that does not know this member still stops
+	// writing.
 	NotCurrent bool `json:"not_current,omitempty"`
 }
 
-// ProblemFor maps an error from a Guard (or from the middleware's wait for
-// admission) to the response the middleware writes for it, so a handler
-// that fences its own writes, for example with a SQL guard inside its
-// transaction, answers exactly as the middleware would:
+// ProblemFor maps an error from a fence.Guard (or from the middleware's
+// wait for admission) to the response the middleware writes for it, so a
+// handler that fences its own writes, for example with a SQL guard inside
+// its transaction, answers exactly as the middleware would:
 //
-//   - a *FencedError: 412 Precondition Failed, ProblemTypeFenced, with the
-//     resource and both epochs; a *NotCurrentError (which holds a
-//     *FencedError) also sets NotCurrent, and its detail is its own
+//   - a *fence.FencedError: 412 Precondition Failed, with the resource and
+//     both epochs; a *fence.NotCurrentError (which holds a
+//     *fence.FencedError) also sets NotCurrent, and its detail is its own
 //     message;
-//   - an error wrapping ErrMalformedToken: 400 Bad Request;
+//   - an error wrapping fence.ErrMalformedToken: 400 Bad Request;
 //   - context.Canceled or context.DeadlineExceeded: 503 Service Unavailable,
 //     since the request gave up, not the server;
 //   - anything else: 500 Internal Server Error. The error's text is not
@@ -79,12 +84,12 @@ type Problem struct {
 //
 // err must not be nil.
 func ProblemFor(err error) Problem {
-	var fe *FencedError
-	var nc *NotCurrentError
+	var fe *fence.FencedError
+	var nc *fence.NotCurrentError
 	switch {
 	case errors.As(err, &fe):
 		return Problem{
-			Type:           ProblemTypeFenced,
+			Type:           problemTypeFenced,
 			Title:          "Stale fencing token",
 			Status:         http.StatusPreconditionFailed,
 			Detail:         fencedDetail(err, fe),
@@ -93,9 +98,9 @@ func ProblemFor(err error) Problem {
 			CurrentEpoch:   fe.Current,
 			NotCurrent:     errors.As(err, &nc),
 		}
-	case errors.Is(err, ErrMalformedToken):
+	case errors.Is(err, fence.ErrMalformedToken):
 		return Problem{
-			Type:   ProblemTypeMalformedToken,
+			Type:   problemTypeMalformedToken,
 			Title:  "Malformed fencing token",
 			Status: http.StatusBadRequest,
 			Detail: err.Error(),
@@ -141,9 +146,10 @@ func (p Problem) Write(w http.ResponseWriter) error {
 }
 
 // fencedDetail explains a refusal: a token that is not the live lease's
-// says so, rather than "below the current epoch 0".
-func fencedDetail(err error, fe *FencedError) string {
-	var nc *NotCurrentError
+// says so, rather than "below the current epoch 0". fencegrpc's twin
+// gives the gRPC status the same message.
+func fencedDetail(err error, fe *fence.FencedError) string {
+	var nc *fence.NotCurrentError
 	if errors.As(err, &nc) {
 		return nc.Error()
 	}
@@ -152,40 +158,24 @@ func fencedDetail(err error, fe *FencedError) string {
 
 // Refusal turns a decoded 412 problem back into the refusal the server's
 // guard returned, so an HTTP client can handle a fenced write exactly like
-// a local one: a *NotCurrentError if NotCurrent is set, a *FencedError
-// otherwise, with the presented token and CurrentEpoch, so errors.Is with
-// ErrFenced and ErrNotCurrent, and errors.As, answer as they did on the
-// server. RefusalFromStatus decodes the same refusal from a gRPC status to
-// the same value. It returns nil for every other problem.
+// a local one: a *fence.NotCurrentError if NotCurrent is set, a
+// *fence.FencedError otherwise, with the presented token and CurrentEpoch,
+// so errors.Is with fence.ErrFenced and fence.ErrNotCurrent, and errors.As
+// (a *fence.NotCurrentError holds a *fence.FencedError), answer as they did
+// on the server. fencegrpc.Refusal decodes the same refusal from a gRPC
+// status to the same value. It returns nil for every other problem.
 func (p Problem) Refusal() error {
-	if p.Type != ProblemTypeFenced || p.Status != http.StatusPreconditionFailed {
+	if p.Type != problemTypeFenced || p.Status != http.StatusPreconditionFailed {
 		return nil
 	}
-	return decodeRefusal(Token{Resource: p.Resource, Epoch: p.PresentedEpoch}, p.CurrentEpoch, p.NotCurrent)
-}
-
-// Fenced is Refusal's *FencedError: the refusal itself, or for a
-// NotCurrent problem the *FencedError that errors.As finds in the
-// *NotCurrentError, with the same Token and Current (0 when no lease was
-// live). FencedFromStatus returns the same for the same refusal over gRPC.
-// It reports false for every other problem.
-func (p Problem) Fenced() (*FencedError, bool) {
-	var fe *FencedError
-	if !errors.As(p.Refusal(), &fe) {
-		return nil, false
-	}
-	return fe, true
-}
-
-// decodeRefusal rebuilds a refusal received from a server, or returns nil
-// if it could not have been sent: an invalid token or a negative epoch.
-func decodeRefusal(t Token, current int64, notCurrent bool) error {
+	t := fence.Token{Resource: p.Resource, Epoch: p.PresentedEpoch}
 	switch {
-	case t.Validate() != nil || current < 0:
+	case t.Validate() != nil || p.CurrentEpoch < 0:
+		// Not something a server could have sent.
 		return nil
-	case notCurrent:
-		return &NotCurrentError{Token: t, Current: current}
+	case p.NotCurrent:
+		return &fence.NotCurrentError{Token: t, Current: p.CurrentEpoch}
 	default:
-		return &FencedError{Token: t, Current: current}
+		return &fence.FencedError{Token: t, Current: p.CurrentEpoch}
 	}
 }

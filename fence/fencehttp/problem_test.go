@@ -1,4 +1,4 @@
-package fence
+package fencehttp
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 func TestProblemFor(t *testing.T) {
@@ -16,8 +18,8 @@ func TestProblemFor(t *testing.T) {
 		status int
 		typ    string
 	}{
-		{fmt.Errorf("wrapped: %w", &FencedError{Token: Token{Resource: "r", Epoch: 1}, Current: 2}), 412, ProblemTypeFenced},
-		{fmt.Errorf("%w: bad", ErrMalformedToken), 400, ProblemTypeMalformedToken},
+		{fmt.Errorf("wrapped: %w", &fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 1}, Current: 2}), 412, problemTypeFenced},
+		{fmt.Errorf("%w: bad", fence.ErrMalformedToken), 400, problemTypeMalformedToken},
 		{fmt.Errorf("waiting: %w", context.Canceled), 503, "about:blank"},
 		{context.DeadlineExceeded, 503, "about:blank"},
 		{errors.New("dial tcp 10.0.0.7:5432: connection refused"), 500, "about:blank"},
@@ -31,8 +33,8 @@ func TestProblemFor(t *testing.T) {
 			t.Errorf("ProblemFor leaks an internal error: %q", p.Detail)
 		}
 	}
-	if _, ok := ProblemFor(fmt.Errorf("%w: bad", ErrMalformedToken)).Fenced(); ok {
-		t.Errorf("Fenced() true for a malformed-token problem")
+	if r := ProblemFor(fmt.Errorf("%w: bad", fence.ErrMalformedToken)).Refusal(); r != nil {
+		t.Errorf("Refusal() = %v for a malformed-token problem", r)
 	}
 	rec := httptest.NewRecorder()
 	if err := (Problem{Title: "no status"}).Write(rec); err != nil || rec.Code != 500 {
@@ -41,18 +43,18 @@ func TestProblemFor(t *testing.T) {
 }
 
 // TestProblemNotCurrent: a token that is not the live lease's is a 412 of
-// ProblemTypeFenced, as before, with a not_current member that lets
+// problemTypeFenced, as before, with a not_current member that lets
 // Refusal rebuild the *NotCurrentError, Current 0 included.
 func TestProblemNotCurrent(t *testing.T) {
 	for _, current := range []int64{0, 9} {
-		nc := &NotCurrentError{Token: Token{Resource: "r", Epoch: 12}, Current: current}
+		nc := &fence.NotCurrentError{Token: fence.Token{Resource: "r", Epoch: 12}, Current: current}
 		rec := httptest.NewRecorder()
 		if err := ProblemFor(fmt.Errorf("fence: admitting: %w", nc)).Write(rec); err != nil {
 			t.Fatal(err)
 		}
 		var members map[string]any
-		if err := json.Unmarshal(rec.Body.Bytes(), &members); err != nil || members["not_current"] != true || members["type"] != ProblemTypeFenced || rec.Code != 412 {
-			t.Errorf("current %d: %d %s, want 412 %s with not_current true", current, rec.Code, rec.Body, ProblemTypeFenced)
+		if err := json.Unmarshal(rec.Body.Bytes(), &members); err != nil || members["not_current"] != true || members["type"] != problemTypeFenced || rec.Code != 412 {
+			t.Errorf("current %d: %d %s, want 412 %s with not_current true", current, rec.Code, rec.Body, problemTypeFenced)
 		}
 		var p Problem
 		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
@@ -62,16 +64,16 @@ func TestProblemNotCurrent(t *testing.T) {
 			t.Errorf("current %d: detail %q, want %q", current, p.Detail, nc.Error())
 		}
 		got := p.Refusal()
-		if gnc, ok := got.(*NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, ErrNotCurrent) || !errors.Is(got, ErrFenced) {
+		if gnc, ok := got.(*fence.NotCurrentError); !ok || *gnc != *nc || !errors.Is(got, fence.ErrNotCurrent) || !errors.Is(got, fence.ErrFenced) {
 			t.Errorf("current %d: Refusal() = %#v, want %#v", current, got, nc)
 		}
 	}
-	fe := &FencedError{Token: Token{Resource: "r", Epoch: 5}, Current: 9}
+	fe := &fence.FencedError{Token: fence.Token{Resource: "r", Epoch: 5}, Current: 9}
 	p := ProblemFor(fe)
-	if got, ok := p.Refusal().(*FencedError); p.NotCurrent || !ok || *got != *fe {
+	if got, ok := p.Refusal().(*fence.FencedError); p.NotCurrent || !ok || *got != *fe {
 		t.Errorf("FencedError: NotCurrent %v, Refusal() = %#v", p.NotCurrent, p.Refusal())
 	}
-	if r := ProblemFor(fmt.Errorf("%w: bad", ErrMalformedToken)).Refusal(); r != nil {
+	if r := ProblemFor(fmt.Errorf("%w: bad", fence.ErrMalformedToken)).Refusal(); r != nil {
 		t.Errorf("Refusal() = %v for a malformed-token problem", r)
 	}
 }

@@ -1,4 +1,4 @@
-package fence
+package fencehttp
 
 import (
 	"fmt"
@@ -6,11 +6,13 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 // NewTransport returns an http.RoundTripper that sends the token and the
-// idempotency key found in each request's context (WithToken,
-// WithIdempotencyKey) as the Fencing-Token and Idempotency-Key headers, so
+// idempotency key found in each request's context (fence.WithToken,
+// fence.WithIdempotencyKey) as the Fencing-Token and Idempotency-Key headers, so
 // code that holds a lease only has to put the token in the context it
 // already passes down. A nil base means http.DefaultTransport.
 //
@@ -18,9 +20,9 @@ import (
 // adds a header only when the request has none, so a proxy can forward the
 // token it received unchanged. The caller's request is never modified; the
 // transport sends a clone when it adds a header. A token in the context that
-// could not have been issued (Token.Validate fails) is not sent: RoundTrip
-// returns an error wrapping ErrMalformedToken, since the server would only
-// refuse it.
+// could not have been issued (fence.Token.Validate fails) is not sent:
+// RoundTrip returns an error wrapping fence.ErrMalformedToken, since the
+// server would only refuse it.
 func NewTransport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -34,9 +36,9 @@ type transport struct {
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	tok, setToken := TokenFrom(ctx)
+	tok, setToken := fence.TokenFrom(ctx)
 	setToken = setToken && len(req.Header.Values(Header)) == 0
-	key, setKey := IdempotencyKeyFrom(ctx)
+	key, setKey := fence.IdempotencyKeyFrom(ctx)
 	setKey = setKey && len(req.Header.Values(IdempotencyHeader)) == 0
 	if !setToken && !setKey {
 		return t.base.RoundTrip(req)

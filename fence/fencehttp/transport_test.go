@@ -1,4 +1,4 @@
-package fence
+package fencehttp
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 // bodyCloser records whether a RoundTripper closed the request body.
@@ -33,13 +35,13 @@ func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 func (rt *recordingTransport) CloseIdleConnections() { rt.closedIdle = true }
 
 func TestTransport(t *testing.T) {
-	tk := Token{Resource: "jobs/9", Epoch: 12}
+	tk := fence.Token{Resource: "jobs/9", Epoch: 12}
 	base := &recordingTransport{}
 	tr := NewTransport(base)
 
 	// The context's token is sent, on a clone: the caller's request and
 	// its header map are untouched.
-	req, _ := http.NewRequestWithContext(WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
+	req, _ := http.NewRequestWithContext(fence.WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
 	req.Header.Set("X-Other", "1")
 	before := req.Header.Clone()
 	if _, err := tr.RoundTrip(req); err != nil {
@@ -57,7 +59,7 @@ func TestTransport(t *testing.T) {
 	}
 
 	// An explicit header wins over the context.
-	req, _ = http.NewRequestWithContext(WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
+	req, _ = http.NewRequestWithContext(fence.WithToken(context.Background(), tk), http.MethodPut, "http://example.invalid/x", nil)
 	req.Header.Set(Header, "3:jobs/9")
 	if _, err := tr.RoundTrip(req); err != nil {
 		t.Fatal(err)
@@ -76,7 +78,7 @@ func TestTransport(t *testing.T) {
 	}
 
 	// A request built without a header map still gets one.
-	req = (&http.Request{Method: http.MethodGet, URL: req.URL}).WithContext(WithToken(context.Background(), tk))
+	req = (&http.Request{Method: http.MethodGet, URL: req.URL}).WithContext(fence.WithToken(context.Background(), tk))
 	if _, err := tr.RoundTrip(req); err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +89,8 @@ func TestTransport(t *testing.T) {
 	// An invalid token is not sent, and the body is closed as the
 	// RoundTripper contract requires.
 	body := &bodyCloser{Reader: strings.NewReader("x")}
-	req, _ = http.NewRequestWithContext(WithToken(context.Background(), Token{Resource: "r"}), http.MethodPost, "http://example.invalid/x", body)
-	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrMalformedToken) || !body.closed {
+	req, _ = http.NewRequestWithContext(fence.WithToken(context.Background(), fence.Token{Resource: "r"}), http.MethodPost, "http://example.invalid/x", body)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, fence.ErrMalformedToken) || !body.closed {
 		t.Errorf("invalid token: err %v, body closed %v; want ErrMalformedToken and closed", err, body.closed)
 	}
 	if len(base.reqs) != 4 {
@@ -104,18 +106,18 @@ func TestTransport(t *testing.T) {
 // TestTransportToMiddleware runs the client and server halves together:
 // the token put in the context by the lease holder reaches the handler.
 func TestTransportToMiddleware(t *testing.T) {
-	g := NewMemoryGuard()
-	srv := httptest.NewServer(Middleware(g, &tokenEcho{}))
+	g := fence.NewMemoryGuard()
+	srv := httptest.NewServer(NewMiddleware(g)(&tokenEcho{}))
 	defer srv.Close()
 
 	// nil base: http.DefaultTransport, whose idle connections srv.Close
 	// closes.
 	c := &http.Client{Transport: NewTransport(nil)}
 	for _, tc := range []struct {
-		tk     Token
+		tk     fence.Token
 		status int
-	}{{Token{Resource: "t", Epoch: 2}, 200}, {Token{Resource: "t", Epoch: 1}, 412}} {
-		req, _ := http.NewRequestWithContext(WithToken(context.Background(), tc.tk), http.MethodPost, srv.URL, nil)
+	}{{fence.Token{Resource: "t", Epoch: 2}, 200}, {fence.Token{Resource: "t", Epoch: 1}, 412}} {
+		req, _ := http.NewRequestWithContext(fence.WithToken(context.Background(), tc.tk), http.MethodPost, srv.URL, nil)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)

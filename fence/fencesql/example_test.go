@@ -1,4 +1,4 @@
-package fence_test
+package fencesql_test
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 )
 
 // The effect and the admission share one transaction: the invoice's status
 // changes only if the token is current, and a superseded worker's late write
 // is refused instead of overwriting the new holder's.
-func ExampleSQLGuard() {
+func ExampleGuard() {
 	dir, err := os.MkdirTemp("", "leasehold-example")
 	if err != nil {
 		log.Fatal(err)
@@ -36,7 +37,7 @@ func ExampleSQLGuard() {
 		log.Fatal(err)
 	}
 
-	guard, err := fence.NewSQLGuard(db) // creates leasehold_fence
+	guard, err := fencesql.NewGuard(db) // creates leasehold_fence
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,4 +80,44 @@ func ExampleSQLGuard() {
 	// <nil>
 	// true fenced: resource "invoices/42": epoch 7 is below the current epoch 8
 	// sent 8
+}
+
+// Guard.Prune deletes the rows at or below the floor and records the
+// floor in the same table, in one transaction.
+func ExampleGuard_Prune() {
+	dir, err := os.MkdirTemp("", "leasehold-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	guard, err := fencesql.NewGuard(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for res, epoch := range map[string]int64{"invoices/1": 5, "invoices/2": 6, "invoices/3": 90} {
+		if err := guard.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	pruned, err := guard.Prune(ctx, 50)
+	if err != nil {
+		log.Fatal(err)
+	}
+	floor, err := guard.Floor(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pruned:", pruned, "floor:", floor)
+	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 12}))
+	fmt.Println(guard.Admit(ctx, fence.Token{Resource: "invoices/4", Epoch: 51}))
+	// Output:
+	// pruned: 2 floor: 50
+	// fenced: resource "invoices/4": epoch 12 is below the current epoch 50
+	// <nil>
 }

@@ -1,4 +1,4 @@
-package fence_test
+package fencesql_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/fence/fencetest"
 )
 
-// pruneSQL is the fencetest Pruner of an *fence.SQLGuard.
+// pruneSQL is the fencetest Pruner of an *fencesql.Guard.
 func pruneSQL(ctx context.Context, g fence.Guard, floor int64) error {
-	_, err := g.(*fence.SQLGuard).Prune(ctx, floor)
+	_, err := g.(*fencesql.Guard).Prune(ctx, floor)
 	return err
 }
 
@@ -29,12 +30,12 @@ func TestSQLGuardConforms(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d testDB) {
 		var n atomic.Int64
 		fencetest.Run(t, func(t *testing.T) fence.Guard {
-			return newGuard(t, d.db, fence.WithTable(fmt.Sprintf("conform_%d", n.Add(1))))
+			return newGuard(t, d.db, fencesql.WithTable(fmt.Sprintf("conform_%d", n.Add(1))))
 		}, fencetest.WithPrune(pruneSQL))
 	})
 }
 
-func wantFloor(t *testing.T, g *fence.SQLGuard, want int64) {
+func wantFloor(t *testing.T, g *fencesql.Guard, want int64) {
 	t.Helper()
 	if got, err := g.Floor(context.Background()); err != nil || got != want {
 		t.Fatalf("Floor = %d, %v; want %d", got, err, want)
@@ -89,9 +90,9 @@ func TestSQLGuardPrune(t *testing.T) {
 		}
 
 		// Without its floor row the table admits nothing, with an error
-		// (not a refusal); NewSQLGuard puts the row back, and the floor
+		// (not a refusal); NewGuard puts the row back, and the floor
 		// then starts from nothing pruned.
-		if _, err := d.db.ExecContext(ctx, "DELETE FROM "+fence.DefaultSQLTable+" WHERE resource = ''"); err != nil {
+		if _, err := d.db.ExecContext(ctx, "DELETE FROM "+fencesql.DefaultTable+" WHERE resource = ''"); err != nil {
 			t.Fatal(err)
 		}
 		if err := g.Admit(ctx, tok("b", 12)); err == nil || errors.Is(err, fence.ErrFenced) {
@@ -201,7 +202,7 @@ func TestSQLGuardRacePruned(t *testing.T) {
 	resources := []string{"jobs/a", "jobs/b", "jobs/c", "jobs/d"}
 	forEachDB(t, func(t *testing.T, d testDB) {
 		txsPerWorker := 60
-		if d.dialect == fence.DialectSQLite {
+		if d.dialect == fencesql.DialectSQLite {
 			txsPerWorker = 25
 		}
 		g := newGuard(t, d.db)

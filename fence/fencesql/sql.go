@@ -1,4 +1,14 @@
-package fence
+// Package fencesql is a fence.Guard whose epochs live in a table of the
+// same SQL database as the data it protects, so that admitting a token and
+// writing the effect commit or roll back as one transaction
+// ([Guard.AdmitTx]). It supports PostgreSQL and SQLite through
+// database/sql.
+//
+// A downstream service that runs several replicas fences each write in its
+// own transaction with a Guard, instead of relying on the in-process lock
+// of fencehttp's middleware or fencegrpc's interceptors, and answers the
+// guard's refusals with fencehttp.ProblemFor or fencegrpc.StatusFor.
+package fencesql
 
 import (
 	"context"
@@ -8,15 +18,17 @@ import (
 	"math"
 	"strings"
 
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
-// DefaultSQLTable is the table an SQLGuard keeps its epochs in unless
+// DefaultTable is the table a Guard keeps its epochs in unless
 // WithTable names another.
-const DefaultSQLTable = "leasehold_fence"
+const DefaultTable = "leasehold_fence"
 
-// SQLSchema is the DDL NewSQLGuard runs for the default table. It is the same
+// Schema is the DDL NewGuard runs for the default table. It is the same
 // text for PostgreSQL and SQLite, and it is idempotent. Teams that manage
 // their schema with a migration tool can copy it, open the guard with
 // WithoutCreateTable, and never give the application role DDL rights.
@@ -29,22 +41,22 @@ const DefaultSQLTable = "leasehold_fence"
 // Besides one row per resource, the table holds the guard's floor row, the
 // one whose resource is the empty string (which no resource name is): its
 // epoch is the lowest epoch the guard admits for any resource, the floor
-// (see SQLGuard.Prune) plus one, so 1 until something is pruned.
-// NewSQLGuard inserts it if it is missing; while it is missing, every
+// (see Guard.Prune) plus one, so 1 until something is pruned.
+// NewGuard inserts it if it is missing; while it is missing, every
 // admission is refused with an error.
-const SQLSchema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
+const Schema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
 	resource TEXT PRIMARY KEY,
 	epoch    BIGINT NOT NULL CHECK (epoch > 0)
 )`
 
-// Dialect is the SQL database an SQLGuard talks to. The admission statement
+// Dialect is the SQL database a Guard talks to. The admission statement
 // is the same upsert on both supported databases; the dialect picks the
 // placeholder syntax and the version check, and naming it explicitly is what
-// lets NewSQLGuard refuse a database whose locking it has not been verified
+// lets NewGuard refuse a database whose locking it has not been verified
 // against instead of failing at the first admission.
 //
 // Dialect is the same type as the audit package's Dialect (both are aliases
-// of one internal type), so one value configures an SQLGuard and an
+// of one internal type), so one value configures a Guard and an
 // SQLArchive alike. Godoc lists its methods with that internal type, not
 // here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
 // reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
@@ -59,31 +71,31 @@ const (
 	DialectSQLite Dialect = sqldialect.SQLite
 )
 
-// maxSQLTable is the longest table name WithTable accepts: PostgreSQL's
+// maxTable is the longest table name WithTable accepts: PostgreSQL's
 // identifier limit, beyond which it would silently truncate the name.
-const maxSQLTable = 63
+const maxTable = 63
 
-// SQLOption configures NewSQLGuard.
-type SQLOption func(*sqlConfig) error
+// Option configures NewGuard.
+type Option func(*config) error
 
-type sqlConfig struct {
+type config struct {
 	table       string
 	dialect     Dialect // 0: detect from the driver
 	createTable bool
 }
 
 // WithTable makes the guard keep its epochs in table instead of
-// DefaultSQLTable, for example to give each service its own. The name must
+// DefaultTable, for example to give each service its own. The name must
 // be 1 to 63 bytes matching [A-Za-z_][A-Za-z0-9_]*: it is spliced into SQL
 // text (a table name cannot be a bind parameter), so only names that need no
 // escaping are accepted, and 63 bytes is PostgreSQL's identifier limit,
 // beyond which it would silently truncate the name. Schema-qualified names
 // are not accepted; use the connection's search_path to pick a PostgreSQL
 // schema.
-func WithTable(name string) SQLOption {
-	return func(c *sqlConfig) error {
-		if err := sqldialect.ValidateTable(name, maxSQLTable); err != nil {
-			return fmt.Errorf("fence: WithTable: %w", err)
+func WithTable(name string) Option {
+	return func(c *config) error {
+		if err := sqldialect.ValidateTable(name, maxTable); err != nil {
+			return fmt.Errorf("fencesql: WithTable: %w", err)
 		}
 		c.table = name
 		return nil
@@ -95,32 +107,32 @@ func WithTable(name string) SQLOption {
 // and modernc.org/sqlite, and it is the caller's statement that the driver
 // reports RowsAffected for an upsert the way those do (0 when the WHERE of
 // DO UPDATE is false).
-func WithDialect(d Dialect) SQLOption {
-	return func(c *sqlConfig) error {
+func WithDialect(d Dialect) Option {
+	return func(c *config) error {
 		if !d.Valid() {
-			return fmt.Errorf("fence: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
+			return fmt.Errorf("fencesql: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
 		}
 		c.dialect = d
 		return nil
 	}
 }
 
-// WithoutCreateTable makes NewSQLGuard check that the table exists, with the
+// WithoutCreateTable makes NewGuard check that the table exists, with the
 // expected columns, instead of creating it. Use it when the schema is managed
-// elsewhere (see SQLSchema) and the application's role may not run DDL:
+// elsewhere (see Schema) and the application's role may not run DDL:
 // PostgreSQL checks the CREATE privilege even for CREATE TABLE IF NOT EXISTS
 // on an existing table.
-func WithoutCreateTable() SQLOption {
-	return func(c *sqlConfig) error {
+func WithoutCreateTable() Option {
+	return func(c *config) error {
 		c.createTable = false
 		return nil
 	}
 }
 
-// SQLGuard is a Guard whose epochs live in a table of the same SQL database
+// Guard is a fence.Guard whose epochs live in a table of the same SQL database
 // as the data it protects, so that admitting a token and writing the effect
 // commit or roll back as one transaction. It supports PostgreSQL (9.5 or
-// later) and SQLite (3.24 or later). An SQLGuard is safe for concurrent use
+// later) and SQLite (3.24 or later). An Guard is safe for concurrent use
 // and holds no state besides its *sql.DB.
 //
 // # Admission
@@ -139,7 +151,7 @@ func WithoutCreateTable() SQLOption {
 // (first token for the resource, an equal epoch, or a higher one, above the
 // floor); zero rows means a higher epoch is recorded or the token is at or
 // below the floor, and AdmitTx reads both, in the same transaction, into a
-// *FencedError. The check and the record are one statement, so no other
+// *fence.FencedError. The check and the record are one statement, so no other
 // writer can slip between them; what makes the record and the caller's
 // effect atomic is the transaction, and what keeps an older holder from
 // committing after a newer one is the lock the statement takes:
@@ -189,7 +201,7 @@ func WithoutCreateTable() SQLOption {
 // should admit them in a consistent order (sorted, say): two transactions
 // locking the same two rows in opposite orders deadlock, and PostgreSQL
 // breaks that by aborting one of them (SQLSTATE 40P01).
-type SQLGuard struct {
+type Guard struct {
 	db      *sql.DB
 	dialect Dialect
 	table   string
@@ -209,26 +221,26 @@ type SQLGuard struct {
 	floorSQL string
 }
 
-var _ Guard = (*SQLGuard)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// NewSQLGuard returns a guard keeping its epochs in a table of db, and
-// creates the table (SQLSchema) if it is missing, unless WithoutCreateTable
+// NewGuard returns a guard keeping its epochs in a table of db, and
+// creates the table (Schema) if it is missing, unless WithoutCreateTable
 // is given. Calling it again, from this process or another, with the table
 // in place is fine.
 //
 // The dialect is detected from db's driver (github.com/jackc/pgx/v5/stdlib:
 // PostgreSQL; modernc.org/sqlite: SQLite); any other driver needs
-// WithDialect. NewSQLGuard then checks that the server is recent enough for
+// WithDialect. NewGuard then checks that the server is recent enough for
 // INSERT ... ON CONFLICT, so an unsuitable database is reported now rather
 // than at the first admission, and inserts the table's floor row if it is
-// missing (see SQLSchema; the INSERT privilege admissions need suffices).
+// missing (see Schema; the INSERT privilege admissions need suffices).
 // These statements run with a background context; bound them with the
 // driver's connect timeout if needed.
-func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
+func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 	if db == nil {
-		return nil, errors.New("fence: NewSQLGuard: nil *sql.DB")
+		return nil, errors.New("fencesql: NewGuard: nil *sql.DB")
 	}
-	cfg := sqlConfig{table: DefaultSQLTable, createTable: true}
+	cfg := config{table: DefaultTable, createTable: true}
 	for _, opt := range opts {
 		if err := opt(&cfg); err != nil {
 			return nil, err
@@ -237,12 +249,12 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	if cfg.dialect == 0 {
 		d, err := sqldialect.Detect(db)
 		if err != nil {
-			return nil, fmt.Errorf("fence: NewSQLGuard: %w", err)
+			return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
 		}
 		cfg.dialect = d
 	}
 
-	g := &SQLGuard{db: db, dialect: cfg.dialect, table: cfg.table}
+	g := &Guard{db: db, dialect: cfg.dialect, table: cfg.table}
 	qt := sqldialect.QuoteIdent(cfg.table)
 	p1, p2 := cfg.dialect.Param(1), cfg.dialect.Param(2)
 	// FOR SHARE makes the admission read the floor row's newest version,
@@ -274,36 +286,36 @@ func NewSQLGuard(db *sql.DB, opts ...SQLOption) (*SQLGuard, error) {
 	ctx := context.Background()
 	// The upsert AdmitTx relies on needs PostgreSQL 9.5 or SQLite 3.24.
 	if err := sqldialect.CheckVersion(ctx, db, cfg.dialect); err != nil {
-		return nil, fmt.Errorf("fence: NewSQLGuard: %w", err)
+		return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
 	}
 	if cfg.createTable {
-		ddl := strings.Replace(SQLSchema, sqldialect.QuoteIdent(DefaultSQLTable), qt, 1)
+		ddl := strings.Replace(Schema, sqldialect.QuoteIdent(DefaultTable), qt, 1)
 		if _, err := db.ExecContext(ctx, ddl); err != nil {
 			// Concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL
 			// with a unique violation in its catalog when another process
 			// created the table at the same moment; the table then exists,
 			// which is all that was asked for.
 			if probeErr := g.probeTable(ctx); probeErr != nil {
-				return nil, fmt.Errorf("fence: NewSQLGuard: creating table %s: %w", cfg.table, err)
+				return nil, fmt.Errorf("fencesql: NewGuard: creating table %s: %w", cfg.table, err)
 			}
 		}
 	}
 	if err := g.probeTable(ctx); err != nil {
-		return nil, fmt.Errorf("fence: NewSQLGuard: table %s is not usable (want columns resource and epoch; see SQLSchema): %w", cfg.table, err)
+		return nil, fmt.Errorf("fencesql: NewGuard: table %s is not usable (want columns resource and epoch; see Schema): %w", cfg.table, err)
 	}
-	// Every admission needs the floor row (see SQLSchema): without it the
+	// Every admission needs the floor row (see Schema): without it the
 	// statement's SELECT yields no row and nothing is admitted. Inserting
 	// it here, not at the first Prune, keeps a guard that never prunes
 	// working, and gives FOR SHARE a row to lock from the start.
 	if _, err := db.ExecContext(ctx, g.floorRowSQL); err != nil {
-		return nil, fmt.Errorf("fence: NewSQLGuard: inserting the floor row (resource '') into table %s: %w", cfg.table, err)
+		return nil, fmt.Errorf("fencesql: NewGuard: inserting the floor row (resource '') into table %s: %w", cfg.table, err)
 	}
 	return g, nil
 }
 
 // probeTable checks that the table exists with the columns the statements
 // use, without reading any row.
-func (g *SQLGuard) probeTable(ctx context.Context) error {
+func (g *Guard) probeTable(ctx context.Context) error {
 	rows, err := g.db.QueryContext(ctx, "SELECT resource, epoch FROM "+sqldialect.QuoteIdent(g.table)+" WHERE 1 = 0")
 	if err != nil {
 		return err
@@ -313,34 +325,34 @@ func (g *SQLGuard) probeTable(ctx context.Context) error {
 
 // Dialect returns the database dialect the guard was configured with or
 // detected.
-func (g *SQLGuard) Dialect() Dialect { return g.dialect }
+func (g *Guard) Dialect() Dialect { return g.dialect }
 
 // Table returns the name of the table holding the guard's epochs.
-func (g *SQLGuard) Table() string { return g.table }
+func (g *Guard) Table() string { return g.table }
 
 // AdmitTx admits t inside tx, the caller's transaction, and records its
 // epoch there, so the admission commits or rolls back with whatever else tx
 // writes: write the protected effect in tx after AdmitTx returns nil, then
 // commit. Until tx ends, no token for t.Resource can be admitted by another
 // transaction, so no lower epoch can commit after tx's higher one, and no
-// effect of tx can commit after a newer holder's (see SQLGuard for the
+// effect of tx can commit after a newer holder's (see Guard for the
 // argument per database and the isolation levels).
 //
 // A token whose epoch is below the recorded one is refused with a
-// *FencedError carrying the recorded epoch, and one at or below the floor
-// (see Prune) with a *FencedError carrying the floor; tx remains usable and
-// should be rolled back. An invalid token is refused with an error wrapping
-// ErrMalformedToken before any SQL runs, and a done ctx returns ctx's error
+// *fence.FencedError carrying the recorded epoch, and one at or below the
+// floor (see Prune) with a *fence.FencedError carrying the floor; tx
+// remains usable and should be rolled back. An invalid token is refused
+// with an error wrapping fence.ErrMalformedToken before any SQL runs, and a done ctx returns ctx's error
 // without touching tx. Other errors come from the database, wrapped; after
 // one of those, tx may be aborted and must be rolled back.
-func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) (err error) {
-	ctx, sp := startAdmit(ctx, "fence.SQLGuard.AdmitTx", "sql", t)
-	defer func() { sp.finish(err) }()
+func (g *Guard) AdmitTx(ctx context.Context, tx *sql.Tx, t fence.Token) (err error) {
+	ctx, finish := hook.StartAdmit(ctx, "fencesql.Guard.AdmitTx", "sql", t.Resource, t.Epoch)
+	defer func() { finish(err) }()
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	if tx == nil {
-		return errors.New("fence: SQLGuard.AdmitTx: nil *sql.Tx")
+		return errors.New("fencesql: Guard.AdmitTx: nil *sql.Tx")
 	}
 	// database/sql checks ctx too, but checking here states the contract:
 	// a cancelled caller never sends a statement that could abort its tx.
@@ -349,18 +361,18 @@ func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) (err error)
 	}
 	res, err := tx.ExecContext(ctx, g.admitSQL, t.Resource, t.Epoch)
 	if err != nil {
-		return fmt.Errorf("fence: admitting %s in %s table %s: %w", t, g.dialect, g.table, err)
+		return fmt.Errorf("fencesql: admitting %s in %s table %s: %w", t, g.dialect, g.table, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("fence: admitting %s: rows affected: %w", t, err)
+		return fmt.Errorf("fencesql: admitting %s: rows affected: %w", t, err)
 	}
 	switch n {
 	case 1:
 		return nil
 	case 0:
 	default:
-		return fmt.Errorf("fence: admitting %s: the upsert affected %d rows, want 0 or 1: is resource the table's primary key?", t, n)
+		return fmt.Errorf("fencesql: admitting %s: the upsert affected %d rows, want 0 or 1: is resource the table's primary key?", t, n)
 	}
 	// Refused: by the resource's row, which then exists and is locked by
 	// this transaction, so the epoch read here is the one the upsert
@@ -368,29 +380,29 @@ func (g *SQLGuard) AdmitTx(ctx context.Context, tx *sql.Tx, t Token) (err error)
 	// values read here still refuse the token.
 	var cur, lowest sql.NullInt64
 	if err := tx.QueryRowContext(ctx, g.refusedSQL, t.Resource).Scan(&cur, &lowest); err != nil {
-		return fmt.Errorf("fence: %s was refused, but reading the current epoch failed: %w", t, err)
+		return fmt.Errorf("fencesql: %s was refused, but reading the current epoch failed: %w", t, err)
 	}
 	switch {
 	case cur.Valid && cur.Int64 > t.Epoch:
-		return &FencedError{Token: t, Current: cur.Int64}
+		return &fence.FencedError{Token: t, Current: cur.Int64}
 	case !lowest.Valid:
-		return fmt.Errorf("fence: %s refused: table %s has no floor row (resource ''), without which nothing is admitted; NewSQLGuard inserts it", t, g.table)
+		return fmt.Errorf("fencesql: %s refused: table %s has no floor row (resource ''), without which nothing is admitted; NewGuard inserts it", t, g.table)
 	case lowest.Int64 > t.Epoch:
-		return &FencedError{Token: t, Current: lowest.Int64 - 1}
+		return &fence.FencedError{Token: t, Current: lowest.Int64 - 1}
 	}
 	// Only something outside the guard (a trigger, a rule, a driver that
 	// miscounts) can get here; admitting would be a guess.
-	return fmt.Errorf("fence: %s was refused, yet the recorded epoch is %d and the floor %d: is a trigger or rule rewriting table %s?", t, cur.Int64, lowest.Int64-1, g.table)
+	return fmt.Errorf("fencesql: %s was refused, yet the recorded epoch is %d and the floor %d: is a trigger or rule rewriting table %s?", t, cur.Int64, lowest.Int64-1, g.table)
 }
 
-// Admit implements Guard by running AdmitTx in a transaction of its own and
+// Admit implements fence.Guard by running AdmitTx in a transaction of its own and
 // committing it, so it records t's epoch and, once it returns nil, every
 // token below it is refused. Like any bare admission it does not protect a
 // write made afterwards, which can still land after a newer holder's: put
 // the write in the same transaction with AdmitTx instead. Admit is for
 // callers whose effect is not in this database and who want to announce a
 // new epoch (fencing older holders) before acting.
-func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
+func (g *Guard) Admit(ctx context.Context, t fence.Token) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -399,7 +411,7 @@ func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
 	}
 	tx, err := g.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("fence: admitting %s: begin: %w", t, err)
+		return fmt.Errorf("fencesql: admitting %s: begin: %w", t, err)
 	}
 	if err := g.AdmitTx(ctx, tx, t); err != nil {
 		// The admission's error is what the caller needs; a rollback
@@ -408,7 +420,7 @@ func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fence: admitting %s: commit: %w", t, err)
+		return fmt.Errorf("fencesql: admitting %s: commit: %w", t, err)
 	}
 	return nil
 }
@@ -417,9 +429,9 @@ func (g *SQLGuard) Admit(ctx context.Context, t Token) error {
 // 0 if none has been or Prune deleted it (see Floor). It reads outside any transaction the caller holds, so
 // it is a snapshot for monitoring, tests and error messages, not a basis for
 // admitting writes; AdmitTx is.
-func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) {
+func (g *Guard) Current(ctx context.Context, resource string) (int64, error) {
 	if err := keys.ValidateResource(resource); err != nil {
-		return 0, fmt.Errorf("fence: Current: %w", err)
+		return 0, fmt.Errorf("fencesql: Current: %w", err)
 	}
 	var cur int64
 	err := g.db.QueryRowContext(ctx, g.currentSQL, resource).Scan(&cur)
@@ -427,7 +439,7 @@ func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) 
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("fence: reading the current epoch of %q: %w", resource, err)
+		return 0, fmt.Errorf("fencesql: reading the current epoch of %q: %w", resource, err)
 	}
 	return cur, nil
 }
@@ -446,7 +458,7 @@ func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) 
 // if it had been superseded, even though nothing superseded it. Epochs are
 // etcd revisions of the lease keys, one increasing order over all
 // resources, so the floor must lie below every epoch still live: take it
-// from SafeFloor, which reads the lowest epoch among the live leases and
+// from fence.SafeFloor, which reads the lowest epoch among the live leases and
 // returns it minus one (or, with nothing held, the revision it read at).
 // Do not derive the floor from time, such as a revision older than a
 // lease's TTL plus a margin: an epoch lasts as long as its session keeps
@@ -494,9 +506,9 @@ func (g *SQLGuard) Current(ctx context.Context, resource string) (int64, error) 
 //
 // Every process admitting through the table must run a version of this
 // package that checks the floor before anything is pruned.
-func (g *SQLGuard) Prune(ctx context.Context, floor int64) (int64, error) {
+func (g *Guard) Prune(ctx context.Context, floor int64) (int64, error) {
 	if floor < 0 || floor == math.MaxInt64 {
-		return 0, fmt.Errorf("fence: Prune: floor %d is not an epoch in [0, %d)", floor, int64(math.MaxInt64))
+		return 0, fmt.Errorf("fencesql: Prune: floor %d is not an epoch in [0, %d)", floor, int64(math.MaxInt64))
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -512,27 +524,27 @@ func (g *SQLGuard) Prune(ctx context.Context, floor int64) (int64, error) {
 	}
 	tx, err := g.db.BeginTx(ctx, opts)
 	if err != nil {
-		return 0, fmt.Errorf("fence: Prune: begin: %w", err)
+		return 0, fmt.Errorf("fencesql: Prune: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
 	if g.lockSQL != "" {
 		if _, err := tx.ExecContext(ctx, g.lockSQL); err != nil {
-			return 0, fmt.Errorf("fence: Prune: locking table %s: %w", g.table, err)
+			return 0, fmt.Errorf("fencesql: Prune: locking table %s: %w", g.table, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, g.raiseFloorSQL, floor+1); err != nil {
-		return 0, fmt.Errorf("fence: Prune: raising the floor of table %s to %d: %w", g.table, floor, err)
+		return 0, fmt.Errorf("fencesql: Prune: raising the floor of table %s to %d: %w", g.table, floor, err)
 	}
 	res, err := tx.ExecContext(ctx, g.pruneSQL, floor+1)
 	if err != nil {
-		return 0, fmt.Errorf("fence: Prune: deleting rows at or below %d from table %s: %w", floor, g.table, err)
+		return 0, fmt.Errorf("fencesql: Prune: deleting rows at or below %d from table %s: %w", floor, g.table, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("fence: Prune: rows affected: %w", err)
+		return 0, fmt.Errorf("fencesql: Prune: rows affected: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("fence: Prune: commit: %w", err)
+		return 0, fmt.Errorf("fencesql: Prune: commit: %w", err)
 	}
 	return n, nil
 }
@@ -540,14 +552,14 @@ func (g *SQLGuard) Prune(ctx context.Context, floor int64) (int64, error) {
 // Floor returns the guard's floor, 0 if nothing was ever pruned: every
 // token at or below it is refused. It reads outside any transaction the
 // caller holds.
-func (g *SQLGuard) Floor(ctx context.Context) (int64, error) {
+func (g *Guard) Floor(ctx context.Context) (int64, error) {
 	var lowest int64
 	err := g.db.QueryRowContext(ctx, g.floorSQL).Scan(&lowest)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("fence: Floor: table %s has no floor row (resource ''); NewSQLGuard inserts it", g.table)
+		return 0, fmt.Errorf("fencesql: Floor: table %s has no floor row (resource ''); NewGuard inserts it", g.table)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("fence: reading the floor of table %s: %w", g.table, err)
+		return 0, fmt.Errorf("fencesql: reading the floor of table %s: %w", g.table, err)
 	}
 	return lowest - 1, nil
 }

@@ -1,4 +1,4 @@
-package fence_test
+package fencesql_test
 
 import (
 	"context"
@@ -17,13 +17,14 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/internal/sqltest"
 )
 
 // testDB is one real database, fresh for the test using it.
 type testDB struct {
 	db      *sql.DB
-	dialect fence.Dialect
+	dialect fencesql.Dialect
 	// open returns another handle on the same database (closed at cleanup),
 	// standing in for another process.
 	open func(t *testing.T) *sql.DB
@@ -40,21 +41,21 @@ func forEachDB(t *testing.T, f func(t *testing.T, d testDB)) {
 func openSQLite(t *testing.T) testDB {
 	t.Helper()
 	open := sqltest.SQLite(t, "fence.db")
-	return testDB{db: open(t), dialect: fence.DialectSQLite, open: open}
+	return testDB{db: open(t), dialect: fencesql.DialectSQLite, open: open}
 }
 
 func openPostgres(t *testing.T) testDB {
 	t.Helper()
 	openWith := sqltest.Postgres(t)
 	open := func(t *testing.T) *sql.DB { return openWith(t, nil) }
-	return testDB{db: open(t), dialect: fence.DialectPostgres, open: open}
+	return testDB{db: open(t), dialect: fencesql.DialectPostgres, open: open}
 }
 
-func newGuard(t *testing.T, db *sql.DB, opts ...fence.SQLOption) *fence.SQLGuard {
+func newGuard(t *testing.T, db *sql.DB, opts ...fencesql.Option) *fencesql.Guard {
 	t.Helper()
-	g, err := fence.NewSQLGuard(db, opts...)
+	g, err := fencesql.NewGuard(db, opts...)
 	if err != nil {
-		t.Fatalf("NewSQLGuard: %v", err)
+		t.Fatalf("NewGuard: %v", err)
 	}
 	return g
 }
@@ -75,7 +76,7 @@ func commit(t *testing.T, tx *sql.Tx) {
 	}
 }
 
-func wantCurrent(t *testing.T, g *fence.SQLGuard, resource string, want int64) {
+func wantCurrent(t *testing.T, g *fencesql.Guard, resource string, want int64) {
 	t.Helper()
 	got, err := g.Current(context.Background(), resource)
 	if err != nil {
@@ -102,7 +103,7 @@ func wantFenced(t *testing.T, err error, token fence.Token, current int64) {
 }
 
 // admitCommitted admits token in a transaction of its own via AdmitTx.
-func admitCommitted(t *testing.T, db *sql.DB, g *fence.SQLGuard, token fence.Token) error {
+func admitCommitted(t *testing.T, db *sql.DB, g *fencesql.Guard, token fence.Token) error {
 	t.Helper()
 	tx := begin(t, db)
 	if err := g.AdmitTx(context.Background(), tx, token); err != nil {
@@ -122,8 +123,8 @@ func TestSQLGuardRule(t *testing.T) {
 		if g.Dialect() != d.dialect {
 			t.Fatalf("detected dialect %v, want %v", g.Dialect(), d.dialect)
 		}
-		if g.Table() != fence.DefaultSQLTable {
-			t.Fatalf("Table() = %q, want %q", g.Table(), fence.DefaultSQLTable)
+		if g.Table() != fencesql.DefaultTable {
+			t.Fatalf("Table() = %q, want %q", g.Table(), fencesql.DefaultTable)
 		}
 		wantCurrent(t, g, "r", 0)
 
@@ -141,7 +142,7 @@ func TestSQLGuardRule(t *testing.T) {
 		err := g.AdmitTx(ctx, tx, tok("r", 7))
 		wantFenced(t, err, tok("r", 7), 9)
 		var inTx int64
-		if err := tx.QueryRowContext(ctx, "SELECT epoch FROM "+fence.DefaultSQLTable+" WHERE resource = 'r'").Scan(&inTx); err != nil {
+		if err := tx.QueryRowContext(ctx, "SELECT epoch FROM "+fencesql.DefaultTable+" WHERE resource = 'r'").Scan(&inTx); err != nil {
 			t.Fatalf("statement in the transaction after a refusal: %v (transaction aborted?)", err)
 		}
 		if inTx != 9 {
@@ -173,8 +174,8 @@ func TestSQLGuardRule(t *testing.T) {
 // effectsDDL is the table the tests write protected effects to. seq is
 // assigned when the row is inserted, inside the effect's transaction after
 // AdmitTx, which is what lets it stand for commit order (see TestSQLGuardRace).
-func effectsDDL(d fence.Dialect, table string) string {
-	if d == fence.DialectPostgres {
+func effectsDDL(d fencesql.Dialect, table string) string {
+	if d == fencesql.DialectPostgres {
 		return "CREATE TABLE " + table + " (seq BIGSERIAL PRIMARY KEY, resource TEXT NOT NULL, epoch BIGINT NOT NULL)"
 	}
 	return "CREATE TABLE " + table + " (seq INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL, epoch INTEGER NOT NULL)"
@@ -422,18 +423,18 @@ func init() { sql.Register("leasehold-fake", fakeDriver{}) }
 
 func TestSQLGuardOptions(t *testing.T) {
 	for _, name := range []string{"", "1fence", "fence-1", "fence.x", "public.fence", `fe"nce`, "fence ", "fénce", strings.Repeat("a", 64)} {
-		if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithTable(name)); err == nil || !strings.HasPrefix(err.Error(), "fence: WithTable: ") {
+		if _, err := fencesql.NewGuard(&sql.DB{}, fencesql.WithTable(name)); err == nil || !strings.HasPrefix(err.Error(), "fencesql: WithTable: ") {
 			t.Errorf("WithTable(%q) = %v, want an error naming WithTable", name, err)
 		}
 	}
-	if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithTable(strings.Repeat("a", 64))); err == nil || !strings.Contains(err.Error(), "1 to 63 bytes") {
+	if _, err := fencesql.NewGuard(&sql.DB{}, fencesql.WithTable(strings.Repeat("a", 64))); err == nil || !strings.Contains(err.Error(), "1 to 63 bytes") {
 		t.Errorf("WithTable(64 bytes) = %v, want an error giving the limit", err)
 	}
-	if _, err := fence.NewSQLGuard(nil); err == nil {
-		t.Error("NewSQLGuard(nil) succeeded")
+	if _, err := fencesql.NewGuard(nil); err == nil {
+		t.Error("NewGuard(nil) succeeded")
 	}
-	for _, d := range []fence.Dialect{0, 3, -1} {
-		if _, err := fence.NewSQLGuard(&sql.DB{}, fence.WithDialect(d)); err == nil {
+	for _, d := range []fencesql.Dialect{0, 3, -1} {
+		if _, err := fencesql.NewGuard(&sql.DB{}, fencesql.WithDialect(d)); err == nil {
 			t.Errorf("WithDialect(%v) accepted", d)
 		}
 	}
@@ -445,13 +446,13 @@ func TestSQLGuardOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fake.Close()
-	if _, err := fence.NewSQLGuard(fake); err == nil || !strings.HasPrefix(err.Error(), "fence: NewSQLGuard: ") || !strings.Contains(err.Error(), "WithDialect") || strings.Contains(err.Error(), "no connections") {
-		t.Errorf("NewSQLGuard on an unknown driver = %v, want an error suggesting WithDialect", err)
+	if _, err := fencesql.NewGuard(fake); err == nil || !strings.HasPrefix(err.Error(), "fencesql: NewGuard: ") || !strings.Contains(err.Error(), "WithDialect") || strings.Contains(err.Error(), "no connections") {
+		t.Errorf("NewGuard on an unknown driver = %v, want an error suggesting WithDialect", err)
 	}
 
 	forEachDB(t, func(t *testing.T, d testDB) {
 		ctx := context.Background()
-		def := newGuard(t, d.db, fence.WithDialect(d.dialect))
+		def := newGuard(t, d.db, fencesql.WithDialect(d.dialect))
 		if def.Dialect() != d.dialect {
 			t.Fatalf("Dialect() = %v, want %v", def.Dialect(), d.dialect)
 		}
@@ -461,7 +462,7 @@ func TestSQLGuardOptions(t *testing.T) {
 		// Other tables keep other epochs; a reserved word, mixed case and
 		// the longest allowed name work because names are quoted.
 		for _, name := range []string{"order", "Fence_2", "_x", strings.Repeat("f", 63)} {
-			g := newGuard(t, d.db, fence.WithTable(name))
+			g := newGuard(t, d.db, fencesql.WithTable(name))
 			if g.Table() != name {
 				t.Fatalf("Table() = %q, want %q", g.Table(), name)
 			}
@@ -481,13 +482,13 @@ func TestNewSQLGuardIdempotent(t *testing.T) {
 
 		// A managed schema: without the table, WithoutCreateTable fails
 		// (and creates nothing); after running SQLSchema it works.
-		if _, err := fence.NewSQLGuard(d.db, fence.WithoutCreateTable()); err == nil {
-			t.Fatal("NewSQLGuard(WithoutCreateTable) succeeded without the table")
+		if _, err := fencesql.NewGuard(d.db, fencesql.WithoutCreateTable()); err == nil {
+			t.Fatal("NewGuard(WithoutCreateTable) succeeded without the table")
 		}
-		if _, err := d.db.ExecContext(ctx, fence.SQLSchema); err != nil {
+		if _, err := d.db.ExecContext(ctx, fencesql.Schema); err != nil {
 			t.Fatalf("SQLSchema: %v", err)
 		}
-		managed := newGuard(t, d.db, fence.WithoutCreateTable())
+		managed := newGuard(t, d.db, fencesql.WithoutCreateTable())
 		if err := managed.Admit(ctx, tok("r", 5)); err != nil {
 			t.Fatal(err)
 		}
@@ -505,7 +506,7 @@ func TestNewSQLGuardIdempotent(t *testing.T) {
 		errs := make(chan error, 8)
 		for range 8 {
 			wg.Go(func() {
-				_, err := fence.NewSQLGuard(d.db, fence.WithTable("started_together"))
+				_, err := fencesql.NewGuard(d.db, fencesql.WithTable("started_together"))
 				errs <- err
 			})
 		}
@@ -513,7 +514,7 @@ func TestNewSQLGuardIdempotent(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			if err != nil {
-				t.Errorf("concurrent NewSQLGuard: %v", err)
+				t.Errorf("concurrent NewGuard: %v", err)
 			}
 		}
 	})
@@ -576,7 +577,7 @@ func TestSQLGuardPostgresRepeatableRead(t *testing.T) {
 // one through the same harness and checker.
 type fencedWrite func(ctx context.Context, token fence.Token, effect func(tx *sql.Tx) error) error
 
-func guardedWrite(db *sql.DB, g *fence.SQLGuard) fencedWrite {
+func guardedWrite(db *sql.DB, g *fencesql.Guard) fencedWrite {
 	return func(ctx context.Context, token fence.Token, effect func(tx *sql.Tx) error) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -708,7 +709,7 @@ func TestSQLGuardRace(t *testing.T) {
 		// SQLite runs one writer at a time, each waking from its busy
 		// wait, so it gets fewer transactions for a similar run time.
 		txsPerWorker := 100
-		if d.dialect == fence.DialectSQLite {
+		if d.dialect == fencesql.DialectSQLite {
 			txsPerWorker = 40
 		}
 		g := newGuard(t, d.db)

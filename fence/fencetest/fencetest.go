@@ -39,7 +39,7 @@
 // # Pruning
 //
 // A guard that can prune its state (fence.MemoryGuard.Prune,
-// fence.EtcdGuard.Prune, fence.SQLGuard.Prune) is run with WithPrune and a
+// fence.EtcdGuard.Prune, fencesql.Guard.Prune) is run with WithPrune and a
 // function that prunes the guard under test. Pruning at floor F deletes the
 // records at or below F and raises the guard's floor to F, and from then on
 // every token at or below the floor is refused (Current: the resource's epoch
@@ -127,13 +127,13 @@ type Pruner func(ctx context.Context, g fence.Guard, floor int64) error
 // reads and then writes, small enough for a guard that pays a network round
 // trip per call.
 const (
-	DefaultGoroutines = 8
-	DefaultOps        = 100
-	DefaultResources  = 3
+	defaultGoroutines = 8
+	defaultOps        = 100
+	defaultResources  = 3
 )
 
 // WithGoroutines sets the number of goroutines in the concurrent check
-// (default DefaultGoroutines; at least 1).
+// (default 8; at least 1).
 func WithGoroutines(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -144,7 +144,7 @@ func WithGoroutines(n int) Option {
 }
 
 // WithOps sets the number of Admit calls each goroutine of the concurrent
-// check makes (default DefaultOps; at least 1).
+// check makes (default 100; at least 1).
 func WithOps(n int) Option {
 	return func(c *config) {
 		if n < 1 {
@@ -155,7 +155,7 @@ func WithOps(n int) Option {
 }
 
 // WithResources sets the number of resources the concurrent check spreads
-// its calls over (default DefaultResources; at least 1). Fewer resources
+// its calls over (default 3; at least 1). Fewer resources
 // mean more contention.
 func WithResources(n int) Option {
 	return func(c *config) {
@@ -199,7 +199,7 @@ func WithPrune(prune Pruner) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{goroutines: DefaultGoroutines, ops: DefaultOps, resources: DefaultResources, seed: mrand.Uint64()}
+	c := config{goroutines: defaultGoroutines, ops: defaultOps, resources: defaultResources, seed: mrand.Uint64()}
 	for _, o := range opts {
 		if o == nil {
 			c.errs = append(c.errs, errors.New("fencetest: nil option"))

@@ -1,4 +1,14 @@
-package fence
+// Package admission holds the locks that make a fenced check and its
+// effect atomic within one process: a mutex whose waiters can give up when
+// their context is done (Lock, which fence.MemoryGuard keeps per
+// resource), and the process-wide table of per-resource locks that every
+// HTTP middleware (fence/fencehttp) and gRPC interceptor (fence/fencegrpc)
+// shares, so that two of them fronting the same data cannot interleave a
+// check and an effect.
+//
+// It knows nothing of tokens or guards: the callers pass the admission as
+// a function, so that internal/ imports no public package of the module.
+package admission
 
 import (
 	"context"
@@ -7,23 +17,39 @@ import (
 )
 
 // admissions serialises fenced requests per resource across the whole
-// process: every HTTP middleware and gRPC interceptor shares it, so two of
-// them fronting the same data cannot interleave a check and an effect.
+// process.
 var admissions resourceLocks
 
-// admit waits for t.Resource in this process and asks g to admit t. On
-// success the caller holds the resource until it calls release, which it
-// must do exactly once, after the effect.
-func admit(ctx context.Context, g Guard, t Token) (release func(), err error) {
-	held, err := admissions.lock(ctx, t.Resource)
+// Admit waits for resource in this process and then calls admit, which
+// asks a guard to admit token (token names it in errors). On success the
+// caller holds the resource until it calls release, which it must do
+// exactly once, after the effect; on failure nothing is held.
+func Admit(ctx context.Context, resource string, token fmt.Stringer, admit func(context.Context) error) (release func(), err error) {
+	held, err := admissions.lock(ctx, resource)
 	if err != nil {
-		return nil, fmt.Errorf("fence: waiting for resource %q: %w", t.Resource, err)
+		return nil, fmt.Errorf("fence: waiting for resource %q: %w", resource, err)
 	}
-	if err := g.Admit(ctx, t); err != nil {
+	if err := admit(ctx); err != nil {
 		admissions.unlock(held)
-		return nil, fmt.Errorf("fence: admitting %s: %w", t, err)
+		return nil, fmt.Errorf("fence: admitting %s: %w", token, err)
 	}
 	return func() { admissions.unlock(held) }, nil
+}
+
+// Held returns the number of resources held or waited for in the
+// process-wide table; for tests.
+func Held() int { return admissions.size() }
+
+// Holders returns the number of goroutines holding or waiting for resource
+// in the process-wide table; for tests, which use it to know a request is
+// queued without guessing with sleeps.
+func Holders(resource string) int {
+	admissions.mu.Lock()
+	defer admissions.mu.Unlock()
+	if rl := admissions.m[resource]; rl != nil {
+		return rl.refs
+	}
+	return 0
 }
 
 // resourceLocks is a set of per-resource locks whose waits can be abandoned
@@ -39,14 +65,14 @@ type resourceLock struct {
 	resource string
 	// ch is the lock; a waiter gives up when its context is done instead
 	// of queueing behind a long handler forever.
-	ch ctxLock
+	ch Lock
 	// refs counts goroutines holding or waiting for ch; guarded by
 	// resourceLocks.mu. The entry is deleted when it drops to zero.
 	refs int
 }
 
 // lock takes resource's lock, or gives up with ctx's error (see
-// ctxLock.lock).
+// Lock.Lock).
 func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -57,13 +83,13 @@ func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLoc
 	}
 	rl := l.m[resource]
 	if rl == nil {
-		rl = &resourceLock{resource: resource, ch: newCtxLock()}
+		rl = &resourceLock{resource: resource, ch: NewLock()}
 		l.m[resource] = rl
 	}
 	rl.refs++
 	l.mu.Unlock()
 
-	if err := rl.ch.lock(ctx); err != nil {
+	if err := rl.ch.Lock(ctx); err != nil {
 		l.drop(rl)
 		return nil, err
 	}
@@ -72,7 +98,7 @@ func (l *resourceLocks) lock(ctx context.Context, resource string) (*resourceLoc
 
 // unlock releases a lock returned by lock.
 func (l *resourceLocks) unlock(rl *resourceLock) {
-	rl.ch.unlock()
+	rl.ch.Unlock()
 	l.drop(rl)
 }
 
@@ -85,24 +111,26 @@ func (l *resourceLocks) drop(rl *resourceLock) {
 	l.mu.Unlock()
 }
 
-// size returns the number of resources held or waited for; for tests.
+// size returns the number of resources held or waited for.
 func (l *resourceLocks) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.m)
 }
 
-// ctxLock is a mutex whose waiters can give up when their context is done,
+// Lock is a mutex whose waiters can give up when their context is done,
 // which a sync.Mutex does not allow. It is held by sending into the channel
-// and released by receiving from it. resourceLocks and MemoryGuard use it.
-type ctxLock chan struct{}
+// and released by receiving from it. The resource table and
+// fence.MemoryGuard use it.
+type Lock chan struct{}
 
-func newCtxLock() ctxLock { return make(ctxLock, 1) }
+// NewLock returns an unlocked Lock.
+func NewLock() Lock { return make(Lock, 1) }
 
-// lock takes l, or gives up with ctx's error. The context is checked before
+// Lock takes l, or gives up with ctx's error. The context is checked before
 // and after, because select picks at random among ready cases, and a caller
 // whose context is done must not get in.
-func (l ctxLock) lock(ctx context.Context) error {
+func (l Lock) Lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -112,11 +140,22 @@ func (l ctxLock) lock(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if err := ctx.Err(); err != nil {
-		l.unlock()
+		l.Unlock()
 		return err
 	}
 	return nil
 }
 
-// unlock releases l, which the caller holds.
-func (l ctxLock) unlock() { <-l }
+// TryLock takes l if it is free, without waiting, and reports whether it
+// did.
+func (l Lock) TryLock() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Unlock releases l, which the caller holds.
+func (l Lock) Unlock() { <-l }

@@ -1,8 +1,9 @@
-package fence
+package admission
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,5 +98,38 @@ func TestResourceLocksMutualExclusion(t *testing.T) {
 	}
 	if l.size() != 0 {
 		t.Errorf("size = %d, want 0", l.size())
+	}
+}
+
+type name string
+
+func (n name) String() string { return string(n) }
+
+// TestAdmit: a refused admission holds nothing and names the token; an
+// admitted one holds the resource until release.
+func TestAdmit(t *testing.T) {
+	ctx := context.Background()
+	refused := errors.New("refused")
+	if _, err := Admit(ctx, "r", name("7:r"), func(context.Context) error { return refused }); !errors.Is(err, refused) || err.Error() != "fence: admitting 7:r: refused" {
+		t.Errorf("refused admission = %v", err)
+	}
+	if n := Held(); n != 0 {
+		t.Errorf("%d resources held after a refusal", n)
+	}
+	release, err := Admit(ctx, "r", name("8:r"), func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := Holders("r"); n != 1 {
+		t.Errorf("Holders(r) = %d while admitted, want 1", n)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := Admit(done, "r", name("9:r"), func(context.Context) error { return nil }); !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), `fence: waiting for resource "r"`) {
+		t.Errorf("admission with a done context = %v", err)
+	}
+	release()
+	if n := Held(); n != 0 {
+		t.Errorf("%d resources held after release", n)
 	}
 }

@@ -1,8 +1,9 @@
 // Package hook carries the methods a public package of this module offers
 // its siblings but not its users: a recipe's registry, the attempt
 // timeout a sibling bounds its own requests with, a session's close hooks
-// and trailing lease, the span of a fence admission. Each is set once, by the owning package's init (its
-// hooks.go), before any sibling can call it.
+// and trailing lease, the span of a fence admission. Each is set once, by
+// the owning package's init (its hooks.go), before any sibling can call
+// it.
 //
 // The functions take and return any, not the owner's types, so that
 // internal/ imports no public package (docs/design.md); each owner's

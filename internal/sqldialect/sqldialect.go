@@ -1,10 +1,11 @@
-// Package sqldialect holds what the SDK's SQL stores (the fence package's
-// SQLGuard, the audit package's SQLArchive) share about the databases they
-// support: telling PostgreSQL from SQLite by the database/sql driver,
-// rendering placeholders, checking table names and server versions.
+// Package sqldialect holds what the SDK's SQL stores (the fencesql
+// package's Guard, the audit package's SQLArchive) share about the
+// databases they support: telling PostgreSQL from SQLite by the
+// database/sql driver, rendering placeholders, checking table names and
+// server versions.
 //
 // Messages returned here carry no package prefix; callers wrap them with
-// their own ("fence: ...", "audit: ...").
+// their own ("fencesql: ...", "audit: ...").
 package sqldialect
 
 import (
@@ -15,11 +16,12 @@ import (
 	"strconv"
 )
 
-// Dialect is an SQL database the SDK supports. The fence and audit packages
-// export it under their own names (fence.Dialect, audit.Dialect are aliases
-// of it, with constants DialectPostgres and DialectSQLite), so its methods
-// are part of their API: change them as such. The values (PostgreSQL 1,
-// SQLite 2) are those fence.Dialect had before it became an alias.
+// Dialect is an SQL database the SDK supports. The fencesql and audit
+// packages export it under their own names (fencesql.Dialect, audit.Dialect
+// are aliases of it, with constants DialectPostgres and DialectSQLite), so
+// its methods are part of their API: change them as such. The values
+// (PostgreSQL 1, SQLite 2) are those fence.Dialect had before it became an
+// alias.
 type Dialect int
 
 const (

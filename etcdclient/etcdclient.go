@@ -75,16 +75,16 @@ import (
 
 // Defaults, in one place.
 const (
-	// DefaultDialTimeout bounds what etcd's client waits for in New: the
+	// defaultDialTimeout bounds what etcd's client waits for in New: the
 	// authentication of WithAuth.
-	DefaultDialTimeout = 5 * time.Second
-	// DefaultKeepAliveTime is how long a connection with an open request
+	defaultDialTimeout = 5 * time.Second
+	// defaultKeepAliveTime is how long a connection with an open request
 	// or stream may stay silent before the client pings the member. It is
 	// MinKeepAliveTime.
-	DefaultKeepAliveTime = MinKeepAliveTime
-	// DefaultKeepAliveTimeout is how long the client waits for the ping's
+	defaultKeepAliveTime = MinKeepAliveTime
+	// defaultKeepAliveTimeout is how long the client waits for the ping's
 	// answer before it closes the connection.
-	DefaultKeepAliveTimeout = 5 * time.Second
+	defaultKeepAliveTimeout = 5 * time.Second
 	// DefaultAutoSyncInterval is how often the endpoint list is replaced
 	// with the client URLs of etcd's current members.
 	DefaultAutoSyncInterval = time.Minute
@@ -125,9 +125,9 @@ func Config(endpoints []string, opts ...Option) (clientv3.Config, error) {
 		}
 	}
 	c := config{
-		dialTimeout:      DefaultDialTimeout,
-		keepAliveTime:    DefaultKeepAliveTime,
-		keepAliveTimeout: DefaultKeepAliveTimeout,
+		dialTimeout:      defaultDialTimeout,
+		keepAliveTime:    defaultKeepAliveTime,
+		keepAliveTimeout: defaultKeepAliveTimeout,
 		autoSync:         DefaultAutoSyncInterval,
 	}
 	for _, opt := range opts {

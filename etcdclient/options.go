@@ -32,7 +32,7 @@ func WithLogger(l hclog.Logger) Option {
 // etcd's client (the timeout plus one second), which leasehold's sessions
 // do not use. New does not wait for a connection; each request waits for
 // one as long as its own context allows. The default is
-// DefaultDialTimeout; d must be positive.
+// 5 s; d must be positive.
 func WithDialTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -50,7 +50,7 @@ func WithDialTimeout(d time.Duration) Option {
 // it until it reconnects, and requests go to the other members. On Linux,
 // gRPC also sets the connection's TCP_USER_TIMEOUT to timeout, so data left
 // unacknowledged that long closes it too. The defaults are
-// DefaultKeepAliveTime and DefaultKeepAliveTimeout.
+// MinKeepAliveTime (10 s) and 5 s.
 //
 // time must be at least MinKeepAliveTime (10s): grpc-go raises any shorter
 // client keepalive time to 10s, so a shorter value would only look

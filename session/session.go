@@ -34,7 +34,7 @@
 // due has that long for its round trip and retries, and whenever the
 // deadline is nearer than that, the renewal is already overdue and goes
 // out at once. Each attempt gets a quarter of the time left before the
-// deadline (at least MinRenewAttempt); one that gets no answer in that
+// deadline (at least 100 ms); one that gets no answer in that
 // time is retried at once, and the client's round-robin balancer sends
 // the retry to the next member, so a frozen member or a half-open
 // connection costs a fraction of the window instead of the session. The
@@ -348,9 +348,9 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 }
 
 // grantAttempt bounds one Grant attempt of New: a third of the requested
-// TTL, at least MinRenewAttempt and at most 2 s.
+// TTL, at least 100 ms and at most 2 s.
 func grantAttempt(ttlSeconds int64) time.Duration {
-	return min(max(time.Duration(ttlSeconds)*time.Second/3, MinRenewAttempt), 2*time.Second)
+	return min(max(time.Duration(ttlSeconds)*time.Second/3, minRenewAttempt), 2*time.Second)
 }
 
 // grant grants a lease of ttlSeconds, each attempt bounded by grantAttempt
@@ -523,21 +523,21 @@ func (s *Session) run(due time.Time, rtt time.Duration) {
 	}
 }
 
-// MinRenewAttempt is the shortest time one renewal attempt is given
+// minRenewAttempt is the shortest time one renewal attempt is given
 // before it is abandoned and retried.
-const MinRenewAttempt = 100 * time.Millisecond
+const minRenewAttempt = 100 * time.Millisecond
 
 // attemptDeadline bounds one renewal attempt sent at sent: a quarter of
 // the time left before the safe deadline — or three times the recent
 // round trip rtt if that is longer (a slow link is not a dead member), but
-// then at most half of the time left — and at least MinRenewAttempt;
+// then at most half of the time left — and at least 100 ms;
 // never past the deadline. A member that does not answer — frozen, or
 // behind a half-open connection — costs a fraction of the window, not
 // all of it, and the attempts shrink as the deadline nears, so several
 // fit in it.
 func attemptDeadline(sent, deadline time.Time, rtt time.Duration) time.Time {
 	left := deadline.Sub(sent)
-	d := max(left/4, min(3*rtt, left/2), MinRenewAttempt)
+	d := max(left/4, min(3*rtt, left/2), minRenewAttempt)
 	if t := sent.Add(d); t.Before(deadline) {
 		return t
 	}

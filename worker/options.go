@@ -16,14 +16,14 @@ import (
 
 // Defaults of a Pool's options.
 const (
-	// DefaultSlots is the number of concurrent handlers without WithSlots.
-	DefaultSlots = 1
-	// DefaultGrace is how long handlers in flight may run on after Run's
+	// defaultSlots is the number of concurrent handlers without WithSlots.
+	defaultSlots = 1
+	// defaultGrace is how long handlers in flight may run on after Run's
 	// context ends, without WithGrace.
-	DefaultGrace = 10 * time.Second
-	// DefaultRetryBackoff is the first wait before a failed resource is
+	defaultGrace = 10 * time.Second
+	// defaultRetryBackoff is the first wait before a failed resource is
 	// tried again, without WithRetry; it doubles per failure.
-	DefaultRetryBackoff = time.Second
+	defaultRetryBackoff = time.Second
 	// MaxBatch bounds WithBatch: one TryAcquireMany transaction carries at
 	// most lease.MaxBatch nested transactions.
 	MaxBatch = lease.MaxBatch
@@ -57,11 +57,11 @@ func (c *config) tracer() trace.Tracer {
 
 func defaults() config {
 	return config{
-		slots:          DefaultSlots,
+		slots:          defaultSlots,
 		batch:          1,
 		attempts:       1,
-		backoff:        DefaultRetryBackoff,
-		grace:          DefaultGrace,
+		backoff:        defaultRetryBackoff,
+		grace:          defaultGrace,
 		log:            hclog.NewNullLogger(),
 		observer:       nopObserver{},
 		sessionBackoff: 100 * time.Millisecond,
@@ -87,7 +87,7 @@ func fromRegistry(c *config, reg *lease.Registry) {
 	}
 }
 
-// WithSlots sets how many handlers run at once (default DefaultSlots); n
+// WithSlots sets how many handlers run at once (default 1); n
 // must be at least 1.
 func WithSlots(n int) Option {
 	return func(c *config) error {
@@ -176,7 +176,7 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 }
 
 // WithGrace sets how long handlers in flight may run on after Run's
-// context ends (default DefaultGrace); then their contexts end with
+// context ends (default 10 s); then their contexts end with
 // ErrShutdown. Completions and releases of work that finished in time go
 // on until the grace ends too. d may be 0: stop at once.
 func WithGrace(d time.Duration) Option {

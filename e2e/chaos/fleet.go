@@ -287,14 +287,14 @@ func (f *fleet) startPool(s *slot) error {
 	// records those of the lease protocol.
 	p.rec = &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
-	p.reg = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
 	level := hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG"))
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: f.logFile, Mutex: &f.logMu, Level: level, TimeFormat: "15:04:05.000"})
+	p.reg = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)), lease.WithLogger(log))
 	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, fleetTaskPrefix), p.handle,
-		wpool.WithSlots(fleetSlots), wpool.WithWorker(name), wpool.WithLogger(log),
+		wpool.WithSlots(fleetSlots), wpool.WithWorker(name),
 		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
 		wpool.WithRetry(fleetRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {

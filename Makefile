@@ -26,7 +26,7 @@ test:
 
 ## test-postgres: start PostgreSQL if needed, then the SQL guard's and the audit archive's tests on it and on SQLite
 test-postgres: postgres
-	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) -count=1 -run 'SQL' -v ./fence ./audit
+	LEASEHOLD_TEST_POSTGRES="$(PG_DSN)" $(GO) test $(TEST_FLAGS) -count=1 -run 'SQL' -v ./fence/fencesql ./audit
 
 ## postgres: install (apt, as root) and start a throwaway PostgreSQL for the tests; prints its DSN
 postgres:

@@ -109,7 +109,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	// the holder unknown, and writes nothing.
 	before := snapshot(t, cli, ns+"/")
 	var held *lease.HeldError
-	if _, err := reg.TryAcquire(ctx, s, "planted"); !errors.As(err, &held) || held.Holder != "unknown" || held.Epoch != plantedEpoch {
+	if _, err := reg.TryAcquire(ctx, s, "planted"); !errors.As(err, &held) || held.Worker != "unknown" || held.Epoch != plantedEpoch {
 		t.Fatalf("TryAcquire of a planted lease key: %v", err)
 	}
 	// A corrupt done record: the resource counts as completed, the error

@@ -50,7 +50,7 @@ var (
 // HeldError says who holds a resource.
 type HeldError struct {
 	Resource string
-	Holder   string // worker id of the holder; with Queued, of the first waiter
+	Worker   string // the holder's worker; with Queued, the first waiter's
 	Epoch    int64  // the holder's epoch; 0 with Queued
 	// Queued reports that nobody holds the resource at the moment but
 	// Acquire calls wait for it, and the first of them is taking it:
@@ -60,9 +60,9 @@ type HeldError struct {
 
 func (e *HeldError) Error() string {
 	if e.Queued {
-		return fmt.Sprintf("lease: %q is being taken by %q, the first of the Acquire calls waiting for it", e.Resource, e.Holder)
+		return fmt.Sprintf("lease: %q is being taken by %q, the first of the Acquire calls waiting for it", e.Resource, e.Worker)
 	}
-	return fmt.Sprintf("lease: %q is held by %q at epoch %d", e.Resource, e.Holder, e.Epoch)
+	return fmt.Sprintf("lease: %q is held by %q at epoch %d", e.Resource, e.Worker, e.Epoch)
 }
 
 // Is makes a *HeldError match ErrHeld.

@@ -191,8 +191,8 @@ func TestHeldAndCompleted(t *testing.T) {
 	if !errors.As(err, &held) || !errors.Is(err, lease.ErrHeld) {
 		t.Fatalf("want *HeldError, got %v", err)
 	}
-	if held.Holder != "w1" || held.Epoch != l.Epoch() {
-		t.Fatalf("held by %q at %d, want w1 at %d", held.Holder, held.Epoch, l.Epoch())
+	if held.Worker != "w1" || held.Epoch != l.Epoch() {
+		t.Fatalf("held by %q at %d, want w1 at %d", held.Worker, held.Epoch, l.Epoch())
 	}
 	if err := l.Complete(ctx, "succeeded"); err != nil {
 		t.Fatal(err)

@@ -199,7 +199,7 @@ func TestTryAcquireDoesNotBarge(t *testing.T) {
 	waitCh := f.acquireAsync(ctx, f.session("w1"), "t")
 	f.waitQueued("t", 1)
 	var he *lease.HeldError
-	if _, err := f.reg.TryAcquire(ctx, f.session("barger"), "t"); !errors.As(err, &he) || he.Queued || he.Holder != "holder" {
+	if _, err := f.reg.TryAcquire(ctx, f.session("barger"), "t"); !errors.As(err, &he) || he.Queued || he.Worker != "holder" {
 		t.Fatalf("TryAcquire of a held, waited-for resource: %v", err)
 	}
 
@@ -212,7 +212,7 @@ func TestTryAcquireDoesNotBarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	barger := f.session("barger2")
-	if _, err := f.reg.TryAcquire(ctx, barger, "u"); !errors.As(err, &he) || !he.Queued || he.Holder != "ghost" || he.Epoch != 0 {
+	if _, err := f.reg.TryAcquire(ctx, barger, "u"); !errors.As(err, &he) || !he.Queued || he.Worker != "ghost" || he.Epoch != 0 {
 		t.Fatalf("TryAcquire of a free, waited-for resource: %v", err)
 	}
 	got, err := f.reg.TryAcquireMany(ctx, barger, []string{"u", "v"})

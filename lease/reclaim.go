@@ -60,9 +60,9 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 	}
 	h, herr := record.DecodeHolder(lkv.Value)
 	if clientv3.LeaseID(lkv.Lease) != s.LeaseID() || herr != nil || h.Worker != s.Worker() {
-		he := &HeldError{Resource: resource, Epoch: lkv.ModRevision, Holder: "unknown"}
+		he := &HeldError{Resource: resource, Epoch: lkv.ModRevision, Worker: "unknown"}
 		if herr == nil {
-			he.Holder = h.Worker
+			he.Worker = h.Worker
 		}
 		return nil, he
 	}

@@ -79,7 +79,7 @@ func TestReclaimRefusesWhatIsNotTheSessions(t *testing.T) {
 	s1, s2 := f.session("w1"), f.session("w2")
 	held := f.acquire(s1, "held")
 	var he *lease.HeldError
-	if _, err := f.reg.Reclaim(context.Background(), s2, "held"); !errors.As(err, &he) || he.Holder != "w1" || he.Epoch != held.Epoch() {
+	if _, err := f.reg.Reclaim(context.Background(), s2, "held"); !errors.As(err, &he) || he.Worker != "w1" || he.Epoch != held.Epoch() {
 		t.Fatalf("Reclaim by w2 of w1's epoch: %v; want *HeldError naming w1 at %d", err, held.Epoch())
 	}
 	if _, err := f.reg.Reclaim(context.Background(), s2, "free"); !errors.Is(err, lease.ErrNotHeld) {

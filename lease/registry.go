@@ -257,9 +257,9 @@ func (r *Registry) noteAcquired(l *Lease, how string) {
 func (r *Registry) whyNot(ctx context.Context, resource string, els []*pb.ResponseOp) (*HeldError, error) {
 	lease, done, head, delay := els[protocol.ClaimLease], els[protocol.ClaimDone], els[protocol.ClaimHead], els[protocol.ClaimDelay]
 	if kvs := lease.GetResponseRange().Kvs; len(kvs) > 0 {
-		he := &HeldError{Resource: resource, Epoch: kvs[0].ModRevision, Holder: "unknown"}
+		he := &HeldError{Resource: resource, Epoch: kvs[0].ModRevision, Worker: "unknown"}
 		if h, err := record.DecodeHolder(kvs[0].Value); err == nil {
-			he.Holder = h.Worker
+			he.Worker = h.Worker
 		}
 		return he, he
 	}
@@ -271,9 +271,9 @@ func (r *Registry) whyNot(ctx context.Context, resource string, els []*pb.Respon
 	}
 	if head != nil {
 		if kvs := head.GetResponseRange().Kvs; len(kvs) > 0 {
-			he := &HeldError{Resource: resource, Queued: true, Holder: "unknown"}
+			he := &HeldError{Resource: resource, Queued: true, Worker: "unknown"}
 			if h, err := record.DecodeHolder(kvs[0].Value); err == nil {
-				he.Holder = h.Worker
+				he.Worker = h.Worker
 			}
 			return he, he
 		}

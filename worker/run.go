@@ -475,7 +475,7 @@ func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
 		// (completed, or deleted by its owner). Nothing to run.
 		r.log.Trace("skipping a resource that left its source", "resource", name, "worker", s.Worker())
 		r.finished(name)
-	case errors.As(err, &held) && !held.Queued && held.Holder == s.Worker():
+	case errors.As(err, &held) && !held.Queued && held.Worker == s.Worker():
 		// An earlier claim of this session whose outcome was unknown was
 		// applied after all (or another registry of the same session
 		// holds it): Reclaim tells.

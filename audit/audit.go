@@ -31,8 +31,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/lease"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -71,31 +73,6 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 // Option configures a Log.
 type Option func(*Log) error
 
-// WithNamespace sets the key namespace (default "/leasehold"). It must
-// start with '/', not end with one, and have no segment named lease, done,
-// audit or fence.
-func WithNamespace(ns string) Option {
-	return func(l *Log) error {
-		s, err := keys.New(ns)
-		if err != nil {
-			return fmt.Errorf("audit: WithNamespace: %w", err)
-		}
-		l.space = s
-		return nil
-	}
-}
-
-// WithLogger sets the logger. The default discards everything.
-func WithLogger(lg hclog.Logger) Option {
-	return func(l *Log) error {
-		if lg == nil {
-			return errors.New("audit: WithLogger(nil)")
-		}
-		l.log = lg
-		return nil
-	}
-}
-
 // WithPageSize sets how many keys one List request reads (default 1000).
 func WithPageSize(n int) Option {
 	return func(l *Log) error {
@@ -107,29 +84,11 @@ func WithPageSize(n int) Option {
 	}
 }
 
-// DefaultAttemptTimeout bounds one etcd request of a Log when
-// WithAttemptTimeout is not given.
-const DefaultAttemptTimeout = 2 * time.Second
-
-// WithAttemptTimeout bounds each etcd request a Log sends — every page of
-// List, every read and write of the recorder and of retention —
-// independently of the caller's context, so that a member that stops
-// answering (frozen, or behind a half-open connection) costs one attempt:
-// List returns the error, and the recorder and retention passes start
-// again, and their next request goes to the next member. The default is
-// DefaultAttemptTimeout; d must be positive. Watches are streams, not
-// requests, and are not bounded by it.
-func WithAttemptTimeout(d time.Duration) Option {
-	return func(l *Log) error {
-		if d <= 0 {
-			return fmt.Errorf("audit: WithAttemptTimeout(%v): must be positive", d)
-		}
-		l.attempt = d
-		return nil
-	}
-}
-
-// bound is ctx bounded by the attempt timeout.
+// bound is ctx bounded by the attempt timeout: the registry's
+// (lease.WithAttemptTimeout), so that a member that stops answering
+// (frozen, or behind a half-open connection) costs one attempt of every
+// page of List and every read and write of the recorder and of retention.
+// Watches are streams, not requests, and are not bounded by it.
 func (l *Log) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, l.attempt)
 }
@@ -141,8 +100,7 @@ type Log struct {
 	space    keys.Space
 	log      hclog.Logger
 	pageSize int64
-	attempt  time.Duration // WithAttemptTimeout
-	err      error         // a configuration error, returned by every method
+	attempt  time.Duration // the registry's (lease.WithAttemptTimeout)
 
 	archive   Archive       // WithArchive; nil: none
 	discard   bool          // WithoutArchive
@@ -151,14 +109,23 @@ type Log struct {
 	pruneCache pruneCache // what the retention passes remember
 }
 
-// New returns a Log over cli. A bad option is reported by every method
-// rather than here, so New cannot fail.
-func New(cli *clientv3.Client, opts ...Option) *Log {
-	l := &Log{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), pageSize: 1000, attempt: DefaultAttemptTimeout}
-	var errs []error
-	if cli == nil {
-		errs = append(errs, errors.New("audit: New: nil client"))
+// New returns the audit log of reg's namespace: its client, namespace,
+// logger (named "audit") and attempt timeout are reg's (lease.NewRegistry's
+// options). A nil registry or a bad option is an error.
+func New(reg *lease.Registry, opts ...Option) (*Log, error) {
+	if reg == nil {
+		return nil, errors.New("audit: New: nil registry")
 	}
+	if err := hook.RegistryErr(reg); err != nil {
+		return nil, fmt.Errorf("audit: New: the registry: %w", err)
+	}
+	space, err := keys.New(reg.Namespace())
+	if err != nil {
+		return nil, fmt.Errorf("audit: New: %w", err)
+	}
+	lg, _, _ := hook.Telemetry(reg)
+	l := &Log{cli: reg.Client(), space: space, log: lg, pageSize: 1000, attempt: hook.AttemptTimeout(reg)}
+	var errs []error
 	for _, o := range opts {
 		if o == nil {
 			errs = append(errs, errors.New("audit: New: nil option"))
@@ -167,9 +134,11 @@ func New(cli *clientv3.Client, opts ...Option) *Log {
 		errs = append(errs, o(l))
 	}
 	errs = append(errs, l.checkRetention())
-	l.err = errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	l.log = l.log.Named("audit")
-	return l
+	return l, nil
 }
 
 // Namespace returns the namespace the log reads.

@@ -52,6 +52,23 @@ func newRegistry(t *testing.T, cli *clientv3.Client, opts ...lease.Option) *leas
 	return r
 }
 
+// mustLog returns reg's audit log, failing the test if New does.
+func mustLog(t testing.TB, reg *lease.Registry, opts ...audit.Option) *audit.Log {
+	t.Helper()
+	l, err := audit.New(reg, opts...)
+	if err != nil {
+		t.Fatalf("audit.New: %v", err)
+	}
+	return l
+}
+
+// logOn returns the audit log of the default namespace over cli, built
+// from a registry of its own (closed at cleanup).
+func logOn(t *testing.T, cli *clientv3.Client, opts ...audit.Option) *audit.Log {
+	t.Helper()
+	return mustLog(t, newRegistry(t, cli), opts...)
+}
+
 func acquire(t *testing.T, r *lease.Registry, s *session.Session, resource string) *lease.Lease {
 	t.Helper()
 	l, err := r.TryAcquire(bg(t), s, resource)
@@ -410,7 +427,7 @@ func TestListOrderAndFilters(t *testing.T) {
 	cli := c.Client(t)
 	r := newRegistry(t, cli)
 	_, _, stale, all := history(t, cli, r)
-	log := audit.New(cli)
+	log := logOn(t, cli)
 
 	got := list(t, log, audit.Filter{})
 	checkEntries(t, "all", got, all)
@@ -504,7 +521,7 @@ func TestListPageSizesAgree(t *testing.T) {
 		t.Fatalf("second Release: %v, want ErrStale", err)
 	}
 
-	def := audit.New(cli)
+	def := logOn(t, cli)
 	filters := []audit.Filter{{}, {Resource: "page/07"}, {Kind: audit.Completed}, {Resource: "page/stale"}}
 	for _, f := range filters {
 		want := list(t, def, f)
@@ -512,7 +529,7 @@ func TestListPageSizesAgree(t *testing.T) {
 			t.Fatalf("default page size lists %d entries, want 53", len(want))
 		}
 		for _, size := range []int{1, 2, 3, 7, 52, 53, 54, 10000} {
-			got := list(t, audit.New(cli, audit.WithPageSize(size)), f)
+			got := list(t, logOn(t, cli, audit.WithPageSize(size)), f)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("filter %+v, page size %d: %d entries differ from the default page size's %d", f, size, len(got), len(want))
 			}
@@ -523,7 +540,7 @@ func TestListPageSizesAgree(t *testing.T) {
 	// of at most 3 keys, every one after the first pinned to the first's
 	// revision.
 	scli, spy := spiedClient(t, c)
-	got := list(t, audit.New(scli, audit.WithPageSize(3)), audit.Filter{})
+	got := list(t, logOn(t, scli, audit.WithPageSize(3)), audit.Filter{})
 	if len(got) != 53 {
 		t.Fatalf("page size 3 lists %d entries", len(got))
 	}
@@ -544,7 +561,7 @@ func TestListPageSizesAgree(t *testing.T) {
 	}
 
 	for _, size := range []int{0, -1, 10001} {
-		if _, err := audit.New(cli, audit.WithPageSize(size)).List(ctx, audit.Filter{}); err == nil {
+		if _, err := audit.New(newRegistry(t, cli), audit.WithPageSize(size)); err == nil {
 			t.Errorf("WithPageSize(%d) accepted", size)
 		}
 	}
@@ -587,7 +604,7 @@ func TestListIsOneSnapshot(t *testing.T) {
 			}
 		}
 	}()
-	paged := audit.New(cli, audit.WithPageSize(1))
+	paged := logOn(t, cli, audit.WithPageSize(1))
 	var snaps [][]audit.Entry
 	for i := 0; i < 3; i++ {
 		snaps = append(snaps, list(t, paged, audit.Filter{}))
@@ -597,7 +614,7 @@ func TestListIsOneSnapshot(t *testing.T) {
 	if writeErr != nil {
 		t.Fatal(writeErr)
 	}
-	full := list(t, audit.New(cli), audit.Filter{})
+	full := list(t, logOn(t, cli), audit.Filter{})
 	for i, snap := range snaps {
 		last := snap[len(snap)-1].Revision
 		var want []audit.Entry
@@ -623,7 +640,7 @@ func TestListReportsCorruptEntriesAndKeepsGoing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	log := audit.New(cli)
+	log := logOn(t, cli)
 	clean := list(t, log, audit.Filter{})
 	if len(clean) != 6 {
 		t.Fatalf("%d clean entries, want 6", len(clean))
@@ -644,7 +661,7 @@ func TestListReportsCorruptEntriesAndKeepsGoing(t *testing.T) {
 		rawPut(t, cli, k, v)
 	}
 	for _, size := range []int{1, 2, 1000} {
-		l := audit.New(cli, audit.WithPageSize(size))
+		l := logOn(t, cli, audit.WithPageSize(size))
 		got, err := l.List(ctx, audit.Filter{})
 		if !errors.Is(err, audit.ErrCorrupt) {
 			t.Fatalf("page size %d: List error %v, want one matching ErrCorrupt", size, err)
@@ -676,48 +693,66 @@ func TestListReportsCorruptEntriesAndKeepsGoing(t *testing.T) {
 	}
 }
 
-func TestBadOptionsFailEveryMethod(t *testing.T) {
+// TestNewReportsBadOptions: a nil registry, a registry built with a bad
+// option, and a bad audit option are New's error, not a later call's.
+func TestNewReportsBadOptions(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	cases := map[string]*audit.Log{
-		"namespace without slash":     audit.New(cli, audit.WithNamespace("x")),
-		"namespace with a trailing /": audit.New(cli, audit.WithNamespace("/a/")),
-		"empty namespace":             audit.New(cli, audit.WithNamespace("")),
-		"control in namespace":        audit.New(cli, audit.WithNamespace("/a\nb")),
-		"zero page size":              audit.New(cli, audit.WithPageSize(0)),
-		"page size too large":         audit.New(cli, audit.WithPageSize(10001)),
-		"nil logger":                  audit.New(cli, audit.WithLogger(nil)),
-		"nil option":                  audit.New(cli, nil),
-		"nil client":                  audit.New(nil),
-		"good then bad":               audit.New(cli, audit.WithNamespace("/ok"), audit.WithNamespace("bad")),
+	good := newRegistry(t, cli)
+	cases := map[string]struct {
+		reg  *lease.Registry
+		opts []audit.Option
+	}{
+		"nil registry":                {nil, nil},
+		"nil client":                  {newRegistry(t, nil), nil},
+		"namespace without slash":     {newRegistry(t, cli, lease.WithNamespace("x")), nil},
+		"namespace with a trailing /": {newRegistry(t, cli, lease.WithNamespace("/a/")), nil},
+		"empty namespace":             {newRegistry(t, cli, lease.WithNamespace("")), nil},
+		"control in namespace":        {newRegistry(t, cli, lease.WithNamespace("/a\nb")), nil},
+		"nil logger":                  {newRegistry(t, cli, lease.WithLogger(nil)), nil},
+		"zero attempt timeout":        {newRegistry(t, cli, lease.WithAttemptTimeout(0)), nil},
+		"zero page size":              {good, []audit.Option{audit.WithPageSize(0)}},
+		"page size too large":         {good, []audit.Option{audit.WithPageSize(10001)}},
+		"nil option":                  {good, []audit.Option{nil}},
+		"good then bad":               {good, []audit.Option{audit.WithPageSize(10), audit.WithPageSize(0)}},
 	}
-	for name, l := range cases {
-		t.Run(name, func(t *testing.T) {
-			if ents, err := l.List(bg(t), audit.Filter{}); err == nil {
-				t.Errorf("List: no error (%d entries)", len(ents))
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-			defer cancel()
-			var evs []audit.Event
-			for ev := range l.Watch(ctx, audit.Filter{}) {
-				evs = append(evs, ev)
-			}
-			if len(evs) != 1 || evs[0].Err == nil {
-				t.Errorf("Watch: events %+v, want exactly one error", evs)
-			}
-			if err := l.RunRecorder(ctx); err == nil || ctx.Err() != nil {
-				t.Errorf("RunRecorder: %v (ctx %v), want the configuration error at once", err, ctx.Err())
-			}
-		})
+	for name, tc := range cases {
+		if l, err := audit.New(tc.reg, tc.opts...); err == nil || l != nil {
+			t.Errorf("%s: New returned (%v, %v), want only an error", name, l, err)
+		}
 	}
-	if err := func() error { _, err := cases["namespace without slash"].List(bg(t), audit.Filter{}); return err }(); !errors.Is(err, keys.ErrInvalidNamespace) {
+	if _, err := audit.New(cases["namespace without slash"].reg); !errors.Is(err, keys.ErrInvalidNamespace) {
 		t.Errorf("namespace error %v does not match keys.ErrInvalidNamespace", err)
 	}
-	if ns := audit.New(cli).Namespace(); ns != keys.DefaultNamespace {
+	if ns := mustLog(t, good).Namespace(); ns != keys.DefaultNamespace {
 		t.Errorf("default Namespace() = %q", ns)
 	}
-	if ns := audit.New(cli, audit.WithNamespace("/t")).Namespace(); ns != "/t" {
+	if ns := mustLog(t, newRegistry(t, cli, lease.WithNamespace("/t"))).Namespace(); ns != "/t" {
 		t.Errorf("Namespace() = %q, want /t", ns)
+	}
+}
+
+// TestNewReadsTheRegistrysNamespace: a log built from a registry in
+// /billing reads what that registry wrote, and nothing of the default
+// namespace: the namespace is configured once, on the registry.
+func TestNewReadsTheRegistrysNamespace(t *testing.T) {
+	cli := e2e.NewCluster(t).Client(t)
+	billing := newRegistry(t, cli, lease.WithNamespace("/billing"))
+	s := newSession(t, cli, "biller")
+	if err := acquire(t, billing, s, "invoice").Complete(bg(t), "sent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := acquire(t, newRegistry(t, cli), s, "invoice").Complete(bg(t), "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	log := mustLog(t, billing)
+	if ns := log.Namespace(); ns != "/billing" {
+		t.Errorf("Namespace() = %q, want /billing", ns)
+	}
+	got := list(t, log, audit.Filter{})
+	if len(got) != 2 || got[0].Kind != audit.Acquired || got[1].Kind != audit.Completed ||
+		got[1].Resource != "invoice" || got[1].Worker != "biller" || got[1].Status != "sent" {
+		t.Fatalf("the /billing log lists %+v, want the acquisition and completion of invoice in /billing", got)
 	}
 }
 
@@ -732,7 +767,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		}
 	}
 	for ns, n := range map[string]int{"/tenant-a": 2, "/tenant-a/sub": 2, "/tenant": 0, keys.DefaultNamespace: 0, "/": 0} {
-		got := list(t, audit.New(cli, audit.WithNamespace(ns)), audit.Filter{})
+		got := list(t, mustLog(t, newRegistry(t, cli, lease.WithNamespace(ns))), audit.Filter{})
 		if len(got) != n {
 			t.Errorf("namespace %q lists %d entries, want %d", ns, len(got), n)
 		}
@@ -749,7 +784,7 @@ func TestWatchStreamsEntriesInOrder(t *testing.T) {
 	cli := c.Client(t)
 	r := newRegistry(t, cli)
 	s := newSession(t, cli, "watched")
-	log := audit.New(cli)
+	log := logOn(t, cli)
 	ctx := bg(t)
 
 	head, err := cli.Get(ctx, "/anything")
@@ -841,7 +876,7 @@ func TestWatchReportsCorruptAndCatchesUpAfterCompaction(t *testing.T) {
 	cli := c.Client(t)
 	r := newRegistry(t, cli)
 	s := newSession(t, cli, "watched")
-	log := audit.New(cli)
+	log := logOn(t, cli)
 	ctx := bg(t)
 	head, err := cli.Get(ctx, "/anything")
 	if err != nil {

@@ -49,11 +49,11 @@ func TestRetentionIgnoresAWriterClockBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := c.Client(t)
-	ents := list(t, audit.New(cli), audit.Filter{Resource: "t"})
+	ents := list(t, logOn(t, cli), audit.Filter{Resource: "t"})
 	if len(ents) != 2 || time.Since(ents[1].Time) < 47*time.Hour {
 		t.Fatalf("the skewed worker wrote %+v; want two entries two days old by their time", ents)
 	}
-	log := audit.New(cli, audit.WithRetention(24*time.Hour), audit.WithoutArchive())
+	log := logOn(t, cli, audit.WithRetention(24*time.Hour), audit.WithoutArchive())
 	for pass := 1; pass <= 2; pass++ {
 		if n, err := log.PruneOnce(ctx); err != nil || n != 0 {
 			t.Fatalf("pass %d with a retention of 24h pruned %d keys (%v) of an epoch etcd ended moments ago", pass, n, err)
@@ -89,10 +89,10 @@ func TestRetentionIgnoresAWriterClockAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ents := list(t, audit.New(cli), audit.Filter{Resource: "ahead"}); len(ents) != 2 || time.Until(ents[1].Time) < 47*time.Hour {
+	if ents := list(t, logOn(t, cli), audit.Filter{Resource: "ahead"}); len(ents) != 2 || time.Until(ents[1].Time) < 47*time.Hour {
 		t.Fatalf("the skewed worker wrote %+v; want two entries two days ahead by their time", ents)
 	}
-	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	log := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
 	total := 0
 	eventually(t, "both epochs pruned", func() (bool, string) {
 		n, err := log.PruneOnce(ctx)
@@ -155,7 +155,7 @@ func TestRetentionReadsOtherRecordersMarkers(t *testing.T) {
 	cli := c.Client(t)
 	ctx := bg(t)
 	completeOne(t, cli, "t")
-	a := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	a := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
 	if n, err := a.PruneOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("first pass: %d keys, %v", n, err)
 	}
@@ -168,7 +168,7 @@ func TestRetentionReadsOtherRecordersMarkers(t *testing.T) {
 		t.Fatalf("marker value %s (%v): want the grant's revision, just below the put's %d, and the TTL", ms[0].Value, err, ms[0].CreateRevision)
 	}
 
-	b := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	b := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
 	if n, err := b.PruneOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("the second recorder's first pass: %d keys, %v", n, err)
 	}
@@ -190,8 +190,8 @@ func TestRetentionIgnoresShorterMarkers(t *testing.T) {
 	cli := c.Client(t)
 	ctx := bg(t)
 	completeOne(t, cli, "t")
-	short := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
-	long := audit.New(cli, audit.WithRetention(time.Hour), audit.WithoutArchive())
+	short := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	long := logOn(t, cli, audit.WithRetention(time.Hour), audit.WithoutArchive())
 	for _, l := range []*audit.Log{short, long} {
 		if n, err := l.PruneOnce(ctx); err != nil || n != 0 {
 			t.Fatalf("first pass: %d keys, %v", n, err)
@@ -231,7 +231,7 @@ func TestRetentionIdleGrantsNoMarker(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
 	lg := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{mu: &mu, w: &logs}, Level: hclog.Warn})
-	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive(), audit.WithLogger(lg))
+	log := mustLog(t, newRegistry(t, cli, lease.WithLogger(lg)), audit.WithRetention(time.Second), audit.WithoutArchive())
 	markersWritten := func() int64 {
 		resp, err := cli.Get(ctx, "/leasehold/lease/%clock/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

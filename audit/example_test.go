@@ -49,7 +49,12 @@ func Example() {
 	// alice comes back and tries to finish the work she lost.
 	fmt.Println("late completion:", l.Complete(ctx, "done") != nil)
 
-	entries, err := audit.New(cli).List(ctx, audit.Filter{Resource: "reports/q1"})
+	log, err := audit.New(registry) // the registry's namespace
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	entries, err := log.List(ctx, audit.Filter{Resource: "reports/q1"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -79,9 +79,6 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 
 // list is List, also returning the revision of its etcd snapshot.
 func (l *Log) list(ctx context.Context, f Filter) ([]Entry, int64, error) {
-	if l.err != nil {
-		return nil, 0, l.err
-	}
 	if err := f.validate(); err != nil {
 		return nil, 0, err
 	}
@@ -189,7 +186,7 @@ type Event struct {
 // with an Err matching ErrCorrupt and do not end the watch.
 func (l *Log) Watch(ctx context.Context, f Filter) <-chan Event {
 	out := make(chan Event, 16)
-	if err := errors.Join(l.err, f.validate()); err != nil {
+	if err := f.validate(); err != nil {
 		out <- Event{Err: err}
 		close(out)
 		return out

@@ -90,9 +90,6 @@ const (
 // records, into the archive and out of etcd, every half retention (at
 // most every minute): see WithRetention and docs/protocol.md §3.9.
 func (l *Log) RunRecorder(ctx context.Context) error {
-	if l.err != nil {
-		return l.err
-	}
 	if l.retention > 0 {
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})

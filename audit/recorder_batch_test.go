@@ -102,7 +102,7 @@ func TestRecorderBatchesAWatchResponse(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	rcli, spy := spiedClient(t, c)
-	log := audit.New(rcli)
+	log := logOn(t, rcli)
 	stop := startRecorder(t, log)
 	waitWatching(t, spy)
 	r := newRegistry(t, cli)
@@ -150,7 +150,7 @@ func TestRecorderBatchesAWatchResponse(t *testing.T) {
 		}
 		at = resp.Header.Revision
 		waitDecided(t, spy, keys.DefaultNamespace, eps...)
-		waitForKind(t, audit.New(cli), audit.Filter{Kind: audit.Expired}, n)
+		waitForKind(t, logOn(t, cli), audit.Filter{Kind: audit.Expired}, n)
 	})
 	stopRecorder(t, stop)
 	if reads > (n+63)/64 || writes > (n+119)/120 {
@@ -162,7 +162,7 @@ func TestRecorderBatchesAWatchResponse(t *testing.T) {
 			t.Errorf("%q epoch %d: %d of %d attempts wrote its expiry, want 1", re.res, re.epoch, wins, attempts)
 		}
 	}
-	checkExpiredAt(t, audit.New(cli), "held", held, "doomed", at)
+	checkExpiredAt(t, logOn(t, cli), "held", held, "doomed", at)
 	checkCreateOnly(t, cli, keys.DefaultNamespace)
 }
 
@@ -177,7 +177,7 @@ func TestRecorderRecordsTenThousandExpiries(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	rcli, spy := spiedClient(t, c)
-	log := audit.New(rcli)
+	log := logOn(t, rcli)
 	stop := startRecorder(t, log)
 	waitWatching(t, spy)
 	r := newRegistry(t, cli)
@@ -209,5 +209,5 @@ func TestRecorderRecordsTenThousandExpiries(t *testing.T) {
 	if reads > (n+63)/64 || writes > (n+119)/120 {
 		t.Errorf("10,000 deletions in one watch response cost %d reads and %d writes, want at most %d and %d", reads, writes, (n+63)/64, (n+119)/120)
 	}
-	checkExpiredAt(t, audit.New(cli), "bulk", held, "bulk", at)
+	checkExpiredAt(t, logOn(t, cli), "bulk", held, "bulk", at)
 }

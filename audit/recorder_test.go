@@ -352,7 +352,7 @@ func TestRecorderRecordsExpiryOfPartitionedHolder(t *testing.T) {
 	cli := c.Client(t)
 	p := e2e.NewProxy(t, c.Members()[0].Endpoint())
 	pcli := c.ClientTo(t, p.Endpoint())
-	log := audit.New(cli)
+	log := logOn(t, cli)
 	stop := startRecorder(t, log)
 
 	doomed := newSession(t, pcli, "doomed", session.WithTTL(time.Second))
@@ -397,7 +397,7 @@ func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	rcli, spy := spiedClient(t, c)
-	log := audit.New(rcli)
+	log := logOn(t, rcli)
 	stop := startRecorder(t, log)
 	waitWatching(t, spy)
 	r := newRegistry(t, cli)
@@ -457,7 +457,7 @@ func TestConcurrentRecordersWriteOneEndPerEpoch(t *testing.T) {
 	var stops []func() error
 	for i := 0; i < recorders; i++ {
 		rcli, spy := spiedClient(t, c)
-		l := audit.New(rcli)
+		l := logOn(t, rcli)
 		spies, logs = append(spies, spy), append(logs, l)
 		stops = append(stops, startRecorder(t, l))
 	}
@@ -572,13 +572,13 @@ func TestRecorderReconcilesExpiryWhileStopped(t *testing.T) {
 		}
 	}
 	reacquired := acquire(t, r, live, "rec/reacquired")
-	log := audit.New(cli)
+	log := logOn(t, cli)
 	if got := list(t, log, audit.Filter{Kind: audit.Expired}); len(got) != 0 {
 		t.Fatalf("expired entries before any recorder ran: %+v", got)
 	}
 
 	rcli, spy := spiedClient(t, c)
-	rlog := audit.New(rcli)
+	rlog := logOn(t, rcli)
 	stop := startRecorder(t, rlog)
 	// The recorder watches only after its reconcile returned, and reconcile
 	// decides every epoch before returning.
@@ -620,7 +620,7 @@ func TestRecorderReconcilesExpiryWhileStopped(t *testing.T) {
 	// A second recorder start finds nothing left to do.
 	before := list(t, log, audit.Filter{})
 	rcli2, spy2 := spiedClient(t, c)
-	stop2 := startRecorder(t, audit.New(rcli2))
+	stop2 := startRecorder(t, logOn(t, rcli2))
 	waitWatching(t, spy2)
 	stopRecorder(t, stop2)
 	if n := spy2.txns(); n != 0 {
@@ -675,7 +675,7 @@ func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
 	put(space.AuditEnd("rec/garbage-end", garbageEnd), "garbage")
 
 	rcli, spy := spiedClient(t, c)
-	stop := startRecorder(t, audit.New(rcli))
+	stop := startRecorder(t, logOn(t, rcli))
 	waitWatching(t, spy)
 	stopRecorder(t, stop)
 
@@ -698,7 +698,7 @@ func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "garbage" {
 		t.Errorf("the corrupt end key changed: %v", resp.Kvs)
 	}
-	checkEntries(t, "rec/genuine", list(t, audit.New(cli), audit.Filter{Resource: "rec/genuine"}), []want{
+	checkEntries(t, "rec/genuine", list(t, logOn(t, cli), audit.Filter{Resource: "rec/genuine"}), []want{
 		{Kind: audit.Acquired, Resource: "rec/genuine", Worker: "gone", Epoch: expired.Epoch()},
 		{Kind: audit.Expired, Resource: "rec/genuine", Worker: "gone", Epoch: expired.Epoch()},
 	})
@@ -707,7 +707,7 @@ func TestReconcileSkipsWhatIsNotAnEntry(t *testing.T) {
 func TestRecorderReturnsContextError(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	log := audit.New(cli)
+	log := logOn(t, cli)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -731,7 +731,7 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	cli := c.Client(t)
 	const ns = "/run"
 	rcli, spy := spiedClient(t, c)
-	log := audit.New(rcli, audit.WithNamespace(ns))
+	log := mustLog(t, newRegistry(t, rcli, lease.WithNamespace(ns)))
 	stop := startRecorder(t, log)
 	waitWatching(t, spy) // or the first deletions are reconcile's, which decides nothing
 	r := newRegistry(t, cli, lease.WithNamespace(ns))

@@ -26,10 +26,10 @@ func TestRetentionArchivesEverything(t *testing.T) {
 		cli := c.Client(t)
 		ctx := bg(t)
 		arch := newArchive(t, d.db)
-		log := audit.New(cli, audit.WithRetention(time.Second), audit.WithArchive(arch))
+		log := logOn(t, cli, audit.WithRetention(time.Second), audit.WithArchive(arch))
 		// Two recorders: pruning races with itself too.
 		startRecorder(t, log)
-		startRecorder(t, audit.New(cli, audit.WithRetention(time.Second), audit.WithArchive(newArchive(t, d.open(t)))))
+		startRecorder(t, logOn(t, cli, audit.WithRetention(time.Second), audit.WithArchive(newArchive(t, d.open(t)))))
 		r := newRegistry(t, cli)
 
 		const workers, perWorker = 4, 40

@@ -98,7 +98,7 @@ func TestRetentionPassReadsOnlyChanges(t *testing.T) {
 	ctx := bg(t)
 	const tasks = 1500 // 3,000 entries and 1,500 done records
 	epochs := writeCompletedTasks(t, cli, tasks)
-	log := audit.New(cli, audit.WithRetention(4*time.Second), audit.WithoutArchive())
+	log := logOn(t, cli, audit.WithRetention(4*time.Second), audit.WithoutArchive())
 
 	n, first := measurePass(t, log, spy)
 	if n != 0 {
@@ -172,7 +172,7 @@ func TestRetentionPassReadsOnlyChanges(t *testing.T) {
 	if want := 3*tasks - 3 + 3; total != want {
 		t.Errorf("the passes deleted %d keys; want %d", total, want)
 	}
-	left := list(t, audit.New(cli), audit.Filter{})
+	left := list(t, logOn(t, cli), audit.Filter{})
 	if len(left) != 1 || left[0].Resource != "task-0" || left[0].Kind != audit.Acquired {
 		t.Fatalf("etcd keeps %+v; want task-0's start entry only", left)
 	}

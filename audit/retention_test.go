@@ -44,7 +44,7 @@ func countKeys(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 }
 
 func TestRetentionOptionsAreValidated(t *testing.T) {
-	cli := e2e.NewCluster(t).Client(t)
+	reg := newRegistry(t, e2e.NewCluster(t).Client(t))
 	for _, tc := range []struct {
 		name string
 		opts []audit.Option
@@ -57,9 +57,9 @@ func TestRetentionOptionsAreValidated(t *testing.T) {
 		{"discard without retention", []audit.Option{audit.WithoutArchive()}, false},
 		{"nil archive", []audit.Option{audit.WithArchive(nil)}, false},
 	} {
-		_, err := audit.New(cli, tc.opts...).List(bg(t), audit.Filter{})
+		_, err := audit.New(reg, tc.opts...)
 		if (err == nil) != tc.ok {
-			t.Errorf("%s: List error %v, want ok=%v", tc.name, err, tc.ok)
+			t.Errorf("%s: New error %v, want ok=%v", tc.name, err, tc.ok)
 		}
 	}
 }
@@ -84,7 +84,7 @@ func TestRetentionPrunesEndedEpochs(t *testing.T) {
 	if err := done.Complete(ctx, "ok"); err != nil {
 		t.Fatal(err)
 	}
-	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	log := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
 	stopRecorder(t, startRecorder(t, log)) // records the history's expiries first
 
 	// Nothing is older than the retention yet.
@@ -135,7 +135,7 @@ func TestLateDeletionOfPrunedEpochIsNotRecorded(t *testing.T) {
 	if err := l.Complete(ctx, "ok"); err != nil {
 		t.Fatal(err)
 	}
-	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	log := logOn(t, cli, audit.WithRetention(time.Second), audit.WithoutArchive())
 	if n := pruneUntil(t, log, "the epoch pruned", func() (bool, string) {
 		n := countKeys(t, cli, "/leasehold/audit/")
 		return n == 0, fmt.Sprintf("%d audit keys left", n)
@@ -173,7 +173,7 @@ func TestRetentionKeepsNewEntriesOfOldKeys(t *testing.T) {
 	ctx := bg(t)
 	var rewrote bool
 	arch := &hookArchive{}
-	log := audit.New(cli, audit.WithRetention(time.Second), audit.WithArchive(arch))
+	log := logOn(t, cli, audit.WithRetention(time.Second), audit.WithArchive(arch))
 	r := newRegistry(t, cli)
 	s := newSession(t, cli, "w1")
 	l := acquire(t, r, s, "t")
@@ -202,7 +202,7 @@ func TestRetentionKeepsNewEntriesOfOldKeys(t *testing.T) {
 		}
 	}
 	pruneUntil(t, log, "the pass that archives the rejection", func() (bool, string) { return rewrote, "the hook never ran" })
-	kept := list(t, audit.New(cli), audit.Filter{Resource: "t"})
+	kept := list(t, logOn(t, cli), audit.Filter{Resource: "t"})
 	if len(kept) != 1 || kept[0].Key != rej[0].Key || kept[0].Revision == rej[0].Revision {
 		t.Fatalf("etcd keeps %+v; want only the re-written rejection", kept)
 	}

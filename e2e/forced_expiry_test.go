@@ -59,7 +59,8 @@ func replay(t *testing.T, mode string) {
 	// The expiry recorder turns etcd's silent deletions into audit entries.
 	rctx, stopRecorder := context.WithCancel(ctx)
 	recorderDone := make(chan error, 1)
-	go func() { recorderDone <- audit.New(direct).RunRecorder(rctx) }()
+	log := auditLog(t, direct)
+	go func() { recorderDone <- log.RunRecorder(rctx) }()
 	defer func() {
 		stopRecorder()
 		if err := <-recorderDone; !errors.Is(err, context.Canceled) {
@@ -185,7 +186,6 @@ func replay(t *testing.T, mode string) {
 	if mode == "blackhole" {
 		endKind = audit.Expired
 	}
-	log := audit.New(direct)
 	var entries []audit.Entry
 	deadline := time.Now().Add(10 * time.Second)
 	for {

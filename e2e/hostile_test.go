@@ -17,6 +17,19 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// auditLog returns the audit log of the default namespace over cli,
+// built from a registry of its own (closed at cleanup).
+func auditLog(t *testing.T, cli *clientv3.Client) *audit.Log {
+	t.Helper()
+	reg := lease.NewRegistry(cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	l, err := audit.New(reg)
+	if err != nil {
+		t.Fatalf("audit.New: %v", err)
+	}
+	return l
+}
+
 // snapshot returns every key under prefix with its mod revision.
 func snapshot(t *testing.T, cli *clientv3.Client, prefix string) map[string]int64 {
 	t.Helper()
@@ -53,14 +66,14 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	// The recorder runs throughout and must survive all of it.
 	rctx, stopRecorder := context.WithCancel(ctx)
 	recorderDone := make(chan error, 1)
-	go func() { recorderDone <- audit.New(cli).RunRecorder(rctx) }()
+	trail := auditLog(t, cli)
+	go func() { recorderDone <- trail.RunRecorder(rctx) }()
 	defer func() {
 		stopRecorder()
 		if err := <-recorderDone; !errors.Is(err, context.Canceled) {
 			t.Errorf("recorder: %v", err)
 		}
 	}()
-	trail := audit.New(cli)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	events := trail.Watch(watchCtx, audit.Filter{MinRevision: 1})

@@ -233,7 +233,11 @@ func TestCampaignersLeadInTurn(t *testing.T) {
 		t.Fatalf("Leader after the last resigned: %v; want ErrNoLeader", err)
 	}
 
-	entries, err := audit.New(f.cli).List(ctx, audit.Filter{Resource: e.Resource()})
+	log, err := audit.New(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := log.List(ctx, audit.Filter{Resource: e.Resource()})
 	if err != nil {
 		t.Fatal(err)
 	}

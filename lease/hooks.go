@@ -19,6 +19,7 @@ func init() {
 		r := reg.(*Registry)
 		return r.baseLog, r.observer, r.tp
 	}
+	hook.RegistryErr = func(reg any) error { return reg.(*Registry).err }
 	hook.HoldersWithPrefix = func(ctx context.Context, reg any, prefix string) (any, error) {
 		return reg.(*Registry).holdersWithPrefix(ctx, prefix)
 	}

@@ -79,7 +79,11 @@ func newFixture(t *testing.T) *fixture {
 	cli := c.Client(t)
 	reg := lease.NewRegistry(cli)
 	t.Cleanup(func() { _ = reg.Close() })
-	return &fixture{t: t, c: c, cli: cli, reg: reg, log: audit.New(cli), rpc: rpc}
+	log, err := audit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, c: c, cli: cli, reg: reg, log: log, rpc: rpc}
 }
 
 func (f *fixture) session(worker string, opts ...session.Option) *session.Session {

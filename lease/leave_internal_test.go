@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
@@ -118,12 +117,8 @@ func (f *leaveFixture) eventually(what string, cond func() bool) {
 // epochEntries lists the kinds and workers of one epoch's audit entries.
 func (f *leaveFixture) epochEntries(res string, epoch int64) []string {
 	f.t.Helper()
-	entries, err := audit.New(f.cli).List(context.Background(), audit.Filter{Resource: res})
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	var out []string
-	for _, e := range entries {
+	for _, e := range auditEntries(f.t, f.r, res) {
 		if e.Epoch == epoch {
 			out = append(out, string(e.Kind)+":"+e.Worker)
 		}

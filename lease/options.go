@@ -16,8 +16,9 @@ type Option func(*Registry) error
 // WithNamespace sets the key namespace (default "/leasehold"); it must
 // start with '/', not end with one, and have no segment named lease, done,
 // audit or fence (keys.ErrInvalidNamespace otherwise, from every method).
-// Registries and audit logs that share a namespace see each other's
-// leases; different namespaces, nested or not, never do.
+// Registries that share a namespace see each other's leases; different
+// namespaces, nested or not, never do. An audit log built from the
+// registry (audit.New) reads and records its namespace.
 func WithNamespace(ns string) Option {
 	return func(r *Registry) error {
 		s, err := keys.New(ns)
@@ -30,8 +31,8 @@ func WithNamespace(ns string) Option {
 }
 
 // WithLogger sets the logger of the registry and of everything built on it
-// (worker pools and the sessions they start, named "worker"). The default
-// discards everything.
+// (worker pools and the sessions they start, named "worker"; audit logs,
+// named "audit"). The default discards everything.
 func WithLogger(l hclog.Logger) Option {
 	return func(r *Registry) error {
 		if l == nil {
@@ -104,6 +105,11 @@ const DefaultAttemptTimeout = 2 * time.Second
 // the next member. TryAcquire, TryAcquireMany, Release and Revoke return
 // the unknown outcome (outcome.ErrUnknown) for the caller to resolve, as
 // their docs describe. Acquire removes its queue entry and returns it.
+//
+// An audit log built from the registry (audit.New) bounds its requests —
+// every page of List, every read and write of the recorder and of
+// retention — by the same timeout; a recorder or retention pass cut short
+// starts again.
 func WithAttemptTimeout(d time.Duration) Option {
 	return func(r *Registry) error {
 		if d <= 0 {

@@ -47,7 +47,10 @@ func TestContentionMetrics(t *testing.T) {
 	ctx := t.Context()
 	r := lease.NewRegistry(cli, lease.WithObserver(m))
 	defer r.Close()
-	log := audit.New(cli)
+	log, err := audit.New(r)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start, err := cli.Get(ctx, "x")
 	if err != nil {
 		t.Fatal(err)

@@ -167,6 +167,19 @@ func newWorker(t *testing.T, cli *clientv3.Client, ns, worker string) (*lease.Re
 	return reg, s
 }
 
+// auditLog returns the audit log of ns read through cli, built from a
+// registry of its own (closed at cleanup).
+func auditLog(t *testing.T, cli *clientv3.Client, ns string, opts ...audit.Option) *audit.Log {
+	t.Helper()
+	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	t.Cleanup(func() { _ = reg.Close() })
+	l, err := audit.New(reg, opts...)
+	if err != nil {
+		t.Fatalf("audit.New: %v", err)
+	}
+	return l
+}
+
 // TestWorkerOperatorAuditor runs the whole lifecycle with each role doing
 // its part, every client authenticated as a least-privilege user over
 // mutual TLS: workers acquire (and wait), complete, release and fence; an
@@ -187,7 +200,8 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 
 	rctx, stopRecorder := context.WithCancel(ctx)
 	recorderDone := make(chan error, 1)
-	go func() { recorderDone <- audit.New(w2, audit.WithNamespace(ns)).RunRecorder(rctx) }()
+	recorder := auditLog(t, w2, ns)
+	go func() { recorderDone <- recorder.RunRecorder(rctx) }()
 	defer func() {
 		stopRecorder()
 		if err := <-recorderDone; !errors.Is(err, context.Canceled) {
@@ -260,7 +274,7 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 	if _, err := c.Client(t).Delete(ctx, ns+"/lease/orders%2F4"); err != nil {
 		t.Fatal(err)
 	}
-	trail := audit.New(au, audit.WithNamespace(ns))
+	trail := auditLog(t, au, ns)
 	waitFor(t, func() bool {
 		es, err := trail.List(ctx, audit.Filter{Resource: "orders/4", Kind: audit.Expired})
 		return err == nil && len(es) == 1 && es[0].Epoch == gone.Epoch()
@@ -443,12 +457,16 @@ func TestNamespaceIsolation(t *testing.T) {
 	_, err = regAinB.TryAcquire(ctx, sA, "shared/2")
 	denied("acquire in B", err)
 	denied("revoke in B", regAinB.Revoke(ctx, "shared/1", "hostile"))
-	_, err = audit.New(alice, audit.WithNamespace(nsB)).List(ctx, audit.Filter{})
+	logAinB, err := audit.New(regAinB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = logAinB.List(ctx, audit.Filter{})
 	denied("list B's audit", err)
 	denied("fence in B", must(fence.NewEtcdGuard(alice, fence.WithEtcdNamespace(nsB))).Admit(ctx, fence.Token{Resource: "shared/1", Epoch: 1 << 40}))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ev, ok := <-audit.New(alice, audit.WithNamespace(nsB)).Watch(wctx, audit.Filter{})
+	ev, ok := <-logAinB.Watch(wctx, audit.Filter{})
 	if !ok || ev.Err == nil || !strings.Contains(ev.Err.Error(), "permission denied") {
 		t.Errorf("watch B's audit: %+v %v", ev, ok)
 	}
@@ -505,9 +523,8 @@ func TestOperatorRunsRetention(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- audit.New(op, audit.WithNamespace(ns), audit.WithRetention(time.Second), audit.WithoutArchive()).RunRecorder(rctx)
-	}()
+	recorder := auditLog(t, op, ns, audit.WithRetention(time.Second), audit.WithoutArchive())
+	go func() { done <- recorder.RunRecorder(rctx) }()
 	root := c.Client(t)
 	waitFor(t, func() bool {
 		return len(keysUnder(t, root, ns+"/audit/")) == 0 && len(keysUnder(t, root, ns+"/done/")) == 0

@@ -38,7 +38,11 @@ func newFixture(t *testing.T) *fixture {
 	cli := c.Client(t)
 	reg := lease.NewRegistry(cli)
 	t.Cleanup(func() { _ = reg.Close() })
-	return &fixture{t: t, c: c, cli: cli, reg: reg, log: audit.New(cli), space: keys.MustNew(keys.DefaultNamespace)}
+	log, err := audit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, c: c, cli: cli, reg: reg, log: log, space: keys.MustNew(keys.DefaultNamespace)}
 }
 
 func (f *fixture) session(worker string) *session.Session {

@@ -572,7 +572,10 @@ func TestPrefixCompletedStaysCompletedAfterRetention(t *testing.T) {
 
 	// Retention prunes the epochs and done records.
 	rctx, stop := context.WithCancel(ctx)
-	recorder := audit.New(f.cli, audit.WithRetention(time.Second), audit.WithoutArchive())
+	recorder, err := audit.New(f.reg, audit.WithRetention(time.Second), audit.WithoutArchive())
+	if err != nil {
+		t.Fatal(err)
+	}
 	recorded := make(chan error, 1)
 	go func() { recorded <- recorder.RunRecorder(rctx) }()
 	deadline := time.Now().Add(30 * time.Second)

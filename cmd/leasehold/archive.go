@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
@@ -76,15 +77,23 @@ func (g *globals) openArchive() (a *audit.SQLArchive, close func(), err error) {
 }
 
 // auditLog returns the namespace's audit log over cli, reading the archive
-// too when --archive names one. opts come after the defaults.
+// too when --archive names one, and the call that closes both. opts come
+// after the archive.
 func (g *globals) auditLog(cli *clientv3.Client, opts ...audit.Option) (*audit.Log, func(), error) {
 	a, closeArchive, err := g.openArchive()
 	if err != nil {
 		return nil, nil, err
 	}
-	all := []audit.Option{audit.WithNamespace(g.namespace), audit.WithLogger(g.log)}
+	var all []audit.Option
 	if a != nil {
 		all = append(all, audit.WithArchive(a))
 	}
-	return audit.New(cli, append(all, opts...)...), closeArchive, nil
+	reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+	log, err := audit.New(reg, append(all, opts...)...)
+	if err != nil {
+		_ = reg.Close()
+		closeArchive()
+		return nil, nil, err
+	}
+	return log, func() { _ = reg.Close(); closeArchive() }, nil
 }

@@ -454,6 +454,14 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		return err
 	}
 	defer cli.Close()
+	// The demo's audit log: its recorder, the metrics' takeovers and
+	// handoffs, and the report read it.
+	areg := lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	defer areg.Close()
+	alog, err := audit.New(areg)
+	if err != nil {
+		return err
+	}
 	var d *demoRun
 	if external {
 		defer func() {
@@ -471,14 +479,14 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	recorderDone := make(chan struct{})
 	go func() {
 		defer close(recorderDone)
-		_ = audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)).RunRecorder(rctx)
+		_ = alog.RunRecorder(rctx)
 	}()
 	defer func() { stopRecorder(); <-recorderDone }()
 
 	var obs *metrics.Metrics
 	if cfg.metricsAddr != "" {
 		var stopMetrics func()
-		if obs, stopMetrics, err = g.serveDemoMetrics(ctx, cfg.metricsAddr, cli, ns); err != nil {
+		if obs, stopMetrics, err = g.serveDemoMetrics(ctx, cfg.metricsAddr, alog); err != nil {
 			return err
 		}
 		defer stopMetrics()
@@ -498,13 +506,12 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 		d.printTimeline(time.Now())
 		return err
 	}
-	return d.report(ctx, cli, time.Since(start))
+	return d.report(ctx, alog, time.Since(start))
 }
 
 // serveDemoMetrics serves the demo's metrics at addr, counting takeovers
-// and handoffs from the audit log under ns, and returns them with the
-// call that stops both.
-func (g *globals) serveDemoMetrics(ctx context.Context, addr string, cli *clientv3.Client, ns string) (*metrics.Metrics, func(), error) {
+// and handoffs from log, and returns them with the call that stops both.
+func (g *globals) serveDemoMetrics(ctx context.Context, addr string, log *audit.Log) (*metrics.Metrics, func(), error) {
 	reg := prometheus.NewRegistry()
 	obs, err := metrics.New(reg)
 	if err != nil {
@@ -522,7 +529,7 @@ func (g *globals) serveDemoMetrics(ctx context.Context, addr string, cli *client
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		_ = obs.WatchAudit(wctx, audit.New(cli, audit.WithNamespace(ns), audit.WithLogger(g.log)), 0)
+		_ = obs.WatchAudit(wctx, log, 0)
 	}()
 	return obs, func() {
 		stopWatch()

@@ -116,7 +116,7 @@ func TestDemoKeep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := audit.New(c.Client(t), audit.WithNamespace(scratchNamespace(t, out))).List(context.Background(), audit.Filter{Resource: task})
+	entries, err := logIn(t, c.Client(t), scratchNamespace(t, out)).List(context.Background(), audit.Filter{Resource: task})
 	if err != nil || len(entries) < 4 {
 		t.Fatalf("audit of %s: %v %+v", task, err, entries)
 	}

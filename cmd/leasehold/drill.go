@@ -180,7 +180,11 @@ func (d *drillRun) staleAttempt(ctx context.Context, l1 *lease.Lease, noFencing 
 // checks are the drill's verdicts on worker 1's stale attempt, verified
 // from what etcd holds, not from what the workers were told.
 func (d *drillRun) checks(ctx context.Context, l1 *lease.Lease, writeErr, completeErr error) ([]check, error) {
-	entries, err := audit.New(d.cli, audit.WithNamespace(d.ns)).List(ctx, audit.Filter{Resource: d.res})
+	log, err := audit.New(d.reg)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := log.List(ctx, audit.Filter{Resource: d.res})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -89,7 +90,7 @@ func TestElectRunsCommandWithToken(t *testing.T) {
 	// The leadership was an audited epoch of w1, ended by its resignation.
 	ctx := context.Background()
 	client := c.Client(t)
-	entries, err := audit.New(client).List(ctx, audit.Filter{Resource: recipekeys.Election("jobs")})
+	entries, err := logIn(t, client, keys.DefaultNamespace).List(ctx, audit.Filter{Resource: recipekeys.Election("jobs")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -120,6 +121,25 @@ func (h *holdRead) intercept(ctx context.Context, method string, req, reply any,
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// mustLog returns reg's audit log, failing the test if New does.
+func mustLog(t testing.TB, reg *lease.Registry) *audit.Log {
+	t.Helper()
+	l, err := audit.New(reg)
+	if err != nil {
+		t.Fatalf("audit.New: %v", err)
+	}
+	return l
+}
+
+// logIn returns the audit log of ns over cli, built from a registry of
+// its own (closed at cleanup).
+func logIn(t testing.TB, cli *clientv3.Client, ns string) *audit.Log {
+	t.Helper()
+	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	t.Cleanup(func() { _ = reg.Close() })
+	return mustLog(t, reg)
+}
+
 // TestViewsOfLateExpiries runs the real recorder: one expiry it records
 // on reconcile, after the resource was taken again (jobs/unseen), and one
 // it sees deleted but records only after the resource was taken again
@@ -164,14 +184,15 @@ func TestViewsOfLateExpiries(t *testing.T) {
 	t.Cleanup(func() { _ = rcli.Close() })
 	rctx, stop := context.WithCancel(ctx)
 	recorded := make(chan error, 1)
-	go func() { recorded <- audit.New(rcli).RunRecorder(rctx) }()
+	recorder := logIn(t, rcli, keys.DefaultNamespace)
+	go func() { recorded <- recorder.RunRecorder(rctx) }()
 	defer func() {
 		stop()
 		if err := <-recorded; !errors.Is(err, context.Canceled) {
 			t.Errorf("recorder: %v", err)
 		}
 	}()
-	log := audit.New(client)
+	log := mustLog(t, reg)
 	waitExpired := func(res string) audit.Entry {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)

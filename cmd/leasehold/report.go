@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // check is one invariant of the demo's report.
@@ -17,9 +16,9 @@ type check struct {
 	got  string
 }
 
-// report reads the audit trail back and checks the demo's invariants.
-func (d *demoRun) report(ctx context.Context, cli *clientv3.Client, wall time.Duration) error {
-	log := audit.New(cli, audit.WithNamespace(d.ns))
+// report reads the audit trail back from log and checks the demo's
+// invariants.
+func (d *demoRun) report(ctx context.Context, log *audit.Log, wall time.Duration) error {
 	// The recorder writes expiries asynchronously: wait until every epoch
 	// has its end entry, or give up and report what is missing.
 	var entries []audit.Entry

@@ -312,7 +312,7 @@ func story(t *testing.T) (endpoint string, entries func(resource string) []audit
 	if err := old.Complete(ctx, "shipped"); err == nil {
 		t.Fatal("stale completion accepted")
 	}
-	log := audit.New(client)
+	log := mustLog(t, reg)
 	return c.Endpoints()[0], func(resource string) []audit.Entry {
 		es, err := log.List(ctx, audit.Filter{Resource: resource})
 		if err != nil {

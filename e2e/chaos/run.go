@@ -373,7 +373,9 @@ func Run(t testing.TB, cfg Config) *Result {
 		t.Fatalf("chaos: %v", err)
 	}
 	defer adb.Close()
-	r.log = audit.New(r.direct, audit.WithArchive(archive))
+	if r.log, err = audit.New(r.reg, audit.WithArchive(archive)); err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
 
 	// The recorders turn etcd's silent deletions into audit entries and
 	// prune.
@@ -735,13 +737,20 @@ func (r *runner) startRecorders() (stop func()) {
 				archiveFirst: r.cfg.Control == controlWriterClocks}
 			wg.Go(func() { p.run(ctx) })
 		}
-		log := audit.New(cli, opts...)
+		reg := lease.NewRegistry(cli)
+		log, err := audit.New(reg, opts...)
+		if err != nil {
+			_ = reg.Close()
+			_ = db.Close()
+			_ = cli.Close()
+			r.t.Fatalf("chaos: recorder %d: %v", i, err)
+		}
 		wg.Go(func() {
 			if err := log.RunRecorder(ctx); !errors.Is(err, context.Canceled) {
 				r.t.Errorf("chaos: recorder %d: %v", i, err)
 			}
 		})
-		closers = append(closers, func() { _ = db.Close(); _ = cli.Close() })
+		closers = append(closers, func() { _ = reg.Close(); _ = db.Close(); _ = cli.Close() })
 	}
 	var once sync.Once
 	return func() {

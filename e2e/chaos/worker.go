@@ -160,10 +160,18 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 		_ = adb.Close()
 		return nil, err
 	}
+	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	log, err := audit.New(reg, audit.WithArchive(archive))
+	if err != nil {
+		_ = reg.Close()
+		_ = db.Close()
+		_ = adb.Close()
+		return nil, err
+	}
 	return &worker{
-		cfg: cfg, cli: cli, reg: lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL))), space: keys.MustNew(keys.DefaultNamespace),
+		cfg: cfg, cli: cli, reg: reg, space: keys.MustNew(keys.DefaultNamespace),
 		db: db, sqlGuard: g, etcdGuard: etcdGuard, emit: emit,
-		adb: adb, log: audit.New(cli, audit.WithArchive(archive)),
+		adb: adb, log: log,
 		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
 	}, nil
 }

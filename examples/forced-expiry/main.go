@@ -118,12 +118,20 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		return err
 	}
 	defer r.cli2.Close()
+	reg1, reg2 := lease.NewRegistry(r.cli1), lease.NewRegistry(r.cli2)
+	defer reg1.Close()
+	defer reg2.Close()
+	r.reg2 = reg2
+	// The audit log of reg2's namespace, read through worker 2's client.
+	if r.log, err = audit.New(reg2); err != nil {
+		return err
+	}
 
 	// One expiry recorder per namespace turns etcd's silent lease expiry
 	// into an audit entry.
 	rctx, stopRecorder := context.WithCancel(ctx)
 	defer stopRecorder()
-	go func() { _ = audit.New(r.cli2).RunRecorder(rctx) }()
+	go func() { _ = r.log.RunRecorder(rctx) }()
 
 	s1, err := session.New(ctx, r.cli1, session.WithWorker("worker-1"), session.WithTTL(ttl))
 	if err != nil {
@@ -135,10 +143,6 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		return err
 	}
 	defer s2.Close(ctx)
-	reg1, reg2 := lease.NewRegistry(r.cli1), lease.NewRegistry(r.cli2)
-	defer reg1.Close()
-	defer reg2.Close()
-	r.reg2 = reg2
 	r.downstream = &store{guard: fence.NewMemoryGuard()}
 
 	l1, err := reg1.TryAcquire(ctx, s1, r.task)
@@ -159,8 +163,8 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 }
 
 // replay is a run of the forced expiry: how worker-1 loses its lease
-// (mode) on task, worker-1's client behind the proxy, worker-2's client
-// and registry, and the downstream.
+// (mode) on task, worker-1's client behind the proxy, worker-2's client,
+// registry and audit log, and the downstream.
 type replay struct {
 	start      time.Time
 	mode       string
@@ -169,6 +173,7 @@ type replay struct {
 	proxy      *e2e.Proxy
 	cli1, cli2 *clientv3.Client
 	reg2       *lease.Registry
+	log        *audit.Log // reg2's
 	downstream *store
 }
 
@@ -262,7 +267,7 @@ func (r *replay) printTrail(ctx context.Context, l1 *lease.Lease) error {
 	var entries []audit.Entry
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		entries, err = audit.New(r.cli2).List(ctx, audit.Filter{Resource: r.task})
+		entries, err = r.log.List(ctx, audit.Filter{Resource: r.task})
 		if err != nil {
 			return err
 		}

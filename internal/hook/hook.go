@@ -35,6 +35,10 @@ var (
 	// implement other packages' observers too) and its tracer provider
 	// (nil: otel's global one) — for the pools built on it.
 	Telemetry func(reg any) (log hclog.Logger, observer any, tp trace.TracerProvider)
+	// RegistryErr returns the configuration error reg was built with
+	// (a bad lease.NewRegistry option), nil if none, for the parts built
+	// from reg whose constructors report it.
+	RegistryErr func(reg any) error
 	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
 	// resources whose names begin with prefix (lease/holder.go).
 	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)

@@ -34,10 +34,14 @@ func (b *bench) auditList(ctx context.Context, cfg config) ([]*section, error) {
 	times := map[int][]time.Duration{}
 	for r := range cfg.auditRounds {
 		for _, page := range rotate(pages, r) {
-			log := audit.New(b.cli, audit.WithNamespace(nsAudit), audit.WithPageSize(page))
+			log, closeLog, err := auditLog(b.cli, nsAudit, nil, audit.WithPageSize(page))
+			if err != nil {
+				return nil, err
+			}
 			start := time.Now()
 			entries, err := log.List(ctx, audit.Filter{})
 			d := time.Since(start)
+			closeLog()
 			if err != nil {
 				return nil, err
 			}
@@ -152,7 +156,11 @@ func (b *bench) recorderRestarts(ctx context.Context, space keys.Space, rounds i
 		return nil, err
 	}
 	endKey := space.AuditEnd("orphan", put.Header.Revision)
-	log := audit.New(b.cli, audit.WithNamespace(nsAudit))
+	log, closeLog, err := auditLog(b.cli, nsAudit, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLog()
 	count := func() (int64, error) {
 		resp, err := b.admin.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

@@ -770,7 +770,11 @@ func fleetRecorderChild(cfg fleetChildConfig, in io.Reader, out io.Writer) error
 		return h
 	}
 	var failed atomic.Int64
-	log := audit.New(cli, audit.WithNamespace(cfg.Namespace), audit.WithRetention(cfg.Retention), audit.WithoutArchive(), audit.WithLogger(recorderLogger(&failed)))
+	log, closeLog, err := auditLog(cli, cfg.Namespace, recorderLogger(&failed), audit.WithRetention(cfg.Retention), audit.WithoutArchive())
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	res := fleetChildResult{}
 	start := time.Now()
 	res.Base = gcHeap(start)
@@ -1008,7 +1012,11 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 	}
 	claimed := time.Since(claimStart)
 
-	log := audit.New(rcli, audit.WithNamespace(ns))
+	log, closeLog, err := auditLog(rcli, ns, nil)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	stop := recorder(ctx, log)
 	defer func() { _ = stop() }()
 	// A probe: a lease whose session is revoked once the recorder runs.

@@ -198,6 +198,23 @@ func recorderLogger(failed *atomic.Int64) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: failCounter{failed}})
 }
 
+// auditLog returns the audit log of ns over cli, logging to lg (nil: not
+// at all), built from a registry of its own, and the call that closes
+// that registry.
+func auditLog(cli *clientv3.Client, ns string, lg hclog.Logger, opts ...audit.Option) (*audit.Log, func(), error) {
+	lopts := []lease.Option{lease.WithNamespace(ns)}
+	if lg != nil {
+		lopts = append(lopts, lease.WithLogger(lg))
+	}
+	reg := lease.NewRegistry(cli, lopts...)
+	log, err := audit.New(reg, opts...)
+	if err != nil {
+		_ = reg.Close()
+		return nil, nil, err
+	}
+	return log, func() { _ = reg.Close() }, nil
+}
+
 // failCounter counts the lines announcing a failed retention pass and
 // passes everything on to stderr.
 type failCounter struct{ n *atomic.Int64 }
@@ -332,7 +349,11 @@ func (b *bench) retentionShort(ctx context.Context, cfg config, dir string, s *s
 	}
 	defer arch.db.Close()
 	var failed atomic.Int64
-	log := audit.New(b.cli, audit.WithNamespace(nsRetention), audit.WithRetention(d), audit.WithArchive(arch), audit.WithLogger(recorderLogger(&failed)))
+	log, closeLog, err := auditLog(b.cli, nsRetention, recorderLogger(&failed), audit.WithRetention(d), audit.WithArchive(arch))
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	tw, err := b.newTaskWorkers(ctx, nsRetention, cfg.retentionWorkers, cfg.rejectEvery)
 	if err != nil {
 		return err
@@ -444,8 +465,16 @@ func (b *bench) retentionThroughput(ctx context.Context, cfg config, dir string,
 	}
 	defer arch.db.Close()
 	var failed atomic.Int64
-	archLog := audit.New(b.cli, audit.WithNamespace(nsRetArch), audit.WithRetention(d), audit.WithArchive(arch), audit.WithLogger(recorderLogger(&failed)))
-	recLog := audit.New(b.cli, audit.WithNamespace(nsRetRec), audit.WithLogger(recorderLogger(&failed)))
+	archLog, closeArchLog, err := auditLog(b.cli, nsRetArch, recorderLogger(&failed), audit.WithRetention(d), audit.WithArchive(arch))
+	if err != nil {
+		return err
+	}
+	defer closeArchLog()
+	recLog, closeRecLog, err := auditLog(b.cli, nsRetRec, recorderLogger(&failed))
+	if err != nil {
+		return err
+	}
+	defer closeRecLog()
 
 	r := &retentionRounds{
 		arch: arch, archLog: archLog,
@@ -608,7 +637,11 @@ func (b *bench) retentionLong(ctx context.Context, cfg config, dir string, s *se
 	}
 	defer arch.db.Close()
 	var failed atomic.Int64
-	log := audit.New(b.cli, audit.WithNamespace(nsRetLong), audit.WithRetention(d), audit.WithArchive(arch), audit.WithLogger(recorderLogger(&failed)))
+	log, closeLog, err := auditLog(b.cli, nsRetLong, recorderLogger(&failed), audit.WithRetention(d), audit.WithArchive(arch))
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	tw, err := b.newTaskWorkers(ctx, nsRetLong, cfg.retentionWorkers, cfg.rejectEvery)
 	if err != nil {
 		return err

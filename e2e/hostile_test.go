@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -198,7 +199,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	// Fence keys: a value that is no epoch and sorts above every epoch
 	// fails closed (nothing applied); one that sorts below is replaced by
 	// the next admission.
-	g := must(fence.NewEtcdGuard(cli))
+	g := must(fenceetcd.NewGuard(reg))
 	_, err = g.AdmitOps(ctx, fence.Token{Resource: "fenced", Epoch: 5}, clientv3.OpPut("/app/effect", "x"))
 	if err == nil || !strings.Contains(err.Error(), ns+"/fence/fenced") {
 		t.Fatalf("admission against a corrupt fence value: %v", err)

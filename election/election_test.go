@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
@@ -271,7 +272,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	context.AfterFunc(l1.Context(), func() { lostAt = time.Now(); close(lost) })
 
 	// The downstream: a key in etcd, written only through a guard.
-	guard := must(fence.NewEtcdGuard(f.cli))
+	guard := must(fenceetcd.NewGuard(f.reg))
 	const downstream = "/downstream/writer"
 	write := func(l *lease.Lease, value string) error {
 		_, err := guard.AdmitOps(ctx, l.Token(), clientv3.OpPut(downstream, value))

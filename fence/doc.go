@@ -30,6 +30,8 @@
 //     interceptors and status details;
 //   - [github.com/leasehold/leasehold/fence/fencesql]: a guard that admits
 //     in the caller's SQL transaction;
+//   - [github.com/leasehold/leasehold/fence/fenceetcd]: the guards that
+//     admit in etcd, built from the lease.Registry that issues the tokens;
 //   - [github.com/leasehold/leasehold/fence/fencetest]: the checker a
 //     guard implementation runs in its tests.
 //
@@ -59,7 +61,7 @@
 // hold the resource's admission until the handler returns, which makes
 // check and effect atomic for one downstream process only. With several
 // replicas, use the SQL guard (fencesql.Guard) or an etcd guard
-// ([EtcdGuard.AdmitOps]) inside the effect's own transaction and answer its
+// (fenceetcd.Guard.AdmitOps) inside the effect's own transaction and answer its
 // errors with fencehttp.ProblemFor or fencegrpc.StatusFor. On the client,
 // fencehttp.Problem.Refusal and fencegrpc.Refusal turn a refusal back into
 // the guard's own error, the same value over HTTP and gRPC. Fencing orders
@@ -68,7 +70,7 @@
 //
 // # Pruning
 //
-// Guards that keep a record per resource ([MemoryGuard], [EtcdGuard],
+// Guards that keep a record per resource ([MemoryGuard], fenceetcd.Guard,
 // fencesql.Guard) keep it for every resource ever fenced, until Prune deletes
 // the records at or below a floor. The floor is recorded first, and from
 // then on every token at or below it is refused, for every resource, so a

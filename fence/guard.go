@@ -23,7 +23,7 @@ type FencedError struct {
 	// Current is the highest epoch admitted for Token.Resource when the
 	// token was refused; it lets the caller log or report who won.
 	//
-	// A guard whose state was pruned (MemoryGuard.Prune, EtcdGuard.Prune,
+	// A guard whose state was pruned (MemoryGuard.Prune, fenceetcd.Guard.Prune,
 	// fencesql.Guard.Prune) also refuses every token at or below its
 	// floor, the highest epoch whose records it pruned. When that is why
 	// the token was refused (no epoch above the token's is recorded for the
@@ -224,7 +224,7 @@ func (g *MemoryGuard) Do(ctx context.Context, t Token, effect func(ctx context.C
 // holder whose epoch is at or below the floor is refused from then on, as
 // if it had been superseded. Epochs are etcd revisions, one increasing
 // order over all resources, so the floor must lie below every epoch still
-// live: take it from SafeFloor, which reads the lowest epoch among the live
+// live: take it from fenceetcd.SafeFloor, which reads the lowest epoch among the live
 // leases and returns it minus one (or, with nothing held, the revision it
 // read at). Do not derive the floor from time, such as a revision older
 // than a lease's TTL plus a margin: an epoch lasts as long as its session

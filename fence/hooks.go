@@ -6,7 +6,7 @@ import (
 	"github.com/leasehold/leasehold/internal/hook"
 )
 
-// The admission span for the guards of fence's subpackages (fencesql), not
+// The admission span for the guards of fence's subpackages (fencesql, fenceetcd), not
 // for users: internal/hook carries it.
 func init() {
 	hook.StartAdmit = func(ctx context.Context, op, guard, resource string, epoch int64) (context.Context, func(error)) {

@@ -29,35 +29,3 @@ func ExampleMemoryGuard_Prune() {
 	// fenced: resource "reports/q2": epoch 39 is below the current epoch 40
 	// <nil>
 }
-
-// EtcdGuard.Prune deletes the fence keys at or below the floor and records
-// the floor in the same namespace.
-func ExampleEtcdGuard_Prune() {
-	cli, stop := exampleEtcd()
-	defer stop()
-	ctx := context.Background()
-	g, err := fence.NewEtcdGuard(cli)
-	if err != nil {
-		panic(err)
-	}
-	for res, epoch := range map[string]int64{"orders/1": 5, "orders/2": 6, "orders/3": 90} {
-		if err := g.Admit(ctx, fence.Token{Resource: res, Epoch: epoch}); err != nil {
-			panic(err)
-		}
-	}
-	pruned, err := g.Prune(ctx, 50)
-	if err != nil {
-		panic(err)
-	}
-	floor, err := g.Floor(ctx)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("pruned:", pruned, "floor:", floor)
-	fmt.Println(g.Admit(ctx, fence.Token{Resource: "orders/1", Epoch: 5}))
-	fmt.Println(g.Admit(ctx, fence.Token{Resource: "orders/1", Epoch: 51}))
-	// Output:
-	// pruned: 2 floor: 50
-	// fenced: resource "orders/1": epoch 5 is below the current epoch 50
-	// <nil>
-}

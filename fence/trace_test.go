@@ -16,15 +16,13 @@ import (
 // caller's, on the caller's tracer provider; a refused token's span has
 // result "fenced" and an event carrying the refused and the current epoch.
 func TestAdmissionSpans(t *testing.T) {
-	f := newEtcdFixture(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "handler")
 
-	etcd := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
 	mem := fence.NewMemoryGuard()
-	for _, admit := range []func(context.Context, fence.Token) error{etcd.Admit, mem.Admit} {
+	for _, admit := range []func(context.Context, fence.Token) error{mem.Admit} {
 		if err := admit(ctx, fence.Token{Resource: "r", Epoch: 9}); err != nil {
 			t.Fatal(err)
 		}
@@ -42,8 +40,6 @@ func TestAdmissionSpans(t *testing.T) {
 		epoch        int64
 	}
 	wants := []want{
-		{"fence.EtcdGuard.AdmitOps", telemetry.ResultAdmitted, 9},
-		{"fence.EtcdGuard.AdmitOps", telemetry.ResultFenced, 4},
 		{"fence.MemoryGuard.Admit", telemetry.ResultAdmitted, 9},
 		{"fence.MemoryGuard.Admit", telemetry.ResultFenced, 4},
 		{"fence.MemoryGuard.Do", telemetry.ResultFenced, 3},

@@ -163,7 +163,7 @@ func (c *countingGuard) Admit(ctx context.Context, t fence.Token) error {
 // an error matching fence.ErrFenced refused, any other error an error.
 // Guard counts Admit calls this way; call it with the result of the
 // admissions that run an effect and so cannot be wrapped —
-// MemoryGuard.Do, fencesql.Guard.AdmitTx, EtcdGuard.AdmitOps — where an error
+// MemoryGuard.Do, fencesql.Guard.AdmitTx, fenceetcd.Guard.AdmitOps — where an error
 // the effect itself returned counts as an error too.
 func (m *Metrics) FenceDecided(err error) {
 	switch {

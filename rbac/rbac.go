@@ -118,8 +118,8 @@ func Roles(namespace string) ([]Role, error) {
 			"Complete's and Release's Else branches put the rejection entry; Revoke puts the revoked entry; " +
 			"the recorder lists the prefix and puts expired entries, and its retention deletes entries it archived"}
 		fenceRW = Permission{sp.FencePrefix(), ReadWrite, "" +
-			"fence.EtcdGuard compares, reads and puts the highest epoch admitted per resource, and reads the floor <namespace>/fence/%floor; " +
-			"EtcdGuard.Prune raises the floor and deletes the keys below it"}
+			"fenceetcd.Guard compares, reads and puts the highest epoch admitted per resource, and reads the floor <namespace>/fence/%floor; " +
+			"fenceetcd.Guard.Prune raises the floor and deletes the keys below it"}
 		drillRW = Permission{drillPrefix(ns), ReadWrite, "" +
 			"`leasehold drill` acquires, revokes, fences and completes in a scratch namespace <namespace>/drill-<n> and deletes it afterwards"}
 	)
@@ -130,11 +130,11 @@ func Roles(namespace string) ([]Role, error) {
 			{leaseRW.Prefix, ReadWrite, "`leasehold holders` reads the lease keys and their sessions' TTLs; Revoke reads the lease key, compares and deletes it"},
 			{doneRW.Prefix, ReadWrite, "inspection of finished resources; `leasehold recorder --retention` deletes done records with their epochs' entries"},
 			{auditRW.Prefix, ReadWrite, "`leasehold audit` and `timeline` list the prefix; Revoke puts the revoked entry create-only; the recorder puts expired entries, and with retention deletes the entries it archived"},
-			{fenceRW.Prefix, ReadWrite, "inspection of the epochs admitted downstream; EtcdGuard.Prune raises the floor and deletes fence keys below it"},
+			{fenceRW.Prefix, ReadWrite, "inspection of the epochs admitted downstream; fenceetcd.Guard.Prune raises the floor and deletes fence keys below it"},
 			drillRW,
 		}},
 		{Base: Auditor, Permissions: []Permission{
-			read(leaseRW, "`leasehold holders`, and fence.Verifier or LeaseGuard's reads of the live epoch"),
+			read(leaseRW, "`leasehold holders`, and fenceetcd.Verifier or fenceetcd.LeaseGuard's reads of the live epoch"),
 			read(doneRW, "inspection of finished resources"),
 			read(auditRW, "`leasehold audit` and `timeline`, audit.List and audit.Watch"),
 			read(fenceRW, "inspection of the epochs admitted downstream"),

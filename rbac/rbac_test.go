@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/rbac"
 	"github.com/leasehold/leasehold/session"
@@ -217,10 +218,10 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := must(fence.NewEtcdGuard(w1, fence.WithEtcdNamespace(ns))).Admit(ctx, l.Token()); err != nil {
-		t.Fatalf("EtcdGuard as worker: %v", err)
+	if err := must(fenceetcd.NewGuard(reg1)).Admit(ctx, l.Token()); err != nil {
+		t.Fatalf("fenceetcd.Guard as worker: %v", err)
 	}
-	if err := must(fence.NewVerifier(au, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))).Verify(ctx, l.Token()); err != nil {
+	if err := must(fenceetcd.NewVerifier(lease.NewRegistry(au, lease.WithNamespace(ns)), fence.NewMemoryGuard())).Verify(ctx, l.Token()); err != nil {
 		t.Fatalf("Verifier as auditor: %v", err)
 	}
 	if err := l.Complete(ctx, "shipped"); err != nil {
@@ -463,7 +464,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	}
 	_, err = logAinB.List(ctx, audit.Filter{})
 	denied("list B's audit", err)
-	denied("fence in B", must(fence.NewEtcdGuard(alice, fence.WithEtcdNamespace(nsB))).Admit(ctx, fence.Token{Resource: "shared/1", Epoch: 1 << 40}))
+	denied("fence in B", must(fenceetcd.NewGuard(regAinB)).Admit(ctx, fence.Token{Resource: "shared/1", Epoch: 1 << 40}))
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ev, ok := <-logAinB.Watch(wctx, audit.Filter{})
@@ -484,7 +485,7 @@ func TestNamespaceIsolation(t *testing.T) {
 
 // TestOperatorRunsRetention: the operator role can run the recorder with
 // retention — which deletes audit entries and done records — and prune an
-// EtcdGuard's fence keys; a worker's fence admission reads the floor key.
+// fenceetcd.Guard's fence keys; a worker's fence admission reads the floor key.
 // With the operator's done and fence prefixes read-only, as before
 // retention existed, the pass and the prune are refused.
 func TestOperatorRunsRetention(t *testing.T) {
@@ -496,7 +497,7 @@ func TestOperatorRunsRetention(t *testing.T) {
 	c.AddUser(t, "operator", "pw-op", name(rbac.Operator))
 	w, op := c.ClientAs(t, "worker", "pw-w"), c.ClientAs(t, "operator", "pw-op")
 	reg, s := newWorker(t, w, ns, "worker")
-	g := must(fence.NewEtcdGuard(w, fence.WithEtcdNamespace(ns)))
+	g := must(fenceetcd.NewGuard(reg))
 	for _, res := range []string{"a", "b"} {
 		l, err := reg.TryAcquire(ctx, s, res)
 		if err != nil {
@@ -509,11 +510,13 @@ func TestOperatorRunsRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	floor, err := fence.SafeFloor(ctx, op, fence.WithEtcdNamespace(ns))
+	opReg := lease.NewRegistry(op, lease.WithNamespace(ns))
+	defer opReg.Close()
+	floor, err := fenceetcd.SafeFloor(ctx, opReg)
 	if err != nil {
 		t.Fatalf("SafeFloor as operator: %v", err)
 	}
-	if n, err := must(fence.NewEtcdGuard(op, fence.WithEtcdNamespace(ns))).Prune(ctx, floor); err != nil || n != 2 {
+	if n, err := must(fenceetcd.NewGuard(opReg)).Prune(ctx, floor); err != nil || n != 2 {
 		t.Fatalf("Prune as operator: %d, %v", n, err)
 	}
 	if err := g.Admit(ctx, fence.Token{Resource: "a", Epoch: 1}); !errors.Is(err, fence.ErrFenced) {

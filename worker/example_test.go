@@ -34,7 +34,7 @@ func Example() {
 	reg := lease.NewRegistry(cli)
 	defer reg.Close()
 
-	downstream := fence.NewMemoryGuard() // a real one: fence.EtcdGuard, fencesql.Guard
+	downstream := fence.NewMemoryGuard() // a real one: fenceetcd.Guard, fencesql.Guard
 	var mu sync.Mutex
 	var written []string
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -84,7 +85,7 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		return err
 	}
 	defer s2.Close(context.Background())
-	if d.guard, err = fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns)); err != nil {
+	if d.guard, err = fenceetcd.NewGuard(d.reg); err != nil {
 		return err
 	}
 	d.downstream = ns + "/downstream/" + keys.Escape(res) + "/"
@@ -123,7 +124,7 @@ type drillRun struct {
 	cli        *clientv3.Client
 	res, ns    string
 	reg        *lease.Registry
-	guard      *fence.EtcdGuard
+	guard      *fenceetcd.Guard
 	downstream string
 }
 

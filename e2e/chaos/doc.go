@@ -18,7 +18,7 @@
 // (sometimes waiting with Acquire), and in one to three steps writes an
 // effect to each downstream — a row in a SQLite file shared by all
 // processes, admitted by fencesql.Guard in the row's transaction, and a key
-// in etcd, admitted by fence.EtcdGuard.AdmitOps in the key's transaction —
+// in etcd, admitted by fenceetcd.Guard.AdmitOps in the key's transaction —
 // then completes it (now and then releases it instead). One cycle in four
 // does the same with batches: it takes two to five tasks with one
 // TryAcquireMany, writes each one's effects, and completes those that get
@@ -69,7 +69,7 @@
 // the leader resigns (Release hands the leadership to the next
 // campaigner in the same transaction) and the permit is returned. Every
 // write puts the resource's key under /chaos/recipe/ (one key for the
-// election, one per permit) through fence.EtcdGuard.AdmitOps, in the
+// election, one per permit) through fenceetcd.Guard.AdmitOps, in the
 // key's transaction. Two holders in three are careless: they write on
 // after their holding's context ended, and once it has ended other than
 // by their own Release they try one late write until it is answered, as
@@ -166,7 +166,7 @@
 //
 // The handler works 10–60 ms (one run in eight up to 800 ms), then puts
 // its task's one effect key under /chaos/fleet/effect/ through
-// fence.EtcdGuard.AdmitOps, keyed by the task, and returns the status. One
+// fenceetcd.Guard.AdmitOps, keyed by the task, and returns the status. One
 // run in ten fails, before or after the write, and so does a write of
 // unknown outcome; one handler in four writes on after its lease's context
 // ended. The pools' claims, completions and releases are recorded from

@@ -20,7 +20,7 @@ import (
 // seq is the commit order. synchronous=OFF is safe against the faults the
 // suite injects — process crashes, not machine crashes — and keeps commits
 // cheap. etcd: each effect is a key under effectPrefix, put in the
-// transaction that admitted its token (fence.EtcdGuard.AdmitOps); its mod
+// transaction that admitted its token (fenceetcd.Guard.AdmitOps); its mod
 // revision is the commit order.
 const (
 	effectsDDL = `CREATE TABLE IF NOT EXISTS chaos_effects (

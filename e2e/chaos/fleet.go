@@ -49,7 +49,7 @@ const (
 	FaultPoolKill = "pool-kill"
 
 	// OpFleetEffect is a fleet handler's write of its task's effect: a put
-	// of the task's one effect key, admitted by fence.EtcdGuard.AdmitOps
+	// of the task's one effect key, admitted by fenceetcd.Guard.AdmitOps
 	// in the put's transaction.
 	OpFleetEffect OpType = "fleet-effect"
 
@@ -732,7 +732,7 @@ func classifyWrite(err error) (Outcome, int64) {
 
 // writeEffect puts the task's effect key — its value names the task, the
 // epoch, the worker and the operation — in the transaction that admits
-// the lease's token (fence.EtcdGuard.AdmitOps, keyed by the task), or,
+// the lease's token (fenceetcd.Guard.AdmitOps, keyed by the task), or,
 // in ControlFleetNoFencing's slot, with a plain put.
 func (p *fleetPool) writeEffect(l *lease.Lease) Outcome {
 	w := p.w

@@ -15,7 +15,7 @@ type OpType string
 const (
 	OpAcquire  OpType = "acquire"  // lease.Registry.TryAcquire, TryAcquireMany, or (Wait set) Acquire, AcquireMany
 	OpSQL      OpType = "sql"      // an effect row in SQLite, admitted by fencesql.Guard.AdmitTx in its transaction
-	OpEtcd     OpType = "etcd"     // an effect key in etcd, admitted by fence.EtcdGuard.AdmitOps in its transaction
+	OpEtcd     OpType = "etcd"     // an effect key in etcd, admitted by fenceetcd.Guard.AdmitOps in its transaction
 	OpComplete OpType = "complete" // lease.Lease.Complete (under ControlNoCAS: a raw put and delete)
 	OpRelease  OpType = "release"  // lease.Lease.Release, or Session.Close's release of a lease in doubt
 	OpRevoke   OpType = "revoke"   // lease.Registry.Revoke by the nemesis, as an operator would

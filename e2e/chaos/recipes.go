@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
@@ -68,7 +69,7 @@ const FaultDepose = "depose"
 const (
 	RecipeCampaign = "campaign" // election.Election.Campaign
 	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
-	RecipeWrite    = "write"    // a downstream write: fence.EtcdGuard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
+	RecipeWrite    = "write"    // a downstream write: fenceetcd.Guard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
 	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
 )
 
@@ -129,7 +130,7 @@ type recipeWorker struct {
 	elect   *election.Election
 	sem     *semaphore.Semaphore
 	permits *lease.Registry // a permit registry of reg: ControlOverLimit's extra permit
-	guard   *fence.EtcdGuard
+	guard   *fenceetcd.Guard
 	ttl     time.Duration
 	limit   int
 	control Control
@@ -151,7 +152,7 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 		_ = reg.Close()
 		return nil, err
 	}
-	guard, err := fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(recipeNamespace))
+	guard, err := fenceetcd.NewGuard(reg)
 	if err != nil {
 		_ = reg.Close()
 		return nil, err

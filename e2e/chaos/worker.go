@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
@@ -123,7 +124,7 @@ type worker struct {
 	space     keys.Space
 	db        *sql.DB
 	sqlGuard  *fencesql.Guard
-	etcdGuard *fence.EtcdGuard
+	etcdGuard *fenceetcd.Guard
 	adb       *sql.DB
 	log       *audit.Log // etcd and the archive as one log
 	emit      func(event)
@@ -154,13 +155,14 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 		_ = db.Close()
 		return nil, err
 	}
-	etcdGuard, err := fence.NewEtcdGuard(cli)
+	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	etcdGuard, err := fenceetcd.NewGuard(reg)
 	if err != nil {
+		_ = reg.Close()
 		_ = db.Close()
 		_ = adb.Close()
 		return nil, err
 	}
-	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
 	log, err := audit.New(reg, audit.WithArchive(archive))
 	if err != nil {
 		_ = reg.Close()

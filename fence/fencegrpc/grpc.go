@@ -210,7 +210,7 @@ func incomingToken(ctx context.Context, optional bool) (t fence.Token, ok bool, 
 // interceptors would:
 //
 //   - a *fence.NotCurrentError (a token that is not its resource's live
-//     lease, from fence.LeaseGuard or fence.Verifier):
+//     lease, from fenceetcd.LeaseGuard or fenceetcd.Verifier):
 //     codes.FailedPrecondition, the error's own message, and a
 //     google.rpc.ErrorInfo {Reason "NOT_CURRENT", Domain "leasehold",
 //     Metadata resource, presented_epoch, current_epoch}, current_epoch

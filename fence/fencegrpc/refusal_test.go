@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencegrpc"
 	"github.com/leasehold/leasehold/fence/fencehttp"
 	"github.com/leasehold/leasehold/lease"
@@ -97,8 +98,8 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 	const res = "orders"
 
 	guards := map[string]fence.Guard{
-		"LeaseGuard": must(fence.NewLeaseGuard(cli, fence.WithEtcdNamespace(ns))),
-		"Verifier":   must(fence.NewVerifier(cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns))),
+		"LeaseGuard": must(fenceetcd.NewLeaseGuard(reg)),
+		"Verifier":   must(fenceetcd.NewVerifier(reg, fence.NewMemoryGuard())),
 	}
 	present := map[string]func(fence.Token) (fencehttp.Problem, error){}
 	for name, g := range guards {

@@ -458,7 +458,7 @@ func (g *Guard) Current(ctx context.Context, resource string) (int64, error) {
 // if it had been superseded, even though nothing superseded it. Epochs are
 // etcd revisions of the lease keys, one increasing order over all
 // resources, so the floor must lie below every epoch still live: take it
-// from fence.SafeFloor, which reads the lowest epoch among the live leases and
+// from fenceetcd.SafeFloor, which reads the lowest epoch among the live leases and
 // returns it minus one (or, with nothing held, the revision it read at).
 // Do not derive the floor from time, such as a revision older than a
 // lease's TTL plus a margin: an epoch lasts as long as its session keeps

@@ -8,7 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencetest"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // A guard's own test runs the suite with a constructor for a fresh guard.
@@ -24,14 +26,16 @@ func ExampleRun() {
 // function that prunes the guard under test.
 func ExampleWithPrune() {
 	prune := func(ctx context.Context, g fence.Guard, floor int64) error {
-		_, err := g.(*fence.EtcdGuard).Prune(ctx, floor)
+		_, err := g.(*fenceetcd.Guard).Prune(ctx, floor)
 		return err
 	}
 	_ = func(t *testing.T, cli *clientv3.Client) {
 		n := 0
 		fencetest.Run(t, func(t *testing.T) fence.Guard {
 			n++ // a fresh namespace per check
-			return must(fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(fmt.Sprintf("/conformance-%d", n))))
+			reg := lease.NewRegistry(cli, lease.WithNamespace(fmt.Sprintf("/conformance-%d", n)))
+			t.Cleanup(func() { _ = reg.Close() })
+			return must(fenceetcd.NewGuard(reg))
 		}, fencetest.WithPrune(prune))
 	}
 }

@@ -39,7 +39,7 @@
 // # Pruning
 //
 // A guard that can prune its state (fence.MemoryGuard.Prune,
-// fence.EtcdGuard.Prune, fencesql.Guard.Prune) is run with WithPrune and a
+// fenceetcd.Guard.Prune, fencesql.Guard.Prune) is run with WithPrune and a
 // function that prunes the guard under test. Pruning at floor F deletes the
 // records at or below F and raises the guard's floor to F, and from then on
 // every token at or below the floor is refused (Current: the resource's epoch
@@ -61,8 +61,8 @@
 //
 // # Guards that check leases
 //
-// A guard that also requires the token's lease to be live (fence.LeaseGuard,
-// or any guard wrapped in a fence.Verifier) has a stricter contract: it
+// A guard that also requires the token's lease to be live (fenceetcd.LeaseGuard,
+// or any guard wrapped in a fenceetcd.Verifier) has a stricter contract: it
 // refuses a token whose lease has ended even if no higher epoch was ever
 // admitted, and refuses an epoch no lease has. Run it with WithLeases and an
 // Issuer that starts real leases: the same checks then take their epochs
@@ -115,10 +115,10 @@ type config struct {
 
 // Pruner prunes g, the guard under test, at floor: it deletes g's records
 // at or below floor and raises g's floor to floor, so that g refuses every
-// token at or below it from then on. For example, for a fence.EtcdGuard:
+// token at or below it from then on. For example, for a fenceetcd.Guard:
 //
 //	func(ctx context.Context, g fence.Guard, floor int64) error {
-//		_, err := g.(*fence.EtcdGuard).Prune(ctx, floor)
+//		_, err := g.(*fenceetcd.Guard).Prune(ctx, floor)
 //		return err
 //	}
 type Pruner func(ctx context.Context, g fence.Guard, floor int64) error

@@ -239,7 +239,7 @@ func (m *memLeases) current(res string) int64 {
 	return m.live[res]
 }
 
-// liveGuard is fence.Verifier's rule over memLeases: the epoch must be the
+// liveGuard is fenceetcd.Verifier's rule over memLeases: the epoch must be the
 // live lease, then the inner guard decides. staleEvery > 0 makes it reuse a
 // cached lease table for that many calls: the bug a caching verifier has.
 type liveGuard struct {

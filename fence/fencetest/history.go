@@ -159,8 +159,8 @@ func CheckHistory(history []Op) []Violation {
 }
 
 // CheckLeaseHistory checks a history of Admit calls on a guard that admits
-// a token only while its epoch is the resource's live lease (fence.LeaseGuard,
-// or any guard wrapped in a fence.Verifier), together with the Issue calls
+// a token only while its epoch is the resource's live lease (fenceetcd.LeaseGuard,
+// or any guard wrapped in a fenceetcd.Verifier), together with the Issue calls
 // that started those leases. The contract is a max-register with a live
 // epoch L, set by each issue: a call admits its epoch e if e = L and e is at
 // least the highest admitted, and refuses it otherwise. Per resource it

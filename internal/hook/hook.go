@@ -54,10 +54,11 @@ var (
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
 )
 
-// Set by package fence, for the guards of its subpackages (fencesql).
+// Set by package fence, for the guards of its subpackages (fencesql,
+// fenceetcd).
 var (
 	// StartAdmit starts the span of one admission of the token (resource,
-	// epoch) by a guard of the given kind ("sql"), as fence's own guards
+	// epoch) by a guard of the given kind ("sql", "etcd", "lease"), as fence's own guards
 	// do; finish ends it with the admission's error (fence/trace.go).
 	StartAdmit func(ctx context.Context, op, guard, resource string, epoch int64) (_ context.Context, finish func(err error))
 )

@@ -26,10 +26,10 @@
 //	                                      expired, revoked): one key per epoch, so at most one
 //	                                      end entry per epoch exists by construction
 //	N/audit/<res>/rejected/<epoch>/<id>   one entry per rejected stale attempt
-//	N/fence/<res>                         the highest epoch fence.EtcdGuard has admitted,
+//	N/fence/<res>                         the highest epoch fenceetcd.Guard has admitted,
 //	                                      20-digit zero-padded decimal so that etcd's
 //	                                      byte-wise value compare is numeric order
-//	N/fence/%floor                        fence.EtcdGuard's floor: the highest epoch whose
+//	N/fence/%floor                        fenceetcd.Guard's floor: the highest epoch whose
 //	                                      fence keys were pruned, same encoding; no
 //	                                      resource escapes to "%floor"
 //
@@ -213,7 +213,7 @@ func (s Space) DonePrefix() string { return s.ns + "/done/" }
 // AuditPrefix is the prefix of every audit entry.
 func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
 
-// FencePrefix is the prefix of every fence key (fence.EtcdGuard's record of
+// FencePrefix is the prefix of every fence key (fenceetcd.Guard's record of
 // the highest epoch admitted per resource).
 func (s Space) FencePrefix() string { return s.ns + "/fence/" }
 
@@ -222,7 +222,7 @@ func (s Space) FencePrefix() string { return s.ns + "/fence/" }
 // Unescape refuses it): the floor is never a resource's fence key.
 const fenceFloorSegment = "%floor"
 
-// FenceFloor is the key of fence.EtcdGuard's floor: the highest epoch whose
+// FenceFloor is the key of fenceetcd.Guard's floor: the highest epoch whose
 // fence keys were pruned; every token at or below it is refused. It is
 // "N/fence/%floor", under FencePrefix so that whoever may read or write the
 // fence keys (every role granted the prefix) may read or write the floor,

@@ -1,4 +1,4 @@
-package fence_test
+package fenceetcd_test
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
 
-// TestSafeFloorKeepsLiveLeasesAdmissible: pruning an EtcdGuard at
+// TestSafeFloorKeepsLiveLeasesAdmissible: pruning an Guard at
 // SafeFloor refuses the tokens of ended epochs and no token of a live
 // lease, however old; the control prunes one above it, at the oldest live
 // epoch, and that live holder is refused.
@@ -22,7 +23,7 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	ctx := t.Context()
-	floor, err := fence.SafeFloor(ctx, cli)
+	floor, err := fenceetcd.SafeFloor(ctx, registry(t, cli))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +60,13 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 	}
 	newest := acquire("newest")
 
-	g := must(fence.NewEtcdGuard(cli))
+	g := must(fenceetcd.NewGuard(reg))
 	for _, l := range []*lease.Lease{ended, oldest, newest} {
 		if err := g.Admit(ctx, l.Token()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	floor, err = fence.SafeFloor(ctx, cli)
+	floor, err = fenceetcd.SafeFloor(ctx, reg)
 	if err != nil || floor != oldest.Epoch()-1 {
 		t.Fatalf("SafeFloor: %d (%v), want the oldest live epoch %d − 1", floor, err, oldest.Epoch())
 	}
@@ -129,7 +130,7 @@ func TestSafeFloorSkipsControlKeysInOneRead(t *testing.T) {
 		t.Helper()
 		var floor int64
 		var err error
-		calls := f.rpc.count(func() { floor, err = fence.SafeFloor(ctx, f.cli) })
+		calls := f.rpc.count(func() { floor, err = fenceetcd.SafeFloor(ctx, registry(t, f.cli)) })
 		if err != nil || floor != want {
 			t.Fatalf("SafeFloor: %d (%v), want %d", floor, err, want)
 		}

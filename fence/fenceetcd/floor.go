@@ -1,9 +1,10 @@
-package fence
+package fenceetcd
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,15 +25,15 @@ import (
 //	Txn() Then( Get [N/lease/, N/lease/%a)  WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(1),
 //	            Get [N/lease/%{, N/lease0) WithKeysOnly WithSort(ModRevision, Ascend) WithLimit(1) )
 //
-// so one round trip however many control keys there are. Give it the
-// namespace of the lease.Registry that issues the tokens
-// (WithEtcdNamespace). A guard pruned with a floor from SafeFloor refuses
+// so one round trip however many control keys there are, through reg's
+// client, in reg's namespace: give it the registry that issues the tokens
+// the guard admits. A guard pruned with a floor from SafeFloor refuses
 // only tokens of epochs that have ended: their holders must have stopped
 // (their lease contexts are cancelled), and any write they still attempt
 // is stale. Choose an older floor — SafeFloor's result from a while ago —
 // to keep recently ended epochs' tokens admissible for a grace period.
-func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (int64, error) {
-	cfg, err := newEtcdConfig("SafeFloor", cli, opts)
+func SafeFloor(ctx context.Context, reg *lease.Registry) (int64, error) {
+	cfg, err := fromRegistry("SafeFloor", reg)
 	if err != nil {
 		return 0, err
 	}
@@ -41,7 +42,7 @@ func SafeFloor(ctx context.Context, cli *clientv3.Client, opts ...EtcdOption) (i
 	oldest := []clientv3.OpOption{clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 	actx, cancel := cfg.bound(ctx)
 	defer cancel()
-	resp, err := cli.Txn(actx).Then(
+	resp, err := cfg.cli.Txn(actx).Then(
 		clientv3.OpGet(prefix, append([]clientv3.OpOption{clientv3.WithRange(from)}, oldest...)...),
 		clientv3.OpGet(to, append([]clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix))}, oldest...)...),
 	).Commit()

@@ -1,4 +1,4 @@
-package fence_test
+package fenceetcd_test
 
 import (
 	"cmp"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencetest"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -83,20 +84,20 @@ var namespaces atomic.Int64
 
 func freshNamespace() string { return fmt.Sprintf("/fence-test-%d", namespaces.Add(1)) }
 
-func TestEtcdGuardConforms(t *testing.T) {
+func TestGuardConforms(t *testing.T) {
 	f := newEtcdFixture(t)
-	fencetest.Run(t, func(*testing.T) fence.Guard {
-		return must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+	fencetest.Run(t, func(t *testing.T) fence.Guard {
+		return must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
 	})
 }
 
-// TestEtcdGuardFenceKey: the state is where internal/keys says, in the
+// TestGuardFenceKey: the state is where internal/keys says, in the
 // fixed-width form the compare relies on, and it is per namespace.
-func TestEtcdGuardFenceKey(t *testing.T) {
+func TestGuardFenceKey(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns1")))
-	other := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("/ns2")))
+	g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace("/ns1"))))
+	other := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace("/ns2"))))
 	res := "orders/42%x"
 	if err := g.Admit(ctx, fence.Token{Resource: res, Epoch: 5}); err != nil {
 		t.Fatal(err)
@@ -129,12 +130,12 @@ func TestEtcdGuardFenceKey(t *testing.T) {
 	}
 }
 
-// TestEtcdGuardRoundTrips: every call is exactly one round trip, admitted
+// TestGuardRoundTrips: every call is exactly one round trip, admitted
 // or refused, with or without ops, and under contention.
-func TestEtcdGuardRoundTrips(t *testing.T) {
+func TestGuardRoundTrips(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+	g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
 	const txn = "/etcdserverpb.KV/Txn"
 	tests := []struct {
 		name string
@@ -203,12 +204,12 @@ func TestEtcdGuardRoundTrips(t *testing.T) {
 	t.Logf("contended: %d admitted, %d refused, %d round trips", admitted.Load(), refused.Load(), sumCalls(got))
 }
 
-// TestEtcdGuardAdmitOps: the response carries exactly the caller's ops'
+// TestGuardAdmitOps: the response carries exactly the caller's ops'
 // responses, and a refused call applies none of them.
-func TestEtcdGuardAdmitOps(t *testing.T) {
+func TestGuardAdmitOps(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
-	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+	g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
 	tok := fence.Token{Resource: "invoice/7", Epoch: 10}
 
 	resp, err := g.AdmitOps(ctx, tok, clientv3.OpPut("invoice/7/state", "sent"), clientv3.OpGet("invoice/7/state"))
@@ -249,22 +250,24 @@ func TestEtcdGuardAdmitOps(t *testing.T) {
 	}
 }
 
-// TestEtcdGuardErrors: configuration errors, malformed tokens and done
+// TestGuardErrors: configuration errors, malformed tokens and done
 // contexts are returned by every method without sending anything, and a
 // corrupt fence key fails closed.
-func TestEtcdGuardErrors(t *testing.T) {
+func TestGuardErrors(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
 	tok := fence.Token{Resource: "r", Epoch: 1}
 	// Bad configuration is an error of the constructor, sending nothing:
 	// never a guard that fails later on every call.
-	for name, build := range map[string]func() (*fence.EtcdGuard, error){
-		"nil client": func() (*fence.EtcdGuard, error) { return fence.NewEtcdGuard(nil) },
-		"bad namespace": func() (*fence.EtcdGuard, error) {
-			return fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace("no-slash"))
+	for name, build := range map[string]func() (*fenceetcd.Guard, error){
+		"nil registry": func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(nil) },
+		"nil client":   func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(registry(t, nil)) },
+		"bad namespace": func() (*fenceetcd.Guard, error) {
+			return fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace("no-slash")))
 		},
-		"nil option":  func() (*fence.EtcdGuard, error) { return fence.NewEtcdGuard(f.cli, nil) },
-		"lease guard": func() (*fence.EtcdGuard, error) { _, err := fence.NewLeaseGuard(nil); return nil, err },
+		"nil option":  func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(registry(t, f.cli, nil)) },
+		"lease guard": func() (*fenceetcd.Guard, error) { _, err := fenceetcd.NewLeaseGuard(nil); return nil, err },
+		"safe floor":  func() (*fenceetcd.Guard, error) { _, err := fenceetcd.SafeFloor(ctx, nil); return nil, err },
 	} {
 		got := f.rpc.count(func() {
 			if g, err := build(); err == nil || g != nil {
@@ -277,7 +280,7 @@ func TestEtcdGuardErrors(t *testing.T) {
 	}
 
 	ns := freshNamespace()
-	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(ns)))
+	g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(ns))))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	if got := f.rpc.count(func() {
@@ -366,14 +369,14 @@ func effectOrder(t *testing.T, cli *clientv3.Client, res string) (epochs []int64
 	return epochs, violations
 }
 
-// TestEtcdGuardAdmitOpsAtomic: with the effect in the admitting
+// TestGuardAdmitOpsAtomic: with the effect in the admitting
 // transaction, effects commit in epoch order. The control, which admits and
 // then writes in a second request (the mistake docs/protocol.md §8.1 warns
 // about: Admit protects no later write), is caught by the same checker.
-func TestEtcdGuardAdmitOpsAtomic(t *testing.T) {
+func TestGuardAdmitOpsAtomic(t *testing.T) {
 	f := newEtcdFixture(t)
 	resources := []string{"a", "b"}
-	g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+	g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
 	admitted := effectWorkload(t, func(ctx context.Context, tok fence.Token, effect clientv3.Op) error {
 		_, err := g.AdmitOps(ctx, tok, effect)
 		return err
@@ -398,7 +401,7 @@ func TestEtcdGuardAdmitOpsAtomic(t *testing.T) {
 	// uses fresh resources.
 	for attempt := range 20 {
 		res := []string{fmt.Sprintf("broken-%d", attempt)}
-		g := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
+		g := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
 		effectWorkload(t, func(ctx context.Context, tok fence.Token, effect clientv3.Op) error {
 			if err := g.Admit(ctx, tok); err != nil {
 				return err
@@ -464,8 +467,8 @@ func TestLeaseGuardConforms(t *testing.T) {
 	f := newEtcdFixture(t)
 	ns := freshNamespace()
 	issuer := newLeaseIssuer(t, f.cli, ns)
-	fencetest.Run(t, func(*testing.T) fence.Guard {
-		return must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns)))
+	fencetest.Run(t, func(t *testing.T) fence.Guard {
+		return must(fenceetcd.NewLeaseGuard(registry(t, f.cli, lease.WithNamespace(ns))))
 	}, fencetest.WithLeases(issuer.Issue))
 }
 
@@ -486,7 +489,7 @@ func TestLeaseGuard(t *testing.T) {
 		return s
 	}
 	s1, s2 := newSession("w1"), newSession("w2")
-	g := must(fence.NewLeaseGuard(f.cli, fence.WithEtcdNamespace(ns)))
+	g := must(fenceetcd.NewLeaseGuard(reg))
 	const res = "jobs/nightly"
 	const txn = "/etcdserverpb.KV/Txn"
 

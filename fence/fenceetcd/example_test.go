@@ -1,4 +1,4 @@
-package fence_test
+package fenceetcd_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
@@ -30,11 +31,13 @@ func exampleEtcd() (cli *clientv3.Client, stop func()) {
 
 // The write and the admission of its token are one etcd transaction: a
 // superseded holder's write is never applied.
-func ExampleEtcdGuard_AdmitOps() {
+func ExampleGuard_AdmitOps() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
-	g, err := fence.NewEtcdGuard(cli)
+	reg := lease.NewRegistry(cli) // the registry that issues the tokens
+	defer reg.Close()
+	g, err := fenceetcd.NewGuard(reg)
 	if err != nil {
 		panic(err)
 	}
@@ -73,7 +76,7 @@ func ExampleLeaseGuard_AdmitOps() {
 	defer s.Close(ctx)
 	reg := lease.NewRegistry(cli)
 	defer reg.Close()
-	g, err := fence.NewLeaseGuard(cli)
+	g, err := fenceetcd.NewLeaseGuard(reg)
 	if err != nil {
 		panic(err)
 	}
@@ -111,7 +114,7 @@ func ExampleVerifier() {
 	defer reg.Close()
 
 	inner := fence.NewMemoryGuard()
-	v, err := fence.NewVerifier(cli, inner)
+	v, err := fenceetcd.NewVerifier(reg, inner)
 	if err != nil {
 		panic(err)
 	}

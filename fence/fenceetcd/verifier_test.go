@@ -1,4 +1,4 @@
-package fence_test
+package fenceetcd_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencetest"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -20,14 +21,14 @@ func TestVerifierConforms(t *testing.T) {
 	ns := freshNamespace()
 	issuer := newLeaseIssuer(t, f.cli, ns)
 	t.Run("MemoryGuard", func(t *testing.T) {
-		fencetest.Run(t, func(*testing.T) fence.Guard {
-			return must(fence.NewVerifier(f.cli, fence.NewMemoryGuard(), fence.WithEtcdNamespace(ns)))
+		fencetest.Run(t, func(t *testing.T) fence.Guard {
+			return must(fenceetcd.NewVerifier(registry(t, f.cli, lease.WithNamespace(ns)), fence.NewMemoryGuard()))
 		}, fencetest.WithLeases(issuer.Issue))
 	})
-	t.Run("EtcdGuard", func(t *testing.T) {
-		fencetest.Run(t, func(*testing.T) fence.Guard {
-			inner := must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace())))
-			return must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
+	t.Run("Guard", func(t *testing.T) {
+		fencetest.Run(t, func(t *testing.T) fence.Guard {
+			inner := must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))
+			return must(fenceetcd.NewVerifier(registry(t, f.cli, lease.WithNamespace(ns)), inner))
 		}, fencetest.WithLeases(issuer.Issue))
 	})
 }
@@ -51,7 +52,7 @@ func TestVerifierRefusesExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner := fence.NewMemoryGuard()
-	v := must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
+	v := must(fenceetcd.NewVerifier(reg, inner))
 	tok := l.Token()
 
 	if got := f.rpc.count(func() { err = v.Admit(ctx, tok) }); err != nil || sumCalls(got) != 1 || got["/etcdserverpb.KV/Range"] != 1 {
@@ -99,7 +100,7 @@ func TestVerifier(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	inner := fence.NewMemoryGuard()
-	v := must(fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace(ns)))
+	v := must(fenceetcd.NewVerifier(reg, inner))
 
 	l1, err := reg.TryAcquire(ctx, s, "r")
 	if err != nil {
@@ -141,17 +142,17 @@ func TestVerifier(t *testing.T) {
 		t.Errorf("Verify(live) = %v", err)
 	}
 
-	// Over an EtcdGuard: one read plus one transaction.
-	ev := must(fence.NewVerifier(f.cli, must(fence.NewEtcdGuard(f.cli, fence.WithEtcdNamespace(freshNamespace()))), fence.WithEtcdNamespace(ns)))
+	// Over an Guard: one read plus one transaction.
+	ev := must(fenceetcd.NewVerifier(reg, must(fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace(freshNamespace()))))))
 	if got := f.rpc.count(func() { err = ev.Admit(ctx, l2.Token()) }); err != nil || got["/etcdserverpb.KV/Range"] != 1 || got["/etcdserverpb.KV/Txn"] != 1 || sumCalls(got) != 2 {
-		t.Errorf("Verifier(EtcdGuard).Admit = %v with calls %v, want nil with one Range and one Txn", err, got)
+		t.Errorf("Verifier(Guard).Admit = %v with calls %v, want nil with one Range and one Txn", err, got)
 	}
 
 	// Errors before sending.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for name, c := range map[string]struct {
-		v   *fence.Verifier
+		v   *fenceetcd.Verifier
 		ctx context.Context
 		tok fence.Token
 	}{
@@ -166,11 +167,12 @@ func TestVerifier(t *testing.T) {
 			t.Errorf("%s: sent %v", name, got)
 		}
 	}
-	for name, build := range map[string]func() (*fence.Verifier, error){
-		"nil guard":  func() (*fence.Verifier, error) { return fence.NewVerifier(f.cli, nil) },
-		"nil client": func() (*fence.Verifier, error) { return fence.NewVerifier(nil, inner) },
-		"bad namespace": func() (*fence.Verifier, error) {
-			return fence.NewVerifier(f.cli, inner, fence.WithEtcdNamespace("/a/"))
+	for name, build := range map[string]func() (*fenceetcd.Verifier, error){
+		"nil guard":    func() (*fenceetcd.Verifier, error) { return fenceetcd.NewVerifier(registry(t, f.cli), nil) },
+		"nil registry": func() (*fenceetcd.Verifier, error) { return fenceetcd.NewVerifier(nil, inner) },
+		"nil client":   func() (*fenceetcd.Verifier, error) { return fenceetcd.NewVerifier(registry(t, nil), inner) },
+		"bad namespace": func() (*fenceetcd.Verifier, error) {
+			return fenceetcd.NewVerifier(registry(t, f.cli, lease.WithNamespace("/a/")), inner)
 		},
 	} {
 		if v, err := build(); err == nil || v != nil {

@@ -1,4 +1,4 @@
-package fence_test
+package fenceetcd_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fenceetcd"
+	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 )
 
-// admitOpser is what EtcdGuard and LeaseGuard have in common.
+// admitOpser is what Guard and LeaseGuard have in common.
 type admitOpser interface {
 	AdmitOps(ctx context.Context, t fence.Token, ops ...clientv3.Op) (*clientv3.TxnResponse, error)
 }
@@ -77,12 +79,12 @@ func TestAdmitOpsOutcome(t *testing.T) {
 
 	guards := func(cli *clientv3.Client) map[string]admitOpser {
 		return map[string]admitOpser{
-			"EtcdGuard":  must(fence.NewEtcdGuard(cli, fence.WithEtcdNamespace(ns))),
-			"LeaseGuard": must(fence.NewLeaseGuard(cli, fence.WithEtcdNamespace(ns))),
+			"Guard":      must(fenceetcd.NewGuard(registry(t, cli, lease.WithNamespace(ns)))),
+			"LeaseGuard": must(fenceetcd.NewLeaseGuard(registry(t, cli, lease.WithNamespace(ns)))),
 		}
 	}
 
-	// Permission denied: on the fence key (EtcdGuard), on an op's key
+	// Permission denied: on the fence key (Guard), on an op's key
 	// (both).
 	for name, g := range guards(limited) {
 		_, err := g.AdmitOps(ctx, live, clientv3.OpPut("out/x", "1"))

@@ -1,97 +1,67 @@
-package fence
+package fenceetcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// EtcdOption configures the etcd-backed guards: EtcdGuard, LeaseGuard and
-// Verifier.
-type EtcdOption func(*etcdConfig) error
-
-type etcdConfig struct {
+// config is what the guards take from their registry: its client, its
+// namespace and the bound of one etcd request (lease.WithAttemptTimeout).
+type config struct {
+	cli     *clientv3.Client
 	space   keys.Space
 	attempt time.Duration
 }
 
-// DefaultAttemptTimeout bounds one etcd request of a guard when
-// WithAttemptTimeout is not given.
-const DefaultAttemptTimeout = 2 * time.Second
-
-// WithAttemptTimeout bounds each etcd request an EtcdGuard, LeaseGuard or
-// Verifier sends, independently of the caller's context, so that a member
-// that stops answering (frozen, or behind a half-open connection) costs
-// one attempt and the next call goes to the next member. The default is
-// DefaultAttemptTimeout; d must be positive. An admission cut short is an
-// unknown outcome (outcome.ErrUnknown): see AdmitOps for what a retry
-// means.
-func WithAttemptTimeout(d time.Duration) EtcdOption {
-	return func(c *etcdConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("fence: WithAttemptTimeout(%v): must be positive", d)
-		}
-		c.attempt = d
-		return nil
+// fromRegistry is the configuration of reg, or the error of a nil reg or
+// of one built with a bad option: a guard is never built to fail later.
+func fromRegistry(who string, reg *lease.Registry) (config, error) {
+	if reg == nil {
+		return config{}, fmt.Errorf("fenceetcd: %s: nil registry", who)
 	}
+	if err := hook.RegistryErr(reg); err != nil {
+		return config{}, fmt.Errorf("fenceetcd: %s: the registry: %w", who, err)
+	}
+	space, err := keys.New(reg.Namespace())
+	if err != nil {
+		return config{}, fmt.Errorf("fenceetcd: %s: %w", who, err)
+	}
+	if reg.Client() == nil {
+		return config{}, fmt.Errorf("fenceetcd: %s: the registry has no client", who)
+	}
+	return config{cli: reg.Client(), space: space, attempt: hook.AttemptTimeout(reg)}, nil
 }
 
 // bound is ctx bounded by the attempt timeout.
-func (c etcdConfig) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (c config) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.attempt)
 }
 
-// WithEtcdNamespace sets the key namespace (default "/leasehold"); it must
-// start with '/', not end with one, and have no segment named lease, done,
-// audit or fence. LeaseGuard and Verifier read lease
-// keys, so give them the namespace of the lease.Registry that issues the
-// tokens.
-func WithEtcdNamespace(ns string) EtcdOption {
-	return func(c *etcdConfig) error {
-		s, err := keys.New(ns)
-		if err != nil {
-			return fmt.Errorf("fence: WithEtcdNamespace: %w", err)
-		}
-		c.space = s
-		return nil
-	}
-}
-
-// newEtcdConfig applies opts and reports the first configuration error,
-// which the constructors return: a guard is never built to fail later.
-func newEtcdConfig(who string, cli *clientv3.Client, opts []EtcdOption) (etcdConfig, error) {
-	c := etcdConfig{space: keys.MustNew(keys.DefaultNamespace), attempt: DefaultAttemptTimeout}
-	var errs []error
-	if cli == nil {
-		errs = append(errs, fmt.Errorf("fence: %s: nil client", who))
-	}
-	for _, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("fence: %s: nil option", who))
-			continue
-		}
-		errs = append(errs, o(&c))
-	}
-	return c, errors.Join(errs...)
-}
-
 // refuseEarly refuses, before anything is sent, what no transaction could admit.
-func refuseEarly(ctx context.Context, t Token) error {
+func refuseEarly(ctx context.Context, t fence.Token) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	return ctx.Err()
 }
 
-// EtcdGuard is a Guard whose state lives in etcd, for effects that also
+// startAdmit starts the span of one admission, as fence's own guards do.
+func startAdmit(ctx context.Context, op, guard string, t fence.Token) (context.Context, func(error)) {
+	return hook.StartAdmit(ctx, op, guard, t.Resource, t.Epoch)
+}
+
+// Guard is a fence.Guard whose state lives in etcd, for effects that also
 // live in etcd or for guards shared by many processes. It keeps the highest
 // admitted epoch of each resource at "<ns>/fence/<escaped resource>", as
 // 20-digit zero-padded decimal. Fence keys are deleted only by Prune, which
@@ -100,32 +70,32 @@ func refuseEarly(ctx context.Context, t Token) error {
 // below the floor is refused.
 //
 // Use AdmitOps to apply the protected write in the same transaction as the
-// admission; a bare Admit only records the epoch (see Guard).
+// admission; a bare Admit only records the epoch (see fence.Guard).
 //
 // Each call is one transaction, one round trip, whether the token is
 // admitted or refused and however many callers contend: the compare is on
 // the stored value, not on a revision read beforehand, so there is nothing
 // to retry. Its methods are safe for concurrent use.
-type EtcdGuard struct {
-	cli   *clientv3.Client
-	space keys.Space
-	cfg   etcdConfig
+type Guard struct {
+	cfg config
 }
 
-var _ Guard = (*EtcdGuard)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// NewEtcdGuard returns a guard storing its state through cli, or the
-// error of a bad option or a nil cli.
-func NewEtcdGuard(cli *clientv3.Client, opts ...EtcdOption) (*EtcdGuard, error) {
-	c, err := newEtcdConfig("NewEtcdGuard", cli, opts)
+// NewGuard returns a guard of reg's namespace, storing its state through
+// reg's client and bounding each request by reg's attempt timeout
+// (lease.WithAttemptTimeout), or the error of a nil reg or of one built
+// with a bad option.
+func NewGuard(reg *lease.Registry) (*Guard, error) {
+	c, err := fromRegistry("NewGuard", reg)
 	if err != nil {
 		return nil, err
 	}
-	return &EtcdGuard{cli: cli, space: c.space, cfg: c}, nil
+	return &Guard{cfg: c}, nil
 }
 
-// Admit implements Guard: AdmitOps with no ops.
-func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
+// Admit implements fence.Guard: AdmitOps with no ops.
+func (g *Guard) Admit(ctx context.Context, t fence.Token) error {
 	_, err := g.AdmitOps(ctx, t)
 	return err
 }
@@ -134,7 +104,7 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // at least the highest admitted for t.Resource and above the floor (see
 // Prune), the transaction records it and applies ops at the same revision,
 // so no other token can be admitted between the check and the effect;
-// otherwise nothing is applied and the error is a *FencedError with the
+// otherwise nothing is applied and the error is a *fence.FencedError with the
 // current epoch, or the floor if no epoch above t's is recorded.
 //
 // On admission the response carries the transaction's header (its
@@ -145,7 +115,7 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // by default) together with the put of the fence key. To make an effect
 // conditional, nest a transaction (clientv3.OpTxn) in ops.
 //
-// Errors: invalid tokens (ErrMalformedToken) and a done ctx are returned
+// Errors: invalid tokens (fence.ErrMalformedToken) and a done ctx are returned
 // before anything is sent. An error from etcd matches
 // exactly one of outcome.ErrRefused and outcome.ErrUnknown (see
 // outcome.Classify). ErrRefused: etcd refused the transaction whole and
@@ -157,14 +127,14 @@ func (g *EtcdGuard) Admit(ctx context.Context, t Token) error {
 // always safe (an equal epoch is admitted again); retrying AdmitOps applies
 // ops again if the first attempt committed, so make them idempotent or
 // guard them with a nested compare.
-func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	ctx, sp := startAdmit(ctx, "fence.EtcdGuard.AdmitOps", "etcd", t)
-	defer func() { sp.finish(err) }()
+func (g *Guard) AdmitOps(ctx context.Context, t fence.Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
+	ctx, finish := startAdmit(ctx, "fenceetcd.Guard.AdmitOps", "etcd", t)
+	defer func() { finish(err) }()
 	if err := refuseEarly(ctx, t); err != nil {
 		return nil, err
 	}
-	fenceKey := g.space.Fence(t.Resource)
-	floorKey := g.space.FenceFloor()
+	fenceKey := g.cfg.space.Fence(t.Resource)
+	floorKey := g.cfg.space.FenceFloor()
 	epoch := formatFenceValue(t.Epoch)
 
 	// The transaction (docs/protocol.md §8.1):
@@ -204,7 +174,7 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 		append([]clientv3.Op{record}, ops...),
 	)
 	actx, cancel := g.cfg.bound(ctx)
-	resp, err = g.cli.Txn(actx).
+	resp, err = g.cfg.cli.Txn(actx).
 		If(superseded).
 		Then(getCurrent).
 		Else(admit).
@@ -224,7 +194,7 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 			// Fail closed, as below.
 			return nil, fmt.Errorf("fence: refusing %q epoch %d: fence floor %q: %w", t.Resource, t.Epoch, floorKey, err)
 		}
-		return nil, &FencedError{Token: t, Current: floor}
+		return nil, &fence.FencedError{Token: t, Current: floor}
 	}
 	kv := resp.Responses[0].GetResponseRange().Kvs[0] // present: the compare held
 	current, err := parseFenceValue(kv.Value)
@@ -233,7 +203,7 @@ func (g *EtcdGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (
 		// until an operator repairs the key.
 		return nil, fmt.Errorf("fence: refusing %q epoch %d: fence key %q: %w", t.Resource, t.Epoch, fenceKey, err)
 	}
-	return nil, &FencedError{Token: t, Current: current}
+	return nil, &fence.FencedError{Token: t, Current: current}
 }
 
 // prunePage is how many fence keys Prune reads per request, and pruneBatch
@@ -248,7 +218,7 @@ const (
 // or below floor, so that fence state does not grow with every resource
 // ever fenced, and raises the guard's floor to floor (it is never lowered).
 // From then on every token with an epoch at or below the floor is refused,
-// for every resource, pruned or not, with the floor as the *FencedError's
+// for every resource, pruned or not, with the floor as the *fence.FencedError's
 // Current when no higher epoch is recorded for the resource. It returns
 // the number of fence keys it deleted. A floor of 0 changes nothing; a
 // negative one, or math.MaxInt64, is an error.
@@ -294,7 +264,7 @@ const (
 //
 // Cost: 1 round trip for the floor, 1 per page of 512 fence keys read, and
 // 1 per 64 keys deleted.
-func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err error) {
+func (g *Guard) Prune(ctx context.Context, floor int64) (pruned int, err error) {
 	if floor < 0 || floor == math.MaxInt64 {
 		return 0, fmt.Errorf("fence: prune: floor %d is not an epoch in [0, %d)", floor, int64(math.MaxInt64))
 	}
@@ -304,11 +274,11 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 	if floor == 0 {
 		return 0, nil
 	}
-	floorKey := g.space.FenceFloor()
+	floorKey := g.cfg.space.FenceFloor()
 	value := formatFenceValue(floor)
 	raise := clientv3.OpPut(floorKey, value)
 	actx, cancel := g.cfg.bound(ctx)
-	_, err = g.cli.Txn(actx).
+	_, err = g.cfg.cli.Txn(actx).
 		If(clientv3.Compare(clientv3.CreateRevision(floorKey), "=", 0)).
 		Then(raise).
 		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(floorKey), "<", value)}, []clientv3.Op{raise}, nil)).
@@ -319,19 +289,19 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 	}
 
 	above := formatFenceValue(floor + 1)
-	prefix := g.space.FencePrefix()
+	prefix := g.cfg.space.FencePrefix()
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	for {
 		actx, cancel := g.cfg.bound(ctx)
-		resp, err := g.cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
+		resp, err := g.cfg.cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
 		cancel()
 		if err != nil {
 			return pruned, fmt.Errorf("fence: prune: reading fence keys from %q: %w", from, err)
 		}
 		var doomed []string
 		for _, kv := range resp.Kvs {
-			if g.space.IsFenceFloor(string(kv.Key)) {
+			if g.cfg.space.IsFenceFloor(string(kv.Key)) {
 				continue // under the prefix, and never to be deleted
 			}
 			if e, err := parseFenceValue(kv.Value); err == nil && e <= floor {
@@ -350,7 +320,7 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 				)
 			}
 			actx, cancel := g.cfg.bound(ctx)
-			dresp, err := g.cli.Txn(actx).Then(ops...).Commit()
+			dresp, err := g.cfg.cli.Txn(actx).Then(ops...).Commit()
 			cancel()
 			if err != nil {
 				return pruned, fmt.Errorf("fence: prune: deleting fence keys: %w", outcome.Classify(err))
@@ -370,11 +340,11 @@ func (g *EtcdGuard) Prune(ctx context.Context, floor int64) (pruned int, err err
 
 // Floor returns the guard's floor, 0 if nothing was ever pruned, with one
 // linearizable read: every token at or below it is refused.
-func (g *EtcdGuard) Floor(ctx context.Context) (int64, error) {
-	floorKey := g.space.FenceFloor()
+func (g *Guard) Floor(ctx context.Context) (int64, error) {
+	floorKey := g.cfg.space.FenceFloor()
 	actx, cancel := g.cfg.bound(ctx)
 	defer cancel()
-	resp, err := g.cli.Get(actx, floorKey)
+	resp, err := g.cfg.cli.Get(actx, floorKey)
 	if err != nil {
 		return 0, fmt.Errorf("fence: floor: %w", err)
 	}
@@ -391,13 +361,13 @@ func (g *EtcdGuard) Floor(ctx context.Context) (int64, error) {
 // Current returns the highest epoch admitted for resource, 0 if none (or
 // if Prune deleted its key; see Floor), with one linearizable read. It is a snapshot for monitoring and tests, not a
 // basis for admitting writes.
-func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error) {
+func (g *Guard) Current(ctx context.Context, resource string) (int64, error) {
 	if err := keys.ValidateResource(resource); err != nil {
 		return 0, fmt.Errorf("fence: current: %w", err)
 	}
 	actx, cancel := g.cfg.bound(ctx)
 	defer cancel()
-	resp, err := g.cli.Get(actx, g.space.Fence(resource))
+	resp, err := g.cfg.cli.Get(actx, g.cfg.space.Fence(resource))
 	if err != nil {
 		return 0, fmt.Errorf("fence: current %q: %w", resource, err)
 	}
@@ -415,7 +385,7 @@ func (g *EtcdGuard) Current(ctx context.Context, resource string) (int64, error)
 // by outcome.Classify: it matches exactly one of outcome.ErrRefused (etcd
 // refused it whole, nothing was applied) and outcome.ErrUnknown (it may have
 // committed), and still matches etcd's own error.
-func txnError(t Token, err error) error {
+func txnError(t fence.Token, err error) error {
 	return fmt.Errorf("fence: admit %q epoch %d: %w", t.Resource, t.Epoch, outcome.Classify(err))
 }
 
@@ -432,95 +402,4 @@ func parseFenceValue(v []byte) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("value %q is not a %d-digit epoch", v, fenceValueWidth)
-}
-
-// LeaseGuard admits a token only while its lease is live: while the
-// resource's lease key, "<ns>/lease/<escaped resource>", still has the
-// token's epoch as its mod revision. It keeps no state of its own. It is the
-// strongest guard when the protected data lives in the same etcd as the
-// leases: AdmitOps applies the write in the transaction that checks the
-// lease, so the write commits only if the lease holds at its revision.
-//
-// Its rule differs from the Guard rule (admit epochs ≥ the highest admitted):
-//
-//   - it refuses a token whose lease has ended (released, completed,
-//     revoked, expired) even if no newer holder has written yet;
-//   - it refuses an epoch higher than the live one, or any epoch when none
-//     is live: a forged token, or one from a lease that was never granted;
-//   - it admits the live epoch again and again, as the Guard rule admits an
-//     equal epoch.
-//
-// So it is not a max-register and does not pass fencetest's plain checks;
-// it passes them under fencetest.WithLeases. Refusals are a *FencedError
-// when a newer lease holds the resource, and a *NotCurrentError (which also
-// matches ErrFenced and yields a *FencedError to errors.As) otherwise; the
-// Current of either is the live epoch, 0 if none.
-//
-// Each call is one transaction, one round trip. Its methods are safe for
-// concurrent use.
-type LeaseGuard struct {
-	cli   *clientv3.Client
-	space keys.Space
-	cfg   etcdConfig
-}
-
-var _ Guard = (*LeaseGuard)(nil)
-
-// NewLeaseGuard returns a guard checking the leases of the namespace set by
-// WithEtcdNamespace, or the error of a bad option or a nil cli.
-func NewLeaseGuard(cli *clientv3.Client, opts ...EtcdOption) (*LeaseGuard, error) {
-	c, err := newEtcdConfig("NewLeaseGuard", cli, opts)
-	if err != nil {
-		return nil, err
-	}
-	return &LeaseGuard{cli: cli, space: c.space, cfg: c}, nil
-}
-
-// Admit implements Guard: AdmitOps with no ops. It is a check only: it says
-// the lease was live when etcd read it, and nothing stops the lease from
-// ending before a write made afterwards. Put the write in AdmitOps.
-func (g *LeaseGuard) Admit(ctx context.Context, t Token) error {
-	_, err := g.AdmitOps(ctx, t)
-	return err
-}
-
-// AdmitOps applies ops if and only if t's lease is live at the revision of
-// the transaction, and returns etcd's response: Succeeded is true and
-// Responses has one response per op, in order. Otherwise nothing is applied
-// and the error is a refusal as described on LeaseGuard. Errors before
-// sending, and errors from etcd (matching outcome.ErrRefused or
-// outcome.ErrUnknown), are as for EtcdGuard.AdmitOps: a missing read
-// permission on the lease key, or a missing permission on an op's key, is
-// ErrRefused.
-func (g *LeaseGuard) AdmitOps(ctx context.Context, t Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	ctx, sp := startAdmit(ctx, "fence.LeaseGuard.AdmitOps", "lease", t)
-	defer func() { sp.finish(err) }()
-	if err := refuseEarly(ctx, t); err != nil {
-		return nil, err
-	}
-	leaseKey := g.space.Lease(t.Resource)
-
-	// The token's lease holds. The lease key is written once per
-	// acquisition and never rewritten, so its mod revision equals the
-	// epoch exactly while that lease holds, and once it differs it never
-	// equals it again; a missing key's mod revision is 0, which no epoch
-	// equals.
-	live := clientv3.Compare(clientv3.ModRevision(leaseKey), "=", t.Epoch)
-	// Fetch the live epoch (the key's mod revision; the holder record is
-	// not needed), to report it without a second round trip.
-	getLive := clientv3.OpGet(leaseKey, clientv3.WithKeysOnly())
-	actx, cancel := g.cfg.bound(ctx)
-	resp, err = g.cli.Txn(actx).If(live).Then(ops...).Else(getLive).Commit()
-	cancel()
-	if err != nil {
-		return nil, txnError(t, err)
-	}
-	if resp.Succeeded {
-		return resp, nil
-	}
-	var current int64
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		current = kvs[0].ModRevision
-	}
-	return nil, refuseNotLive(t, current)
 }

@@ -111,13 +111,10 @@ type Log struct {
 
 // New returns the audit log of reg's namespace: its client, namespace,
 // logger (named "audit") and attempt timeout are reg's (lease.NewRegistry's
-// options). A nil registry or a bad option is an error.
+// options). A nil registry or a bad audit option is an error.
 func New(reg *lease.Registry, opts ...Option) (*Log, error) {
 	if reg == nil {
 		return nil, errors.New("audit: New: nil registry")
-	}
-	if err := hook.RegistryErr(reg); err != nil {
-		return nil, fmt.Errorf("audit: New: the registry: %w", err)
 	}
 	space, err := keys.New(reg.Namespace())
 	if err != nil {

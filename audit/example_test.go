@@ -28,7 +28,10 @@ func Example() {
 	defer cli.Close()
 
 	ctx := context.Background()
-	registry := lease.NewRegistry(cli)
+	registry, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer registry.Close()
 	alice, err := session.New(ctx, cli, session.WithTTL(2*time.Second), session.WithWorker("alice"))
 	if err != nil {

@@ -51,7 +51,7 @@ func TestThreeMembersSurviveLeaderRestart(t *testing.T) {
 	}
 	ctx := context.Background()
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	defer reg.Close()
 	s, err := session.New(ctx, cli, session.WithWorker("w"), session.WithTTL(3*time.Second))
 	if err != nil {

@@ -71,7 +71,7 @@ func replay(t *testing.T, mode string) {
 	// Worker 1 reaches etcd through a fault proxy.
 	proxy := e2e.NewProxy(t, c.Members()[0].Endpoint())
 	cli1 := c.ClientTo(t, proxy.Endpoint())
-	reg1 := lease.NewRegistry(cli1)
+	reg1 := mustRegistry(t, cli1)
 	defer reg1.Close()
 	s1, err := session.New(ctx, cli1, session.WithWorker("worker-1"), session.WithTTL(2*time.Second))
 	if err != nil {
@@ -79,7 +79,7 @@ func replay(t *testing.T, mode string) {
 	}
 	defer s1.Close(ctx)
 
-	reg2 := lease.NewRegistry(direct)
+	reg2 := mustRegistry(t, direct)
 	defer reg2.Close()
 	s2, err := session.New(ctx, direct, session.WithWorker("worker-2"), session.WithTTL(2*time.Second))
 	if err != nil {

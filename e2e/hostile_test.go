@@ -22,7 +22,7 @@ import (
 // built from a registry of its own (closed at cleanup).
 func auditLog(t *testing.T, cli *clientv3.Client) *audit.Log {
 	t.Helper()
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	l, err := audit.New(reg)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	defer stopWatch()
 	events := trail.Watch(watchCtx, audit.Filter{MinRevision: 1})
 
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	defer reg.Close()
 	s, err := session.New(ctx, cli, session.WithWorker("w"), session.WithTTL(5*time.Second))
 	if err != nil {

@@ -55,8 +55,12 @@ func New(reg *lease.Registry, name string) (*Election, error) {
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
+	rec, err := hook.Recipe(reg, recipekeys.ElectionKind)
+	if err != nil {
+		return nil, fmt.Errorf("election: New: %w", err)
+	}
 	return &Election{
-		reg:  hook.Recipe(reg, recipekeys.ElectionKind).(*lease.Registry),
+		reg:  rec.(*lease.Registry),
 		name: name, resource: recipekeys.Election(name),
 	}, nil
 }

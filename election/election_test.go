@@ -36,7 +36,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	return &fixture{t: t, c: c, cli: cli, reg: reg}
 }
@@ -262,7 +262,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	ctx := context.Background()
 	p := e2e.NewProxy(t, f.c.Members()[0].Endpoint())
 	pcli := f.c.ClientTo(t, p.Endpoint())
-	preg := lease.NewRegistry(pcli)
+	preg := mustRegistry(t, pcli)
 	t.Cleanup(func() { _ = preg.Close() })
 
 	old := f.session(pcli, "old", 2*time.Second)
@@ -487,7 +487,7 @@ func TestLockDelayAfterDeposedLeader(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	const d = 2 * time.Second
-	regD := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
+	regD := mustRegistry(t, f.cli, lease.WithLockDelay(d))
 	t.Cleanup(func() { _ = regD.Close() })
 	e := mustElection(t, regD, "delayed")
 	space := keys.MustNew(keys.DefaultNamespace)

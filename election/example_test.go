@@ -30,7 +30,10 @@ func Example() {
 	defer cli.Close()
 
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	newSession := func(worker string) *session.Session {
 		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))

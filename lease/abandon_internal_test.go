@@ -43,7 +43,7 @@ func auditEntries(t *testing.T, r *Registry, res string) []record.Entry {
 func internalFixture(t *testing.T) (*clientv3.Client, *Registry, func(worker string) *session.Session) {
 	t.Helper()
 	cli := e2e.NewCluster(t).Client(t)
-	r := NewRegistry(cli)
+	r := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = r.Close() })
 	return cli, r, func(worker string) *session.Session {
 		t.Helper()

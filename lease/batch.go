@@ -101,9 +101,6 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 		sp.SetAttributes(telemetry.AttrClaimed.Int(len(leases)))
 		sp.finish(epochOf(first0(leases)), err)
 	}()
-	if r.err != nil {
-		return nil, r.err
-	}
 	if err := checkBatchSize("acquire", len(resources)); err != nil {
 		return nil, err
 	}

@@ -231,7 +231,7 @@ func TestCompleteManyWrongGuesses(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	s1, s2 := f.session("w1"), f.session("w2")
-	blind := lease.NewRegistry(f.cli)
+	blind := mustRegistry(t, f.cli)
 	ls, err := blind.TryAcquireMany(ctx, s1, []string{"x", "y", "z"})
 	if err != nil || len(ls) != 3 {
 		t.Fatalf("claimed %v %v", ls, err)
@@ -400,7 +400,7 @@ func TestBatchAtMaxSize(t *testing.T) {
 
 	// MaxBatch stale members, every guess wrong: a blind registry's leases
 	// whose keys were deleted (their etcd lease revoked) and taken again.
-	blind := lease.NewRegistry(f.cli)
+	blind := mustRegistry(t, f.cli)
 	s3 := f.session("w3")
 	stale, err := blind.TryAcquireMany(ctx, s3, names("n", lease.MaxBatch))
 	if err != nil || len(stale) != lease.MaxBatch {
@@ -450,7 +450,7 @@ func TestBatchInvalidInputSendsNothing(t *testing.T) {
 		}
 	}
 	ls := f.acquireMany(s, []string{"a", "b"})
-	other := lease.NewRegistry(f.cli)
+	other := mustRegistry(t, f.cli)
 	defer other.Close()
 	foreign := func() *lease.Lease {
 		l, err := other.TryAcquire(ctx, s, "c")
@@ -604,7 +604,10 @@ func ExampleCompleteMany() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	ls, err := reg.TryAcquireMany(ctx, s, []string{"mail/1", "mail/2", "mail/3"})

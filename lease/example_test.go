@@ -32,7 +32,10 @@ func Example() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	l, err := reg.TryAcquire(ctx, s, "invoices/2026-11")
@@ -75,7 +78,10 @@ func ExampleStaleError() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	l, err := reg.TryAcquire(ctx, s, "report")
@@ -114,7 +120,10 @@ func ExampleRegistry_TryAcquireMany() {
 	defer cli.Close()
 
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	other, err := session.New(ctx, cli, session.WithWorker("worker-2"))
 	if err != nil {
@@ -168,7 +177,10 @@ func ExampleRegistry_Acquire() {
 	}
 	defer cli.Close()
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	newSession := func(worker string) *session.Session {
 		s, err := session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(5*time.Second))
@@ -236,7 +248,10 @@ func ExampleRegistry_Reclaim() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(300*time.Millisecond))
+	reg, err := lease.NewRegistry(cli, lease.WithAttemptTimeout(300*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	// etcd applies the claim; its replies are lost until the caller gives
@@ -297,7 +312,10 @@ func ExampleWithLockDelay() {
 		panic(err)
 	}
 	defer s2.Close(ctx)
-	reg := lease.NewRegistry(cli, lease.WithLockDelay(2*time.Second))
+	reg, err := lease.NewRegistry(cli, lease.WithLockDelay(2*time.Second))
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	l, err := reg.TryAcquire(ctx, s1, "reports/daily")
@@ -350,7 +368,10 @@ func ExampleRegistry_Observe() {
 		panic(err)
 	}
 	defer s.Close(context.Background())
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	states := reg.Observe(ctx, "reports/daily")

@@ -32,7 +32,7 @@ func TestWorkMovesPastFrozenMember(t *testing.T) {
 		ps, eps = append(ps, p), append(eps, p.Endpoint())
 	}
 	cli := c.ClientTo(t, eps...)
-	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(300*time.Millisecond))
+	reg := mustRegistry(t, cli, lease.WithAttemptTimeout(300*time.Millisecond))
 	t.Cleanup(func() { _ = reg.Close() })
 	ctx := context.Background() // no deadline: only the attempt timeout bounds a request
 	s, err := session.New(ctx, cli, session.WithWorker("w1"), session.WithTTL(3*time.Second))

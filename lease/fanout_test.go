@@ -58,7 +58,7 @@ func TestNoEventsForOtherProcessesCycles(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = idleCli.Close() })
 	ctx := context.Background()
-	idleReg := lease.NewRegistry(idleCli)
+	idleReg := mustRegistry(t, idleCli)
 	t.Cleanup(func() { _ = idleReg.Close() })
 	idleSession, err := session.New(ctx, idleCli, session.WithWorker("idle"), session.WithTTL(5*time.Second))
 	if err != nil {
@@ -71,7 +71,7 @@ func TestNoEventsForOtherProcessesCycles(t *testing.T) {
 	}
 
 	f := &fixture{t: t, c: c, cli: c.Client(t)}
-	f.reg = lease.NewRegistry(f.cli)
+	f.reg = mustRegistry(t, f.cli)
 	t.Cleanup(func() { _ = f.reg.Close() })
 	busy := f.session("busy")
 	const cycles = 100

@@ -81,9 +81,6 @@ func (r *Registry) standing(ctx context.Context, resource string) (lease, done *
 
 // checkRead refuses what no read could answer.
 func (r *Registry) checkRead(op, resource string) error {
-	if r.err != nil {
-		return r.err
-	}
 	if err := keys.ValidateResource(resource); err != nil {
 		return fmt.Errorf("lease: %s: %w", op, err)
 	}
@@ -107,9 +104,6 @@ func (r *Registry) Holders(ctx context.Context) ([]Holder, error) {
 // key segment escapes only '%' and '/', byte by byte, so the keys of the
 // resources with a prefix are the keys with the escaped prefix.
 func (r *Registry) holdersWithPrefix(ctx context.Context, prefix string) ([]Holder, error) {
-	if r.err != nil {
-		return nil, r.err
-	}
 	if err := r.tracker.closedErr(); err != nil {
 		return nil, err
 	}

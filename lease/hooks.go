@@ -12,14 +12,19 @@ import (
 // The registry's methods for sibling packages (election, semaphore,
 // worker), not for users: internal/hook carries them.
 func init() {
-	hook.Recipe = func(reg any, kind string) any { return reg.(*Registry).recipe(kind) }
+	hook.Recipe = func(reg any, kind string) (any, error) {
+		rec, err := reg.(*Registry).recipe(kind)
+		if err != nil {
+			return nil, err // not a nil *Registry in a non-nil any
+		}
+		return rec, nil
+	}
 	hook.WithoutLockDelay = func(reg any) any { return reg.(*Registry).withoutLockDelay() }
 	hook.AttemptTimeout = func(reg any) time.Duration { return reg.(*Registry).attemptTimeout() }
 	hook.Telemetry = func(reg any) (hclog.Logger, any, trace.TracerProvider) {
 		r := reg.(*Registry)
 		return r.baseLog, r.observer, r.tp
 	}
-	hook.RegistryErr = func(reg any) error { return reg.(*Registry).err }
 	hook.HoldersWithPrefix = func(ctx context.Context, reg any, prefix string) (any, error) {
 		return reg.(*Registry).holdersWithPrefix(ctx, prefix)
 	}

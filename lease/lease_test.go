@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -77,7 +78,7 @@ func newFixture(t *testing.T) *fixture {
 	rpc := &rpcCounter{calls: map[string]int{}}
 	c := e2e.NewCluster(t, e2e.WithClientDialOptions(grpc.WithChainUnaryInterceptor(rpc.intercept)))
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	log, err := audit.New(reg)
 	if err != nil {
@@ -111,7 +112,7 @@ func (f *fixture) proxied(worker string) (*e2e.Proxy, *lease.Registry, *session.
 	f.t.Helper()
 	p := e2e.NewProxy(f.t, f.c.Members()[0].Endpoint())
 	pcli := f.c.ClientTo(f.t, p.Endpoint())
-	reg := lease.NewRegistry(pcli)
+	reg := mustRegistry(f.t, pcli)
 	f.t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(context.Background(), pcli, session.WithWorker(worker), session.WithTTL(5*time.Second))
 	if err != nil {
@@ -346,7 +347,7 @@ func TestStaleWithWrongGuess(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	s1 := f.session("w1")
-	blind := lease.NewRegistry(f.cli)
+	blind := mustRegistry(t, f.cli)
 	l1, err := blind.TryAcquire(ctx, s1, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -796,7 +797,7 @@ func TestOneHolderUnderContention(t *testing.T) {
 func TestRegistryCloseKeepsSessionRelease(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(f.cli)
+	reg := mustRegistry(t, f.cli)
 	s, err := session.New(ctx, f.cli, session.WithWorker("w1"), session.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -821,24 +822,27 @@ func TestRegistryCloseKeepsSessionRelease(t *testing.T) {
 	}
 }
 
-func TestNewRegistryReportsBadOptions(t *testing.T) {
+// TestNewRegistryFails: a nil client, a nil option and a bad option are
+// NewRegistry's error, and no registry.
+func TestNewRegistryFails(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	s := f.session("w1")
-	for _, opt := range []lease.Option{lease.WithNamespace(""), lease.WithNamespace("no-slash"), lease.WithNamespace("/trailing/"), lease.WithLogger(nil), nil} {
-		reg := lease.NewRegistry(f.cli, opt)
-		if _, err := reg.TryAcquire(ctx, s, "t"); err == nil {
-			t.Fatal("bad option accepted")
+	for _, opt := range []lease.Option{lease.WithNamespace(""), lease.WithNamespace("no-slash"), lease.WithNamespace("/trailing/"), lease.WithLogger(nil), lease.WithAttemptTimeout(0), nil} {
+		if reg, err := lease.NewRegistry(f.cli, opt); err == nil || reg != nil {
+			t.Fatalf("NewRegistry with a bad option = %v, %v; want only an error", reg, err)
 		}
-		if err := reg.Revoke(ctx, "t", ""); err == nil {
-			t.Fatal("bad option accepted by Revoke")
-		}
-		reg.Close()
+	}
+	if reg, err := lease.NewRegistry(nil); err == nil || reg != nil {
+		t.Fatalf("NewRegistry(nil) = %v, %v; want only an error", reg, err)
+	}
+	if _, err := lease.NewRegistry(f.cli, lease.WithNamespace("no-slash")); !errors.Is(err, keys.ErrInvalidNamespace) {
+		t.Fatalf("a bad namespace: %v; want keys.ErrInvalidNamespace", err)
 	}
 	// Namespaces are isolated from each other.
-	a := lease.NewRegistry(f.cli, lease.WithNamespace("/tenant-a"))
+	a := mustRegistry(t, f.cli, lease.WithNamespace("/tenant-a"))
 	defer a.Close()
-	b := lease.NewRegistry(f.cli, lease.WithNamespace("/tenant-b"))
+	b := mustRegistry(t, f.cli, lease.WithNamespace("/tenant-b"))
 	defer b.Close()
 	if _, err := a.TryAcquire(ctx, s, "shared"); err != nil {
 		t.Fatal(err)

@@ -34,10 +34,10 @@ func newLeaveFixture(t *testing.T) *leaveFixture {
 	t.Helper()
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	r := NewRegistry(cli)
+	r := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = r.Close() })
 	p := e2e.NewProxy(t, c.Members()[0].Endpoint())
-	proxied := NewRegistry(c.ClientTo(t, p.Endpoint()), WithAttemptTimeout(300*time.Millisecond))
+	proxied := mustRegistry(t, c.ClientTo(t, p.Endpoint()), WithAttemptTimeout(300*time.Millisecond))
 	t.Cleanup(func() { _ = proxied.Close() })
 	// Connect through the proxy before any fault: a fault that drops
 	// replies would otherwise stop the connection itself.
@@ -352,7 +352,7 @@ func TestConcurrentReclaimOneLease(t *testing.T) {
 		}
 		// A second registry over the same session: the first one's Lease
 		// is its own, so this one has none for the epoch yet.
-		r2 := NewRegistry(f.cli)
+		r2 := mustRegistry(t, f.cli)
 		var (
 			mu     sync.Mutex
 			leases []*Lease

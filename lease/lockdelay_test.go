@@ -32,7 +32,7 @@ var space = keys.MustNew(keys.DefaultNamespace)
 // client.
 func (f *fixture) lockDelayed(d time.Duration) *lease.Registry {
 	f.t.Helper()
-	reg := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
+	reg := mustRegistry(f.t, f.cli, lease.WithLockDelay(d))
 	f.t.Cleanup(func() { _ = reg.Close() })
 	return reg
 }
@@ -470,7 +470,7 @@ func TestReleaseOfLostSessionKeepsLockDelay(t *testing.T) {
 	refusedForDelay(t, err, res, time.Now(), d+s1.TTL()+time.Second)
 }
 
-// TestWithLockDelayValidated: the option's rules, reported by every method.
+// TestWithLockDelayValidated: the option's rules, reported by NewRegistry.
 func TestWithLockDelayValidated(t *testing.T) {
 	f := newFixture(t)
 	s := f.session("w1")
@@ -478,13 +478,11 @@ func TestWithLockDelayValidated(t *testing.T) {
 		d    time.Duration
 		want string
 	}{{0, "must be positive"}, {-time.Second, "must be positive"}, {lease.MaxLockDelay + time.Second, "at most 1h0m0s (MaxLockDelay)"}} {
-		reg := lease.NewRegistry(f.cli, lease.WithLockDelay(c.d))
-		if _, err := reg.TryAcquire(context.Background(), s, "t"); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "WithLockDelay") {
-			t.Errorf("WithLockDelay(%v): %v, want an error saying %q", c.d, err, c.want)
+		if reg, err := lease.NewRegistry(f.cli, lease.WithLockDelay(c.d)); err == nil || reg != nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "WithLockDelay") {
+			t.Errorf("WithLockDelay(%v): %v, %v; want only an error saying %q", c.d, reg, err, c.want)
 		}
-		_ = reg.Close()
 	}
-	reg := lease.NewRegistry(f.cli, lease.WithLockDelay(lease.MaxLockDelay))
+	reg := mustRegistry(t, f.cli, lease.WithLockDelay(lease.MaxLockDelay))
 	defer reg.Close()
 	l, err := reg.TryAcquire(context.Background(), s, "t")
 	if err != nil {
@@ -578,7 +576,7 @@ func TestLockDelayBatchAtMaxSize(t *testing.T) {
 func TestReclaimedDelayedEpochDeletesItsDelay(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	delayed := lease.NewRegistry(f.cli, lease.WithLockDelay(time.Minute))
+	delayed := mustRegistry(t, f.cli, lease.WithLockDelay(time.Minute))
 	t.Cleanup(func() { _ = delayed.Close() })
 	s := f.session("w")
 	if _, err := delayed.TryAcquire(ctx, s, "r"); err != nil {

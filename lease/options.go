@@ -15,7 +15,7 @@ type Option func(*Registry) error
 
 // WithNamespace sets the key namespace (default "/leasehold"); it must
 // start with '/', not end with one, and have no segment named lease, done,
-// audit or fence (keys.ErrInvalidNamespace otherwise, from every method).
+// audit or fence (keys.ErrInvalidNamespace otherwise, from NewRegistry).
 // Registries that share a namespace see each other's leases; different
 // namespaces, nested or not, never do. An audit log built from the
 // registry (audit.New) reads and records its namespace.

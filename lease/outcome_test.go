@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -43,7 +42,7 @@ func TestAcquireRefusedIsNotUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 
 	refused := func(what string, err error) {

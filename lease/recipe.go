@@ -42,14 +42,14 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 // audit trail — is the lease's.
 //
 // kind is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter;
-// a bad kind is reported by every method of the returned registry.
-func (r *Registry) recipe(kind string) *Registry {
+// a bad kind is an error, and no registry.
+func (r *Registry) recipe(kind string) (*Registry, error) {
+	if !kindPattern.MatchString(kind) {
+		return nil, fmt.Errorf("lease: Recipe(%q): a kind is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter", kind)
+	}
 	c := *r
 	c.kind = kind
-	if !kindPattern.MatchString(kind) {
-		c.err = errors.Join(c.err, fmt.Errorf("lease: Recipe(%q): a kind is 1 to 32 characters of a-z, 0-9 and '-', starting with a letter", kind))
-	}
-	return &c
+	return &c, nil
 }
 
 // claimant is who claims through r for the session: its holder records

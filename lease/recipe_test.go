@@ -19,7 +19,7 @@ import (
 func TestRecipeHoldingIsNotATask(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	rec := hook.Recipe(f.reg, "election").(*lease.Registry)
+	rec := recipe(t, f.reg, "election")
 	s1, s2 := f.session("w1"), f.session("w2")
 	l, err := rec.TryAcquire(ctx, s1, "election/x")
 	if err != nil {
@@ -79,8 +79,8 @@ func TestRecipeHoldingIsNotATask(t *testing.T) {
 func TestRecipeKindIsValidated(t *testing.T) {
 	f := newFixture(t)
 	for _, kind := range []string{"", "Election", "a/b", "x123456789012345678901234567890123"} {
-		if _, err := hook.Recipe(f.reg, kind).(*lease.Registry).TryAcquire(context.Background(), f.session("w"), "r"); err == nil || errors.Is(err, lease.ErrHeld) {
-			t.Errorf("Recipe(%q).TryAcquire: %v; want a configuration error", kind, err)
+		if rec, err := hook.Recipe(f.reg, kind); err == nil || rec != nil {
+			t.Errorf("Recipe(%q) = %v, %v; want only an error", kind, rec, err)
 		}
 	}
 }
@@ -91,9 +91,9 @@ func TestRecipeKindIsValidated(t *testing.T) {
 // and permit reads use AttemptTimeout).
 func TestRecipeKeepsTheRegistrysBounds(t *testing.T) {
 	f := newFixture(t)
-	reg := lease.NewRegistry(f.cli, lease.WithAttemptTimeout(750*time.Millisecond), lease.WithLockDelay(time.Second))
+	reg := mustRegistry(t, f.cli, lease.WithAttemptTimeout(750*time.Millisecond), lease.WithLockDelay(time.Second))
 	defer reg.Close()
-	for name, r := range map[string]*lease.Registry{"registry": reg, "recipe": hook.Recipe(reg, "semaphore").(*lease.Registry), "without lock-delay": hook.WithoutLockDelay(hook.Recipe(reg, "semaphore")).(*lease.Registry)} {
+	for name, r := range map[string]*lease.Registry{"registry": reg, "recipe": recipe(t, reg, "semaphore"), "without lock-delay": hook.WithoutLockDelay(recipe(t, reg, "semaphore")).(*lease.Registry)} {
 		if got := hook.AttemptTimeout(r); got != 750*time.Millisecond {
 			t.Errorf("%s: AttemptTimeout = %v, want 750ms", name, got)
 		}
@@ -101,7 +101,7 @@ func TestRecipeKeepsTheRegistrysBounds(t *testing.T) {
 			t.Errorf("%s: Client is not the registry's client", name)
 		}
 	}
-	if got := hook.AttemptTimeout(lease.NewRegistry(f.cli)); got != lease.DefaultAttemptTimeout {
+	if got := hook.AttemptTimeout(mustRegistry(t, f.cli)); got != lease.DefaultAttemptTimeout {
 		t.Errorf("default AttemptTimeout = %v, want %v", got, lease.DefaultAttemptTimeout)
 	}
 }

@@ -106,7 +106,7 @@ func TestSecondLeaseOfAnEpochCompletingIsStale(t *testing.T) {
 	f := newFixture(t)
 	s := f.session("w1")
 	first := f.acquire(s, "twice")
-	other := lease.NewRegistry(f.cli)
+	other := mustRegistry(t, f.cli)
 	t.Cleanup(func() { _ = other.Close() })
 	second, err := other.Reclaim(context.Background(), s, "twice")
 	if err != nil {

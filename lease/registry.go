@@ -36,7 +36,6 @@ type Registry struct {
 	tracer   trace.Tracer         // WithTracerProvider; nil: otel's global provider
 	tp       trace.TracerProvider // WithTracerProvider's; nil: otel's global provider
 	attempt  time.Duration        // bound of one etcd request (WithAttemptTimeout)
-	err      error                // configuration error, returned by every method
 	kind     string               // the recipe's kind (Recipe); empty for tasks
 	// lockDelay is the delay an involuntary end of a lease acquired
 	// through the registry imposes (WithLockDelay); 0 for none.
@@ -45,9 +44,9 @@ type Registry struct {
 	tracker *tracker // shared with the registry's Recipe registries
 }
 
-// NewRegistry returns a registry over cli. A bad option is reported by
-// every method rather than here, so NewRegistry cannot fail.
-func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
+// NewRegistry returns a registry over cli, or the error of a nil cli, a nil
+// option or a bad option: a registry is never built to fail later.
+func NewRegistry(cli *clientv3.Client, opts ...Option) (*Registry, error) {
 	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: nopObserver{}, attempt: DefaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
@@ -60,11 +59,13 @@ func NewRegistry(cli *clientv3.Client, opts ...Option) *Registry {
 		}
 		errs = append(errs, o(r))
 	}
-	r.err = errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	r.baseLog, r.log = r.log, r.log.Named("lease")
 	r.tracker = &tracker{}
 	r.tracker.init(r)
-	return r
+	return r, nil
 }
 
 // Namespace returns the registry's namespace.
@@ -81,9 +82,6 @@ func (r *Registry) Client() *clientv3.Client { return r.cli }
 func (r *Registry) attemptTimeout() time.Duration { return r.attempt }
 
 func (r *Registry) check(op string, s *session.Session, resource string) error {
-	if r.err != nil {
-		return r.err
-	}
 	if err := keys.ValidateResource(resource); err != nil {
 		return fmt.Errorf("lease: %s: %w", op, err)
 	}
@@ -324,9 +322,6 @@ func claimError(err error) error {
 func (r *Registry) Revoke(ctx context.Context, resource, reason string) (err error) {
 	ctx, sp := r.startSpan(ctx, "lease.Revoke", resource, nil)
 	defer func() { sp.finish(0, err) }()
-	if r.err != nil {
-		return r.err
-	}
 	if err := keys.ValidateResource(resource); err != nil {
 		return fmt.Errorf("lease: revoke: %w", err)
 	}

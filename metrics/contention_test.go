@@ -45,7 +45,7 @@ func TestContentionMetrics(t *testing.T) {
 	}
 	cli := e2e.NewCluster(t).Client(t)
 	ctx := t.Context()
-	r := lease.NewRegistry(cli, lease.WithObserver(m))
+	r := mustRegistry(t, cli, lease.WithObserver(m))
 	defer r.Close()
 	log, err := audit.New(r)
 	if err != nil {

@@ -8,7 +8,7 @@
 // program — its leases, its pools and the sessions they start:
 //
 //	m, err := metrics.New(promReg)
-//	r := lease.NewRegistry(cli, lease.WithObserver(m))
+//	r, err := lease.NewRegistry(cli, lease.WithObserver(m))
 //	p, err := worker.New(r, src, handle) // reports to m too
 //
 // A session started by hand takes session.WithObserver(m), and a guard is

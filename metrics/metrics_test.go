@@ -62,7 +62,7 @@ leasehold_worker_tasks_total{result="unknown"} 0
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := lease.NewRegistry(cli, lease.WithObserver(m))
+	r := mustRegistry(t, cli, lease.WithObserver(m))
 	defer r.Close()
 	l, err := r.TryAcquire(ctx, s, "t")
 	if err != nil {

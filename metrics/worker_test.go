@@ -26,7 +26,7 @@ func TestWorkerCollectorsCountARealPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := e2e.NewCluster(t).Client(t)
-	r := lease.NewRegistry(cli, lease.WithObserver(m))
+	r := mustRegistry(t, cli, lease.WithObserver(m))
 	defer r.Close()
 	var failed atomic.Bool
 	p, err := worker.New(r, worker.Static("a", "b", "c", "d", "e"), func(ctx context.Context, l *lease.Lease) (string, error) {

@@ -160,7 +160,7 @@ func newWorker(t *testing.T, cli *clientv3.Client, ns, worker string) (*lease.Re
 	if err != nil {
 		t.Fatalf("session for %s: %v", worker, err)
 	}
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg := mustRegistry(t, cli, lease.WithNamespace(ns))
 	t.Cleanup(func() {
 		_ = reg.Close()
 		_ = s.Close(context.Background())
@@ -172,7 +172,7 @@ func newWorker(t *testing.T, cli *clientv3.Client, ns, worker string) (*lease.Re
 // registry of its own (closed at cleanup).
 func auditLog(t *testing.T, cli *clientv3.Client, ns string, opts ...audit.Option) *audit.Log {
 	t.Helper()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg := mustRegistry(t, cli, lease.WithNamespace(ns))
 	t.Cleanup(func() { _ = reg.Close() })
 	l, err := audit.New(reg, opts...)
 	if err != nil {
@@ -221,7 +221,7 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 	if err := must(fenceetcd.NewGuard(reg1)).Admit(ctx, l.Token()); err != nil {
 		t.Fatalf("fenceetcd.Guard as worker: %v", err)
 	}
-	if err := must(fenceetcd.NewVerifier(lease.NewRegistry(au, lease.WithNamespace(ns)), fence.NewMemoryGuard())).Verify(ctx, l.Token()); err != nil {
+	if err := must(fenceetcd.NewVerifier(mustRegistry(t, au, lease.WithNamespace(ns)), fence.NewMemoryGuard())).Verify(ctx, l.Token()); err != nil {
 		t.Fatalf("Verifier as auditor: %v", err)
 	}
 	if err := l.Complete(ctx, "shipped"); err != nil {
@@ -236,7 +236,7 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.NewRegistry(op, lease.WithNamespace(ns)).Revoke(ctx, "orders/2", "stuck"); err != nil {
+	if err := mustRegistry(t, op, lease.WithNamespace(ns)).Revoke(ctx, "orders/2", "stuck"); err != nil {
 		t.Fatalf("Revoke as operator: %v", err)
 	}
 	<-stale.Context().Done()
@@ -299,13 +299,13 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sa.Close(ctx)
-	if _, err := lease.NewRegistry(au, lease.WithNamespace(ns)).TryAcquire(ctx, sa, "orders/5"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	if _, err := mustRegistry(t, au, lease.WithNamespace(ns)).TryAcquire(ctx, sa, "orders/5"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("TryAcquire as auditor: %v", err)
 	}
 	if _, err := reg2.TryAcquire(ctx, s2, "orders/5"); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.NewRegistry(au, lease.WithNamespace(ns)).Revoke(ctx, "orders/5", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	if err := mustRegistry(t, au, lease.WithNamespace(ns)).Revoke(ctx, "orders/5", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("Revoke as auditor: %v", err)
 	}
 	// Sessions close cleanly: releasing and revoking the etcd lease needs
@@ -453,7 +453,7 @@ func TestNamespaceIsolation(t *testing.T) {
 	denied("overwrite B's lease key", err)
 	_, err = alice.Delete(ctx, nsB+"/audit/", clientv3.WithPrefix())
 	denied("delete B's audit", err)
-	regAinB := lease.NewRegistry(alice, lease.WithNamespace(nsB))
+	regAinB := mustRegistry(t, alice, lease.WithNamespace(nsB))
 	defer regAinB.Close()
 	_, err = regAinB.TryAcquire(ctx, sA, "shared/2")
 	denied("acquire in B", err)
@@ -510,7 +510,7 @@ func TestOperatorRunsRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opReg := lease.NewRegistry(op, lease.WithNamespace(ns))
+	opReg := mustRegistry(t, op, lease.WithNamespace(ns))
 	defer opReg.Close()
 	floor, err := fenceetcd.SafeFloor(ctx, opReg)
 	if err != nil {

@@ -30,7 +30,10 @@ func Example() {
 	defer cli.Close()
 
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	sem, err := semaphore.New(reg, "exports", 2)
 	if err != nil {

@@ -46,9 +46,8 @@ func (m *Semaphore) confirm(ctx context.Context, cli *clientv3.Client, stale boo
 	if m.confirmed {
 		return nil
 	}
-	// A registry built with a bad option reports the default namespace;
-	// nothing may be written there. Its one read refuses that (and a
-	// closed registry) before the limit is stored.
+	// Its one read refuses a closed registry before the limit is
+	// stored.
 	if _, err := m.reg.Holder(ctx, m.turnstile); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 		return fmt.Errorf("semaphore %q: %w", m.name, err)
 	}

@@ -111,7 +111,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	ctx := context.Background()
 	a := f.confirmed("waited", 3)
 	turnstile := recipekeys.Turnstile("waited")
-	head, err := hook.Recipe(f.reg, recipekeys.TurnstileKind).(*lease.Registry).TryAcquire(ctx, f.session("head"), turnstile)
+	head, err := recipe(t, f.reg, recipekeys.TurnstileKind).TryAcquire(ctx, f.session("head"), turnstile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	}
 	// b's permit, claimed as a semaphore of 1 claims it once the turnstile
 	// is clear.
-	if _, err := hook.Recipe(f.reg, recipekeys.PermitKind).(*lease.Registry).TryAcquire(ctx, sb, recipekeys.Permit("waited", 0)); err != nil {
+	if _, err := recipe(t, f.reg, recipekeys.PermitKind).TryAcquire(ctx, sb, recipekeys.Permit("waited", 0)); err != nil {
 		t.Fatal(err)
 	}
 

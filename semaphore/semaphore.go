@@ -81,10 +81,18 @@ func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
 	}
+	permits, err := hook.Recipe(reg, recipekeys.PermitKind)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
+	}
+	turnstiles, err := hook.Recipe(reg, recipekeys.TurnstileKind)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: New(%q): %w", name, err)
+	}
 	return &Semaphore{
 		reg:        reg,
-		permits:    hook.Recipe(reg, recipekeys.PermitKind).(*lease.Registry),
-		turnstiles: hook.WithoutLockDelay(hook.Recipe(reg, recipekeys.TurnstileKind)).(*lease.Registry),
+		permits:    permits.(*lease.Registry),
+		turnstiles: hook.WithoutLockDelay(turnstiles).(*lease.Registry),
 		space:      space,
 		name:       name,
 		limit:      limit,

@@ -14,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
-	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
@@ -36,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	log, err := audit.New(reg)
 	if err != nil {
@@ -523,7 +522,7 @@ func TestTryAcquireDoesNotBargeAheadOfTheTurnstile(t *testing.T) {
 	ctx := context.Background()
 	m := f.sem("gate", 2)
 	s := f.session("s")
-	turnstiles := hook.Recipe(f.reg, recipekeys.TurnstileKind).(*lease.Registry)
+	turnstiles := recipe(t, f.reg, recipekeys.TurnstileKind)
 	head, err := turnstiles.TryAcquire(ctx, f.session("head"), recipekeys.Turnstile("gate"))
 	if err != nil {
 		t.Fatal(err)
@@ -584,7 +583,7 @@ func TestLimitMismatch(t *testing.T) {
 		t.Fatalf("limit key: %v, %v; want \"3\" with no etcd lease", resp, err)
 	}
 
-	other := lease.NewRegistry(f.c.Client(t))
+	other := mustRegistry(t, f.c.Client(t))
 	defer other.Close()
 	three, err := semaphore.New(other, "x", 3)
 	if err != nil {
@@ -619,17 +618,19 @@ func TestNewRefusesBadInput(t *testing.T) {
 	if _, err := m.TryAcquire(context.Background(), nil); err == nil {
 		t.Error("TryAcquire(nil session) succeeded")
 	}
-	bad := lease.NewRegistry(f.cli, lease.WithNamespace("bad/"))
-	defer bad.Close()
-	mb, err := semaphore.New(bad, "x", 2)
+	// A misconfigured registry is never built (lease.NewRegistry fails); a
+	// closed one's semaphore refuses before it stores its limit.
+	closed := mustRegistry(t, f.cli)
+	_ = closed.Close()
+	mb, err := semaphore.New(closed, "x", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := mb.TryAcquire(context.Background(), f.session("s")); err == nil {
-		t.Error("TryAcquire through a misconfigured registry succeeded")
+		t.Error("TryAcquire through a closed registry succeeded")
 	}
 	if resp, err := f.cli.Get(context.Background(), f.space.Limit("semaphore/x")); err != nil || len(resp.Kvs) != 0 {
-		t.Errorf("a misconfigured registry's semaphore wrote its limit: %v, %v", resp.Kvs, err)
+		t.Errorf("a closed registry's semaphore wrote its limit: %v, %v", resp.Kvs, err)
 	}
 }
 
@@ -661,7 +662,7 @@ func TestPermitNames(t *testing.T) {
 func TestNestedNamesShareNothing(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(f.cli, lease.WithNamespace("/nested"))
+	reg := mustRegistry(t, f.cli, lease.WithNamespace("/nested"))
 	defer reg.Close()
 	outer, err := semaphore.New(reg, "a", 2)
 	if err != nil {
@@ -754,7 +755,7 @@ func TestExpiredPermitIsFenced(t *testing.T) {
 	ctx := context.Background()
 	proxy := e2e.NewProxy(t, f.c.Members()[0].Endpoint())
 	pcli := f.c.ClientTo(t, proxy.Endpoint())
-	preg := lease.NewRegistry(pcli)
+	preg := mustRegistry(t, pcli)
 	defer preg.Close()
 	pm, err := semaphore.New(preg, "one", 1)
 	if err != nil {
@@ -880,7 +881,7 @@ func TestHeadWaiterSessionDies(t *testing.T) {
 	holder := f.tryAcquire(m, f.session("holder"))
 	proxy := e2e.NewProxy(t, f.c.Members()[0].Endpoint())
 	pcli := f.c.ClientTo(t, proxy.Endpoint())
-	preg := lease.NewRegistry(pcli)
+	preg := mustRegistry(t, pcli)
 	defer preg.Close()
 	pm, err := semaphore.New(preg, "relay", 1)
 	if err != nil {
@@ -927,7 +928,7 @@ func TestPermitInLockDelay(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	const d = 2 * time.Second
-	regD := lease.NewRegistry(f.cli, lease.WithLockDelay(d))
+	regD := mustRegistry(t, f.cli, lease.WithLockDelay(d))
 	defer regD.Close()
 	m, err := semaphore.New(regD, "delayed", 2)
 	if err != nil {

@@ -69,7 +69,7 @@ func TestFrozenMemberEndsNoSession(t *testing.T) {
 	var sessions []*session.Session
 	var leases []*lease.Lease
 	for k, cli := range []*clientv3.Client{plain, recommended} {
-		reg := lease.NewRegistry(cli)
+		reg := mustRegistry(t, cli)
 		t.Cleanup(func() { _ = reg.Close() })
 		for i := range n {
 			s, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("c%d-w%d", k, i)), session.WithTTL(ttl))

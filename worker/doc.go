@@ -3,7 +3,8 @@
 // Handler on each under its lease, and completes it with the status the
 // handler returns.
 //
-//	reg := lease.NewRegistry(cli)
+//	reg, err := lease.NewRegistry(cli)
+//	if err != nil { ... }
 //	p, err := worker.New(reg, worker.Static(tasks...),
 //		func(ctx context.Context, l *lease.Lease) (string, error) {
 //			// Do the work under ctx; fence each downstream write with l.Token().

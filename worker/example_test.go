@@ -31,7 +31,10 @@ func Example() {
 		return
 	}
 	defer cli.Close()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	downstream := fence.NewMemoryGuard() // a real one: fenceetcd.Guard, fencesql.Guard

@@ -81,7 +81,7 @@ func TestFleetCostPerTask(t *testing.T) {
 	var ps []*worker.Pool
 	for i := range pools {
 		cli := c.Client(t)
-		reg := lease.NewRegistry(cli)
+		reg := mustRegistry(t, cli)
 		t.Cleanup(func() { _ = reg.Close() })
 		p, err := worker.New(reg, worker.Prefix(cli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
 			mu.Lock()
@@ -143,7 +143,7 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vreg := lease.NewRegistry(vcli)
+	vreg := mustRegistry(t, vcli)
 	var held sync.Map
 	var heldN atomic.Int64
 	victim, err := worker.New(vreg, worker.Prefix(vcli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
@@ -168,7 +168,7 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 
 	// The steady pool starts on the backlog; then the victim dies.
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	var (
 		mu    sync.Mutex
@@ -252,7 +252,7 @@ func TestPoolCountsAndLogsSkips(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	var ran atomic.Int64
-	logged := lease.NewRegistry(f.cli, lease.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})))
+	logged := mustRegistry(t, f.cli, lease.WithLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info, DisableTime: true})))
 	t.Cleanup(func() { _ = logged.Close() })
 	again, err := worker.New(logged, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
 		ran.Add(1)
@@ -290,7 +290,7 @@ func TestPoolAdoptsALateClaimOfItsOwn(t *testing.T) {
 	// pool's session through a second registry (the pool's registry has no
 	// Lease for it, as after a lost reply), and "late" only once that is
 	// done; both until they are completed.
-	other := lease.NewRegistry(f.cli)
+	other := mustRegistry(t, f.cli)
 	t.Cleanup(func() { _ = other.Close() })
 	var (
 		mu      sync.Mutex
@@ -373,7 +373,7 @@ func TestPoolMarksASessionStartedInAFault(t *testing.T) {
 	fail.left.Store(3)
 	c := e2e.NewCluster(t, e2e.WithClientDialOptions(grpc.WithChainUnaryInterceptor(fail.intercept)))
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	started := make(chan *session.Session, 1)
 	p, err := worker.New(reg, worker.Static("t"), func(ctx context.Context, l *lease.Lease) (string, error) {

@@ -29,7 +29,7 @@ func newFixture(t *testing.T, opts ...lease.Option) *fixture {
 	t.Helper()
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	reg := lease.NewRegistry(cli, opts...)
+	reg := mustRegistry(t, cli, opts...)
 	t.Cleanup(func() { _ = reg.Close() })
 	return &fixture{cluster: c, cli: cli, reg: reg}
 }
@@ -304,7 +304,7 @@ func TestPoolReplacesLostSession(t *testing.T) {
 	c := e2e.NewCluster(t)
 	p := e2e.NewProxy(t, c.Endpoints()[0])
 	cli := c.ClientTo(t, p.Endpoint())
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	names := tasks(6)
 	var mu sync.Mutex
@@ -339,7 +339,7 @@ func TestPoolReplacesLostSession(t *testing.T) {
 	if e := epochs["task-002"]; len(e) != 2 || e[0] >= e[1] {
 		t.Errorf("task-002 epochs %v, want two, increasing", e)
 	}
-	direct := lease.NewRegistry(c.Client(t))
+	direct := mustRegistry(t, c.Client(t))
 	t.Cleanup(func() { _ = direct.Close() })
 	requireCompleted(t, direct, names)
 	if st := pool.Stats(); st.SessionsReplaced < 1 || st.Interrupted != 1 || st.Completed != 6 {

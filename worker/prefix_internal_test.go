@@ -18,7 +18,7 @@ import (
 // transaction, and a task whose key exists is claimed as usual.
 func TestPrefixClaimRequiresTheTaskKey(t *testing.T) {
 	cli := e2e.NewCluster(t).Client(t)
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(context.Background(), cli, session.WithTTL(5*time.Second))
 	if err != nil {

@@ -21,7 +21,7 @@ func TestHandlerSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	reg := lease.NewRegistry(f.cli, lease.WithTracerProvider(tp))
+	reg := mustRegistry(t, f.cli, lease.WithTracerProvider(tp))
 	t.Cleanup(func() { _ = reg.Close() })
 	guard := fence.NewMemoryGuard()
 	runs := 0

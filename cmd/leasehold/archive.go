@@ -88,7 +88,10 @@ func (g *globals) auditLog(cli *clientv3.Client, opts ...audit.Option) (*audit.L
 	if a != nil {
 		all = append(all, audit.WithArchive(a))
 	}
-	reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+	if err != nil {
+		return nil, nil, err
+	}
 	log, err := audit.New(reg, append(all, opts...)...)
 	if err != nil {
 		_ = reg.Close()

@@ -456,7 +456,10 @@ func (g *globals) demo(ctx context.Context, cfg demoConfig, external bool) (err 
 	defer cli.Close()
 	// The demo's audit log: its recorder, the metrics' takeovers and
 	// handoffs, and the report read it.
-	areg := lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	areg, err := lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	if err != nil {
+		return err
+	}
 	defer areg.Close()
 	alog, err := audit.New(areg)
 	if err != nil {
@@ -643,7 +646,10 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	if d.metrics != nil {
 		obs.demoSessions.metrics, obs.demoTasks.metrics, obs.leases = d.metrics, d.metrics, d.metrics
 	}
-	reg := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(obs))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(obs))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 
 	taken := 0 // the handler's runs so far; with one slot they run one at a time

@@ -70,7 +70,10 @@ func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, t
 		}()
 	}
 	d := &drillRun{g: g, cli: cli, res: res, ns: ns}
-	d.reg = lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	d.reg, err = lease.NewRegistry(cli, lease.WithNamespace(ns), lease.WithLogger(g.log))
+	if err != nil {
+		return err
+	}
 	defer d.reg.Close()
 	newSession := func(worker string) (*session.Session, error) {
 		return session.New(ctx, cli, session.WithWorker(worker), session.WithTTL(ttl), session.WithLogger(g.log))

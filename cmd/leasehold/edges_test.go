@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -47,7 +46,7 @@ func addEntries(t *testing.T, endpoint, worker string, resources ...string) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	reg := lease.NewRegistry(c)
+	reg := mustRegistry(t, c)
 	defer reg.Close()
 	for _, r := range resources {
 		l, err := reg.TryAcquire(context.Background(), s, r)
@@ -124,7 +123,7 @@ func TestRejectionCurrentEpochAgrees(t *testing.T) {
 	c := e2e.NewCluster(t)
 	client := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	t.Cleanup(func() { _ = reg.Close() })
 	newSession := func(w string) *session.Session {
 		s, err := session.New(ctx, client, session.WithWorker(w), session.WithTTL(5*time.Second))

@@ -119,7 +119,10 @@ func (g *globals) elect(ctx context.Context, cmd *cobra.Command, cli *clientv3.C
 	// buffer) gets one writer at a time.
 	out, errOut := serialize(g.out), serialize(g.errOut)
 	log := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: g.log.GetLevel(), Output: errOut})
-	reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(log))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(log))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	e, err := election.New(reg, name)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
 
@@ -101,7 +100,7 @@ func TestElectRunsCommandWithToken(t *testing.T) {
 	if want := []string{fmt.Sprintf("acquired:w1:%d", epoch), fmt.Sprintf("released:w1:%d", epoch)}; !slices.Equal(trail, want) {
 		t.Fatalf("audit %v; want %v", trail, want)
 	}
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	defer reg.Close()
 	if _, err := mustElection(t, reg, "jobs").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("after elect exited: %v; want no leader", err)
@@ -138,7 +137,7 @@ func TestElectListen(t *testing.T) {
 	waitOutput(t, out, "^no leader$")
 
 	client := c.Client(t)
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	defer reg.Close()
 	e := mustElection(t, reg, "sched")
 	newSession := func(worker string) *session.Session {
@@ -194,7 +193,7 @@ func TestElectStopsCommandWhenLeadershipLost(t *testing.T) {
 	waitOutput(t, errOut2, `^elect: campaigning in "jobs" as w2`)
 
 	client := c.Client(t)
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	defer reg.Close()
 	started := time.Now()
 	if err := reg.Revoke(ctx, recipekeys.Election("jobs"), "operator: stuck leader"); err != nil {

@@ -135,7 +135,7 @@ func mustLog(t testing.TB, reg *lease.Registry) *audit.Log {
 // its own (closed at cleanup).
 func logIn(t testing.TB, cli *clientv3.Client, ns string) *audit.Log {
 	t.Helper()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg := mustRegistry(t, cli, lease.WithNamespace(ns))
 	t.Cleanup(func() { _ = reg.Close() })
 	return mustLog(t, reg)
 }
@@ -150,7 +150,7 @@ func TestViewsOfLateExpiries(t *testing.T) {
 	c := e2e.NewCluster(t)
 	client := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	t.Cleanup(func() { _ = reg.Close() })
 	take := func(worker, res string) *lease.Lease {
 		t.Helper()

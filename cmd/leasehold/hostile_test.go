@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
 
@@ -20,7 +19,7 @@ func TestCorruptState(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli0 := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli0)
+	reg := mustRegistry(t, cli0)
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(ctx, cli0, session.WithWorker("w1"), session.WithTTL(5*time.Second))
 	if err != nil {

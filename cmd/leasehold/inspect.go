@@ -56,7 +56,10 @@ func newHoldersCmd(g *globals) *cobra.Command {
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
 				defer cancel()
-				reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				reg, err := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				if err != nil {
+					return err
+				}
 				defer reg.Close()
 				hs, err := reg.Holders(rctx)
 				if err != nil {
@@ -465,7 +468,10 @@ func newRevokeCmd(g *globals) *cobra.Command {
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				rctx, cancel := context.WithTimeout(ctx, g.cmdTimeout)
 				defer cancel()
-				reg := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				reg, err := lease.NewRegistry(cli, lease.WithNamespace(g.namespace), lease.WithLogger(g.log))
+				if err != nil {
+					return err
+				}
 				defer reg.Close()
 				if err := reg.Revoke(rctx, res, reason); err != nil {
 					return err

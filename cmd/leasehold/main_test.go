@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -42,7 +41,7 @@ func newWorld(t *testing.T) world {
 	c := e2e.NewCluster(t)
 	client := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	t.Cleanup(func() { _ = reg.Close() })
 	s1, s2 := newSession(t, client, "alice"), newSession(t, client, "bob")
 
@@ -412,7 +411,7 @@ func TestAuditFollowStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	reg := lease.NewRegistry(c)
+	reg := mustRegistry(t, c)
 	defer reg.Close()
 	l, err := reg.TryAcquire(context.Background(), s, "jobs/new")
 	if err != nil {

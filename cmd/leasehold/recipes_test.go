@@ -24,7 +24,7 @@ func TestHoldersShowsRecipes(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli0 := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli0)
+	reg := mustRegistry(t, cli0)
 	t.Cleanup(func() { _ = reg.Close() })
 	sess := func(w string) *session.Session {
 		s, err := session.New(ctx, cli0, session.WithWorker(w), session.WithTTL(5*time.Second))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/rbac"
 	"github.com/leasehold/leasehold/session"
 )
@@ -64,7 +63,7 @@ func TestCLIOverMutualTLSAndAuth(t *testing.T) {
 	c.AddUser(t, "operator", "operator-pw", rbac.Operator)
 	c.AddUser(t, "auditor", "auditor-pw", rbac.Auditor)
 	wcli := c.ClientAs(t, "worker", "worker-pw")
-	reg := lease.NewRegistry(wcli)
+	reg := mustRegistry(t, wcli)
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(ctx, wcli, session.WithWorker("w1"), session.WithTTL(5*time.Second))
 	if err != nil {

@@ -275,7 +275,7 @@ func story(t *testing.T) (endpoint string, entries func(resource string) []audit
 	c := e2e.NewCluster(t)
 	client := c.Client(t)
 	ctx := context.Background()
-	reg := lease.NewRegistry(client)
+	reg := mustRegistry(t, client)
 	t.Cleanup(func() { _ = reg.Close() })
 	alice, bob, carol := newSession(t, client, "alice"), newSession(t, client, "bob"), newSession(t, client, "carol")
 	acquire := func(s *session.Session, res string) *lease.Lease {

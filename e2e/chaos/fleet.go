@@ -292,7 +292,12 @@ func (f *fleet) startPool(s *slot) error {
 		level = hclog.Info
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: f.logFile, Mutex: &f.logMu, Level: level, TimeFormat: "15:04:05.000"})
-	p.reg = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)), lease.WithLogger(log))
+	p.reg, err = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)), lease.WithLogger(log))
+	if err != nil {
+		w.close()
+		_ = cli.Close()
+		return err
+	}
 	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, fleetTaskPrefix), p.handle,
 		wpool.WithSlots(fleetSlots), wpool.WithWorker(name),
 		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),

@@ -129,7 +129,12 @@ func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
 	// records those of the lease protocol, which only the pool sends.
 	p.rec = &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
-	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	reg, err := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	if err != nil {
+		w.close()
+		_ = cli.Close()
+		return nil, nil, err
+	}
 	p.reg = reg
 	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
 		wpool.WithSlots(poolSlots), wpool.WithWorker(s.name),

@@ -29,9 +29,9 @@ func TestTxnRecorder(t *testing.T) {
 	w := &worker{cfg: workerConfig{Name: "p0"}, space: keys.MustNew(keys.DefaultNamespace), emit: h.record}
 	rec := &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: rec}
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	defer reg.Close()
-	op := lease.NewRegistry(direct)
+	op := mustRegistry(t, direct)
 	defer op.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

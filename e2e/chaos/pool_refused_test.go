@@ -39,7 +39,7 @@ func TestPoolRefusedComplete(t *testing.T) {
 	}
 	c.AddUser(t, "w", "w-password", "no-done")
 	cli := c.ClientAs(t, "w", "w-password")
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	defer reg.Close()
 	p, err := wpool.New(reg, wpool.Static("a"), func(context.Context, *lease.Lease) (string, error) { return "done", nil },
 		wpool.WithWorker("w1"))
@@ -53,7 +53,7 @@ func TestPoolRefusedComplete(t *testing.T) {
 
 	time.Sleep(2 * time.Second) // the handler returned at once
 	st := p.Stats()
-	h, err := lease.NewRegistry(root).Holder(ctx, "a")
+	h, err := mustRegistry(t, root).Holder(ctx, "a")
 	t.Logf("stats after 2 s of a running pool: %+v; holder of a: %+v (err %v)", st, h, err)
 	if st.Unknown > 0 {
 		t.Errorf("a refused Complete is counted Unknown, which is for a Complete still undecided when the pool shut down; the pool is running")

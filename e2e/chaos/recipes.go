@@ -146,7 +146,10 @@ type recipeWorker struct {
 }
 
 func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, hist *recipeHistory, seed uint64) (*recipeWorker, error) {
-	reg := lease.NewRegistry(cli, lease.WithNamespace(recipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(recipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	if err != nil {
+		return nil, err
+	}
 	sem, err := semaphore.New(reg, recipeName, cfg.RecipeLimit)
 	if err != nil {
 		_ = reg.Close()
@@ -162,9 +165,14 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 		_ = reg.Close()
 		return nil, err
 	}
+	permits, err := hook.Recipe(reg, recipekeys.PermitKind)
+	if err != nil {
+		_ = reg.Close()
+		return nil, err
+	}
 	return &recipeWorker{
 		name: name, cli: cli, reg: reg, elect: elect, sem: sem,
-		permits: hook.Recipe(reg, recipekeys.PermitKind).(*lease.Registry), guard: guard,
+		permits: permits.(*lease.Registry), guard: guard,
 		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
 	}, nil
 }
@@ -528,10 +536,14 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 	if pick%3 == 2 {
 		// An operator's revocation instead: the holder's context ends
 		// with lease.ErrRevoked, and it is not cut off to write late.
-		reg := lease.NewRegistry(n.r.direct, lease.WithNamespace(recipeNamespace))
+		reg, err := lease.NewRegistry(n.r.direct, lease.WithNamespace(recipeNamespace))
+		if err != nil {
+			f.Detail = "revoke " + f.Detail + ": " + err.Error()
+			return
+		}
 		defer reg.Close()
 		rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err := reg.Revoke(rctx, target.res, "chaos: depose")
+		err = reg.Revoke(rctx, target.res, "chaos: depose")
 		cancel()
 		f.Detail = "revoked " + f.Detail
 		if err != nil {

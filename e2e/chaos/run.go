@@ -358,7 +358,11 @@ func Run(t testing.TB, cfg Config) *Result {
 	rs := &runState{begin: time.Now()}
 	r := newRunner(t, cfg)
 	rs.election = r.startCluster()
-	r.reg = lease.NewRegistry(r.direct)
+	reg, err := lease.NewRegistry(r.direct)
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	r.reg = reg
 	defer r.reg.Close()
 
 	// The coordinator's own handles on the downstream and the archive
@@ -737,7 +741,12 @@ func (r *runner) startRecorders() (stop func()) {
 				archiveFirst: r.cfg.Control == controlWriterClocks}
 			wg.Go(func() { p.run(ctx) })
 		}
-		reg := lease.NewRegistry(cli)
+		reg, err := lease.NewRegistry(cli)
+		if err != nil {
+			_ = db.Close()
+			_ = cli.Close()
+			r.t.Fatalf("chaos: recorder %d: %v", i, err)
+		}
 		log, err := audit.New(reg, opts...)
 		if err != nil {
 			_ = reg.Close()

@@ -155,7 +155,12 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worke
 		_ = db.Close()
 		return nil, err
 	}
-	reg := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	reg, err := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+	if err != nil {
+		_ = db.Close()
+		_ = adb.Close()
+		return nil, err
+	}
 	etcdGuard, err := fenceetcd.NewGuard(reg)
 	if err != nil {
 		_ = reg.Close()

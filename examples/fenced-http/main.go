@@ -212,8 +212,15 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	defer s2.Close(ctx)
-	reg1, reg2 := lease.NewRegistry(cli1), lease.NewRegistry(cli2)
+	reg1, err := lease.NewRegistry(cli1)
+	if err != nil {
+		return err
+	}
 	defer reg1.Close()
+	reg2, err := lease.NewRegistry(cli2)
+	if err != nil {
+		return err
+	}
 	defer reg2.Close()
 
 	// Workers call the service through fencehttp.NewTransport, which sends

@@ -118,8 +118,15 @@ func run(mode string, ttl time.Duration, c etcdflags.Conn) error {
 		return err
 	}
 	defer r.cli2.Close()
-	reg1, reg2 := lease.NewRegistry(r.cli1), lease.NewRegistry(r.cli2)
+	reg1, err := lease.NewRegistry(r.cli1)
+	if err != nil {
+		return err
+	}
 	defer reg1.Close()
+	reg2, err := lease.NewRegistry(r.cli2)
+	if err != nil {
+		return err
+	}
 	defer reg2.Close()
 	r.reg2 = reg2
 	// The audit log of reg2's namespace, read through worker 2's client.

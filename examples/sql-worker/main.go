@@ -133,7 +133,10 @@ type result struct {
 // attempt at flaky fails. When the pool is done, it writes flaky once more
 // with that attempt's token, as a late write from it would.
 func run(ctx context.Context, cli *clientv3.Client, b *billing, invoices []string, flaky string, slots int) (result, error) {
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		return result{}, err
+	}
 	defer reg.Close()
 
 	var mu sync.Mutex
@@ -250,7 +253,10 @@ func program(pgDSN string, c etcdflags.Conn, tasks, slots int) error {
 		res.took.Round(time.Millisecond), s.Started, s.Completed, s.Retried, s.Failed, s.Stale)
 
 	// etcd's record of each task, read back.
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	completed := 0
 	for _, inv := range invoices {

@@ -47,7 +47,7 @@ func testRun(t *testing.T, db *sql.DB) {
 	}
 
 	// etcd: every task completed with "done"; the epoch that completed it.
-	reg := lease.NewRegistry(cli)
+	reg := mustRegistry(t, cli)
 	defer reg.Close()
 	completedAt := make(map[string]int64)
 	for _, inv := range invoices {

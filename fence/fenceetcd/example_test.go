@@ -35,7 +35,10 @@ func ExampleGuard_AdmitOps() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli) // the registry that issues the tokens
+	reg, err := lease.NewRegistry(cli) // the registry that issues the tokens
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	g, err := fenceetcd.NewGuard(reg)
 	if err != nil {
@@ -74,7 +77,10 @@ func ExampleLeaseGuard_AdmitOps() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	g, err := fenceetcd.NewLeaseGuard(reg)
 	if err != nil {
@@ -110,7 +116,10 @@ func ExampleVerifier() {
 		panic(err)
 	}
 	defer s.Close(ctx)
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 
 	inner := fence.NewMemoryGuard()

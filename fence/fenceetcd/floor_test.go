@@ -32,7 +32,7 @@ func TestSafeFloorKeepsLiveLeasesAdmissible(t *testing.T) {
 		t.Fatalf("SafeFloor with nothing held: %d (%v), want the read revision %d", floor, err, rev.Header.Revision)
 	}
 
-	reg := lease.NewRegistry(cli)
+	reg := registry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(ctx, cli, session.WithWorker("w"), session.WithTTL(5*time.Second))
 	if err != nil {
@@ -110,7 +110,7 @@ func TestSafeFloorSkipsControlKeysInOneRead(t *testing.T) {
 	if _, err := f.cli.Put(ctx, space.Queue("q", "t1"), "x"); err != nil {
 		t.Fatal(err)
 	}
-	reg := lease.NewRegistry(f.cli)
+	reg := registry(t, f.cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(ctx, f.cli, session.WithWorker("w"), session.WithTTL(5*time.Second))
 	if err != nil {

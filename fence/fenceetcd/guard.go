@@ -24,14 +24,11 @@ type config struct {
 	attempt time.Duration
 }
 
-// fromRegistry is the configuration of reg, or the error of a nil reg or
-// of one built with a bad option: a guard is never built to fail later.
+// fromRegistry is the configuration of reg, or the error of a nil reg: a
+// guard is never built to fail later.
 func fromRegistry(who string, reg *lease.Registry) (config, error) {
 	if reg == nil {
 		return config{}, fmt.Errorf("fenceetcd: %s: nil registry", who)
-	}
-	if err := hook.RegistryErr(reg); err != nil {
-		return config{}, fmt.Errorf("fenceetcd: %s: the registry: %w", who, err)
 	}
 	space, err := keys.New(reg.Namespace())
 	if err != nil {
@@ -84,8 +81,7 @@ var _ fence.Guard = (*Guard)(nil)
 
 // NewGuard returns a guard of reg's namespace, storing its state through
 // reg's client and bounding each request by reg's attempt timeout
-// (lease.WithAttemptTimeout), or the error of a nil reg or of one built
-// with a bad option.
+// (lease.WithAttemptTimeout), or the error of a nil reg.
 func NewGuard(reg *lease.Registry) (*Guard, error) {
 	c, err := fromRegistry("NewGuard", reg)
 	if err != nil {

@@ -261,13 +261,8 @@ func TestGuardErrors(t *testing.T) {
 	// never a guard that fails later on every call.
 	for name, build := range map[string]func() (*fenceetcd.Guard, error){
 		"nil registry": func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(nil) },
-		"nil client":   func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(registry(t, nil)) },
-		"bad namespace": func() (*fenceetcd.Guard, error) {
-			return fenceetcd.NewGuard(registry(t, f.cli, lease.WithNamespace("no-slash")))
-		},
-		"nil option":  func() (*fenceetcd.Guard, error) { return fenceetcd.NewGuard(registry(t, f.cli, nil)) },
-		"lease guard": func() (*fenceetcd.Guard, error) { _, err := fenceetcd.NewLeaseGuard(nil); return nil, err },
-		"safe floor":  func() (*fenceetcd.Guard, error) { _, err := fenceetcd.SafeFloor(ctx, nil); return nil, err },
+		"lease guard":  func() (*fenceetcd.Guard, error) { _, err := fenceetcd.NewLeaseGuard(nil); return nil, err },
+		"safe floor":   func() (*fenceetcd.Guard, error) { _, err := fenceetcd.SafeFloor(ctx, nil); return nil, err },
 	} {
 		got := f.rpc.count(func() {
 			if g, err := build(); err == nil || g != nil {
@@ -433,7 +428,7 @@ func newLeaseIssuer(t *testing.T, cli *clientv3.Client, ns string) *leaseIssuer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg := registry(t, cli, lease.WithNamespace(ns))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -478,7 +473,7 @@ func TestLeaseGuard(t *testing.T) {
 	f := newEtcdFixture(t)
 	ctx := t.Context()
 	ns := freshNamespace()
-	reg := lease.NewRegistry(f.cli, lease.WithNamespace(ns))
+	reg := registry(t, f.cli, lease.WithNamespace(ns))
 	t.Cleanup(func() { _ = reg.Close() })
 	newSession := func(worker string) *session.Session {
 		s, err := session.New(ctx, f.cli, session.WithWorker(worker))

@@ -24,7 +24,10 @@ func must[T any](v T, err error) T {
 // the guards take their client, namespace and attempt timeout from it.
 func registry(t testing.TB, cli *clientv3.Client, opts ...lease.Option) *lease.Registry {
 	t.Helper()
-	reg := lease.NewRegistry(cli, opts...)
+	reg, err := lease.NewRegistry(cli, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = reg.Close() })
 	return reg
 }

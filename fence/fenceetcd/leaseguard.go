@@ -40,7 +40,7 @@ var _ fence.Guard = (*LeaseGuard)(nil)
 
 // NewLeaseGuard returns a guard checking the leases of reg's namespace
 // through reg's client, bounding each request by reg's attempt timeout, or
-// the error of a nil reg or of one built with a bad option.
+// the error of a nil reg.
 func NewLeaseGuard(reg *lease.Registry) (*LeaseGuard, error) {
 	c, err := fromRegistry("NewLeaseGuard", reg)
 	if err != nil {

@@ -16,7 +16,10 @@ func ExampleGuard_Prune() {
 	cli, stop := exampleEtcd()
 	defer stop()
 	ctx := context.Background()
-	reg := lease.NewRegistry(cli)
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		panic(err)
+	}
 	defer reg.Close()
 	g, err := fenceetcd.NewGuard(reg)
 	if err != nil {

@@ -51,8 +51,8 @@ type Verifier struct {
 var _ fence.Guard = (*Verifier)(nil)
 
 // NewVerifier returns a Verifier checking the leases of reg's namespace
-// through reg's client before asking g, or the error of a nil reg, of one
-// built with a bad option, or of a nil g.
+// through reg's client before asking g, or the error of a nil reg or a
+// nil g.
 func NewVerifier(reg *lease.Registry, g fence.Guard) (*Verifier, error) {
 	c, err := fromRegistry("NewVerifier", reg)
 	if g == nil {

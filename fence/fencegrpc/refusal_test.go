@@ -88,7 +88,7 @@ func TestRefusalOverHTTPAndGRPC(t *testing.T) {
 	cli := e2e.NewCluster(t).Client(t)
 	ctx := t.Context()
 	const ns = "/fencegrpc-test"
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg := mustRegistry(t, cli, lease.WithNamespace(ns))
 	t.Cleanup(func() { _ = reg.Close() })
 	s, err := session.New(ctx, cli, session.WithWorker("w1"))
 	if err != nil {

@@ -33,7 +33,10 @@ func ExampleWithPrune() {
 		n := 0
 		fencetest.Run(t, func(t *testing.T) fence.Guard {
 			n++ // a fresh namespace per check
-			reg := lease.NewRegistry(cli, lease.WithNamespace(fmt.Sprintf("/conformance-%d", n)))
+			reg, err := lease.NewRegistry(cli, lease.WithNamespace(fmt.Sprintf("/conformance-%d", n)))
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { _ = reg.Close() })
 			return must(fenceetcd.NewGuard(reg))
 		}, fencetest.WithPrune(prune))

@@ -23,8 +23,8 @@ import (
 // Set by package lease; reg is a *lease.Registry.
 var (
 	// Recipe returns a registry of reg whose holdings are of the given
-	// kind (lease/recipe.go).
-	Recipe func(reg any, kind string) any
+	// kind, or the error of a bad kind (lease/recipe.go).
+	Recipe func(reg any, kind string) (any, error)
 	// WithoutLockDelay returns reg whose claims impose no lock-delay
 	// (lease/lockdelay.go).
 	WithoutLockDelay func(reg any) any
@@ -35,10 +35,6 @@ var (
 	// implement other packages' observers too) and its tracer provider
 	// (nil: otel's global one) — for the pools built on it.
 	Telemetry func(reg any) (log hclog.Logger, observer any, tp trace.TracerProvider)
-	// RegistryErr returns the configuration error reg was built with
-	// (a bad lease.NewRegistry option), nil if none, for the parts built
-	// from reg whose constructors report it.
-	RegistryErr func(reg any) error
 	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
 	// resources whose names begin with prefix (lease/holder.go).
 	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)

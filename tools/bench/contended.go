@@ -320,7 +320,10 @@ func (c *contenders) open(ctx context.Context, endpoints []string, counter *call
 			return err
 		}
 		c.clients[i] = cli
-		c.regs[i] = lease.NewRegistry(cli, lease.WithNamespace(c.ns))
+		c.regs[i], err = lease.NewRegistry(cli, lease.WithNamespace(c.ns))
+		if err != nil {
+			return err
+		}
 	}
 	errs := make([]error, c.w)
 	var wg sync.WaitGroup

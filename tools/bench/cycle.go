@@ -244,7 +244,11 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 // halves: in an order rotated every round, then in reverse.
 func (b *bench) throughput(ctx context.Context, cfg config) ([]*section, error) {
 	maxW := slices.Max(append(slices.Clone(cfg.workers), cfg.batchWorkers))
-	c := &cycler{cli: b.cli, reg: lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold)), bare: keys.MustNew(nsBare), min: keys.MustNew(nsMinimal), batch: cfg.batch}
+	reg, err := lease.NewRegistry(b.cli, lease.WithNamespace(nsLeasehold))
+	if err != nil {
+		return nil, err
+	}
+	c := &cycler{cli: b.cli, reg: reg, bare: keys.MustNew(nsBare), min: keys.MustNew(nsMinimal), batch: cfg.batch}
 	defer c.reg.Close()
 	defer c.closeSessions()
 	if err := c.openSessions(ctx, b.cli, maxW); err != nil {

@@ -52,7 +52,10 @@ func (f failover) toldFirst() bool { return f.told > 0 && f.told < f.took }
 // leaders' second TTL.
 func (b *bench) electionFailover(ctx context.Context, cfg config) ([]*section, error) {
 	ttlSeconds := int((cfg.electionTTL + time.Second - 1) / time.Second)
-	freg := lease.NewRegistry(b.cli, lease.WithNamespace(nsElection))
+	freg, err := lease.NewRegistry(b.cli, lease.WithNamespace(nsElection))
+	if err != nil {
+		return nil, err
+	}
 	defer freg.Close()
 	follower, err := session.New(ctx, b.cli, session.WithWorker("successor"), session.WithTTL(cfg.electionTTL))
 	if err != nil {
@@ -251,7 +254,10 @@ func (b *bench) leaseholdFailover(ctx context.Context, cfg config, i int, freg *
 		return failover{}, err
 	}
 	defer c.crash()
-	reg := lease.NewRegistry(c.cli, lease.WithNamespace(nsElection))
+	reg, err := lease.NewRegistry(c.cli, lease.WithNamespace(nsElection))
+	if err != nil {
+		return failover{}, err
+	}
 	defer reg.Close()
 	leader, err := session.New(ctx, c.cli, session.WithWorker(fmt.Sprintf("leader-%d", i)), session.WithTTL(cfg.electionTTL))
 	if err != nil {

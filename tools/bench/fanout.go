@@ -127,7 +127,10 @@ func fanoutChild(cfg fanoutChildConfig, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer cli.Close()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(cfg.Namespace))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(cfg.Namespace))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	s, err := session.New(ctx, cli, session.WithWorker(cfg.Worker))
 	if err != nil {
@@ -316,9 +319,15 @@ func (h fanHalf) add(o fanHalf) fanHalf {
 // in halves forth and back as in section 1.
 func (b *bench) fanout(ctx context.Context, cfg config) ([]*section, error) {
 	w := cfg.fanoutWorkers
-	shared := lease.NewRegistry(b.cli, lease.WithNamespace(nsFanout))
+	shared, err := lease.NewRegistry(b.cli, lease.WithNamespace(nsFanout))
+	if err != nil {
+		return nil, err
+	}
 	defer shared.Close()
-	alone := lease.NewRegistry(b.cli, lease.WithNamespace(nsFanoutAlone))
+	alone, err := lease.NewRegistry(b.cli, lease.WithNamespace(nsFanoutAlone))
+	if err != nil {
+		return nil, err
+	}
 	defer alone.Close()
 	sessions := make([]*session.Session, w)
 	defer closeFanSessions(sessions)

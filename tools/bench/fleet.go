@@ -223,7 +223,10 @@ func (b *bench) fleetOnce(ctx context.Context, cfg config, counter *callCounter,
 			return fleetRun{}, err
 		}
 		defer cli.Close()
-		reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+		reg, err := lease.NewRegistry(cli, lease.WithNamespace(ns))
+		if err != nil {
+			return fleetRun{}, err
+		}
 		defer reg.Close()
 		pools[i], err = worker.New(reg, worker.Prefix(cli, prefix), fleetWork(cfg.fleetWork),
 			worker.WithSlots(sh.slots), worker.WithWorker(fmt.Sprintf("fleet-%s%d-%d", sh.label, seq, i)))
@@ -415,7 +418,14 @@ func (b *bench) fleetTakeover(ctx context.Context, cfg config, s *section) error
 		return err
 	}
 	defer scli.Close()
-	vreg, sreg := lease.NewRegistry(vcli, lease.WithNamespace(ns)), lease.NewRegistry(scli, lease.WithNamespace(ns))
+	vreg, err := lease.NewRegistry(vcli, lease.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
+	sreg, err := lease.NewRegistry(scli, lease.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
 	defer vreg.Close()
 	defer sreg.Close()
 	ttl := worker.WithSessionOptions(session.WithTTL(cfg.fleetTTL))
@@ -706,7 +716,10 @@ func fleetPoolChild(cfg fleetChildConfig, out io.Writer) error {
 		return err
 	}
 	defer cli.Close()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(cfg.Namespace))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(cfg.Namespace))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	var first atomic.Int64 // ns since start
 	var start time.Time
@@ -995,7 +1008,10 @@ func (b *bench) fleetExpiries(ctx context.Context, cfg config, s *section) error
 		return err
 	}
 	defer rcli.Close()
-	reg := lease.NewRegistry(hcli, lease.WithNamespace(ns))
+	reg, err := lease.NewRegistry(hcli, lease.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	holder, err := session.New(ctx, hcli, session.WithWorker("holder"))
 	if err != nil {
@@ -1215,7 +1231,10 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 		return err
 	}
 	defer cli.Close()
-	reg := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
 	defer reg.Close()
 	var seq atomic.Int64
 	src := worker.Func(func(ctx context.Context) ([]string, error) {
@@ -1234,7 +1253,10 @@ func (b *bench) fleetRecorderHeap(ctx context.Context, cfg config, s *section) e
 		return err
 	}
 	defer pcli.Close()
-	preg := lease.NewRegistry(pcli, lease.WithNamespace(ns))
+	preg, err := lease.NewRegistry(pcli, lease.WithNamespace(ns))
+	if err != nil {
+		return err
+	}
 	defer preg.Close()
 	rctx, cancel := context.WithTimeout(ctx, cfg.fleetRecorderFor)
 	defer cancel()

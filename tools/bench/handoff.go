@@ -33,9 +33,15 @@ func (b *bench) handoffRelease(ctx context.Context, cfg config) ([]*section, err
 	}
 	defer holderCli.Close()
 	h := &handoffPair{}
-	h.holderReg = lease.NewRegistry(holderCli, lease.WithNamespace(nsHandoff))
+	h.holderReg, err = lease.NewRegistry(holderCli, lease.WithNamespace(nsHandoff))
+	if err != nil {
+		return nil, err
+	}
 	defer h.holderReg.Close()
-	h.waiterReg = lease.NewRegistry(b.cli, lease.WithNamespace(nsHandoff))
+	h.waiterReg, err = lease.NewRegistry(b.cli, lease.WithNamespace(nsHandoff))
+	if err != nil {
+		return nil, err
+	}
 	defer h.waiterReg.Close()
 	if h.holder, err = session.New(ctx, holderCli, session.WithWorker("holder")); err != nil {
 		return nil, err
@@ -166,7 +172,10 @@ func (h *handoffPair) mutex(ctx context.Context, i int) (time.Duration, error) {
 // waiter's Acquire returning. Samples run in concurrent groups, each
 // crash at a random point of its holder's renewal interval.
 func (b *bench) handoffCrash(ctx context.Context, cfg config) ([]*section, error) {
-	reg := lease.NewRegistry(b.cli, lease.WithNamespace(nsCrash))
+	reg, err := lease.NewRegistry(b.cli, lease.WithNamespace(nsCrash))
+	if err != nil {
+		return nil, err
+	}
 	defer reg.Close()
 	waiter, err := session.New(ctx, b.cli, session.WithWorker("waiter"))
 	if err != nil {
@@ -188,7 +197,10 @@ func (b *bench) handoffCrash(ctx context.Context, cfg config) ([]*section, error
 				_ = cli.Close()
 			}
 		}()
-		hreg := lease.NewRegistry(cli, lease.WithNamespace(nsCrash))
+		hreg, err := lease.NewRegistry(cli, lease.WithNamespace(nsCrash))
+		if err != nil {
+			return err
+		}
 		defer hreg.Close()
 		holder, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("crasher-%d", i)), session.WithTTL(cfg.crashTTL))
 		if err != nil {

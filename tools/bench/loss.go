@@ -226,7 +226,12 @@ func (lg *lossGroupRun) start(ctx context.Context, cfg config, endpoint string, 
 	if err != nil {
 		return err
 	}
-	w := &lossWorker{cli: cli, reg: lease.NewRegistry(cli, lease.WithNamespace(nsLoss))}
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(nsLoss))
+	if err != nil {
+		_ = cli.Close()
+		return err
+	}
+	w := &lossWorker{cli: cli, reg: reg}
 	lg.mu.Lock()
 	lg.workers[i] = w
 	lg.mu.Unlock()

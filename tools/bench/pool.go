@@ -165,7 +165,10 @@ type poolRunner struct {
 func (pr *poolRunner) once(ctx context.Context, ct poolContender) (poolRun, error) {
 	n := len(pr.tasks)
 	pr.seq++
-	reg := lease.NewRegistry(pr.cli, lease.WithNamespace(fmt.Sprintf("%s/run%d", nsPool, pr.seq)))
+	reg, err := lease.NewRegistry(pr.cli, lease.WithNamespace(fmt.Sprintf("%s/run%d", nsPool, pr.seq)))
+	if err != nil {
+		return poolRun{}, err
+	}
 	defer reg.Close()
 	rctx, cancel := context.WithTimeout(ctx, poolRunTimeout)
 	defer cancel()

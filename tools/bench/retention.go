@@ -102,7 +102,11 @@ type taskWorkers struct {
 // status, so that the log holds rejections and retention must archive them
 // too.
 func (b *bench) newTaskWorkers(ctx context.Context, ns string, workers, rejectEvery int) (*taskWorkers, error) {
-	t := &taskWorkers{reg: lease.NewRegistry(b.cli, lease.WithNamespace(ns)), sessions: make([]*session.Session, workers), every: int64(rejectEvery)}
+	reg, err := lease.NewRegistry(b.cli, lease.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	t := &taskWorkers{reg: reg, sessions: make([]*session.Session, workers), every: int64(rejectEvery)}
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for w := range workers {
@@ -206,7 +210,10 @@ func auditLog(cli *clientv3.Client, ns string, lg hclog.Logger, opts ...audit.Op
 	if lg != nil {
 		lopts = append(lopts, lease.WithLogger(lg))
 	}
-	reg := lease.NewRegistry(cli, lopts...)
+	reg, err := lease.NewRegistry(cli, lopts...)
+	if err != nil {
+		return nil, nil, err
+	}
 	log, err := audit.New(reg, opts...)
 	if err != nil {
 		_ = reg.Close()

@@ -101,7 +101,14 @@ func scaleChild(ctx context.Context, cfg scaleChildConfig) (*scaleChildResult, e
 		return nil, err
 	}
 	defer oneCli.Close()
-	bigReg, oneReg := lease.NewRegistry(bigCli, lease.WithNamespace(nsScale)), lease.NewRegistry(oneCli, lease.WithNamespace(nsScale))
+	bigReg, err := lease.NewRegistry(bigCli, lease.WithNamespace(nsScale))
+	if err != nil {
+		return nil, err
+	}
+	oneReg, err := lease.NewRegistry(oneCli, lease.WithNamespace(nsScale))
+	if err != nil {
+		return nil, err
+	}
 	big, err := session.New(ctx, bigCli, session.WithWorker("big"), session.WithTTL(cfg.TTL))
 	if err != nil {
 		return nil, err
@@ -361,7 +368,12 @@ func (b *bench) manySessions(ctx context.Context, cfg config, s *section) error 
 		if err != nil {
 			return err
 		}
-		conns[i] = conn{cli, lease.NewRegistry(cli, lease.WithNamespace(nsSessions))}
+		reg, err := lease.NewRegistry(cli, lease.WithNamespace(nsSessions))
+		if err != nil {
+			_ = cli.Close()
+			return err
+		}
+		conns[i] = conn{cli, reg}
 	}
 	obs := &renewals{}
 	sessions := make([]*session.Session, cfg.sessions)

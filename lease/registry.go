@@ -118,16 +118,17 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // claim: one more round trip, once).
 //
 // An unknown outcome (a timeout, a broken connection) is resolved by
-// TryAcquire itself, as Complete resolves its own: it sends the same claim
-// again, with its backoff, until etcd decides it or ctx ends. A resend
-// also requires that the claim's start key — fresh for this call — does
-// not exist, and reads it:
+// TryAcquire itself, as Complete resolves its own: it claims again, with
+// its backoff, until etcd decides it or ctx ends (at most maxClaimTries
+// tries). Each try has a start key of its own, and a resend also requires
+// that no earlier try's start key exists, and reads them:
 //
-//	If(…the claim's compares…, CreateRev(start) = 0) Then(…) Else(…, Get start)
+//	If(…the claim's compares…, CreateRev(start_1) = 0, …) Then(…) Else(…, Get start_1, …)
 //
 // so a claim that an earlier try applied gives its Lease at that epoch
-// (or ErrNotHeld, if that epoch has already ended), and is never applied
-// twice (docs/protocol.md §3.1).
+// (or ErrNotHeld, if that epoch has already ended), and no two tries share
+// an entry: an earlier try that etcd applies late, after a later one, writes
+// its own start entry (docs/protocol.md §3.1).
 //
 // An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
@@ -149,14 +150,25 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	}
 	c := claimant.NewClaim(r.space, resource)
 	cond := protocol.Condition(ctx) // a recipe's own compares (protocol.WithCondition)
-	resp, err := r.claim(ctx, c, cond, false)
-	resent := false
+	resp, err := r.claim(ctx, c, cond, nil)
+	var earlier []string // the start keys of the tries whose outcome was unknown
 	if errors.Is(err, outcome.ErrUnknown) {
-		resent = true
-		err = retryUnknown(ctx, r.log, func() error {
-			var err error
-			resp, err = r.claim(ctx, c, cond, true)
-			return err
+		earlier = []string{c.StartKey}
+		rctx, stop := context.WithCancel(ctx) // stopped after maxClaimTries
+		defer stop()
+		last := err
+		err = retryUnknown(rctx, r.log, func() error {
+			if len(earlier) >= maxClaimTries {
+				stop()
+				return last
+			}
+			c = claimant.NewClaim(r.space, resource)
+			var terr error
+			resp, terr = r.claim(ctx, c, cond, earlier)
+			if errors.Is(terr, outcome.ErrUnknown) {
+				earlier, last = append(earlier, c.StartKey), terr
+			}
+			return terr
 		})
 	}
 	if err != nil {
@@ -165,8 +177,8 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if resp.Succeeded {
 		return r.acquired(s, resource, resp.Header.Revision, "claimed"), nil
 	}
-	if resent {
-		if l, err := r.appliedEarlier(s, resource, resp.Responses); l != nil || err != nil {
+	if len(earlier) > 0 {
+		if l, err := r.appliedEarlier(s, resource, resp.Responses, len(earlier)); l != nil || err != nil {
 			return l, err
 		}
 	}
@@ -181,17 +193,25 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	return nil, fmt.Errorf("lease: acquire %q: the claim failed and its reads show no reason", resource)
 }
 
+// maxClaimTries bounds the tries of one TryAcquire whose outcomes stay
+// unknown: each resend carries one compare and one read per earlier try,
+// well within etcd's 128 operations per transaction.
+const maxClaimTries = 32
+
 // claim sends the claim c with the caller's compares cond. A resend — a
-// try after one whose outcome was unknown — also requires that the claim's
-// start key does not exist, and reads it in its Else: the start key is the
-// claim's own, so its existence says an earlier try applied (and the
-// resend must not write the entry again, nor begin a second epoch once
-// that one ended). A failed transaction's error is classified (claimError).
-func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.Cmp, resend bool) (*clientv3.TxnResponse, error) {
+// try after ones whose outcome was unknown, whose start keys are earlier —
+// also requires that none of those keys exists, and reads them at the end
+// of its Else: a start key is its own try's, so its existence says that
+// try applied (and the resend must not begin a second epoch). A failed
+// transaction's error is classified (claimError).
+func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.Cmp, earlier []string) (*clientv3.TxnResponse, error) {
 	ifs, els := append(c.If, cond...), c.Else
-	if resend {
-		ifs = append(slices.Clip(ifs), clientv3.Compare(clientv3.CreateRevision(c.StartKey), "=", 0))
-		els = append(slices.Clip(els), clientv3.OpGet(c.StartKey))
+	if len(earlier) > 0 {
+		ifs, els = slices.Clip(ifs), slices.Clip(els)
+		for _, k := range earlier {
+			ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+			els = append(els, clientv3.OpGet(k))
+		}
 	}
 	actx, cancel := r.attemptCtx(ctx)
 	defer cancel()
@@ -202,13 +222,18 @@ func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.
 	return resp, nil
 }
 
-// appliedEarlier reads a failed resend's Else (claim): when the start key
-// exists, an earlier try of the claim applied, at the start key's revision
-// — the epoch. The Lease is returned when the session still holds that
-// epoch; an error when it has already ended (revoked, or the session's
-// etcd lease gone). Nil, nil: no earlier try applied.
-func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp) (*Lease, error) {
-	start := first(els[len(els)-1])
+// appliedEarlier reads the earlier tries' start keys, the last earlier
+// responses of a failed resend's Else (claim): when one exists, that try applied, at the
+// key's revision — the epoch. The Lease is returned when the session still
+// holds that epoch; an error when it has already ended (revoked, or the
+// session's etcd lease gone). Nil, nil: no earlier try applied.
+func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp, earlier int) (*Lease, error) {
+	var start *mvccpb.KeyValue
+	for _, op := range els[len(els)-earlier:] {
+		if kv := first(op); kv != nil {
+			start = kv
+		}
+	}
 	if start == nil {
 		return nil, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // tryAcquireHealing calls TryAcquire through a proxy that loses etcd's
@@ -117,4 +119,103 @@ func TestStaleWithAPlantedRejectionIsAStaleError(t *testing.T) {
 		t.Fatalf("stale Complete with a planted rejection: %v; want a *StaleError with Unrecorded set", err)
 	}
 	t.Logf("%v", err)
+}
+
+// holdingKV holds back the first transaction sent while armed: it answers
+// it with an unknown outcome without sending it, and keeps it to be sent
+// later — a proposal delayed in a fault that etcd applies after the call
+// has moved on.
+type holdingKV struct {
+	clientv3.KV
+	mu    sync.Mutex
+	armed bool
+	held  *heldTxn
+}
+
+type heldTxn struct {
+	kv           clientv3.KV
+	ctx          context.Context
+	ifs          []clientv3.Cmp
+	thens, elses []clientv3.Op
+	hold         func(*heldTxn) bool
+}
+
+func (h *heldTxn) If(cs ...clientv3.Cmp) clientv3.Txn { h.ifs = append(h.ifs, cs...); return h }
+func (h *heldTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	h.thens = append(h.thens, ops...)
+	return h
+}
+func (h *heldTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	h.elses = append(h.elses, ops...)
+	return h
+}
+func (h *heldTxn) Commit() (*clientv3.TxnResponse, error) {
+	if h.hold(h) {
+		return nil, context.DeadlineExceeded
+	}
+	return h.kv.Txn(h.ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit()
+}
+
+func (k *holdingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &heldTxn{kv: k.KV, ctx: ctx, hold: func(t *heldTxn) bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if !k.armed {
+			return false
+		}
+		k.armed, k.held = false, t
+		return true
+	}}
+}
+
+// TestTryAcquireLateFirstTryWritesItsOwnEntry: the first try of a
+// TryAcquire is held back (its outcome unknown), the resend claims, and
+// the Lease is released; then etcd applies the first try after all. It
+// begins an epoch of its own with its own start entry — no entry is ever
+// rewritten, every epoch has its acquired entry. (Found by the chaos
+// fleet: when every try of a call shared one start key, the late first
+// try rewrote the resend's entry, and the resend's epoch lost its start.)
+func TestTryAcquireLateFirstTryWritesItsOwnEntry(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cli := f.c.Client(t)
+	kv := &holdingKV{KV: cli.KV, armed: true}
+	cli.KV = kv
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	s := f.session("w1")
+	l, err := reg.TryAcquire(ctx, s, "r")
+	if err != nil {
+		t.Fatalf("TryAcquire with its first try held back: %v", err)
+	}
+	if kv.held == nil {
+		t.Fatal("no transaction was held back")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late, err := kv.held.kv.Txn(ctx).If(kv.held.ifs...).Then(kv.held.thens...).Else(kv.held.elses...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !late.Succeeded {
+		t.Fatal("the late first try did not apply; the test shows nothing")
+	}
+	starts, err := f.cli.Get(ctx, "/leasehold/audit/r/start/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(starts.Kvs) != 2 {
+		t.Fatalf("%d start entries; want 2, one per epoch", len(starts.Kvs))
+	}
+	for _, kv := range starts.Kvs {
+		if kv.CreateRevision != kv.ModRevision {
+			t.Errorf("start entry %s created at %d rewritten at %d: entries are create-only", kv.Key, kv.CreateRevision, kv.ModRevision)
+		}
+	}
+	got := f.kinds("r")
+	want := []string{"acquired:w1:" + strconv.FormatInt(l.Epoch(), 10), "released:w1:" + strconv.FormatInt(l.Epoch(), 10), "acquired:w1:" + strconv.FormatInt(late.Header.Revision, 10)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audit: %v; want %v", got, want)
+	}
 }

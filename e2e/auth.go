@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/rbac"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -80,8 +82,22 @@ func (c *Cluster) enableAuth() error {
 // AuthEnabled reports whether the cluster was started WithAuth.
 func (c *Cluster) AuthEnabled() bool { return c.cfg.rootPassword != "" }
 
+// ApplyRoles creates (or corrects) leasehold's least-privilege roles of
+// namespace — leasehold-worker, leasehold-operator and leasehold-auditor,
+// suffixed ":<namespace>" outside /leasehold — as `leasehold roles --apply`
+// does (docs/operations.md, "The roles"). It fails the test on error.
+func (c *Cluster) ApplyRoles(t testing.TB, namespace string) {
+	t.Helper()
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rbac.Apply(ctx, cli, namespace); err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+}
+
 // AddUser creates an etcd user with password and grants it roles (which
-// must exist: see rbac.Apply). It fails the test on error.
+// must exist: see ApplyRoles). It fails the test on error.
 func (c *Cluster) AddUser(t testing.TB, name, password string, roles ...string) {
 	t.Helper()
 	if err := c.addUser(name, password, roles...); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -200,5 +201,32 @@ func TestThreeMembersOverTLS(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("goroutines left 15s after Close: %v", err)
 		}
+	}
+}
+
+// TestApplyRoles gives a user the worker role ApplyRoles created: it can
+// claim in its namespace, and is refused another namespace's keys.
+func TestApplyRoles(t *testing.T) {
+	c := e2e.NewCluster(t, e2e.WithAuth("root-secret"))
+	c.ApplyRoles(t, "/leasehold")
+	c.AddUser(t, "worker-1", "worker-secret", "leasehold-worker")
+	cli := c.ClientAs(t, "worker-1", "worker-secret")
+	ctx := context.Background()
+
+	s, err := session.New(ctx, cli, session.WithWorker("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	reg := mustRegistry(t, cli)
+	l, err := reg.TryAcquire(ctx, s, "task-1")
+	if err != nil {
+		t.Fatalf("worker role claims in /leasehold: %v", err)
+	}
+	if err := l.Complete(ctx, "ok"); err != nil {
+		t.Fatalf("worker role completes: %v", err)
+	}
+	if _, err := cli.Put(ctx, "/billing/lease/x", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("worker role writes outside its namespace: %v", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/leasehold/leasehold/rbac"
+	"github.com/leasehold/leasehold/internal/rbac"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

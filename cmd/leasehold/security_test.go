@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
-	"github.com/leasehold/leasehold/rbac"
+	"github.com/leasehold/leasehold/internal/rbac"
 	"github.com/leasehold/leasehold/session"
 )
 

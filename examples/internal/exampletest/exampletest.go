@@ -9,7 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/examples/internal/etcdflags"
-	"github.com/leasehold/leasehold/rbac"
+	"github.com/leasehold/leasehold/internal/rbac"
 )
 
 // WorkerConn starts an embedded etcd with mutual TLS and auth for the

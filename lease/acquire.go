@@ -61,8 +61,8 @@ func (r *Registry) Acquire(ctx context.Context, s *session.Session, resource str
 	start := time.Now()
 	defer func() {
 		sp.finish(epochOf(l), err)
-		if wo, ok := r.observer.(WaitObserver); ok && err == nil {
-			wo.AcquireWaited(time.Since(start))
+		if err == nil {
+			r.observer.AcquireWaited(time.Since(start))
 		}
 	}()
 	if err := r.check("acquire", s, resource); err != nil {
@@ -143,10 +143,8 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)
 		trace.SpanFromContext(ctx).AddEvent(telemetry.EventQueued, trace.WithAttributes(attribute.Int64("leasehold.queue_revision", wt.w.Rev)))
-		if wo, ok := r.observer.(WaitObserver); ok {
-			wo.AcquireWaiting(1)
-			defer wo.AcquireWaiting(-1)
-		}
+		r.observer.AcquireWaiting(1)
+		defer r.observer.AcquireWaiting(-1)
 	}
 	l, requeue, err = wt.wait(ctx, p)
 	if err != nil && wt.w.Rev != 0 && !errors.As(err, new(*CompletedError)) {

@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/observe"
 )
 
 // bareLease is a Lease with just what its end bookkeeping touches: no
 // etcd, no session, so the order of events is the test's to choose.
 func bareLease() *Lease {
-	r := &Registry{log: hclog.NewNullLogger(), observer: nopObserver{}}
+	r := &Registry{log: hclog.NewNullLogger(), observer: observe.Nop{}}
 	r.tracker = &tracker{}
 	r.tracker.init(r)
 	ctx, cancel := context.WithCancelCause(context.Background())

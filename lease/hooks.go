@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/hook"
+	"github.com/leasehold/leasehold/internal/observe"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -21,7 +22,7 @@ func init() {
 	}
 	hook.WithoutLockDelay = func(reg any) any { return reg.(*Registry).withoutLockDelay() }
 	hook.AttemptTimeout = func(reg any) time.Duration { return reg.(*Registry).attemptTimeout() }
-	hook.Telemetry = func(reg any) (hclog.Logger, any, trace.TracerProvider) {
+	hook.Telemetry = func(reg any) (hclog.Logger, observe.Events, trace.TracerProvider) {
 		r := reg.(*Registry)
 		return r.baseLog, r.observer, r.tp
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/observe"
 )
 
 // Option configures a Registry.
@@ -43,48 +44,35 @@ func WithLogger(l hclog.Logger) Option {
 	}
 }
 
-// Observer receives a registry's outcomes, for metrics. Its methods must
-// not block.
+// Observer is what WithObserver takes: a *metrics.Metrics. The events it
+// receives are the module's own contract (they grow with the SDK), so no
+// other type outside the module implements it.
 type Observer interface {
-	// LeaseAcquired reports a successful acquisition.
-	LeaseAcquired(resource string)
-	// LeaseEnded reports a Complete or Release: op is "complete" or
-	// "release", result "ok", "stale" or "unknown".
-	LeaseEnded(resource, op, result string)
+	// Events returns the receiver of the SDK's events.
+	Events() observe.Events
 }
 
-// WaitObserver is implemented by an Observer that also counts contention
-// (package metrics does): the registry calls it when the Observer given to
-// WithObserver implements it. Its methods must not block.
-type WaitObserver interface {
-	// AcquireWaiting reports an Acquire call entering (+1) or leaving
-	// (−1) a resource's queue: their sum is the number waiting.
-	AcquireWaiting(delta int)
-	// AcquireWaited reports how long a successful Acquire call took,
-	// waiting in the queue included (about one round trip when the
-	// resource was free).
-	AcquireWaited(wait time.Duration)
-}
-
-// WithObserver sets an observer of acquisitions and endings (see package
-// metrics). Worker pools built on the registry report to it too when it
-// implements worker.Observer, and their sessions when it implements
-// session.Observer; *metrics.Metrics implements all three, so one option
-// wires a worker program's metrics. The default observes nothing.
+// WithObserver sets the observer of the registry's acquisitions, endings
+// and waits, and of everything built on it: the worker pools and the
+// sessions they start. One option wires a worker program's metrics:
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer)
+//	reg, err := lease.NewRegistry(cli, lease.WithObserver(m))
+//
+// The default observes nothing.
 func WithObserver(o Observer) Option {
 	return func(r *Registry) error {
 		if o == nil {
 			return errors.New("lease: WithObserver(nil)")
 		}
-		r.observer = o
+		e := o.Events()
+		if e == nil {
+			return errors.New("lease: WithObserver: no events")
+		}
+		r.observer = e
 		return nil
 	}
 }
-
-type nopObserver struct{}
-
-func (nopObserver) LeaseAcquired(string)              {}
-func (nopObserver) LeaseEnded(string, string, string) {}
 
 // DefaultAttemptTimeout bounds one etcd request of a lease operation when
 // WithAttemptTimeout is not given.

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/outcome"
@@ -32,7 +33,7 @@ type Registry struct {
 	space    keys.Space
 	log      hclog.Logger
 	baseLog  hclog.Logger // WithLogger's, for the pools built on the registry
-	observer Observer
+	observer observe.Events
 	tracer   trace.Tracer         // WithTracerProvider; nil: otel's global provider
 	tp       trace.TracerProvider // WithTracerProvider's; nil: otel's global provider
 	attempt  time.Duration        // bound of one etcd request (WithAttemptTimeout)
@@ -47,7 +48,7 @@ type Registry struct {
 // NewRegistry returns a registry over cli, or the error of a nil cli, a nil
 // option or a bad option: a registry is never built to fail later.
 func NewRegistry(cli *clientv3.Client, opts ...Option) (*Registry, error) {
-	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: nopObserver{}, attempt: DefaultAttemptTimeout}
+	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: observe.Nop{}, attempt: DefaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, errors.New("lease: NewRegistry: nil client"))

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,12 +14,13 @@ import (
 )
 
 // queueWatch is an Observer that signals an Acquire call entering a
-// queue (lease.WaitObserver).
-type queueWatch struct{ entered chan struct{} }
+// queue (observe.Events.AcquireWaiting).
+type queueWatch struct {
+	observe.Nop
+	entered chan struct{}
+}
 
-func (*queueWatch) LeaseAcquired(string)              {}
-func (*queueWatch) LeaseEnded(string, string, string) {}
-func (*queueWatch) AcquireWaited(time.Duration)       {}
+func (q *queueWatch) Events() observe.Events { return q }
 func (q *queueWatch) AcquireWaiting(delta int) {
 	if delta > 0 {
 		q.entered <- struct{}{}

@@ -7,11 +7,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-var _ lease.WaitObserver = (*Metrics)(nil)
 
 // maxPendingEnds bounds WatchAudit's memory: the ends of epochs whose
 // resource was not acquired again yet. Past it, the oldest half is
@@ -58,11 +55,11 @@ func (c contentionCollectors) all() []prometheus.Collector {
 	return []prometheus.Collector{c.waiters, c.wait, c.takeovers, c.handoff}
 }
 
-// AcquireWaiting implements lease.WaitObserver.
-func (m *Metrics) AcquireWaiting(delta int) { m.contention.waiters.Add(float64(delta)) }
+// AcquireWaiting implements observe.Events.
+func (e events) AcquireWaiting(delta int) { e.m.contention.waiters.Add(float64(delta)) }
 
-// AcquireWaited implements lease.WaitObserver.
-func (m *Metrics) AcquireWaited(wait time.Duration) { m.contention.wait.Observe(wait.Seconds()) }
+// AcquireWaited implements observe.Events.
+func (e events) AcquireWaited(wait time.Duration) { e.m.contention.wait.Observe(wait.Seconds()) }
 
 // WatchAudit counts takeovers and handoffs from the audit log l until ctx
 // ends, and returns the error that ended the watch (ctx's cause when ctx

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"fmt"
 
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,12 +14,20 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	m.LeaseEnded("orders/42", "complete", "stale")
+	// A program wires its leases, pools and their sessions with one
+	// option: lease.NewRegistry(cli, lease.WithObserver(m)). Guards are
+	// counted through m.Guard(g), or FenceDecided for an admission that
+	// runs its effect:
+	m.FenceDecided(fence.ErrFenced)
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() == "leasehold_stale_rejections_total" {
-			fmt.Println(mf.GetName(), mf.GetMetric()[0].GetCounter().GetValue())
+		if mf.GetName() == "leasehold_fence_decisions_total" {
+			for _, s := range mf.GetMetric() {
+				if v := s.GetCounter().GetValue(); v > 0 {
+					fmt.Println(mf.GetName(), s.GetLabel()[0].GetValue(), v)
+				}
+			}
 		}
 	}
-	// Output: leasehold_stale_rejections_total 1
+	// Output: leasehold_fence_decisions_total refused 1
 }

@@ -11,8 +11,9 @@
 //	r, err := lease.NewRegistry(cli, lease.WithObserver(m))
 //	p, err := worker.New(r, src, handle) // reports to m too
 //
-// A session started by hand takes session.WithObserver(m), and a guard is
-// counted through m.Guard(g).
+// A session started by hand takes session.WithObserver(m), a guard is
+// counted through m.Guard(g), and WatchAudit counts what the audit log
+// records.
 //
 // Label values are bounded: results, ops and causes are fixed sets; no
 // resource or worker names become labels.
@@ -24,14 +25,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics holds the collectors. It implements session.Observer,
-// lease.Observer and worker.Observer.
+// Metrics holds the collectors. It is the lease.Observer and
+// session.Observer of a program: lease.WithObserver(m).
 type Metrics struct {
 	acquisitions *prometheus.CounterVec
 	ended        *prometheus.CounterVec
@@ -47,8 +49,15 @@ type Metrics struct {
 var (
 	_ session.Observer = (*Metrics)(nil)
 	_ lease.Observer   = (*Metrics)(nil)
-	_ worker.Observer  = (*Metrics)(nil)
+	_ observe.Events   = events{}
 )
+
+// Events returns the receiver of the SDK's events, which updates m's
+// collectors; lease.WithObserver and session.WithObserver call it.
+func (m *Metrics) Events() observe.Events { return events{m} }
+
+// events is the observe.Events of a Metrics.
+type events struct{ m *Metrics }
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
@@ -114,14 +123,15 @@ func (m *Metrics) zeroSeries() {
 	m.acquisitions.WithLabelValues()
 }
 
-// SessionRenewed implements session.Observer.
-func (m *Metrics) SessionRenewed(_ string, rtt, headroom time.Duration) {
+// SessionRenewed implements observe.Events.
+func (e events) SessionRenewed(_ string, rtt, headroom time.Duration) {
+	m := e.m
 	m.renewRTT.Observe(rtt.Seconds())
 	m.headroom.Observe(headroom.Seconds())
 }
 
-// SessionEnded implements session.Observer.
-func (m *Metrics) SessionEnded(_ string, cause error) {
+// SessionEnded implements observe.Events.
+func (e events) SessionEnded(_ string, cause error) {
 	label := "other"
 	switch {
 	case errors.Is(cause, session.ErrLost):
@@ -131,17 +141,17 @@ func (m *Metrics) SessionEnded(_ string, cause error) {
 	case errors.Is(cause, session.ErrClosed):
 		label = "closed"
 	}
-	m.sessionsEnd.WithLabelValues(label).Inc()
+	e.m.sessionsEnd.WithLabelValues(label).Inc()
 }
 
-// LeaseAcquired implements lease.Observer.
-func (m *Metrics) LeaseAcquired(string) { m.acquisitions.WithLabelValues().Inc() }
+// LeaseAcquired implements observe.Events.
+func (e events) LeaseAcquired(string) { e.m.acquisitions.WithLabelValues().Inc() }
 
-// LeaseEnded implements lease.Observer.
-func (m *Metrics) LeaseEnded(_, op, result string) {
-	m.ended.WithLabelValues(op, result).Inc()
+// LeaseEnded implements observe.Events.
+func (e events) LeaseEnded(_, op, result string) {
+	e.m.ended.WithLabelValues(op, result).Inc()
 	if result == "stale" {
-		m.stale.Inc()
+		e.m.stale.Inc()
 	}
 }
 

@@ -3,7 +3,6 @@ package metrics
 import (
 	"time"
 
-	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,14 +37,14 @@ func (w workerCollectors) all() []prometheus.Collector {
 	return []prometheus.Collector{w.started, w.ended, w.handler, w.replaced}
 }
 
-// TaskStarted implements worker.Observer.
-func (m *Metrics) TaskStarted(string) { m.worker.started.Inc() }
+// TaskStarted implements observe.Events.
+func (e events) TaskStarted(string) { e.m.worker.started.Inc() }
 
-// TaskEnded implements worker.Observer.
-func (m *Metrics) TaskEnded(_ string, result worker.Result, handler time.Duration) {
-	m.worker.ended.WithLabelValues(string(result)).Inc()
-	m.worker.handler.Observe(handler.Seconds())
+// TaskEnded implements observe.Events.
+func (e events) TaskEnded(_ string, result string, handler time.Duration) {
+	e.m.worker.ended.WithLabelValues(result).Inc()
+	e.m.worker.handler.Observe(handler.Seconds())
 }
 
-// SessionReplaced implements worker.Observer.
-func (m *Metrics) SessionReplaced(string) { m.worker.replaced.Inc() }
+// SessionReplaced implements observe.Events.
+func (e events) SessionReplaced(string) { e.m.worker.replaced.Inc() }

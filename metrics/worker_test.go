@@ -74,7 +74,7 @@ leasehold_acquisitions_total 6
 			}
 		}
 	}
-	m.SessionReplaced("w")
+	m.Events().SessionReplaced("w")
 	if n, err := testutil.GatherAndCount(reg, "leasehold_worker_sessions_replaced_total"); err != nil || n != 1 {
 		t.Errorf("sessions replaced series: %d (%v)", n, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/hook"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -56,10 +57,13 @@ func holdGrant(t *testing.T, p *e2e.Proxy, cli *clientv3.Client, hold time.Durat
 // renewCounter is an Observer that counts renewals and records the cause
 // a session ended with.
 type renewCounter struct {
+	observe.Nop
 	renewals atomic.Int64
 	mu       sync.Mutex
 	ended    []error
 }
+
+func (o *renewCounter) Events() observe.Events { return o }
 
 func (o *renewCounter) SessionRenewed(string, time.Duration, time.Duration) { o.renewals.Add(1) }
 
@@ -195,6 +199,8 @@ type blockingObserver struct {
 func newBlockingObserver() *blockingObserver {
 	return &blockingObserver{entered: make(chan struct{}), release: make(chan struct{})}
 }
+
+func (o *blockingObserver) Events() observe.Events { return o }
 
 func (o *blockingObserver) SessionRenewed(w string, rtt, headroom time.Duration) {
 	o.renewCounter.SessionRenewed(w, rtt, headroom)

@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/observe"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -122,39 +123,35 @@ type config struct {
 	logger   hclog.Logger
 	margin   time.Duration // -1: default from the granted TTL
 	interval time.Duration // 0: granted TTL / 3
-	observer Observer
+	observer observe.Events
 }
 
-// Observer receives a session's events, for metrics. Its methods are
-// called one at a time from the renewal goroutine and should return
-// quickly: a slow Observer delays renewals (and so may let the safe
-// deadline pass) and Close, which waits for that goroutine, but never the
-// cancellation at the safe deadline.
+// Observer is what WithObserver takes: a *metrics.Metrics (see
+// lease.Observer). A session's events are reported one at a time from its
+// renewal goroutine; metrics records them without blocking, so renewals and
+// Close are not delayed, and the cancellation at the safe deadline never
+// waits for them.
 type Observer interface {
-	// SessionRenewed reports a successful renewal: its round trip, and how
-	// far the new safe deadline lies ahead.
-	SessionRenewed(worker string, rtt, headroom time.Duration)
-	// SessionEnded reports the cause a session ended with, after its
-	// context was cancelled.
-	SessionEnded(worker string, cause error)
+	// Events returns the receiver of the SDK's events.
+	Events() observe.Events
 }
 
-// WithObserver sets an observer of renewals and endings (see package
-// metrics). The default observes nothing.
+// WithObserver sets the observer of renewals and endings. A session a
+// worker pool starts takes its registry's (lease.WithObserver); this option
+// is for sessions started by hand. The default observes nothing.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return errors.New("session: WithObserver(nil)")
 		}
-		c.observer = o
+		e := o.Events()
+		if e == nil {
+			return errors.New("session: WithObserver: no events")
+		}
+		c.observer = e
 		return nil
 	}
 }
-
-type nopObserver struct{}
-
-func (nopObserver) SessionRenewed(string, time.Duration, time.Duration) {}
-func (nopObserver) SessionEnded(string, error)                          {}
 
 // WithTTL sets the requested lease TTL. etcd grants whole seconds and may
 // grant more than asked (its minimum depends on the election timeout); the
@@ -236,7 +233,7 @@ type Session struct {
 	margin   time.Duration
 	interval time.Duration
 	log      hclog.Logger
-	observer Observer
+	observer observe.Events
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc // called only with mu held
@@ -274,7 +271,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if cli == nil {
 		return nil, errors.New("session: New: nil client")
 	}
-	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1, observer: nopObserver{}}
+	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1, observer: observe.Nop{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("session: New: nil option")

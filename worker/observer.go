@@ -1,9 +1,7 @@
 package worker
 
-import "time"
-
-// Result is how one run of a handler ended, as an Observer and Stats see
-// it.
+// Result is how one run of a handler ended, as Stats and the metrics
+// (leasehold_worker_tasks_total{result}) see it.
 type Result string
 
 // The results of a handler's run.
@@ -30,23 +28,3 @@ const (
 	// down and the grace had passed; the completion may have committed.
 	Unknown Result = "unknown"
 )
-
-// Observer receives a pool's events, for metrics (package metrics
-// implements it). Its methods must not block. Resource names are given for
-// logs and traces; metrics must not use them as labels.
-type Observer interface {
-	// TaskStarted reports that a lease was taken and its handler starts.
-	TaskStarted(resource string)
-	// TaskEnded reports how a handler's run ended and how long the
-	// handler ran.
-	TaskEnded(resource string, result Result, handler time.Duration)
-	// SessionReplaced reports that a lost session was replaced by a new
-	// one.
-	SessionReplaced(worker string)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) TaskStarted(string)                      {}
-func (nopObserver) TaskEnded(string, Result, time.Duration) {}
-func (nopObserver) SessionReplaced(string)                  {}

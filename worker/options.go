@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/hook"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -42,7 +43,7 @@ type config struct {
 	backoff        time.Duration
 	grace          time.Duration
 	log            hclog.Logger
-	observer       Observer
+	observer       observe.Events
 	sessionBackoff time.Duration // the first wait after a failed session.New
 	errorBackoff   time.Duration // the first wait after a failed TryAcquire
 	tp             trace.TracerProvider
@@ -63,7 +64,7 @@ func defaults() config {
 		backoff:        defaultRetryBackoff,
 		grace:          defaultGrace,
 		log:            hclog.NewNullLogger(),
-		observer:       nopObserver{},
+		observer:       observe.Nop{},
 		sessionBackoff: 100 * time.Millisecond,
 		errorBackoff:   20 * time.Millisecond,
 	}
@@ -71,20 +72,13 @@ func defaults() config {
 
 // fromRegistry gives c what reg reports through (lease.WithLogger,
 // WithObserver, WithTracerProvider), so a pool is configured once, on its
-// registry: its logger named "worker"; its observer, when the registry's
-// implements Observer; its tracer provider; and, ahead of any
-// WithSessionOptions, the same logger and — when it implements
-// session.Observer — observer for the sessions it starts.
+// registry: its logger named "worker", its observer and its tracer
+// provider; and, ahead of any WithSessionOptions, the same logger and
+// observer for the sessions it starts.
 func fromRegistry(c *config, reg *lease.Registry) {
-	log, obs, tp := hook.Telemetry(reg)
-	c.log, c.tp = log.Named("worker"), tp
-	c.sessionOpts = append(c.sessionOpts, session.WithLogger(log))
-	if o, ok := obs.(Observer); ok {
-		c.observer = o
-	}
-	if o, ok := obs.(session.Observer); ok {
-		c.sessionOpts = append(c.sessionOpts, session.WithObserver(o))
-	}
+	log, events, tp := hook.Telemetry(reg)
+	c.log, c.tp, c.observer = log.Named("worker"), tp, events
+	c.sessionOpts = append(c.sessionOpts, session.WithLogger(log), session.WithObserver(observe.Of(events)))
 }
 
 // WithSlots sets how many handlers run at once (default 1); n

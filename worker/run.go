@@ -631,7 +631,7 @@ func (h *handling) end(res Result, level hclog.Level, msg string, args ...any) {
 	case Failed:
 		st.failed.Add(1)
 	}
-	h.r.p.cfg.observer.TaskEnded(h.name, res, h.took)
+	h.r.p.cfg.observer.TaskEnded(h.name, string(res), h.took)
 	h.sp.SetAttributes(telemetry.AttrResult.String(string(res)))
 	h.sp.End()
 	h.log.Log(level, msg, args...)

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/outcome"
@@ -251,19 +252,26 @@ func (l demoLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantRe
 	return resp, err
 }
 
-// demoSessions observes a worker's sessions: it counts them, records each
-// that ends other than by Close, and passes the events on to the metrics,
-// if any.
-type demoSessions struct {
-	d       *demoRun
-	ctx     context.Context  // the run's
-	metrics session.Observer // nil: no metrics
+// demoObserver is the demo's observer of a registry and the pool and
+// sessions built on it (lease.WithObserver): the sessions' ends and the
+// tasks' completions feed the demo's timeline, and every event goes on to
+// the metrics (observe.Nop when there are none).
+type demoObserver struct {
+	next observe.Events
+	d    *demoRun
+	ctx  context.Context // the run's
 }
 
-func (o demoSessions) SessionRenewed(worker string, rtt, headroom time.Duration) {
-	if o.metrics != nil {
-		o.metrics.SessionRenewed(worker, rtt, headroom)
-	}
+func (o demoObserver) Events() observe.Events { return o }
+
+func (o demoObserver) LeaseAcquired(res string)          { o.next.LeaseAcquired(res) }
+func (o demoObserver) LeaseEnded(res, op, result string) { o.next.LeaseEnded(res, op, result) }
+func (o demoObserver) AcquireWaiting(delta int)          { o.next.AcquireWaiting(delta) }
+func (o demoObserver) AcquireWaited(wait time.Duration)  { o.next.AcquireWaited(wait) }
+func (o demoObserver) TaskStarted(res string)            { o.next.TaskStarted(res) }
+func (o demoObserver) SessionReplaced(worker string)     { o.next.SessionReplaced(worker) }
+func (o demoObserver) SessionRenewed(w string, rtt, headroom time.Duration) {
+	o.next.SessionRenewed(w, rtt, headroom)
 }
 
 // SessionEnded is called once for each session, as it ends; a pool's Run
@@ -271,10 +279,8 @@ func (o demoSessions) SessionRenewed(worker string, rtt, headroom time.Duration)
 // the ends count the sessions started. An end is recorded unless Close
 // ended the session, or the run was already over (ctx done: the pools are
 // shutting down).
-func (o demoSessions) SessionEnded(worker string, cause error) {
-	if o.metrics != nil {
-		o.metrics.SessionEnded(worker, cause)
-	}
+func (o demoObserver) SessionEnded(worker string, cause error) {
+	o.next.SessionEnded(worker, cause)
 	o.d.stats.sessions.Add(1)
 	if errors.Is(cause, session.ErrClosed) || o.ctx.Err() != nil {
 		return
@@ -283,71 +289,18 @@ func (o demoSessions) SessionEnded(worker string, cause error) {
 	o.d.timeline.ended(sessionEnd{worker: worker, at: time.Now(), cause: cause, forced: forced})
 }
 
-// demoTasks observes a worker's pool: each completion that committed is
-// timed for the timeline, and marked for worker-1's pause, which waits for
-// another worker to complete the task it lost. The events are passed on to
-// the metrics, if any.
-// demoObserver is the demo's observer of a registry and the pool and
-// sessions built on it (lease.WithObserver): the sessions' and tasks'
-// events feed the demo's timeline, and everything goes on to the metrics.
-type demoObserver struct {
-	demoSessions
-	demoTasks
-	leases *metrics.Metrics // nil: no metrics
-}
-
-func (o demoObserver) LeaseAcquired(resource string) {
-	if o.leases != nil {
-		o.leases.LeaseAcquired(resource)
-	}
-}
-
-func (o demoObserver) LeaseEnded(resource, op, result string) {
-	if o.leases != nil {
-		o.leases.LeaseEnded(resource, op, result)
-	}
-}
-
-func (o demoObserver) AcquireWaiting(delta int) {
-	if o.leases != nil {
-		o.leases.AcquireWaiting(delta)
-	}
-}
-
-func (o demoObserver) AcquireWaited(wait time.Duration) {
-	if o.leases != nil {
-		o.leases.AcquireWaited(wait)
-	}
-}
-
-type demoTasks struct {
-	d       *demoRun
-	metrics worker.Observer // nil: no metrics
-}
-
-func (o demoTasks) TaskStarted(task string) {
-	if o.metrics != nil {
-		o.metrics.TaskStarted(task)
-	}
-}
-
-func (o demoTasks) TaskEnded(task string, result worker.Result, handler time.Duration) {
-	if o.metrics != nil {
-		o.metrics.TaskEnded(task, result, handler)
-	}
-	if result != worker.Completed {
+// TaskEnded times each completion that committed for the timeline, and
+// marks it for worker-1's pause, which waits for another worker to
+// complete the task it lost.
+func (o demoObserver) TaskEnded(task, result string, handler time.Duration) {
+	o.next.TaskEnded(task, result, handler)
+	if result != string(worker.Completed) {
 		return
 	}
 	o.d.timeline.completed(time.Now())
 	o.d.store.mu.Lock()
 	o.d.store.completedTasks[task] = true
 	o.d.store.mu.Unlock()
-}
-
-func (o demoTasks) SessionReplaced(worker string) {
-	if o.metrics != nil {
-		o.metrics.SessionReplaced(worker)
-	}
 }
 
 // startGate holds each worker's first task until every worker has one, so
@@ -642,9 +595,9 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	}
 	defer cli.Close()
 	cli.Lease = demoLease{Lease: cli.Lease, d: d}
-	obs := demoObserver{demoSessions: demoSessions{d: d, ctx: ctx}, demoTasks: demoTasks{d: d}}
+	obs := demoObserver{next: observe.Nop{}, d: d, ctx: ctx}
 	if d.metrics != nil {
-		obs.demoSessions.metrics, obs.demoTasks.metrics, obs.leases = d.metrics, d.metrics, d.metrics
+		obs.next = d.metrics.Events()
 	}
 	reg, err := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(obs))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/observe"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -31,10 +32,10 @@ var (
 	// AttemptTimeout returns the bound of one etcd request of reg.
 	AttemptTimeout func(reg any) time.Duration
 	// Telemetry returns what reg was given to report through — its
-	// logger (not yet named), its observer (a lease.Observer, which may
-	// implement other packages' observers too) and its tracer provider
-	// (nil: otel's global one) — for the pools built on it.
-	Telemetry func(reg any) (log hclog.Logger, observer any, tp trace.TracerProvider)
+	// logger (not yet named), its observer's events (observe.Nop when none)
+	// and its tracer provider (nil: otel's global one) — for the pools
+	// built on it.
+	Telemetry func(reg any) (log hclog.Logger, events observe.Events, tp trace.TracerProvider)
 	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
 	// resources whose names begin with prefix (lease/holder.go).
 	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -333,6 +334,7 @@ func (b *bench) scaleLeases(ctx context.Context, cfg config) (*scaleChildResult,
 
 // renewals records the sessions' renewals through session.Observer.
 type renewals struct {
+	observe.Nop
 	mu       sync.Mutex
 	rtts     []time.Duration
 	headroom []time.Duration
@@ -344,7 +346,7 @@ func (r *renewals) SessionRenewed(_ string, rtt, headroom time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *renewals) SessionEnded(string, error) {}
+func (r *renewals) Events() observe.Events { return r }
 
 // manySessions: cfg.sessions sessions, cfg.sessionsPerClient to a client,
 // each holding one lease, held for two TTLs against one member.

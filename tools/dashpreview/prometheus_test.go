@@ -84,8 +84,8 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	}
 	start := time.Now()
 	time.Sleep(3 * time.Second) // scrapes at 0
-	m.LeaseEnded("r", "complete", "stale")
-	m.SessionEnded("w", session.ErrLost)
+	m.Events().LeaseEnded("r", "complete", "stale")
+	m.Events().SessionEnded("w", session.ErrLost)
 	lateBorn.WithLabelValues("stale").Inc()
 	time.Sleep(3 * time.Second) // scrapes after the events
 	end := time.Now().Add(time.Second)

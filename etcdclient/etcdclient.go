@@ -80,17 +80,17 @@ const (
 	defaultDialTimeout = 5 * time.Second
 	// defaultKeepAliveTime is how long a connection with an open request
 	// or stream may stay silent before the client pings the member. It is
-	// MinKeepAliveTime.
-	defaultKeepAliveTime = MinKeepAliveTime
+	// minKeepAliveTime.
+	defaultKeepAliveTime = minKeepAliveTime
 	// defaultKeepAliveTimeout is how long the client waits for the ping's
 	// answer before it closes the connection.
 	defaultKeepAliveTimeout = 5 * time.Second
-	// DefaultAutoSyncInterval is how often the endpoint list is replaced
+	// defaultAutoSyncInterval is how often the endpoint list is replaced
 	// with the client URLs of etcd's current members.
-	DefaultAutoSyncInterval = time.Minute
-	// MinKeepAliveTime is the shortest keepalive time grpc-go uses: it
+	defaultAutoSyncInterval = time.Minute
+	// minKeepAliveTime is the shortest keepalive time grpc-go uses: it
 	// raises any shorter client keepalive time to this.
-	MinKeepAliveTime = 10 * time.Second
+	minKeepAliveTime = 10 * time.Second
 )
 
 // Option configures Config and New. Options are validated by Config; a
@@ -128,7 +128,7 @@ func Config(endpoints []string, opts ...Option) (clientv3.Config, error) {
 		dialTimeout:      defaultDialTimeout,
 		keepAliveTime:    defaultKeepAliveTime,
 		keepAliveTimeout: defaultKeepAliveTimeout,
-		autoSync:         DefaultAutoSyncInterval,
+		autoSync:         defaultAutoSyncInterval,
 	}
 	for _, opt := range opts {
 		if opt == nil {

@@ -50,9 +50,9 @@ func WithDialTimeout(d time.Duration) Option {
 // it until it reconnects, and requests go to the other members. On Linux,
 // gRPC also sets the connection's TCP_USER_TIMEOUT to timeout, so data left
 // unacknowledged that long closes it too. The defaults are
-// MinKeepAliveTime (10 s) and 5 s.
+// 10s and 5 s.
 //
-// time must be at least MinKeepAliveTime (10s): grpc-go raises any shorter
+// time must be at least 10s: grpc-go raises any shorter
 // client keepalive time to 10s, so a shorter value would only look
 // shorter. 10s also keeps clear of etcd's server, which counts a ping that
 // comes sooner than its --grpc-keepalive-min-time (default 5s) after the
@@ -67,8 +67,8 @@ func WithDialTimeout(d time.Duration) Option {
 // client pings at once if the connection has been silent for time.
 func WithKeepAlive(time, timeout time.Duration) Option {
 	return func(c *config) error {
-		if time < MinKeepAliveTime {
-			return fmt.Errorf("etcdclient: WithKeepAlive(%v, %v): time must be at least %v: grpc-go raises a shorter one to it", time, timeout, MinKeepAliveTime)
+		if time < minKeepAliveTime {
+			return fmt.Errorf("etcdclient: WithKeepAlive(%v, %v): time must be at least %v: grpc-go raises a shorter one to it", time, timeout, minKeepAliveTime)
 		}
 		if timeout <= 0 {
 			return fmt.Errorf("etcdclient: WithKeepAlive(%v, %v): timeout must be positive", time, timeout)
@@ -83,7 +83,7 @@ func WithKeepAlive(time, timeout time.Duration) Option {
 // learners), so members added or replaced later are used. Any
 // authenticated etcd user may read the member list, so a worker's role is
 // enough; a sync that fails (logged at info) leaves the list as it was.
-// The default is DefaultAutoSyncInterval; 0 disables it.
+// The default is one minute; 0 disables it.
 //
 // Disable it when the endpoints given are not the members' own URLs — a
 // proxy, a load balancer, a port forward, NAT: the URLs the members

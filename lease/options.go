@@ -74,16 +74,16 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// DefaultAttemptTimeout bounds one etcd request of a lease operation when
+// defaultAttemptTimeout bounds one etcd request of a lease operation when
 // WithAttemptTimeout is not given.
-const DefaultAttemptTimeout = 2 * time.Second
+const defaultAttemptTimeout = 2 * time.Second
 
 // WithAttemptTimeout bounds each etcd request a registry and its leases
 // send — every transaction of TryAcquire, Acquire, Complete, Release,
 // Revoke and the batches — independently of the caller's context, so
 // that a member that stops answering (frozen, or behind a half-open
 // connection) costs one attempt, not the whole call. The default is
-// DefaultAttemptTimeout; d must be positive. Choose it well above the
+// 2s; d must be positive. Choose it well above the
 // cluster's slowest healthy commit: an attempt cut short is an unknown
 // outcome.
 //

@@ -48,7 +48,7 @@ type Registry struct {
 // NewRegistry returns a registry over cli, or the error of a nil cli, a nil
 // option or a bad option: a registry is never built to fail later.
 func NewRegistry(cli *clientv3.Client, opts ...Option) (*Registry, error) {
-	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: observe.Nop{}, attempt: DefaultAttemptTimeout}
+	r := &Registry{cli: cli, space: keys.MustNew(keys.DefaultNamespace), log: hclog.NewNullLogger(), observer: observe.Nop{}, attempt: defaultAttemptTimeout}
 	var errs []error
 	if cli == nil {
 		errs = append(errs, errors.New("lease: NewRegistry: nil client"))
@@ -78,7 +78,7 @@ func (r *Registry) Namespace() string { return r.space.Namespace() }
 func (r *Registry) Client() *clientv3.Client { return r.cli }
 
 // attemptTimeout returns the bound of one etcd request of the registry
-// (WithAttemptTimeout, or DefaultAttemptTimeout), for recipes built on it
+// (WithAttemptTimeout, or its default), for recipes built on it
 // whose own requests should be bounded alike.
 func (r *Registry) attemptTimeout() time.Duration { return r.attempt }
 

@@ -102,16 +102,16 @@ var (
 // its TTL. New returns an error matching it for a closed client.
 var ErrClientClosed = errors.New("session's etcd client is closed")
 
-// Defaults, in one place.
+// Defaults, in one place; the options' doc comments state them.
 const (
-	// DefaultTTL is the lease TTL requested when WithTTL is not given.
-	DefaultTTL = 10 * time.Second
-	// DefaultMarginFraction is the default margin as a fraction of the
+	// defaultTTL is the lease TTL requested when WithTTL is not given.
+	defaultTTL = 10 * time.Second
+	// defaultMarginFraction is the default margin as a fraction of the
 	// granted TTL (a sixth: with renewals every TTL/3, two renewals may fail
 	// before the deadline passes).
-	DefaultMarginFraction = 6
-	// MinMargin is the smallest default margin.
-	MinMargin = 100 * time.Millisecond
+	defaultMarginFraction = 6
+	// minMargin is the smallest default margin.
+	minMargin = 100 * time.Millisecond
 )
 
 // Option configures a Session. Options are validated by New.
@@ -155,7 +155,7 @@ func WithObserver(o Observer) Option {
 
 // WithTTL sets the requested lease TTL. etcd grants whole seconds and may
 // grant more than asked (its minimum depends on the election timeout); the
-// session uses the granted TTL. ttl must be positive.
+// session uses the granted TTL. ttl must be positive; the default is 10s.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if ttl <= 0 {
@@ -198,7 +198,7 @@ func WithLogger(l hclog.Logger) Option {
 // WithMargin sets how long before the server-side expiry bound the session
 // gives up. It must be ≥ 0 (0 trusts the bound exactly) and leave room for
 // at least one renewal interval; New checks it against the granted TTL. The
-// default is a sixth of the granted TTL, at least MinMargin.
+// default is a sixth of the granted TTL, at least 100ms.
 func WithMargin(m time.Duration) Option {
 	return func(c *config) error {
 		if m < 0 {
@@ -271,7 +271,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if cli == nil {
 		return nil, errors.New("session: New: nil client")
 	}
-	cfg := config{ttl: DefaultTTL, logger: hclog.NewNullLogger(), margin: -1, observer: observe.Nop{}}
+	cfg := config{ttl: defaultTTL, logger: hclog.NewNullLogger(), margin: -1, observer: observe.Nop{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("session: New: nil option")
@@ -299,7 +299,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	ttl := time.Duration(resp.TTL) * time.Second
 	margin := cfg.margin
 	if margin < 0 {
-		margin = max(ttl/DefaultMarginFraction, MinMargin)
+		margin = max(ttl/defaultMarginFraction, minMargin)
 	}
 	interval := cfg.interval
 	if interval == 0 {

@@ -210,7 +210,7 @@ func TestDefaults(t *testing.T) {
 	s2 := newSession(t, cli)
 
 	if s1.TTL() != session.DefaultTTL {
-		t.Errorf("TTL() = %v, want DefaultTTL %v", s1.TTL(), session.DefaultTTL)
+		t.Errorf("TTL() = %v, want the default %v", s1.TTL(), session.DefaultTTL)
 	}
 	if want := max(session.DefaultTTL/session.DefaultMarginFraction, session.MinMargin); s1.Margin() != want {
 		t.Errorf("Margin() = %v, want %v", s1.Margin(), want)

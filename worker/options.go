@@ -25,9 +25,6 @@ const (
 	// defaultRetryBackoff is the first wait before a failed resource is
 	// tried again, without WithRetry; it doubles per failure.
 	defaultRetryBackoff = time.Second
-	// MaxBatch bounds WithBatch: one TryAcquireMany transaction carries at
-	// most lease.MaxBatch nested transactions.
-	MaxBatch = lease.MaxBatch
 )
 
 // Option configures a Pool. A bad option makes New fail.
@@ -96,12 +93,12 @@ func WithSlots(n int) Option {
 // WithBatch makes a slot that needs work claim up to n free resources in
 // one TryAcquireMany transaction (docs/protocol.md §3.1) instead of one
 // TryAcquire per resource; the leases it does not run at once wait, held,
-// for the next free slot. n is at most the number of slots and MaxBatch;
+// for the next free slot. n is at most the number of slots and lease.MaxBatch;
 // 1, the default, claims with TryAcquire.
 func WithBatch(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > MaxBatch {
-			return fmt.Errorf("worker: WithBatch(%d): between 1 and %d", n, MaxBatch)
+		if n < 1 || n > lease.MaxBatch {
+			return fmt.Errorf("worker: WithBatch(%d): between 1 and %d", n, lease.MaxBatch)
 		}
 		c.batch = n
 		return nil

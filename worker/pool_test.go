@@ -474,7 +474,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"nil option":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, nil) },
 		"zero slots":            func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithSlots(0)) },
 		"batch over slots":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(2)) },
-		"batch too large":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(worker.MaxBatch+1)) },
+		"batch too large":       func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithBatch(lease.MaxBatch+1)) },
 		"zero attempts":         func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(0, 0)) },
 		"negative backoff":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(1, -1)) },
 		"negative grace":        func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithGrace(-1)) },

@@ -105,7 +105,7 @@ func newElectCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&o.ttl, "ttl", session.DefaultTTL, "session TTL: how long after a crash the next campaigner can lead")
+	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after a crash the next campaigner can lead")
 	f.StringVar(&o.worker, "worker", "", "worker id recorded as the leader (default <host>-<pid>-<random>)")
 	f.BoolVar(&o.listen, "listen", false, "only print the changes of leader; do not campaign")
 	f.DurationVar(&o.grace, "stop-grace", 5*time.Second, "how long the command has to exit after SIGTERM before SIGKILL")

@@ -93,7 +93,7 @@ func newRoot(g *globals) *cobra.Command {
 	f := root.PersistentFlags()
 	f.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints, comma-separated: host:port, http(s)://host:port or unix(s)://path")
 	f.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "dial timeout for the etcd client")
-	f.DurationVar(&g.autoSync, "auto-sync-interval", etcdclient.DefaultAutoSyncInterval, "how often to replace the endpoints with etcd's member list; 0: never (endpoints behind a proxy or load balancer)")
+	f.DurationVar(&g.autoSync, "auto-sync-interval", time.Minute, "how often to replace the endpoints with etcd's member list; 0: never (endpoints behind a proxy or load balancer)")
 	f.DurationVar(&g.cmdTimeout, "command-timeout", 10*time.Second, "timeout of each request")
 	f.StringVar(&g.namespace, "namespace", keys.DefaultNamespace, "key namespace")
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table or json")

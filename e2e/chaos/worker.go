@@ -94,7 +94,7 @@ const (
 // healthy commit, even under the race detector on two cores, since an
 // attempt cut short is an unknown outcome.
 func attemptTimeout(ttl time.Duration) time.Duration {
-	return min(lease.DefaultAttemptTimeout, max(ttl*3/10, 100*time.Millisecond))
+	return min(2*time.Second, max(ttl*3/10, 100*time.Millisecond)) // 2s: lease.WithAttemptTimeout's default
 }
 
 // workerConfig is a worker's whole configuration; helper processes get it

@@ -23,6 +23,7 @@ type lossSample struct {
 	cancelled time.Time
 	cause     error
 	deleted   time.Time
+	margin    time.Duration // the session's (its default, Session.Margin)
 }
 
 // lossDetection is section 4: groups of sessions, each on its own client
@@ -135,7 +136,10 @@ func (d *lossDeletions) report(cfg config, all []*lossSample, blackholed []time.
 	}
 	d.mu.Unlock()
 	frac := float64(before) / float64(len(all))
-	margin := max(cfg.lossTTL/session.DefaultMarginFraction, session.MinMargin).Round(time.Millisecond)
+	var margin time.Duration
+	if len(all) > 0 {
+		margin = all[0].margin.Round(time.Millisecond)
+	}
 	s := &section{title: fmt.Sprintf("4. loss detection (%d blackholed sessions in groups of %d, TTL %v, default margin %v)", len(all), cfg.lossGroup, cfg.lossTTL, margin)}
 	s.addf("lease context cancelled (session.ErrLost) before etcd deleted the key: %d/%d (%.0f%%)", before, len(all), 100*frac)
 	s.addf("%-34s %10s %10s %10s %10s", "", "min", "p50", "p99", "max")
@@ -240,6 +244,9 @@ func (lg *lossGroupRun) start(ctx context.Context, cfg config, endpoint string, 
 		return err
 	}
 	w.s = s
+	lg.mu.Lock()
+	smp.margin = s.Margin()
+	lg.mu.Unlock()
 	l, err := w.reg.TryAcquire(ctx, s, fmt.Sprintf("g%d-%d", g, i))
 	if err != nil {
 		return err

@@ -1,0 +1,5 @@
+package lease
+
+// DefaultAttemptTimeout is the default of WithAttemptTimeout, for the tests
+// in package lease_test.
+const DefaultAttemptTimeout = defaultAttemptTimeout

@@ -97,30 +97,11 @@ const maxInsertRows = 500
 // most of an append's CPU there; 16 rows (208) cost a fifth as much per row.
 const sqliteInsertRows = 16
 
-// Dialect is the SQL database an SQLArchive talks to.
-//
-// Dialect is the same type as the fencesql package's Dialect (both are
-// aliases of one internal type), so one value configures an SQLArchive and
-// a fencesql.Guard alike. Godoc lists its methods with that internal type, not
-// here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
-// reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
-// the n-th bind placeholder ($n or ?n), and MaxParams the most bind
-// parameters one statement may carry.
-type Dialect = sqldialect.Dialect
-
-const (
-	// DialectPostgres is PostgreSQL 9.5 or later (INSERT ... ON CONFLICT).
-	DialectPostgres Dialect = sqldialect.Postgres
-	// DialectSQLite is SQLite 3.24 or later (UPSERT).
-	DialectSQLite Dialect = sqldialect.SQLite
-)
-
 // SQLArchiveOption configures NewSQLArchive.
 type SQLArchiveOption func(*sqlArchiveConfig) error
 
 type sqlArchiveConfig struct {
 	table       string
-	dialect     Dialect // 0: detect from the driver
 	createTable bool
 }
 
@@ -138,22 +119,6 @@ func WithTable(name string) SQLArchiveOption {
 			return fmt.Errorf("audit: WithTable: %w", err)
 		}
 		c.table = name
-		return nil
-	}
-}
-
-// WithDialect says which database db is, instead of detecting it from the
-// driver. It is required for drivers other than github.com/jackc/pgx/v5/stdlib
-// and modernc.org/sqlite, and it is the caller's statement that the driver
-// behaves like those: numbered placeholders ($1 on PostgreSQL, ?1 on
-// SQLite), BIGINT read back as int64, and a failed transaction leaving
-// nothing behind.
-func WithDialect(d Dialect) SQLArchiveOption {
-	return func(c *sqlArchiveConfig) error {
-		if !d.Valid() {
-			return fmt.Errorf("audit: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
-		}
-		c.dialect = d
 		return nil
 	}
 }
@@ -209,7 +174,7 @@ func WithoutCreateTable() SQLArchiveOption {
 // context's; an Append stopped that way stores nothing.
 type SQLArchive struct {
 	db      *sql.DB
-	dialect Dialect
+	dialect sqldialect.Dialect
 	table   string
 
 	insertPrefix string // INSERT INTO t (columns) VALUES
@@ -227,9 +192,9 @@ var _ Archive = (*SQLArchive)(nil)
 // given. Calling it again, from this process or another, with the table in
 // place is fine.
 //
-// The dialect is detected from db's driver (github.com/jackc/pgx/v5/stdlib:
-// PostgreSQL; modernc.org/sqlite: SQLite); any other driver needs
-// WithDialect. NewSQLArchive then checks that the server is recent enough
+// The database, PostgreSQL or SQLite, is told by db's driver
+// (github.com/jackc/pgx/v5/stdlib, modernc.org/sqlite) or else asked.
+// NewSQLArchive then checks that the server is recent enough
 // for INSERT ... ON CONFLICT and that the table has the columns and primary
 // key the archive's statements use, so an unsuitable database is reported
 // now rather than at the first Append. These statements run with a
@@ -248,24 +213,21 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 			return nil, err
 		}
 	}
-	if cfg.dialect == 0 {
-		d, err := sqldialect.Detect(db)
-		if err != nil {
-			return nil, fmt.Errorf("audit: NewSQLArchive: %w", err)
-		}
-		cfg.dialect = d
+	dialect, err := sqldialect.Detect(context.Background(), db)
+	if err != nil {
+		return nil, fmt.Errorf("audit: NewSQLArchive: %w", err)
 	}
 
-	a := &SQLArchive{db: db, dialect: cfg.dialect, table: cfg.table}
+	a := &SQLArchive{db: db, dialect: dialect, table: cfg.table}
 	qt := sqldialect.QuoteIdent(cfg.table)
 	a.insertPrefix = "INSERT INTO " + qt + " (" + archiveColumns + ") VALUES "
 	a.insertSuffix = " ON CONFLICT (namespace, revision, etcd_key) DO NOTHING"
-	a.rowsPerStmt = min(cfg.dialect.MaxParams()/archiveColumnCount, maxInsertRows)
-	if cfg.dialect == DialectSQLite {
+	a.rowsPerStmt = min(dialect.MaxParams()/archiveColumnCount, maxInsertRows)
+	if dialect == sqldialect.SQLite {
 		a.rowsPerStmt = sqliteInsertRows
 	}
 	a.orderKey = "etcd_key"
-	if cfg.dialect == DialectPostgres {
+	if dialect == sqldialect.Postgres {
 		// Byte order, as strings.Compare, even in a table whose key column
 		// was created with the database's default collation.
 		a.orderKey = `etcd_key COLLATE "C"`
@@ -279,11 +241,11 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 	}
 
 	ctx := context.Background()
-	if err := sqldialect.CheckVersion(ctx, db, cfg.dialect); err != nil {
+	if err := sqldialect.CheckVersion(ctx, db, dialect); err != nil {
 		return nil, fmt.Errorf("audit: NewSQLArchive: %w", err)
 	}
 	if cfg.createTable {
-		for _, stmt := range archiveSchema(cfg.dialect, cfg.table) {
+		for _, stmt := range archiveSchema(dialect, cfg.table) {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
 				// Concurrent CREATE ... IF NOT EXISTS can fail on
 				// PostgreSQL with a unique violation in its catalog when
@@ -304,9 +266,9 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 }
 
 // archiveSchema returns the statements of the dialect's schema for table.
-func archiveSchema(d Dialect, table string) []string {
+func archiveSchema(d sqldialect.Dialect, table string) []string {
 	ddl := SQLArchiveSchemaSQLite
-	if d == DialectPostgres {
+	if d == sqldialect.Postgres {
 		ddl = SQLArchiveSchemaPostgres
 	}
 	// `"leasehold_audit` starts both the table's quoted name and the
@@ -324,10 +286,6 @@ func (a *SQLArchive) probe(ctx context.Context) error {
 		" FROM "+qt+" WHERE 1 = 0"+a.insertSuffix)
 	return err
 }
-
-// Dialect returns the database dialect the archive was configured with or
-// detected.
-func (a *SQLArchive) Dialect() Dialect { return a.dialect }
 
 // Table returns the name of the table holding the archive's entries.
 func (a *SQLArchive) Table() string { return a.table }

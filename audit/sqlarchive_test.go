@@ -17,15 +17,15 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/leasehold/leasehold/audit"
-	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/sqldialect"
 	"github.com/leasehold/leasehold/internal/sqltest"
 )
 
 // archiveDB is one real database, fresh for the test using it.
 type archiveDB struct {
 	db      *sql.DB
-	dialect audit.Dialect
+	dialect sqldialect.Dialect
 	// open returns another handle on the same database (closed at
 	// cleanup), standing in for another process.
 	open func(t *testing.T) *sql.DB
@@ -46,7 +46,7 @@ func forEachArchiveDB(t *testing.T, f func(t *testing.T, d archiveDB)) {
 func openArchiveSQLite(t *testing.T) archiveDB {
 	t.Helper()
 	open := sqltest.SQLite(t, "audit.db")
-	return archiveDB{db: open(t), dialect: audit.DialectSQLite, open: open, serializable: open}
+	return archiveDB{db: open(t), dialect: sqldialect.SQLite, open: open, serializable: open}
 }
 
 func openArchivePostgres(t *testing.T) archiveDB {
@@ -54,7 +54,7 @@ func openArchivePostgres(t *testing.T) archiveDB {
 	openWith := sqltest.Postgres(t)
 	return archiveDB{
 		db:      openWith(t, nil),
-		dialect: audit.DialectPostgres,
+		dialect: sqldialect.Postgres,
 		open:    func(t *testing.T) *sql.DB { return openWith(t, nil) },
 		serializable: func(t *testing.T) *sql.DB {
 			return openWith(t, map[string]string{"default_transaction_isolation": "serializable"})
@@ -146,15 +146,12 @@ func wantEntries(t *testing.T, what string, got, want []audit.Entry) {
 func TestSQLArchiveNew(t *testing.T) {
 	forEachArchiveDB(t, func(t *testing.T, d archiveDB) {
 		a := newArchive(t, d.db)
-		if a.Dialect() != d.dialect {
-			t.Fatalf("Dialect() = %v, want %v", a.Dialect(), d.dialect)
-		}
 		if a.Table() != audit.DefaultArchiveTable {
 			t.Fatalf("Table() = %q, want %q", a.Table(), audit.DefaultArchiveTable)
 		}
 		// Again, on the existing table, from another handle, with the
 		// dialect named.
-		newArchive(t, d.open(t), audit.WithDialect(d.dialect))
+		newArchive(t, d.open(t))
 		newArchive(t, d.db, audit.WithoutCreateTable())
 
 		// WithTable: a table of its own, whose entries the default
@@ -199,8 +196,8 @@ func TestSQLArchiveNew(t *testing.T) {
 	})
 }
 
-func schemaFor(d audit.Dialect) string {
-	if d == audit.DialectPostgres {
+func schemaFor(d sqldialect.Dialect) string {
+	if d == sqldialect.Postgres {
 		return audit.SQLArchiveSchemaPostgres
 	}
 	return audit.SQLArchiveSchemaSQLite
@@ -266,8 +263,8 @@ func TestSQLArchiveOptionErrors(t *testing.T) {
 	db := sql.OpenDB(fakeConnector{})
 	defer db.Close()
 	_, err := audit.NewSQLArchive(db)
-	if err == nil || !strings.Contains(err.Error(), "WithDialect") || !strings.HasPrefix(err.Error(), "audit: ") {
-		t.Fatalf("unknown driver: %v, want advice to use WithDialect", err)
+	if err == nil || !strings.Contains(err.Error(), "cannot tell the SQL database behind driver audit_test.fakeDriver") || !strings.HasPrefix(err.Error(), "audit: ") {
+		t.Fatalf("a driver of no database: %v, want an error naming it", err)
 	}
 	if _, err := audit.NewSQLArchive(nil); err == nil {
 		t.Fatal("nil db: no error")
@@ -275,22 +272,10 @@ func TestSQLArchiveOptionErrors(t *testing.T) {
 	if _, err := audit.NewSQLArchive(db, nil); err == nil {
 		t.Fatal("nil option: no error")
 	}
-	if _, err := audit.NewSQLArchive(db, audit.WithDialect(0)); err == nil {
-		t.Fatal("WithDialect(0): no error")
-	}
 	for _, name := range []string{"", "1abc", "a-b", "a.b", `a"b`, "ä", strings.Repeat("t", 55)} {
 		if _, err := audit.NewSQLArchive(db, audit.WithTable(name)); err == nil || !strings.HasPrefix(err.Error(), "audit: WithTable: ") {
 			t.Errorf("WithTable(%q): %v, want an error", name, err)
 		}
-	}
-	// One type for both stores: a fencesql.Dialect is an audit.Dialect (this
-	// compiles only if they are the same type), with the same values.
-	var shared audit.Dialect = fencesql.DialectPostgres
-	if shared != audit.DialectPostgres || fencesql.DialectSQLite != audit.DialectSQLite {
-		t.Errorf("audit's dialects are %d and %d, fencesql's %d and %d", audit.DialectPostgres, audit.DialectSQLite, fencesql.DialectPostgres, fencesql.DialectSQLite)
-	}
-	if audit.DialectPostgres.String() != "PostgreSQL" || audit.DialectSQLite.String() != "SQLite" {
-		t.Errorf("dialect names %v, %v", audit.DialectPostgres, audit.DialectSQLite)
 	}
 }
 
@@ -477,7 +462,7 @@ func TestSQLArchiveOrder(t *testing.T) {
 
 		// On PostgreSQL, byte order holds even in a table an operator
 		// created with a locale's collation on the key.
-		if d.dialect != audit.DialectPostgres {
+		if d.dialect != sqldialect.Postgres {
 			return
 		}
 		ctx := context.Background()

@@ -170,7 +170,7 @@ func run(pgDSN string, c etcdflags.Conn) error {
 		return err
 	}
 	defer stop()
-	step("downstream service on %s (%s database, SQL guard table %q)", base, svc.guard.Dialect(), svc.guard.Table())
+	step("downstream service on %s (SQL guard table %q)", base, svc.guard.Table())
 
 	// etcd, and worker-1 behind a fault proxy (it forwards bytes, so TLS
 	// runs end to end through it).

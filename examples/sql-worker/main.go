@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,12 +78,13 @@ var errTimeout = errors.New("simulated timeout")
 type billing struct {
 	db     *sql.DB
 	guard  *fencesql.Guard
+	param  func(n int) string // the database's n-th bind parameter
 	upsert string
 }
 
 // newBilling opens the guard (creating its table if missing) and the
 // charges table.
-func newBilling(ctx context.Context, db *sql.DB) (*billing, error) {
+func newBilling(ctx context.Context, db *sql.DB, what string) (*billing, error) {
 	guard, err := fencesql.NewGuard(db)
 	if err != nil {
 		return nil, err
@@ -95,10 +97,13 @@ func newBilling(ctx context.Context, db *sql.DB) (*billing, error) {
 		return nil, err
 	}
 	// The same upsert runs on both databases; only the placeholders differ.
-	p := guard.Dialect().Param
+	p := func(n int) string { return "?" + strconv.Itoa(n) } // SQLite's numbered parameters
+	if what == "PostgreSQL" {
+		p = func(n int) string { return "$" + strconv.Itoa(n) }
+	}
 	upsert := "INSERT INTO charges (invoice, epoch, worker) VALUES (" + p(1) + ", " + p(2) + ", " + p(3) + ")" +
 		" ON CONFLICT (invoice) DO UPDATE SET epoch = excluded.epoch, worker = excluded.worker"
-	return &billing{db: db, guard: guard, upsert: upsert}, nil
+	return &billing{db: db, guard: guard, param: p, upsert: upsert}, nil
 }
 
 // charge writes the invoice tok names, under tok: the guard's admission and
@@ -203,7 +208,7 @@ func program(pgDSN string, c etcdflags.Conn, tasks, slots int) error {
 		return err
 	}
 	defer closeDB()
-	b, err := newBilling(ctx, db)
+	b, err := newBilling(ctx, db, what)
 	if err != nil {
 		return err
 	}
@@ -268,7 +273,7 @@ func program(pgDSN string, c etcdflags.Conn, tasks, slots int) error {
 
 	// The database's: rows per invoice.
 	var rows, distinct int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT invoice) FROM charges WHERE invoice LIKE `+b.guard.Dialect().Param(1),
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT invoice) FROM charges WHERE invoice LIKE `+b.param(1),
 		prefix+"invoice-%").Scan(&rows, &distinct); err != nil {
 		return err
 	}

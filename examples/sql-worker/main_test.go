@@ -22,14 +22,14 @@ func TestMain(m *testing.M) { leaktest.Main(m) }
 // PostgreSQL schema (skipped without LEASEHOLD_TEST_POSTGRES, and failed
 // under CI=true), and checks what it left in etcd and in the database.
 func TestRun(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) { testRun(t, sqltest.SQLite(t, "charges.db")(t)) })
-	t.Run("postgres", func(t *testing.T) { testRun(t, sqltest.Postgres(t)(t, nil)) })
+	t.Run("sqlite", func(t *testing.T) { testRun(t, sqltest.SQLite(t, "charges.db")(t), "SQLite") })
+	t.Run("postgres", func(t *testing.T) { testRun(t, sqltest.Postgres(t)(t, nil), "PostgreSQL") })
 }
 
-func testRun(t *testing.T, db *sql.DB) {
+func testRun(t *testing.T, db *sql.DB, what string) {
 	ctx := context.Background()
 	cli := e2e.NewCluster(t).Client(t)
-	b, err := newBilling(ctx, db)
+	b, err := newBilling(ctx, db, what)
 	if err != nil {
 		t.Fatal(err)
 	}

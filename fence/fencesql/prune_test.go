@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencesql"
 	"github.com/leasehold/leasehold/fence/fencetest"
+	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
 // pruneSQL is the fencetest Pruner of an *fencesql.Guard.
@@ -202,7 +203,7 @@ func TestSQLGuardRacePruned(t *testing.T) {
 	resources := []string{"jobs/a", "jobs/b", "jobs/c", "jobs/d"}
 	forEachDB(t, func(t *testing.T, d testDB) {
 		txsPerWorker := 60
-		if d.dialect == fencesql.DialectSQLite {
+		if d.dialect == sqldialect.SQLite {
 			txsPerWorker = 25
 		}
 		g := newGuard(t, d.db)

@@ -49,28 +49,6 @@ const Schema = `CREATE TABLE IF NOT EXISTS "leasehold_fence" (
 	epoch    BIGINT NOT NULL CHECK (epoch > 0)
 )`
 
-// Dialect is the SQL database a Guard talks to. The admission statement
-// is the same upsert on both supported databases; the dialect picks the
-// placeholder syntax and the version check, and naming it explicitly is what
-// lets NewGuard refuse a database whose locking it has not been verified
-// against instead of failing at the first admission.
-//
-// Dialect is the same type as the audit package's Dialect (both are aliases
-// of one internal type), so one value configures a Guard and an
-// SQLArchive alike. Godoc lists its methods with that internal type, not
-// here: String returns the database's name ("PostgreSQL", "SQLite"), Valid
-// reports whether it is DialectPostgres or DialectSQLite, Param(n) returns
-// the n-th bind placeholder ($n or ?n), and MaxParams the most bind
-// parameters one statement may carry.
-type Dialect = sqldialect.Dialect
-
-const (
-	// DialectPostgres is PostgreSQL 9.5 or later (INSERT ... ON CONFLICT).
-	DialectPostgres Dialect = sqldialect.Postgres
-	// DialectSQLite is SQLite 3.24 or later (UPSERT).
-	DialectSQLite Dialect = sqldialect.SQLite
-)
-
 // maxTable is the longest table name WithTable accepts: PostgreSQL's
 // identifier limit, beyond which it would silently truncate the name.
 const maxTable = 63
@@ -80,7 +58,6 @@ type Option func(*config) error
 
 type config struct {
 	table       string
-	dialect     Dialect // 0: detect from the driver
 	createTable bool
 }
 
@@ -98,21 +75,6 @@ func WithTable(name string) Option {
 			return fmt.Errorf("fencesql: WithTable: %w", err)
 		}
 		c.table = name
-		return nil
-	}
-}
-
-// WithDialect says which database db is, instead of detecting it from the
-// driver. It is required for drivers other than github.com/jackc/pgx/v5/stdlib
-// and modernc.org/sqlite, and it is the caller's statement that the driver
-// reports RowsAffected for an upsert the way those do (0 when the WHERE of
-// DO UPDATE is false).
-func WithDialect(d Dialect) Option {
-	return func(c *config) error {
-		if !d.Valid() {
-			return fmt.Errorf("fencesql: WithDialect: unknown dialect %v, want DialectPostgres or DialectSQLite", d)
-		}
-		c.dialect = d
 		return nil
 	}
 }
@@ -203,7 +165,7 @@ func WithoutCreateTable() Option {
 // breaks that by aborting one of them (SQLSTATE 40P01).
 type Guard struct {
 	db      *sql.DB
-	dialect Dialect
+	dialect sqldialect.Dialect
 	table   string
 	// admitSQL is the whole check-and-record; see the type's doc.
 	admitSQL string
@@ -228,12 +190,15 @@ var _ fence.Guard = (*Guard)(nil)
 // is given. Calling it again, from this process or another, with the table
 // in place is fine.
 //
-// The dialect is detected from db's driver (github.com/jackc/pgx/v5/stdlib:
-// PostgreSQL; modernc.org/sqlite: SQLite); any other driver needs
-// WithDialect. NewGuard then checks that the server is recent enough for
-// INSERT ... ON CONFLICT, so an unsuitable database is reported now rather
-// than at the first admission, and inserts the table's floor row if it is
-// missing (see Schema; the INSERT privilege admissions need suffices).
+// The database, PostgreSQL or SQLite, is told by db's driver
+// (github.com/jackc/pgx/v5/stdlib, modernc.org/sqlite) or else asked.
+// NewGuard then checks that the server is recent enough for INSERT ... ON
+// CONFLICT, so an unsuitable database is reported now rather than at the
+// first admission, and inserts the table's floor row if it is missing (see
+// Schema; the INSERT privilege admissions need suffices). Last, it admits
+// a probe token twice, a higher epoch then a lower one, in a transaction it
+// rolls back, and refuses a driver that reports the lower one as a row
+// affected: admissions rest on that count.
 // These statements run with a background context; bound them with the
 // driver's connect timeout if needed.
 func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
@@ -246,23 +211,21 @@ func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	if cfg.dialect == 0 {
-		d, err := sqldialect.Detect(db)
-		if err != nil {
-			return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
-		}
-		cfg.dialect = d
+	ctx := context.Background()
+	dialect, err := sqldialect.Detect(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
 	}
 
-	g := &Guard{db: db, dialect: cfg.dialect, table: cfg.table}
+	g := &Guard{db: db, dialect: dialect, table: cfg.table}
 	qt := sqldialect.QuoteIdent(cfg.table)
-	p1, p2 := cfg.dialect.Param(1), cfg.dialect.Param(2)
+	p1, p2 := dialect.Param(1), dialect.Param(2)
 	// FOR SHARE makes the admission read the floor row's newest version,
 	// or fail with a serialization failure above READ COMMITTED, even if
 	// its snapshot predates a Prune (see Prune). SQLite has one writer at
 	// a time, which serialises admissions and Prune anyway.
 	lockFloor := " FOR SHARE OF f"
-	if cfg.dialect == DialectSQLite {
+	if dialect == sqldialect.SQLite {
 		lockFloor = ""
 	}
 	g.admitSQL = "INSERT INTO " + qt + " (resource, epoch)" +
@@ -278,14 +241,13 @@ func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 		" ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch" +
 		" WHERE " + qt + ".epoch < excluded.epoch"
 	g.pruneSQL = "DELETE FROM " + qt + " WHERE resource <> '' AND epoch < " + p1
-	if cfg.dialect == DialectPostgres {
+	if dialect == sqldialect.Postgres {
 		g.lockSQL = "LOCK TABLE " + qt + " IN SHARE ROW EXCLUSIVE MODE"
 	}
 	g.floorSQL = "SELECT epoch FROM " + qt + " WHERE resource = ''"
 
-	ctx := context.Background()
 	// The upsert AdmitTx relies on needs PostgreSQL 9.5 or SQLite 3.24.
-	if err := sqldialect.CheckVersion(ctx, db, cfg.dialect); err != nil {
+	if err := sqldialect.CheckVersion(ctx, db, dialect); err != nil {
 		return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
 	}
 	if cfg.createTable {
@@ -310,7 +272,45 @@ func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 	if _, err := db.ExecContext(ctx, g.floorRowSQL); err != nil {
 		return nil, fmt.Errorf("fencesql: NewGuard: inserting the floor row (resource '') into table %s: %w", cfg.table, err)
 	}
+	if err := g.checkRowsAffected(ctx); err != nil {
+		return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
+	}
 	return g, nil
+}
+
+// probeResource names the row checkRowsAffected writes and rolls back: a
+// control character, which no lease resource name has (lease.TryAcquire
+// refuses them), so it never meets a real resource's row.
+const probeResource = "\x01leasehold-probe"
+
+// checkRowsAffected admits probeResource at the highest epoch and then one
+// lower, in a transaction it rolls back, and fails unless the driver
+// reports 1 and then 0 rows affected. AdmitTx decides on that count; a
+// driver that reported the rows an upsert matched rather than those it
+// changed would admit a stale token.
+func (g *Guard) checkRowsAffected(ctx context.Context) error {
+	tx, err := g.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("checking the driver's rows affected: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // the probe is never committed
+	for _, c := range []struct {
+		epoch int64
+		want  int64
+	}{{math.MaxInt64, 1}, {math.MaxInt64 - 1, 0}} {
+		res, err := tx.ExecContext(ctx, g.admitSQL, probeResource, c.epoch)
+		if err != nil {
+			return fmt.Errorf("checking the driver's rows affected in table %s: %w", g.table, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("checking the driver's rows affected: %w", err)
+		}
+		if n != c.want {
+			return fmt.Errorf("driver %T reports %d rows affected by an upsert that changed %d: admissions cannot rest on it", g.db.Driver(), n, c.want)
+		}
+	}
+	return nil
 }
 
 // probeTable checks that the table exists with the columns the statements
@@ -322,10 +322,6 @@ func (g *Guard) probeTable(ctx context.Context) error {
 	}
 	return rows.Close()
 }
-
-// Dialect returns the database dialect the guard was configured with or
-// detected.
-func (g *Guard) Dialect() Dialect { return g.dialect }
 
 // Table returns the name of the table holding the guard's epochs.
 func (g *Guard) Table() string { return g.table }
@@ -517,7 +513,7 @@ func (g *Guard) Prune(ctx context.Context, floor int64) (int64, error) {
 		return 0, nil
 	}
 	var opts *sql.TxOptions
-	if g.dialect == DialectPostgres {
+	if g.dialect == sqldialect.Postgres {
 		// The argument above is for READ COMMITTED, whatever the
 		// server's default_transaction_isolation says.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}

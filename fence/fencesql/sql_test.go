@@ -18,13 +18,14 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencesql"
+	"github.com/leasehold/leasehold/internal/sqldialect"
 	"github.com/leasehold/leasehold/internal/sqltest"
 )
 
 // testDB is one real database, fresh for the test using it.
 type testDB struct {
 	db      *sql.DB
-	dialect fencesql.Dialect
+	dialect sqldialect.Dialect
 	// open returns another handle on the same database (closed at cleanup),
 	// standing in for another process.
 	open func(t *testing.T) *sql.DB
@@ -41,14 +42,14 @@ func forEachDB(t *testing.T, f func(t *testing.T, d testDB)) {
 func openSQLite(t *testing.T) testDB {
 	t.Helper()
 	open := sqltest.SQLite(t, "fence.db")
-	return testDB{db: open(t), dialect: fencesql.DialectSQLite, open: open}
+	return testDB{db: open(t), dialect: sqldialect.SQLite, open: open}
 }
 
 func openPostgres(t *testing.T) testDB {
 	t.Helper()
 	openWith := sqltest.Postgres(t)
 	open := func(t *testing.T) *sql.DB { return openWith(t, nil) }
-	return testDB{db: open(t), dialect: fencesql.DialectPostgres, open: open}
+	return testDB{db: open(t), dialect: sqldialect.Postgres, open: open}
 }
 
 func newGuard(t *testing.T, db *sql.DB, opts ...fencesql.Option) *fencesql.Guard {
@@ -120,9 +121,6 @@ func TestSQLGuardRule(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d testDB) {
 		ctx := context.Background()
 		g := newGuard(t, d.db)
-		if g.Dialect() != d.dialect {
-			t.Fatalf("detected dialect %v, want %v", g.Dialect(), d.dialect)
-		}
 		if g.Table() != fencesql.DefaultTable {
 			t.Fatalf("Table() = %q, want %q", g.Table(), fencesql.DefaultTable)
 		}
@@ -174,8 +172,8 @@ func TestSQLGuardRule(t *testing.T) {
 // effectsDDL is the table the tests write protected effects to. seq is
 // assigned when the row is inserted, inside the effect's transaction after
 // AdmitTx, which is what lets it stand for commit order (see TestSQLGuardRace).
-func effectsDDL(d fencesql.Dialect, table string) string {
-	if d == fencesql.DialectPostgres {
+func effectsDDL(d sqldialect.Dialect, table string) string {
+	if d == sqldialect.Postgres {
 		return "CREATE TABLE " + table + " (seq BIGSERIAL PRIMARY KEY, resource TEXT NOT NULL, epoch BIGINT NOT NULL)"
 	}
 	return "CREATE TABLE " + table + " (seq INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL, epoch INTEGER NOT NULL)"
@@ -433,29 +431,20 @@ func TestSQLGuardOptions(t *testing.T) {
 	if _, err := fencesql.NewGuard(nil); err == nil {
 		t.Error("NewGuard(nil) succeeded")
 	}
-	for _, d := range []fencesql.Dialect{0, 3, -1} {
-		if _, err := fencesql.NewGuard(&sql.DB{}, fencesql.WithDialect(d)); err == nil {
-			t.Errorf("WithDialect(%v) accepted", d)
-		}
-	}
-
-	// An unknown driver is refused before any connection is attempted,
-	// and the error says how to proceed.
+	// A driver whose database answers neither as SQLite nor as
+	// PostgreSQL is refused, and the error names the driver.
 	fake, err := sql.Open("leasehold-fake", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fake.Close()
-	if _, err := fencesql.NewGuard(fake); err == nil || !strings.HasPrefix(err.Error(), "fencesql: NewGuard: ") || !strings.Contains(err.Error(), "WithDialect") || strings.Contains(err.Error(), "no connections") {
-		t.Errorf("NewGuard on an unknown driver = %v, want an error suggesting WithDialect", err)
+	if _, err := fencesql.NewGuard(fake); err == nil || !strings.HasPrefix(err.Error(), "fencesql: NewGuard: ") || !strings.Contains(err.Error(), "cannot tell the SQL database behind driver fencesql_test.fakeDriver") {
+		t.Errorf("NewGuard on an unknown driver = %v, want an error naming it", err)
 	}
 
 	forEachDB(t, func(t *testing.T, d testDB) {
 		ctx := context.Background()
-		def := newGuard(t, d.db, fencesql.WithDialect(d.dialect))
-		if def.Dialect() != d.dialect {
-			t.Fatalf("Dialect() = %v, want %v", def.Dialect(), d.dialect)
-		}
+		def := newGuard(t, d.db)
 		if err := def.Admit(ctx, tok("r", 5)); err != nil {
 			t.Fatal(err)
 		}
@@ -709,7 +698,7 @@ func TestSQLGuardRace(t *testing.T) {
 		// SQLite runs one writer at a time, each waking from its busy
 		// wait, so it gets fewer transactions for a similar run time.
 		txsPerWorker := 100
-		if d.dialect == fencesql.DialectSQLite {
+		if d.dialect == sqldialect.SQLite {
 			txsPerWorker = 40
 		}
 		g := newGuard(t, d.db)

@@ -16,12 +16,8 @@ import (
 	"strconv"
 )
 
-// Dialect is an SQL database the SDK supports. The fencesql and audit
-// packages export it under their own names (fencesql.Dialect, audit.Dialect
-// are aliases of it, with constants DialectPostgres and DialectSQLite), so
-// its methods are part of their API: change them as such. The values
-// (PostgreSQL 1, SQLite 2) are those fence.Dialect had before it became an
-// alias.
+// Dialect is an SQL database the SDK supports, detected from the
+// database/sql driver or the server (Detect).
 type Dialect int
 
 const (
@@ -68,10 +64,8 @@ func (d Dialect) MaxParams() int {
 }
 
 // drivers maps the Go package of a database/sql driver to the dialect it
-// speaks. Only drivers the SDK's tests run against are listed: a driver
-// that merely speaks the same SQL could still differ in what RowsAffected
-// reports or in how it begins transactions, so any other driver needs the
-// caller to name the dialect, which is the caller saying they checked.
+// speaks, for the drivers the SDK's tests run against; any other driver's
+// database is asked (Detect).
 var drivers = map[string]Dialect{
 	"github.com/jackc/pgx/v5/stdlib": Postgres,
 	"modernc.org/sqlite":             SQLite,
@@ -85,16 +79,28 @@ func FromDriver(db *sql.DB) (Dialect, bool) {
 	return d, ok
 }
 
-// Detect is FromDriver with the error the SQL stores report when the driver
-// is unknown: it names the driver and its package, and advises the
-// WithDialect option both stores have.
-func Detect(db *sql.DB) (Dialect, error) {
-	d, ok := FromDriver(db)
-	if !ok {
-		return 0, fmt.Errorf("cannot tell the SQL dialect of driver %T (package %q); pass WithDialect(DialectPostgres) or WithDialect(DialectSQLite)",
-			db.Driver(), DriverPackage(db))
+// Detect returns the dialect of db: FromDriver's when the driver is one the
+// SDK is tested with, and otherwise the server's answer — sqlite_version()
+// exists only on SQLite, current_setting('server_version_num') only on
+// PostgreSQL. Whatever a driver of either says about the rows an upsert
+// affected is checked by the store that relies on it (fencesql's NewGuard
+// admits a probe token twice in a transaction it rolls back), not taken on
+// the caller's word.
+func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
+	if d, ok := FromDriver(db); ok {
+		return d, nil
 	}
-	return d, nil
+	var s string
+	liteErr := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&s)
+	if liteErr == nil {
+		return SQLite, nil
+	}
+	pgErr := db.QueryRowContext(ctx, "SELECT current_setting('server_version_num')").Scan(&s)
+	if pgErr == nil {
+		return Postgres, nil
+	}
+	return 0, fmt.Errorf("cannot tell the SQL database behind driver %T (package %q): neither SQLite (%v) nor PostgreSQL (%v)",
+		db.Driver(), DriverPackage(db), liteErr, pgErr)
 }
 
 // DriverPackage returns the import path of the package defining db's

@@ -109,12 +109,12 @@ func TestFromDriver(t *testing.T) {
 	if pkg := sqldialect.DriverPackage(other); pkg != "github.com/leasehold/leasehold/internal/sqldialect_test" {
 		t.Errorf("DriverPackage = %q", pkg)
 	}
-	if d, err := sqldialect.Detect(lite); err != nil || d != sqldialect.SQLite {
+	if d, err := sqldialect.Detect(context.Background(), lite); err != nil || d != sqldialect.SQLite {
 		t.Errorf("Detect(modernc.org/sqlite) = %v, %v", d, err)
 	}
-	if _, err := sqldialect.Detect(other); err == nil || !strings.Contains(err.Error(), "sqldialect_test.otherDriver") ||
-		!strings.Contains(err.Error(), `"github.com/leasehold/leasehold/internal/sqldialect_test"`) || !strings.Contains(err.Error(), "WithDialect") {
-		t.Errorf("Detect(an unknown driver) = %v, want the driver, its package and WithDialect", err)
+	if _, err := sqldialect.Detect(context.Background(), other); err == nil || !strings.Contains(err.Error(), "sqldialect_test.otherDriver") ||
+		!strings.Contains(err.Error(), `"github.com/leasehold/leasehold/internal/sqldialect_test"`) || !strings.Contains(err.Error(), "neither SQLite") {
+		t.Errorf("Detect(a driver of no database) = %v, want the driver and its package", err)
 	}
 }
 

@@ -37,9 +37,10 @@ func (e *NotCurrentError) Error() string {
 	return fmt.Sprintf("fence: resource %q: epoch %d is not a live lease: the live epoch is %d", e.Token.Resource, e.Token.Epoch, e.Current)
 }
 
-// Is makes errors.Is(err, ErrNotCurrent) true for every *NotCurrentError.
-func (e *NotCurrentError) Is(target error) bool { return target == ErrNotCurrent }
-
-// Unwrap returns the equivalent *FencedError, so that ErrFenced and
-// errors.As(err, **FencedError) see a token that is not live as fenced.
-func (e *NotCurrentError) Unwrap() error { return &FencedError{Token: e.Token, Current: e.Current} }
+// Unwrap makes errors.Is(err, ErrNotCurrent) true for every
+// *NotCurrentError, and returns the equivalent *FencedError, so that
+// ErrFenced and errors.As(err, **FencedError) see a token that is not live
+// as fenced.
+func (e *NotCurrentError) Unwrap() []error {
+	return []error{ErrNotCurrent, &FencedError{Token: e.Token, Current: e.Current}}
+}

@@ -133,12 +133,15 @@ func (e *StaleError) Error() string {
 	return fmt.Sprintf("lease: stale %s of %q by %q at epoch %d: %s (rejection audited)", op, e.Resource, e.Worker, e.Epoch, cur)
 }
 
-// Is makes a *StaleError match ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// Unwrap returns Unrecorded: a stale end whose rejection had an unknown
+// Unwrap makes errors.Is(err, ErrStale) true for every *StaleError, and
+// returns Unrecorded too: a stale end whose rejection had an unknown
 // outcome also matches outcome.ErrUnknown.
-func (e *StaleError) Unwrap() error { return e.Unrecorded }
+func (e *StaleError) Unwrap() []error {
+	if e.Unrecorded == nil {
+		return []error{ErrStale}
+	}
+	return []error{ErrStale, e.Unrecorded}
+}
 
 // LockDelayError says until when a resource is in a lock-delay: a claim
 // (TryAcquire, TryAcquireMany, Acquire's) found nobody holding it, but the

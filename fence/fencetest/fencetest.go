@@ -52,7 +52,7 @@
 //   - PruneConcurrent: the concurrent workload runs while another goroutine
 //     prunes at rising floors (some above epochs in use, on purpose), and the
 //     history is checked with the rules of CheckHistory, refusals at or below
-//     a floor being justified, plus RuleBelowFloor.
+//     a floor being justified, plus "below-floor".
 //
 // A prune raises the floor of the whole store: give the pruning checks a
 // store that no concurrent run uses. Epochs come from one counter per

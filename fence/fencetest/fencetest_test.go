@@ -151,7 +151,7 @@ func (g *faultyGuard) Admit(ctx context.Context, t fence.Token) error {
 
 type found struct {
 	check string
-	rule  fencetest.Rule
+	rule  string
 }
 
 func has(vs []fencetest.Violation, want found) bool {
@@ -173,23 +173,23 @@ func TestBrokenGuardsAreCaught(t *testing.T) {
 		opts     []fencetest.Option
 	}{
 		{"admits everything", func() *faultyGuard { return &faultyGuard{admitAll: true} },
-			[]found{{"LowerRefused", ""}, {"ResourcesIndependent", ""}, {"Concurrent", fencetest.RuleLowerAdmitted}}, 1, nil},
+			[]found{{"LowerRefused", ""}, {"ResourcesIndependent", ""}, {"Concurrent", "lower-admitted"}}, 1, nil},
 		{"refuses equal epochs", func() *faultyGuard { return &faultyGuard{strict: true} },
-			[]found{{"EqualReadmitted", ""}, {"Concurrent", fencetest.RuleUnjustifiedRefusal}}, 5, nil},
+			[]found{{"EqualReadmitted", ""}, {"Concurrent", "unjustified-refusal"}}, 5, nil},
 		{"accepts malformed tokens", func() *faultyGuard { return &faultyGuard{noValidate: true} },
 			[]found{{"Malformed", ""}}, 1, nil},
 		{"ignores the context", func() *faultyGuard { return &faultyGuard{ignoreCtx: true} },
 			[]found{{"ContextDone", ""}}, 1, nil},
 		{"reports a wrong current epoch", func() *faultyGuard { return &faultyGuard{wrongCurrent: true} },
-			[]found{{"LowerRefused", ""}, {"Concurrent", fencetest.RuleBadCurrent}}, 1, nil},
+			[]found{{"LowerRefused", ""}, {"Concurrent", "bad-current"}}, 1, nil},
 		{"shares state between resources", func() *faultyGuard { return &faultyGuard{shared: true} },
 			[]found{{"ResourcesIndependent", ""}}, 1, nil},
 		{"forgets state now and then", func() *faultyGuard { return &faultyGuard{forgetEvery: 50} },
-			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20, nil},
+			[]found{{"Concurrent", "lower-admitted"}}, 20, nil},
 		{"reads then writes (lost update)", func() *faultyGuard { return &faultyGuard{racy: true} },
-			[]found{{"Concurrent", fencetest.RuleLowerAdmitted}}, 20, nil},
+			[]found{{"Concurrent", "lower-admitted"}}, 20, nil},
 		{"prunes without recording the floor", func() *faultyGuard { return &faultyGuard{pruneNoFloor: true} },
-			[]found{{"Pruned", ""}, {"PruneConcurrent", fencetest.RuleLowerAdmitted}, {"PruneConcurrent", fencetest.RuleBelowFloor}}, 20,
+			[]found{{"Pruned", ""}, {"PruneConcurrent", "lower-admitted"}, {"PruneConcurrent", "below-floor"}}, 20,
 			[]fencetest.Option{fencetest.WithPrune(pruneFaulty)}},
 	}
 	for _, tc := range tests {
@@ -296,7 +296,7 @@ func TestLeaseModeConforms(t *testing.T) {
 func TestLeaseModeCatches(t *testing.T) {
 	leases := &memLeases{}
 	vs := fencetest.Check(t.Context(), fence.NewMemoryGuard(), fencetest.WithLeases(leases.Issue))
-	for _, want := range []found{{"Superseded", ""}, {"Forged", ""}, {"Concurrent", fencetest.RuleNotLive}} {
+	for _, want := range []found{{"Superseded", ""}, {"Forged", ""}, {"Concurrent", "not-live"}} {
 		if !has(vs, want) {
 			t.Errorf("MemoryGuard under WithLeases: %v not reported", want)
 		}
@@ -310,7 +310,7 @@ func TestLeaseModeCatches(t *testing.T) {
 	caught := false
 	for attempt := 0; attempt < 20 && !caught; attempt++ {
 		vs = fencetest.Check(t.Context(), &liveGuard{leases: leases, inner: fence.NewMemoryGuard(), staleEvery: 8}, fencetest.WithLeases(leases.Issue))
-		caught = has(vs, found{"Concurrent", fencetest.RuleNotLive})
+		caught = has(vs, found{"Concurrent", "not-live"})
 	}
 	if !caught {
 		t.Errorf("stale lease cache: Concurrent not-live not reported")
@@ -318,7 +318,7 @@ func TestLeaseModeCatches(t *testing.T) {
 }
 
 func TestViolationString(t *testing.T) {
-	v := fencetest.Violation{Check: "Concurrent", Rule: fencetest.RuleLowerAdmitted, Resource: "r", Reason: "why"}
+	v := fencetest.Violation{Check: "Concurrent", Rule: "lower-admitted", Resource: "r", Reason: "why"}
 	if got, want := v.String(), `Concurrent: lower-admitted: resource "r": why`; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
@@ -333,7 +333,7 @@ func op(res string, epoch int64, outcome string, invoke, ret int64) fencetest.Op
 func rules(vs []fencetest.Violation) []string {
 	var rs []string
 	for _, v := range vs {
-		rs = append(rs, string(v.Rule))
+		rs = append(rs, v.Rule)
 	}
 	return rs
 }

@@ -56,34 +56,15 @@ func (i Issue) String() string {
 	return fmt.Sprintf("epoch %d issued in [%d, %d]", i.Epoch, i.Invoke, i.Return)
 }
 
-// Rule names the property a history violates.
-type Rule string
-
-// The rules CheckHistory and CheckLeaseHistory check.
+// The rules CheckHistory and CheckLeaseHistory check, as Violation.Rule
+// names them.
 const (
-	// RuleLowerAdmitted: a call admitted an epoch lower than one admitted
-	// by a call that had returned before it began. This is the rule that
-	// makes fencing work; breaking it lets a superseded holder write.
-	RuleLowerAdmitted Rule = "lower-admitted"
-	// RuleUnjustifiedRefusal: a call was refused although nothing could
-	// have superseded its epoch while it ran: no higher epoch was admitted
-	// (or, for lease-checking guards, issued) by a call that began before
-	// the refusal returned. Breaking it stops the rightful holder.
-	RuleUnjustifiedRefusal Rule = "unjustified-refusal"
-	// RuleBadCurrent: a refusal reported a current epoch that cannot have
-	// been current while the call ran.
-	RuleBadCurrent Rule = "bad-current"
-	// RuleNotLive: a lease-checking guard admitted an epoch that was not
-	// its resource's live lease at any time during the call.
-	RuleNotLive Rule = "not-live"
-	// RuleBelowFloor: a guard admitted an epoch at or below the floor of
-	// a prune that had returned before the call began (the PruneConcurrent
-	// check).
-	RuleBelowFloor Rule = "below-floor"
-	// RuleMalformedOp: the history itself is not well formed (a call that
-	// returned before it was invoked, a non-positive epoch, issues out of
-	// order). The checks are meaningless on it.
-	RuleMalformedOp Rule = "malformed-op"
+	ruleLowerAdmitted      = "lower-admitted"
+	ruleUnjustifiedRefusal = "unjustified-refusal"
+	ruleBadCurrent         = "bad-current"
+	ruleNotLive            = "not-live"
+	ruleBelowFloor         = "below-floor"
+	ruleMalformedOp        = "malformed-op"
 )
 
 // Violation is one way a guard broke its contract.
@@ -93,8 +74,28 @@ type Violation struct {
 	// CheckLeaseHistory directly.
 	Check string
 	// Rule is the history rule broken; empty for the sequential checks,
-	// which compare a call's result with what the contract requires.
-	Rule     Rule
+	// which compare a call's result with what the contract requires:
+	//
+	//   - "lower-admitted": a call admitted an epoch lower than one
+	//     admitted by a call that had returned before it began. This is
+	//     the rule that makes fencing work; breaking it lets a superseded
+	//     holder write.
+	//   - "unjustified-refusal": a call was refused although nothing could
+	//     have superseded its epoch while it ran: no higher epoch was
+	//     admitted (or, for lease-checking guards, issued) by a call that
+	//     began before the refusal returned. Breaking it stops the rightful
+	//     holder.
+	//   - "bad-current": a refusal reported a current epoch that cannot
+	//     have been current while the call ran.
+	//   - "not-live": a lease-checking guard admitted an epoch that was not
+	//     its resource's live lease at any time during the call.
+	//   - "below-floor": a guard admitted an epoch at or below the floor of
+	//     a prune that had returned before the call began (the
+	//     PruneConcurrent check).
+	//   - "malformed-op": the history itself is not well formed (a call
+	//     that returned before it was invoked, a non-positive epoch, issues
+	//     out of order). The checks are meaningless on it.
+	Rule     string
 	Resource string
 	// Op is the call at fault; the zero Op when the violation is not about
 	// one call.
@@ -111,7 +112,7 @@ func (v Violation) String() string {
 		s = v.Check + ": "
 	}
 	if v.Rule != "" {
-		s += string(v.Rule) + ": "
+		s += v.Rule + ": "
 	}
 	if v.Resource != "" {
 		s += fmt.Sprintf("resource %q: ", v.Resource)
@@ -124,14 +125,14 @@ func (v Violation) String() string {
 // epoch if it is at least the highest admitted so far and records it,
 // and refuses it otherwise. For each resource it reports:
 //
-//   - RuleLowerAdmitted: call A admitted epoch a and returned before call B,
+//   - "lower-admitted": call A admitted epoch a and returned before call B,
 //     with epoch b < a, was invoked, yet B was admitted;
-//   - RuleUnjustifiedRefusal: call B was refused, but no call with a higher
+//   - "unjustified-refusal": call B was refused, but no call with a higher
 //     epoch that was admitted (or whose outcome is unknown) could have
 //     taken effect before B returned. That includes every call that must
 //     take effect before such a call: every admitted call with a lower
 //     epoch;
-//   - RuleBadCurrent: a refusal's reported current epoch is not above its
+//   - "bad-current": a refusal's reported current epoch is not above its
 //     epoch, is below an epoch admitted by a call that returned before it
 //     began, or is not the epoch of any call (admitted or unknown) invoked
 //     before it returned.
@@ -164,18 +165,18 @@ func CheckHistory(history []Op) []Violation {
 // that started those leases. The contract is a max-register with a live
 // epoch L, set by each issue: a call admits its epoch e if e = L and e is at
 // least the highest admitted, and refuses it otherwise. Per resource it
-// reports RuleLowerAdmitted as CheckHistory does, and:
+// reports "lower-admitted" as CheckHistory does, and:
 //
-//   - RuleNotLive: an admitted epoch had not been issued by a call invoked
+//   - "not-live": an admitted epoch had not been issued by a call invoked
 //     before the admission returned, or a higher epoch's issue had returned
 //     before the admission began;
-//   - RuleUnjustifiedRefusal: a refused epoch's issue had returned before the
+//   - "unjustified-refusal": a refused epoch's issue had returned before the
 //     call began and no higher epoch's issue was invoked before it
 //     returned: the epoch was live throughout the call;
-//   - RuleBadCurrent: a refusal's nonzero current epoch is its own epoch,
+//   - "bad-current": a refusal's nonzero current epoch is its own epoch,
 //     was not issued by a call invoked before it returned, or is below an
 //     epoch whose issue returned before it began;
-//   - RuleMalformedOp, also for issues whose epochs do not increase in
+//   - "malformed-op", also for issues whose epochs do not increase in
 //     real-time order.
 //
 // Unknown outcomes justify nothing here (refusals are justified by
@@ -198,7 +199,7 @@ func CheckLeaseHistory(history []Op, issues []Issue) []Violation {
 				continue
 			}
 			if is.Epoch <= 0 || is.Return < is.Invoke {
-				vs = append(vs, Violation{Rule: RuleMalformedOp, Resource: res, Reason: "malformed issue: " + is.String()})
+				vs = append(vs, Violation{Rule: ruleMalformedOp, Resource: res, Reason: "malformed issue: " + is.String()})
 				continue
 			}
 			iss = append(iss, is)
@@ -237,11 +238,11 @@ func splitOps(res string, history []Op) (resourceOps, []Violation) {
 		}
 		switch {
 		case op.Epoch <= 0:
-			bad = append(bad, Violation{Rule: RuleMalformedOp, Resource: res, Op: op, Reason: "malformed call: epoch is not positive: " + op.String()})
+			bad = append(bad, Violation{Rule: ruleMalformedOp, Resource: res, Op: op, Reason: "malformed call: epoch is not positive: " + op.String()})
 		case op.Unknown:
 			ops.unknown = append(ops.unknown, op)
 		case op.Return < op.Invoke:
-			bad = append(bad, Violation{Rule: RuleMalformedOp, Resource: res, Op: op, Reason: "malformed call: returned before it was invoked: " + op.String()})
+			bad = append(bad, Violation{Rule: ruleMalformedOp, Resource: res, Op: op, Reason: "malformed call: returned before it was invoked: " + op.String()})
 		case op.Admitted:
 			ops.admitted = append(ops.admitted, op)
 		default:
@@ -291,7 +292,7 @@ func (ops resourceOps) checkLowerAdmitted() []Violation {
 	for _, b := range ops.admitted {
 		if a, ok := ops.returned.before(b.Invoke); ok && a.Epoch > b.Epoch {
 			vs = append(vs, Violation{
-				Rule: RuleLowerAdmitted, Resource: ops.res, Op: b, Against: &a,
+				Rule: ruleLowerAdmitted, Resource: ops.res, Op: b, Against: &a,
 				Reason: fmt.Sprintf("%v, but %v had returned before it began", b, a),
 			})
 		}
@@ -373,7 +374,7 @@ func (ops resourceOps) checkRefusals() []Violation {
 				why = fmt.Sprintf("the soonest a higher epoch can have been admitted is at %d (%v)", c.earliest, c.op)
 			}
 			vs = append(vs, Violation{
-				Rule: RuleUnjustifiedRefusal, Resource: ops.res, Op: r,
+				Rule: ruleUnjustifiedRefusal, Resource: ops.res, Op: r,
 				Reason: fmt.Sprintf("%v, but nothing could have superseded it before it returned: %s", r, why),
 			})
 			continue
@@ -382,7 +383,7 @@ func (ops resourceOps) checkRefusals() []Violation {
 			continue
 		}
 		bad := func(format string, args ...any) {
-			vs = append(vs, Violation{Rule: RuleBadCurrent, Resource: ops.res, Op: r, Reason: fmt.Sprintf("%v: "+format, append([]any{r}, args...)...)})
+			vs = append(vs, Violation{Rule: ruleBadCurrent, Resource: ops.res, Op: r, Reason: fmt.Sprintf("%v: "+format, append([]any{r}, args...)...)})
 		}
 		if r.Current <= r.Epoch {
 			bad("the current epoch of a refusal must be above the refused one")
@@ -402,7 +403,7 @@ func checkIssueOrder(res string, iss []Issue) []Violation {
 	for _, a := range iss {
 		for _, b := range iss {
 			if a.Return < b.Invoke && a.Epoch >= b.Epoch {
-				vs = append(vs, Violation{Rule: RuleMalformedOp, Resource: res,
+				vs = append(vs, Violation{Rule: ruleMalformedOp, Resource: res,
 					Reason: fmt.Sprintf("issues out of order: %v, then %v", a, b)})
 			}
 		}
@@ -433,10 +434,10 @@ func (ops resourceOps) checkLive(iss []Issue) []Violation {
 	var vs []Violation
 	for _, b := range ops.admitted {
 		if !issuedBy(b.Epoch, b.Return) {
-			vs = append(vs, Violation{Rule: RuleNotLive, Resource: ops.res, Op: b,
+			vs = append(vs, Violation{Rule: ruleNotLive, Resource: ops.res, Op: b,
 				Reason: fmt.Sprintf("%v, but no call issued it before the admission returned", b)})
 		} else if is, ok := higherDone(b.Epoch, b.Invoke); ok {
-			vs = append(vs, Violation{Rule: RuleNotLive, Resource: ops.res, Op: b,
+			vs = append(vs, Violation{Rule: ruleNotLive, Resource: ops.res, Op: b,
 				Reason: fmt.Sprintf("%v, but %v: the lease had ended before the call began", b, is)})
 		}
 	}
@@ -456,7 +457,7 @@ func (ops resourceOps) checkLive(iss []Issue) []Violation {
 			}
 		}
 		if own != nil && !ended {
-			vs = append(vs, Violation{Rule: RuleUnjustifiedRefusal, Resource: ops.res, Op: r,
+			vs = append(vs, Violation{Rule: ruleUnjustifiedRefusal, Resource: ops.res, Op: r,
 				Reason: fmt.Sprintf("%v, but it was the live lease throughout the call (%v, and no later epoch was issued before it returned)", r, *own)})
 			continue
 		}
@@ -464,7 +465,7 @@ func (ops resourceOps) checkLive(iss []Issue) []Violation {
 			continue
 		}
 		bad := func(format string, args ...any) {
-			vs = append(vs, Violation{Rule: RuleBadCurrent, Resource: ops.res, Op: r, Reason: fmt.Sprintf("%v: "+format, append([]any{r}, args...)...)})
+			vs = append(vs, Violation{Rule: ruleBadCurrent, Resource: ops.res, Op: r, Reason: fmt.Sprintf("%v: "+format, append([]any{r}, args...)...)})
 		}
 		if r.Current == r.Epoch {
 			bad("a refusal cannot report its own epoch as current")

@@ -192,7 +192,7 @@ func checkPruneConcurrent(s *seq) {
 // by calls with rising floors. A refusal is also justified, and may report
 // the floor as current, when a prune at or above its epoch began before it
 // returned; and no epoch may be admitted at or below the floor of a prune
-// that returned before the call began (RuleBelowFloor). RuleLowerAdmitted is
+// that returned before the call began ("below-floor"). "lower-admitted" is
 // unchanged: pruning must never let a lower epoch in.
 func checkPrunedHistory(history []Op, prunes []pruneCall) []Violation {
 	floorBy := func(t int64) (pruneCall, bool) { // the highest floor begun by t
@@ -211,18 +211,18 @@ func checkPrunedHistory(history []Op, prunes []pruneCall) []Violation {
 	var vs []Violation
 	for _, v := range CheckHistory(history) {
 		switch v.Rule {
-		case RuleUnjustifiedRefusal:
+		case ruleUnjustifiedRefusal:
 			if p, ok := floorBy(v.Op.Return); ok && p.floor >= v.Op.Epoch {
 				// Justified by the floor; CheckHistory then did not
 				// look at its current, which must be a floor or an
 				// epoch someone presented, at least its own.
 				if c := v.Op.Current; c != 0 && (c < v.Op.Epoch || !presented(c, v.Op.Return)) {
-					vs = append(vs, Violation{Rule: RuleBadCurrent, Resource: v.Resource, Op: v.Op,
+					vs = append(vs, Violation{Rule: ruleBadCurrent, Resource: v.Resource, Op: v.Op,
 						Reason: fmt.Sprintf("%v: no prune at %d nor call with epoch %d began before it returned", v.Op, c, c)})
 				}
 				continue
 			}
-		case RuleBadCurrent:
+		case ruleBadCurrent:
 			if v.Op.Current >= v.Op.Epoch && slices.ContainsFunc(prunes, func(p pruneCall) bool {
 				return p.floor == v.Op.Current && p.invoke <= v.Op.Return
 			}) {
@@ -239,7 +239,7 @@ func checkPrunedHistory(history []Op, prunes []pruneCall) []Violation {
 		for _, p := range prunes {
 			if p.ret < op.Invoke && op.Epoch <= p.floor {
 				below = append(below, Violation{
-					Rule: RuleBelowFloor, Resource: op.Resource, Op: op,
+					Rule: ruleBelowFloor, Resource: op.Resource, Op: op,
 					Reason: fmt.Sprintf("%v, but Prune(%d) had returned at %d, before it began", op, p.floor, p.ret),
 				})
 				break

@@ -53,8 +53,8 @@ func WithoutArchive() Option {
 	}
 }
 
-// MinRetention is the shortest retention WithRetention accepts.
-const MinRetention = time.Second
+// minRetention is the shortest retention WithRetention accepts.
+const minRetention = time.Second
 
 // WithRetention makes RunRecorder move out of etcd, every so often, the
 // entries of each epoch that ended more than d ago — its acquired entry,
@@ -75,12 +75,12 @@ const MinRetention = time.Second
 // like an idempotency key's. Keep d long (days) where a task name may be
 // reused, and ask Completion, which also reads the archive.
 //
-// d must be at least MinRetention, and either WithArchive or
+// d must be at least a second, and either WithArchive or
 // WithoutArchive must be given.
 func WithRetention(d time.Duration) Option {
 	return func(l *Log) error {
-		if d < MinRetention {
-			return fmt.Errorf("audit: WithRetention(%v): must be at least %v", d, MinRetention)
+		if d < minRetention {
+			return fmt.Errorf("audit: WithRetention(%v): must be at least %v", d, minRetention)
 		}
 		l.retention = d
 		return nil

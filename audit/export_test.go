@@ -12,3 +12,6 @@ func (l *Log) PruneOnce(ctx context.Context) (int, error) { return l.prune(ctx) 
 func (l *Log) SeeDeletion(ctx context.Context, res string, epoch int64, worker string) error {
 	return l.explain(ctx, []deletion{{epochKey: epochKey{res, epoch}, worker: worker}})
 }
+
+// DefaultArchiveTable is the table an SQLArchive uses without WithTable.
+const DefaultArchiveTable = defaultArchiveTable

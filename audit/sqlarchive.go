@@ -15,9 +15,9 @@ import (
 	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
-// DefaultArchiveTable is the table an SQLArchive keeps its entries in
+// defaultArchiveTable is the table an SQLArchive keeps its entries in
 // unless WithTable names another.
-const DefaultArchiveTable = "leasehold_audit"
+const defaultArchiveTable = "leasehold_audit"
 
 // maxArchiveTable is the longest table name WithTable accepts: the index
 // is named after the table with "_resource" appended, and the result must
@@ -106,7 +106,8 @@ type sqlArchiveConfig struct {
 }
 
 // WithTable makes the archive keep its entries in table instead of
-// DefaultArchiveTable. The name must be 1 to 54 bytes matching
+// "leasehold_audit" (the table of SQLArchiveSchemaPostgres and
+// SQLArchiveSchemaSQLite). The name must be 1 to 54 bytes matching
 // [A-Za-z_][A-Za-z0-9_]*: it is spliced into SQL text (a table name cannot
 // be a bind parameter), so only names that need no escaping are accepted,
 // and the index named after it ("<table>_resource") must fit PostgreSQL's
@@ -204,7 +205,7 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 	if db == nil {
 		return nil, errors.New("audit: NewSQLArchive: nil *sql.DB")
 	}
-	cfg := sqlArchiveConfig{table: DefaultArchiveTable, createTable: true}
+	cfg := sqlArchiveConfig{table: defaultArchiveTable, createTable: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, errors.New("audit: NewSQLArchive: nil option")
@@ -273,7 +274,7 @@ func archiveSchema(d sqldialect.Dialect, table string) []string {
 	}
 	// `"leasehold_audit` starts both the table's quoted name and the
 	// index's, `"leasehold_audit_resource"`.
-	ddl = strings.ReplaceAll(ddl, `"`+DefaultArchiveTable, `"`+table)
+	ddl = strings.ReplaceAll(ddl, `"`+defaultArchiveTable, `"`+table)
 	return strings.Split(strings.TrimSuffix(ddl, ";"), ";\n")
 }
 

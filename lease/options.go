@@ -108,8 +108,8 @@ func WithAttemptTimeout(d time.Duration) Option {
 	}
 }
 
-// MaxLockDelay is the longest lock-delay WithLockDelay accepts.
-const MaxLockDelay = time.Hour
+// maxLockDelay is the longest lock-delay WithLockDelay accepts.
+const maxLockDelay = time.Hour
 
 // WithLockDelay makes leases acquired through the registry impose d after
 // an involuntary end — their session's expiry, or a Revoke: nobody can
@@ -131,14 +131,14 @@ const MaxLockDelay = time.Hour
 // behalf of that involuntary end: it keeps the delay and hands nothing
 // to a waiter.
 //
-// d must be positive and at most MaxLockDelay.
+// d must be positive and at most an hour.
 func WithLockDelay(d time.Duration) Option {
 	return func(r *Registry) error {
 		switch {
 		case d <= 0:
 			return fmt.Errorf("lease: WithLockDelay(%v): must be positive", d)
-		case d > MaxLockDelay:
-			return fmt.Errorf("lease: WithLockDelay(%v): at most %v (MaxLockDelay)", d, MaxLockDelay)
+		case d > maxLockDelay:
+			return fmt.Errorf("lease: WithLockDelay(%v): at most %v", d, maxLockDelay)
 		}
 		r.lockDelay = d
 		return nil

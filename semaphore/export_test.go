@@ -1,6 +1,9 @@
 package semaphore
 
-import "github.com/leasehold/leasehold/lease"
+import (
+	"github.com/leasehold/leasehold/internal/recipekeys"
+	"github.com/leasehold/leasehold/lease"
+)
 
 // NewUnchecked is New without the limit check — neither the stored
 // limit's confirmation nor the compare in each claim: a deliberately
@@ -14,3 +17,6 @@ func NewUnchecked(reg *lease.Registry, name string, limit int) (*Semaphore, erro
 	m.confirmed, m.limitHeld = true, nil
 	return m, nil
 }
+
+// MaxLimit is the largest limit New accepts.
+const MaxLimit = recipekeys.MaxLimit

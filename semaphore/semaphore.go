@@ -14,11 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxLimit is the largest limit a semaphore may have. TryAcquire and
-// Acquire read every held permit in one request, so the limit bounds that
-// read.
-const MaxLimit = recipekeys.MaxLimit
-
 var (
 	// ErrFull: TryAcquire found every permit held, or Acquire calls waiting
 	// for one, which it does not go ahead of.
@@ -61,13 +56,13 @@ type Semaphore struct {
 // name is any string for which the resources "semaphore/<name>/permit/<i>"
 // and "semaphore/<name>/turnstile" are valid resource names (up to 512
 // bytes, valid UTF-8, no control characters); otherwise the error matches
-// lease.ErrInvalidResource. limit is 1 to MaxLimit.
+// lease.ErrInvalidResource. limit is 1 to 1024.
 func New(reg *lease.Registry, name string, limit int) (*Semaphore, error) {
 	if reg == nil {
 		return nil, errors.New("semaphore: New: nil registry")
 	}
-	if limit < 1 || limit > MaxLimit {
-		return nil, fmt.Errorf("semaphore: New(%q): limit %d: a limit is 1 to %d", name, limit, MaxLimit)
+	if limit < 1 || limit > recipekeys.MaxLimit {
+		return nil, fmt.Errorf("semaphore: New(%q): limit %d: a limit is 1 to %d", name, limit, recipekeys.MaxLimit)
 	}
 	if name == "" {
 		return nil, fmt.Errorf("semaphore: New: %w: the name is empty", lease.ErrInvalidResource)

@@ -32,8 +32,8 @@ func newRecorderCmd(g *globals) *cobra.Command {
 			switch {
 			case retention == 0 && discard:
 				return usagef("--discard-history goes with --retention")
-			case retention != 0 && retention < audit.MinRetention:
-				return usagef("--retention %v: at least %v", retention, audit.MinRetention)
+			case retention != 0 && retention < time.Second: // audit.WithRetention's least
+				return usagef("--retention %v: at least %v", retention, time.Second)
 			case retention > 0 && g.archive == "" && !discard:
 				return usagef("--retention without --archive deletes history: give --archive, or say --discard-history")
 			case retention > 0 && g.archive != "" && discard:

@@ -98,7 +98,7 @@ func readSQL(ctx context.Context, db *sql.DB) ([]Effect, map[string]int64, error
 	if err := rows.Close(); err != nil {
 		return nil, nil, err
 	}
-	rows, err = db.QueryContext(ctx, `SELECT resource, epoch FROM `+fencesql.DefaultTable)
+	rows, err = db.QueryContext(ctx, `SELECT resource, epoch FROM leasehold_fence`) // fencesql's default table
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,9 +24,9 @@ import (
 	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
-// DefaultTable is the table a Guard keeps its epochs in unless
+// defaultTable is the table a Guard keeps its epochs in unless
 // WithTable names another.
-const DefaultTable = "leasehold_fence"
+const defaultTable = "leasehold_fence"
 
 // Schema is the DDL NewGuard runs for the default table. It is the same
 // text for PostgreSQL and SQLite, and it is idempotent. Teams that manage
@@ -62,8 +62,8 @@ type config struct {
 }
 
 // WithTable makes the guard keep its epochs in table instead of
-// DefaultTable, for example to give each service its own. The name must
-// be 1 to 63 bytes matching [A-Za-z_][A-Za-z0-9_]*: it is spliced into SQL
+// "leasehold_fence" (the table of Schema), for example to give each
+// service its own. The name must be 1 to 63 bytes matching [A-Za-z_][A-Za-z0-9_]*: it is spliced into SQL
 // text (a table name cannot be a bind parameter), so only names that need no
 // escaping are accepted, and 63 bytes is PostgreSQL's identifier limit,
 // beyond which it would silently truncate the name. Schema-qualified names
@@ -205,7 +205,7 @@ func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 	if db == nil {
 		return nil, errors.New("fencesql: NewGuard: nil *sql.DB")
 	}
-	cfg := config{table: DefaultTable, createTable: true}
+	cfg := config{table: defaultTable, createTable: true}
 	for _, opt := range opts {
 		if err := opt(&cfg); err != nil {
 			return nil, err
@@ -251,7 +251,7 @@ func NewGuard(db *sql.DB, opts ...Option) (*Guard, error) {
 		return nil, fmt.Errorf("fencesql: NewGuard: %w", err)
 	}
 	if cfg.createTable {
-		ddl := strings.Replace(Schema, sqldialect.QuoteIdent(DefaultTable), qt, 1)
+		ddl := strings.Replace(Schema, sqldialect.QuoteIdent(defaultTable), qt, 1)
 		if _, err := db.ExecContext(ctx, ddl); err != nil {
 			// Concurrent CREATE TABLE IF NOT EXISTS can fail on PostgreSQL
 			// with a unique violation in its catalog when another process

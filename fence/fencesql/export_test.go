@@ -1,0 +1,4 @@
+package fencesql
+
+// DefaultTable is the table a Guard uses without WithTable.
+const DefaultTable = defaultTable

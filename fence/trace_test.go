@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/fencecheck"
 	"github.com/leasehold/leasehold/internal/telemetry"
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -35,46 +35,9 @@ func TestAdmissionSpans(t *testing.T) {
 	}
 	parent.End()
 
-	type want struct {
-		name, result string
-		epoch        int64
-	}
-	wants := []want{
-		{"fence.MemoryGuard.Admit", telemetry.ResultAdmitted, 9},
-		{"fence.MemoryGuard.Admit", telemetry.ResultFenced, 4},
-		{"fence.MemoryGuard.Do", telemetry.ResultFenced, 3},
-	}
-	spans := rec.Ended()
-	if len(spans) != len(wants)+1 {
-		t.Fatalf("%d spans, want %d", len(spans), len(wants)+1)
-	}
-	for i, w := range wants {
-		s := spans[i]
-		a := map[attribute.Key]attribute.Value{}
-		for _, kv := range s.Attributes() {
-			a[kv.Key] = kv.Value
-		}
-		if s.Name() != w.name || a["leasehold.result"].AsString() != w.result || a["leasehold.epoch"].AsInt64() != w.epoch || a["leasehold.resource"].AsString() != "r" {
-			t.Errorf("span %d: %s %v; want %+v", i, s.Name(), s.Attributes(), w)
-		}
-		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
-			t.Errorf("span %d (%s) is not a child of the caller's span", i, s.Name())
-		}
-		if w.result != telemetry.ResultFenced {
-			if len(s.Events()) != 0 {
-				t.Errorf("span %d: events %v on an admission", i, s.Events())
-			}
-			continue
-		}
-		ev := s.Events()
-		if len(ev) != 1 || ev[0].Name != telemetry.EventFenced {
-			t.Errorf("span %d: events %v, want one %s", i, ev, telemetry.EventFenced)
-			continue
-		}
-		for _, kv := range ev[0].Attributes {
-			if kv.Key == "leasehold.current_epoch" && kv.Value.AsInt64() != 9 {
-				t.Errorf("span %d: current epoch %d, want 9", i, kv.Value.AsInt64())
-			}
-		}
-	}
+	fencecheck.CheckSpans(t, rec.Ended(), parent, []fencecheck.Span{
+		{Name: "fence.MemoryGuard.Admit", Result: telemetry.ResultAdmitted, Epoch: 9},
+		{Name: "fence.MemoryGuard.Admit", Result: telemetry.ResultFenced, Epoch: 4, Current: 9},
+		{Name: "fence.MemoryGuard.Do", Result: telemetry.ResultFenced, Epoch: 3, Current: 9},
+	})
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/fencecheck"
 )
 
 const (
@@ -416,7 +417,7 @@ func TestGRPCStream(t *testing.T) {
 		_, err := callWrite(ctx, conn, fence.Token{Resource: "s", Epoch: 3})
 		waiting <- err
 	}()
-	waitForHolders(t, "s", 2)
+	fencecheck.WaitForHolders(t, "s", 2)
 	if g.Current("s") != 2 {
 		t.Errorf("a call was admitted during the stream: Current = %d", g.Current("s"))
 	}
@@ -447,7 +448,7 @@ func TestGRPCStream(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !ok || fe.Current != 3 || fe.Token.Epoch != 2 {
 		t.Errorf("stale stream: %v (Refusal as FencedError %v, %v)", err, fe, ok)
 	}
-	waitForHolders(t, "s", 0)
+	fencecheck.WaitForHolders(t, "s", 0)
 }
 
 // TestGRPCWaitAbandoned checks that a call waiting for a held resource ends
@@ -476,7 +477,7 @@ func TestGRPCWaitAbandoned(t *testing.T) {
 		t.Errorf("waiting past the deadline: %v, want DeadlineExceeded", err)
 	}
 	// The server side notices too and leaves only the holder.
-	waitForHolders(t, "w", 1)
+	fencecheck.WaitForHolders(t, "w", 1)
 	close(release)
 	if err := <-first; err != nil {
 		t.Errorf("first call: %v", err)
@@ -487,8 +488,9 @@ func TestGRPCWaitAbandoned(t *testing.T) {
 }
 
 // grpcSender calls Write with tk through the client interceptor.
-func grpcSender(conn *grpc.ClientConn) sendFunc {
-	return func(ctx context.Context, tk fence.Token) (bool, error) {
+func grpcSender(conn *grpc.ClientConn) fencecheck.SendFunc {
+	return func(ctx context.Context, res string, epoch int64) (bool, error) {
+		tk := fence.Token{Resource: res, Epoch: epoch}
 		_, err := callWrite(ctx, conn, tk)
 		switch {
 		case err == nil:
@@ -502,24 +504,24 @@ func grpcSender(conn *grpc.ClientConn) sendFunc {
 	}
 }
 
-func effectWriter(log *effectLog) *testWriter {
+func effectWriter(log *fencecheck.EffectLog) *testWriter {
 	return &testWriter{write: func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		tk, ok := fence.TokenFrom(ctx)
 		if !ok {
 			return nil, status.Error(codes.Internal, "no token in context")
 		}
-		log.effect(tk)
+		log.Effect(tk.Epoch)
 		return wrapperspb.String(""), nil
 	}}
 }
 
 // TestGRPCUnaryAtomic is TestMiddlewareAtomic over gRPC.
 func TestGRPCUnaryAtomic(t *testing.T) {
-	log := &effectLog{}
+	log := &fencecheck.EffectLog{}
 	conn := startGRPC(t, effectWriter(log), fencedServer(fence.NewMemoryGuard())...)
-	admitted, fenced := runConcurrent(t, 7, 8, 60, grpcSender(conn))
+	admitted, fenced := fencecheck.RunConcurrent(t, 7, 8, 60, grpcSender(conn))
 	t.Logf("%d admitted, %d fenced", admitted, fenced)
-	if v := log.violation(); v != "" {
+	if v := log.Violation(); v != "" {
 		t.Fatal(v)
 	}
 	if admitted < 40 || fenced < 40 {
@@ -545,12 +547,12 @@ func TestBrokenUnaryInterceptorIsCaught(t *testing.T) {
 			release() // the bug
 			return handler(fence.WithToken(ctx, tk), req)
 		}
-		log := &effectLog{}
+		log := &fencecheck.EffectLog{}
 		var caught string
 		t.Run(fmt.Sprint("round", round), func(t *testing.T) {
 			conn := startGRPC(t, effectWriter(log), grpc.UnaryInterceptor(broken))
-			runConcurrent(t, uint64(round), 8, 60, grpcSender(conn))
-			caught = log.violation()
+			fencecheck.RunConcurrent(t, uint64(round), 8, 60, grpcSender(conn))
+			caught = log.Violation()
 		})
 		if caught != "" {
 			t.Logf("round %d: checker caught the broken interceptor: %s", round, caught)

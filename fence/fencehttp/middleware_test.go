@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/admission"
+	"github.com/leasehold/leasehold/internal/fencecheck"
 )
 
 // httpReply is what a test client saw.
@@ -348,92 +348,10 @@ func TestMiddlewareMisconfigured(t *testing.T) {
 	}
 }
 
-// effectLog is the atomicity checker's record: the epochs of the effects in
-// the order they happened.
-type effectLog struct {
-	mu     sync.Mutex
-	epochs []int64
-}
-
-// effect stands for a write that takes a while: it sleeps a random short
-// time, then records the epoch it was performed under.
-func (l *effectLog) effect(t fence.Token) {
-	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
-	l.mu.Lock()
-	l.epochs = append(l.epochs, t.Epoch)
-	l.mu.Unlock()
-}
-
-// violation describes the first effect performed with a lower epoch than an
-// earlier effect, or returns "" if the log is non-decreasing.
-func (l *effectLog) violation() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := 1; i < len(l.epochs); i++ {
-		if l.epochs[i] < l.epochs[i-1] {
-			return fmt.Sprintf("effect %d ran with epoch %d after epoch %d", i, l.epochs[i], l.epochs[i-1])
-		}
-	}
-	return ""
-}
-
-func TestEffectLogViolation(t *testing.T) {
-	ok := &effectLog{epochs: []int64{1, 1, 2, 5}}
-	if v := ok.violation(); v != "" {
-		t.Errorf("violation(non-decreasing) = %q", v)
-	}
-	bad := &effectLog{epochs: []int64{1, 5, 4}}
-	if v := bad.violation(); v == "" {
-		t.Errorf("violation missed 5 then 4")
-	}
-}
-
-// sendFunc sends one fenced write with t and reports whether it was
-// admitted (false: refused as stale).
-type sendFunc func(ctx context.Context, t fence.Token) (admitted bool, err error)
-
-// runConcurrent has workers send writes for one resource with random,
-// loosely increasing epochs, so that stale tokens race current ones.
-func runConcurrent(t *testing.T, seed uint64, workers, ops int, send sendFunc) (admitted, fenced int) {
-	t.Helper()
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			for i := range ops {
-				tk := fence.Token{Resource: "atomic", Epoch: int64(i) + 1 + rng.Int64N(4)}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				ok, err := send(ctx, tk)
-				cancel()
-				if err != nil {
-					errs <- fmt.Errorf("send %s: %w", tk, err)
-					return
-				}
-				mu.Lock()
-				if ok {
-					admitted++
-				} else {
-					fenced++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	return admitted, fenced
-}
-
 // httpSender posts to url with t in the Fencing-Token header.
-func httpSender(c *http.Client, url string) sendFunc {
-	return func(ctx context.Context, tk fence.Token) (bool, error) {
+func httpSender(c *http.Client, url string) fencecheck.SendFunc {
+	return func(ctx context.Context, res string, epoch int64) (bool, error) {
+		tk := fence.Token{Resource: res, Epoch: epoch}
 		r, err := send(ctx, c, url, tk.String())
 		if err != nil {
 			return false, err
@@ -450,7 +368,7 @@ func httpSender(c *http.Client, url string) sendFunc {
 
 // startEffectServer serves mw(handler) where handler performs log.effect
 // under the token from its context.
-func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *effectLog) (*httptest.Server, *http.Client) {
+func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *fencecheck.EffectLog) (*httptest.Server, *http.Client) {
 	t.Helper()
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tk, ok := fence.TokenFrom(r.Context())
@@ -458,7 +376,7 @@ func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *ef
 			http.Error(w, "no token in context", http.StatusInternalServerError)
 			return
 		}
-		log.effect(tk)
+		log.Effect(tk.Epoch)
 	})))
 	c := srv.Client()
 	c.Transport.(*http.Transport).MaxIdleConnsPerHost = 32
@@ -470,12 +388,12 @@ func startEffectServer(t *testing.T, mw func(http.Handler) http.Handler, log *ef
 // effects in non-decreasing epoch order.
 func TestMiddlewareAtomic(t *testing.T) {
 	for round := range 3 {
-		log := &effectLog{}
+		log := &fencecheck.EffectLog{}
 		srv, c := startEffectServer(t, NewMiddleware(fence.NewMemoryGuard()), log)
-		admitted, fenced := runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
+		admitted, fenced := fencecheck.RunConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
 		t.Logf("round %d: %d admitted, %d fenced", round, admitted, fenced)
 		srv.Close()
-		if v := log.violation(); v != "" {
+		if v := log.Violation(); v != "" {
 			t.Fatalf("round %d: %s", round, v)
 		}
 		// Guard against a vacuous pass: both outcomes must be common.
@@ -513,34 +431,16 @@ func brokenMiddleware(g fence.Guard) func(http.Handler) http.Handler {
 func TestBrokenMiddlewareIsCaught(t *testing.T) {
 	const maxRounds = 20
 	for round := range maxRounds {
-		log := &effectLog{}
+		log := &fencecheck.EffectLog{}
 		srv, c := startEffectServer(t, brokenMiddleware(fence.NewMemoryGuard()), log)
-		runConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
+		fencecheck.RunConcurrent(t, uint64(round), 8, 60, httpSender(c, srv.URL))
 		srv.Close()
-		if v := log.violation(); v != "" {
+		if v := log.Violation(); v != "" {
 			t.Logf("round %d: checker caught the broken middleware: %s", round, v)
 			return
 		}
 	}
 	t.Fatalf("checker found no violation in %d rounds against the broken middleware", maxRounds)
-}
-
-// waitForHolders waits until n goroutines hold or wait for resource in the
-// process-wide lock table; it is how a test knows a request is queued
-// without guessing with sleeps.
-func waitForHolders(t *testing.T, resource string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := admission.Holders(resource)
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("resource %q: %d holders and waiters, want %d", resource, got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // statusRecorder remembers the status a handler wrote, for requests whose
@@ -634,7 +534,7 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 		}
 		gaveUp <- err
 	}()
-	waitForHolders(t, "held", 2)
+	fencecheck.WaitForHolders(t, "held", 2)
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled client: %v, want context.Canceled", err)
@@ -642,7 +542,7 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 	if status := <-outcomes; status != http.StatusServiceUnavailable {
 		t.Errorf("server answered the abandoned wait with %d, want 503", status)
 	}
-	waitForHolders(t, "held", 1)
+	fencecheck.WaitForHolders(t, "held", 1)
 	if g.Current("held") != 1 {
 		t.Errorf("abandoned waiters changed Current to %d", g.Current("held"))
 	}
@@ -656,7 +556,7 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 		}
 		second <- r
 	}()
-	waitForHolders(t, "held", 2)
+	fencecheck.WaitForHolders(t, "held", 2)
 	if g.Current("held") != 1 {
 		t.Errorf("a waiting request was admitted while the handler ran: Current = %d", g.Current("held"))
 	}
@@ -667,7 +567,7 @@ func TestMiddlewareHoldsOnlyItsResource(t *testing.T) {
 	if r := <-second; r.status != 200 || string(r.body) != "4:held" {
 		t.Errorf("second request: status %d body %q", r.status, r.body)
 	}
-	waitForHolders(t, "held", 0)
+	fencecheck.WaitForHolders(t, "held", 0)
 	if n := admission.Held(); n != 0 {
 		t.Errorf("lock table keeps %d idle resources", n)
 	}
@@ -694,5 +594,5 @@ func TestMiddlewareHandlerPanic(t *testing.T) {
 	if r := mustSend(t, c, srv.URL, "1:p"); r.status != 200 {
 		t.Errorf("after a panicking handler: status %d, want 200", r.status)
 	}
-	waitForHolders(t, "p", 0)
+	fencecheck.WaitForHolders(t, "p", 0)
 }

@@ -11,9 +11,10 @@
 //	r, err := lease.NewRegistry(cli, lease.WithObserver(m))
 //	p, err := worker.New(r, src, handle) // reports to m too
 //
-// A session started by hand takes session.WithObserver(m), a guard is
-// counted through m.Guard(g), and WatchAudit counts what the audit log
-// records.
+// The etcd guards built from that registry (fenceetcd.NewGuard(reg),
+// NewLeaseGuard(reg)) count their decisions too. A session started by
+// hand takes session.WithObserver(m), any other guard is counted through
+// m.Guard(g), and WatchAudit counts what the audit log records.
 //
 // Label values are bounded: results, ops and causes are fixed sets; no
 // resource or worker names become labels.
@@ -168,6 +169,10 @@ func (c *countingGuard) Admit(ctx context.Context, t fence.Token) error {
 	c.m.FenceDecided(err)
 	return err
 }
+
+// FenceDecided implements observe.Events: the decisions of the guards
+// built from a registry observed by m.
+func (e events) FenceDecided(err error) { e.m.FenceDecided(err) }
 
 // FenceDecided counts one fence decision by its result: nil is admitted,
 // an error matching fence.ErrFenced refused, any other error an error.

@@ -257,21 +257,9 @@ func (l demoLease) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantRe
 // tasks' completions feed the demo's timeline, and every event goes on to
 // the metrics (observe.Nop when there are none).
 type demoObserver struct {
-	next observe.Events
-	d    *demoRun
-	ctx  context.Context // the run's
-}
-
-func (o demoObserver) Events() observe.Events { return o }
-
-func (o demoObserver) LeaseAcquired(res string)          { o.next.LeaseAcquired(res) }
-func (o demoObserver) LeaseEnded(res, op, result string) { o.next.LeaseEnded(res, op, result) }
-func (o demoObserver) AcquireWaiting(delta int)          { o.next.AcquireWaiting(delta) }
-func (o demoObserver) AcquireWaited(wait time.Duration)  { o.next.AcquireWaited(wait) }
-func (o demoObserver) TaskStarted(res string)            { o.next.TaskStarted(res) }
-func (o demoObserver) SessionReplaced(worker string)     { o.next.SessionReplaced(worker) }
-func (o demoObserver) SessionRenewed(w string, rtt, headroom time.Duration) {
-	o.next.SessionRenewed(w, rtt, headroom)
+	observe.Events // the metrics'
+	d              *demoRun
+	ctx            context.Context // the run's
 }
 
 // SessionEnded is called once for each session, as it ends; a pool's Run
@@ -280,7 +268,7 @@ func (o demoObserver) SessionRenewed(w string, rtt, headroom time.Duration) {
 // ended the session, or the run was already over (ctx done: the pools are
 // shutting down).
 func (o demoObserver) SessionEnded(worker string, cause error) {
-	o.next.SessionEnded(worker, cause)
+	o.Events.SessionEnded(worker, cause)
 	o.d.stats.sessions.Add(1)
 	if errors.Is(cause, session.ErrClosed) || o.ctx.Err() != nil {
 		return
@@ -293,7 +281,7 @@ func (o demoObserver) SessionEnded(worker string, cause error) {
 // marks it for worker-1's pause, which waits for another worker to
 // complete the task it lost.
 func (o demoObserver) TaskEnded(task, result string, handler time.Duration) {
-	o.next.TaskEnded(task, result, handler)
+	o.Events.TaskEnded(task, result, handler)
 	if result != string(worker.Completed) {
 		return
 	}
@@ -595,11 +583,11 @@ func (d *demoRun) worker(ctx context.Context, g *globals, id int) error {
 	}
 	defer cli.Close()
 	cli.Lease = demoLease{Lease: cli.Lease, d: d}
-	obs := demoObserver{next: observe.Nop{}, d: d, ctx: ctx}
+	obs := demoObserver{Events: observe.Nop{}, d: d, ctx: ctx}
 	if d.metrics != nil {
-		obs.next = d.metrics.Events()
+		obs.Events = d.metrics.Events()
 	}
-	reg, err := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(obs))
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(d.ns), lease.WithLogger(g.log), lease.WithObserver(observe.Of(obs)))
 	if err != nil {
 		return err
 	}

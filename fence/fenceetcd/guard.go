@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,6 +23,7 @@ type config struct {
 	cli     *clientv3.Client
 	space   keys.Space
 	attempt time.Duration
+	events  observe.Events // the registry's observer (lease.WithObserver)
 }
 
 // fromRegistry is the configuration of reg, or the error of a nil reg: a
@@ -37,7 +39,8 @@ func fromRegistry(who string, reg *lease.Registry) (config, error) {
 	if reg.Client() == nil {
 		return config{}, fmt.Errorf("fenceetcd: %s: the registry has no client", who)
 	}
-	return config{cli: reg.Client(), space: space, attempt: hook.AttemptTimeout(reg)}, nil
+	_, events, _ := hook.Telemetry(reg)
+	return config{cli: reg.Client(), space: space, attempt: hook.AttemptTimeout(reg), events: events}, nil
 }
 
 // bound is ctx bounded by the attempt timeout.
@@ -53,9 +56,14 @@ func refuseEarly(ctx context.Context, t fence.Token) error {
 	return ctx.Err()
 }
 
-// startAdmit starts the span of one admission, as fence's own guards do.
-func startAdmit(ctx context.Context, op, guard string, t fence.Token) (context.Context, func(error)) {
-	return hook.StartAdmit(ctx, op, guard, t.Resource, t.Epoch)
+// startAdmit starts the span of one admission, as fence's own guards do;
+// finishing it also reports the decision to the registry's observer.
+func (c config) startAdmit(ctx context.Context, op, guard string, t fence.Token) (context.Context, func(error)) {
+	ctx, finish := hook.StartAdmit(ctx, op, guard, t.Resource, t.Epoch)
+	return ctx, func(err error) {
+		finish(err)
+		c.events.FenceDecided(err)
+	}
 }
 
 // Guard is a fence.Guard whose state lives in etcd, for effects that also
@@ -124,7 +132,7 @@ func (g *Guard) Admit(ctx context.Context, t fence.Token) error {
 // ops again if the first attempt committed, so make them idempotent or
 // guard them with a nested compare.
 func (g *Guard) AdmitOps(ctx context.Context, t fence.Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	ctx, finish := startAdmit(ctx, "fenceetcd.Guard.AdmitOps", "etcd", t)
+	ctx, finish := g.cfg.startAdmit(ctx, "fenceetcd.Guard.AdmitOps", "etcd", t)
 	defer func() { finish(err) }()
 	if err := refuseEarly(ctx, t); err != nil {
 		return nil, err

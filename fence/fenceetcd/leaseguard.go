@@ -66,7 +66,7 @@ func (g *LeaseGuard) Admit(ctx context.Context, t fence.Token) error {
 // permission on the lease key, or a missing permission on an op's key, is
 // ErrRefused.
 func (g *LeaseGuard) AdmitOps(ctx context.Context, t fence.Token, ops ...clientv3.Op) (resp *clientv3.TxnResponse, err error) {
-	ctx, finish := startAdmit(ctx, "fenceetcd.LeaseGuard.AdmitOps", "lease", t)
+	ctx, finish := g.cfg.startAdmit(ctx, "fenceetcd.LeaseGuard.AdmitOps", "lease", t)
 	defer func() { finish(err) }()
 	if err := refuseEarly(ctx, t); err != nil {
 		return nil, err

@@ -40,6 +40,11 @@ type Events interface {
 	TaskEnded(resource, result string, handler time.Duration)
 	// SessionReplaced reports that a pool replaced a lost session.
 	SessionReplaced(worker string)
+
+	// FenceDecided reports one admission of a guard built from a
+	// registry (fenceetcd.Guard, LeaseGuard): nil admitted, an error
+	// matching fence.ErrFenced refused, any other an error.
+	FenceDecided(err error)
 }
 
 // Provider is what lease.Observer and session.Observer spell: a value that
@@ -84,3 +89,6 @@ func (Nop) TaskEnded(string, string, time.Duration) {}
 
 // SessionReplaced implements Events.
 func (Nop) SessionReplaced(string) {}
+
+// FenceDecided implements Events.
+func (Nop) FenceDecided(error) {}

@@ -13,5 +13,8 @@ func (l *Log) SeeDeletion(ctx context.Context, res string, epoch int64, worker s
 	return l.explain(ctx, []deletion{{epochKey: epochKey{res, epoch}, worker: worker}})
 }
 
-// DefaultArchiveTable is the table an SQLArchive uses without WithTable.
+// DefaultArchiveTable is the table NewSQLArchive uses without WithTable.
 const DefaultArchiveTable = defaultArchiveTable
+
+// ArchiveTable is the table of an archive NewSQLArchive returned.
+func ArchiveTable(a Archive) string { return a.(*sqlArchive).table }

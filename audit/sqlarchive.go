@@ -15,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/sqldialect"
 )
 
-// defaultArchiveTable is the table an SQLArchive keeps its entries in
+// defaultArchiveTable is the table NewSQLArchive's archive keeps its entries in
 // unless WithTable names another.
 const defaultArchiveTable = "leasehold_audit"
 
@@ -137,10 +137,39 @@ func WithoutCreateTable() SQLArchiveOption {
 	}
 }
 
-// SQLArchive is an Archive in a table of an SQL database — PostgreSQL (9.5
-// or later) or SQLite (3.24 or later) — typically the one holding the
-// application's own data, so audit history is kept, backed up and queried
-// with it.
+// sqlArchive is the Archive NewSQLArchive returns.
+type sqlArchive struct {
+	db      *sql.DB
+	dialect sqldialect.Dialect
+	table   string
+
+	insertPrefix string // INSERT INTO t (columns) VALUES
+	insertSuffix string // ON CONFLICT ... DO NOTHING
+	rowsPerStmt  int
+	orderKey     string // the key column, as ORDER BY compares it
+	txOptions    *sql.TxOptions
+}
+
+var _ Archive = (*sqlArchive)(nil)
+
+// NewSQLArchive returns an archive keeping its entries in a table of db,
+// and creates the table and its index (SQLArchiveSchemaPostgres or
+// SQLArchiveSchemaSQLite) if they are missing, unless WithoutCreateTable is
+// given. Calling it again, from this process or another, with the table in
+// place is fine.
+//
+// The database, PostgreSQL or SQLite, is told by db's driver
+// (github.com/jackc/pgx/v5/stdlib, modernc.org/sqlite) or else asked.
+// NewSQLArchive then checks that the server is recent enough
+// for INSERT ... ON CONFLICT and that the table has the columns and primary
+// key the archive's statements use, so an unsuitable database is reported
+// now rather than at the first Append. These statements run with a
+// background context; bound them with the driver's connect timeout if
+// needed.
+//
+// The database is PostgreSQL (9.5 or later) or SQLite (3.24 or later),
+// typically the one holding the application's own data, so audit history
+// is kept, backed up and queried with it.
 //
 // Each entry is one row, identified by (namespace, revision, key) as the
 // Archive contract says; the table's columns hold every Entry field (see
@@ -160,48 +189,21 @@ func WithoutCreateTable() SQLArchiveOption {
 //     changes nothing, and neither does a retry after an unknown outcome.
 //     The row first stored is kept; etcd never gives one (revision, key)
 //     two values.
-//   - Concurrent: an SQLArchive is safe for concurrent use and holds no
+//   - Concurrent: the archive is safe for concurrent use and holds no
 //     state besides its *sql.DB, and any number of archives, in any number
 //     of processes, may append to one table at once, the same entries or
 //     not. On PostgreSQL, Append runs at READ COMMITTED, whatever the
 //     default isolation level, and inserts in (Revision, Key) order, so two
 //     appends of overlapping batches wait for each other instead of
-//     deadlocking or failing to serialize. On SQLite, open the database with a busy timeout and
-//     _txlock=immediate (file:app.db?_pragma=busy_timeout(5000)&_txlock=immediate
-//     with modernc.org/sqlite) so that writers queue for the write lock
-//     instead of failing with SQLITE_BUSY.
+//     deadlocking or failing to serialize. On SQLite, open the database
+//     with a busy timeout and _txlock=immediate
+//     (file:app.db?_pragma=busy_timeout(5000)&_txlock=immediate with
+//     modernc.org/sqlite) so that writers queue for the write lock instead
+//     of failing with SQLITE_BUSY.
 //
 // Every method stops when its ctx is done, with an error wrapping the
 // context's; an Append stopped that way stores nothing.
-type SQLArchive struct {
-	db      *sql.DB
-	dialect sqldialect.Dialect
-	table   string
-
-	insertPrefix string // INSERT INTO t (columns) VALUES
-	insertSuffix string // ON CONFLICT ... DO NOTHING
-	rowsPerStmt  int
-	orderKey     string // the key column, as ORDER BY compares it
-	txOptions    *sql.TxOptions
-}
-
-var _ Archive = (*SQLArchive)(nil)
-
-// NewSQLArchive returns an archive keeping its entries in a table of db,
-// and creates the table and its index (SQLArchiveSchemaPostgres or
-// SQLArchiveSchemaSQLite) if they are missing, unless WithoutCreateTable is
-// given. Calling it again, from this process or another, with the table in
-// place is fine.
-//
-// The database, PostgreSQL or SQLite, is told by db's driver
-// (github.com/jackc/pgx/v5/stdlib, modernc.org/sqlite) or else asked.
-// NewSQLArchive then checks that the server is recent enough
-// for INSERT ... ON CONFLICT and that the table has the columns and primary
-// key the archive's statements use, so an unsuitable database is reported
-// now rather than at the first Append. These statements run with a
-// background context; bound them with the driver's connect timeout if
-// needed.
-func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
+func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (Archive, error) {
 	if db == nil {
 		return nil, errors.New("audit: NewSQLArchive: nil *sql.DB")
 	}
@@ -219,7 +221,7 @@ func NewSQLArchive(db *sql.DB, opts ...SQLArchiveOption) (*SQLArchive, error) {
 		return nil, fmt.Errorf("audit: NewSQLArchive: %w", err)
 	}
 
-	a := &SQLArchive{db: db, dialect: dialect, table: cfg.table}
+	a := &sqlArchive{db: db, dialect: dialect, table: cfg.table}
 	qt := sqldialect.QuoteIdent(cfg.table)
 	a.insertPrefix = "INSERT INTO " + qt + " (" + archiveColumns + ") VALUES "
 	a.insertSuffix = " ON CONFLICT (namespace, revision, etcd_key) DO NOTHING"
@@ -281,19 +283,17 @@ func archiveSchema(d sqldialect.Dialect, table string) []string {
 // probe checks, without reading or writing any row, that the table has
 // every column and that (namespace, revision, etcd_key) is unique, as ON
 // CONFLICT needs: an insert of no rows is planned like Append's.
-func (a *SQLArchive) probe(ctx context.Context) error {
+func (a *sqlArchive) probe(ctx context.Context) error {
 	qt := sqldialect.QuoteIdent(a.table)
 	_, err := a.db.ExecContext(ctx, "INSERT INTO "+qt+" ("+archiveColumns+") SELECT "+archiveColumns+
 		" FROM "+qt+" WHERE 1 = 0"+a.insertSuffix)
 	return err
 }
 
-// Table returns the name of the table holding the archive's entries.
-func (a *SQLArchive) Table() string { return a.table }
 
 // Append stores entries of namespace in one transaction, durably once it
 // returns nil, and idempotently: entries already stored, by (namespace,
-// Revision, Key), are left as they are (see SQLArchive).
+// Revision, Key), are left as they are (see NewSQLArchive).
 //
 // Every entry is checked before anything is written, and one that could
 // not have come from the namespace's audit log — Revision not positive,
@@ -307,17 +307,17 @@ func (a *SQLArchive) Table() string { return a.table }
 // The rows are inserted in (Revision, Key) order, several per statement
 // (as many as the database's limit on bind parameters allows), all in the
 // one transaction.
-func (a *SQLArchive) Append(ctx context.Context, namespace string, entries []Entry) error {
+func (a *sqlArchive) Append(ctx context.Context, namespace string, entries []Entry) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("audit: SQLArchive.Append: %w", err)
+		return fmt.Errorf("audit: archive Append: %w", err)
 	}
 	space, err := keys.New(namespace)
 	if err != nil {
-		return fmt.Errorf("audit: SQLArchive.Append: %w", err)
+		return fmt.Errorf("audit: archive Append: %w", err)
 	}
 	for i, e := range entries {
 		if err := checkArchived(space, e); err != nil {
-			return fmt.Errorf("audit: SQLArchive.Append: entry %d of %d (revision %d, key %q): %w", i, len(entries), e.Revision, e.Key, err)
+			return fmt.Errorf("audit: archive Append: entry %d of %d (revision %d, key %q): %w", i, len(entries), e.Revision, e.Key, err)
 		}
 	}
 	// One order for every append, so that concurrent appends of
@@ -329,7 +329,7 @@ func (a *SQLArchive) Append(ctx context.Context, namespace string, entries []Ent
 	sorted = slices.CompactFunc(sorted, func(x, y Entry) bool { return x.Revision == y.Revision && x.Key == y.Key && equalEntries(x, y) })
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i-1].Revision == sorted[i].Revision && sorted[i-1].Key == sorted[i].Key {
-			return fmt.Errorf("audit: SQLArchive.Append: two different entries at revision %d, key %q", sorted[i].Revision, sorted[i].Key)
+			return fmt.Errorf("audit: archive Append: two different entries at revision %d, key %q", sorted[i].Revision, sorted[i].Key)
 		}
 	}
 	if len(sorted) == 0 {
@@ -338,17 +338,17 @@ func (a *SQLArchive) Append(ctx context.Context, namespace string, entries []Ent
 
 	tx, err := a.db.BeginTx(ctx, a.txOptions)
 	if err != nil {
-		return fmt.Errorf("audit: SQLArchive.Append: begin: %w", err)
+		return fmt.Errorf("audit: archive Append: begin: %w", err)
 	}
 	for chunk := range slices.Chunk(sorted, a.rowsPerStmt) {
 		stmt, args := a.insert(namespace, chunk)
 		if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
 			_ = tx.Rollback() // the insert's error is the one to report; nothing was committed
-			return fmt.Errorf("audit: SQLArchive.Append: inserting %d entries into %s table %s: %w", len(chunk), a.dialect, a.table, err)
+			return fmt.Errorf("audit: archive Append: inserting %d entries into %s table %s: %w", len(chunk), a.dialect, a.table, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("audit: SQLArchive.Append: commit: %w", err)
+		return fmt.Errorf("audit: archive Append: commit: %w", err)
 	}
 	return nil
 }
@@ -425,7 +425,7 @@ func checkArchived(space keys.Space, e Entry) error {
 }
 
 // insert returns one INSERT statement for entries and its arguments.
-func (a *SQLArchive) insert(namespace string, entries []Entry) (string, []any) {
+func (a *sqlArchive) insert(namespace string, entries []Entry) (string, []any) {
 	var b strings.Builder
 	b.WriteString(a.insertPrefix)
 	args := make([]any, 0, len(entries)*archiveColumnCount)
@@ -453,12 +453,12 @@ func (a *SQLArchive) insert(namespace string, entries []Entry) (string, []any) {
 // (Revision, Key) — keys compared byte by byte, as strings.Compare does.
 // Every field of f is applied by the database. An invalid namespace or
 // filter is refused as Log.List refuses it. Times are returned in UTC.
-func (a *SQLArchive) List(ctx context.Context, namespace string, f Filter) ([]Entry, error) {
+func (a *sqlArchive) List(ctx context.Context, namespace string, f Filter) ([]Entry, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("audit: SQLArchive.List: %w", err)
+		return nil, fmt.Errorf("audit: archive List: %w", err)
 	}
 	if err := keys.ValidateNamespace(namespace); err != nil {
-		return nil, fmt.Errorf("audit: SQLArchive.List: %w", err)
+		return nil, fmt.Errorf("audit: archive List: %w", err)
 	}
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -490,49 +490,21 @@ func (a *SQLArchive) List(ctx context.Context, namespace string, f Filter) ([]En
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY revision, " + a.orderKey
 	rows, err := a.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("audit: SQLArchive.List: %w", err)
+		return nil, fmt.Errorf("audit: archive List: %w", err)
 	}
 	defer rows.Close()
 	var out []Entry
 	for rows.Next() {
 		e, err := scanEntry(rows)
 		if err != nil {
-			return nil, fmt.Errorf("audit: SQLArchive.List: %w", err)
+			return nil, fmt.Errorf("audit: archive List: %w", err)
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("audit: SQLArchive.List: %w", err)
+		return nil, fmt.Errorf("audit: archive List: %w", err)
 	}
 	return out, nil
-}
-
-// Completion returns the newest archived Completed entry of resource in
-// namespace — who completed it, with which status and when — and false if
-// the archive holds none. It answers "was this completed" for a resource
-// whose done record retention has pruned from etcd.
-func (a *SQLArchive) Completion(ctx context.Context, namespace, resource string) (Entry, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return Entry{}, false, fmt.Errorf("audit: SQLArchive.Completion: %w", err)
-	}
-	if err := keys.ValidateNamespace(namespace); err != nil {
-		return Entry{}, false, fmt.Errorf("audit: SQLArchive.Completion: %w", err)
-	}
-	if err := keys.ValidateResource(resource); err != nil {
-		return Entry{}, false, fmt.Errorf("audit: SQLArchive.Completion: %w", err)
-	}
-	q := "SELECT " + archiveColumns + " FROM " + sqldialect.QuoteIdent(a.table) +
-		" WHERE namespace = " + a.dialect.Param(1) + " AND resource = " + a.dialect.Param(2) +
-		" AND kind = " + a.dialect.Param(3) +
-		" ORDER BY revision DESC, " + a.orderKey + " DESC LIMIT 1"
-	e, err := scanEntry(a.db.QueryRowContext(ctx, q, namespace, resource, string(Completed)))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Entry{}, false, nil
-	}
-	if err != nil {
-		return Entry{}, false, fmt.Errorf("audit: SQLArchive.Completion of %q: %w", resource, err)
-	}
-	return e, true, nil
 }
 
 // scanEntry reads a row of archiveColumns.

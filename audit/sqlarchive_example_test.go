@@ -19,7 +19,7 @@ import (
 // still found after its done record is gone from etcd. In an application
 // the recorder appends, given the archive with audit.WithArchive; here the
 // entries are written by hand.
-func ExampleSQLArchive() {
+func ExampleNewSQLArchive() {
 	dir, err := os.MkdirTemp("", "leasehold-example")
 	if err != nil {
 		log.Fatal(err)
@@ -60,13 +60,15 @@ func ExampleSQLArchive() {
 		fmt.Println(e.Revision, e.Kind, e.Worker, e.Time.Format(time.RFC3339Nano))
 	}
 
-	done, ok, err := archive.Completion(ctx, "/leasehold", "reports/7")
+	// What Log.Completion finds in the archive once the done record is
+	// gone from etcd.
+	done, err := archive.List(ctx, "/leasehold", audit.Filter{Resource: "reports/7", Kind: audit.Completed})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(ok, done.Status, done.Worker, done.Epoch)
+	fmt.Println(len(done), done[0].Status, done[0].Worker, done[0].Epoch)
 	// Output:
 	// 41 acquired w1 2026-05-04T09:30:00.123456789Z
 	// 44 completed w1 2026-05-04T09:30:02.123456789Z
-	// true sent w1 41
+	// 1 sent w1 41
 }

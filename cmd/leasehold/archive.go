@@ -50,7 +50,7 @@ func redactDSN(dsn string) string {
 
 // openArchive opens the archive --archive names; nil when it names none.
 // close releases the database.
-func (g *globals) openArchive() (a *audit.SQLArchive, close func(), err error) {
+func (g *globals) openArchive() (a audit.Archive, close func(), err error) {
 	if g.archive == "" {
 		return nil, func() {}, nil
 	}

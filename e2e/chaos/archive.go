@@ -17,7 +17,7 @@ import (
 )
 
 // Retention. Every run's recorders prune with a retention of seconds
-// (Config.Retention) into an audit.SQLArchive in a SQLite file of the run,
+// (Config.Retention) into an SQL archive (audit.NewSQLArchive) in a SQLite file of the run,
 // so pruning races with acquisitions, completions, stale retries, expiries
 // and the faults; two recorders run, so it also races with itself. Every
 // reader — the workers' Completion checks, the sweeper, the final read —
@@ -40,8 +40,8 @@ func archiveDSN(path string) string {
 		"?_txlock=immediate&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
 }
 
-// openArchive opens the archive's database and the audit.SQLArchive on it.
-func openArchive(dsn string, conns int) (*sql.DB, *audit.SQLArchive, error) {
+// openArchive opens the archive's database and the SQL archive on it.
+func openArchive(dsn string, conns int) (*sql.DB, audit.Archive, error) {
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, nil, err

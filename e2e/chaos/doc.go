@@ -193,7 +193,7 @@
 // # Retention
 //
 // Two recorders run with audit.WithRetention of a few seconds
-// (Config.Retention, 2 s by default) and an audit.SQLArchive in a SQLite
+// (Config.Retention, 2 s by default) and an SQL archive (audit.NewSQLArchive) in a SQLite
 // file of the run, so pruning races with itself, with the workers and with
 // the faults, and most of the log and most done records leave etcd during
 // the run. A task whose done record was pruned can be acquired again, so

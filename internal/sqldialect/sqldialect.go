@@ -1,5 +1,5 @@
 // Package sqldialect holds what the SDK's SQL stores (the fencesql
-// package's Guard, the audit package's SQLArchive) share about the
+// package's Guard, the audit package's SQL archive) share about the
 // databases they support: telling PostgreSQL from SQLite by the
 // database/sql driver, rendering placeholders, checking table names and
 // server versions.

@@ -35,7 +35,7 @@ const (
 // countingArchive is the SQLite archive, counting what Append stored and
 // how long it took.
 type countingArchive struct {
-	*audit.SQLArchive
+	audit.Archive
 	db      *sql.DB
 	entries atomic.Int64
 	busy    atomic.Int64 // nanoseconds inside Append
@@ -43,7 +43,7 @@ type countingArchive struct {
 
 func (a *countingArchive) Append(ctx context.Context, namespace string, entries []audit.Entry) error {
 	start := time.Now()
-	err := a.SQLArchive.Append(ctx, namespace, entries)
+	err := a.Archive.Append(ctx, namespace, entries)
 	a.busy.Add(int64(time.Since(start)))
 	if err == nil {
 		a.entries.Add(int64(len(entries)))
@@ -64,13 +64,13 @@ func openArchive(dir, name string) (*countingArchive, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &countingArchive{SQLArchive: a, db: db}, nil
+	return &countingArchive{Archive: a, db: db}, nil
 }
 
 // kinds counts the archived entries of namespace by kind, straight from
 // the table.
 func (a *countingArchive) kinds(ctx context.Context, namespace string) (map[audit.Kind]int, error) {
-	rows, err := a.db.QueryContext(ctx, "SELECT kind, COUNT(*) FROM "+a.Table()+" WHERE namespace = ? GROUP BY kind", namespace)
+	rows, err := a.db.QueryContext(ctx, "SELECT kind, COUNT(*) FROM leasehold_audit WHERE namespace = ? GROUP BY kind", namespace) // NewSQLArchive's default table
 	if err != nil {
 		return nil, err
 	}

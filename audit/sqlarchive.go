@@ -290,7 +290,6 @@ func (a *sqlArchive) probe(ctx context.Context) error {
 	return err
 }
 
-
 // Append stores entries of namespace in one transaction, durably once it
 // returns nil, and idempotently: entries already stored, by (namespace,
 // Revision, Key), are left as they are (see NewSQLArchive).

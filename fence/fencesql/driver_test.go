@@ -53,7 +53,8 @@ type wrappedStmt struct {
 }
 
 func (s wrappedStmt) Exec(args []driver.Value) (driver.Result, error) {
-	r, err := s.Stmt.Exec(args) //nolint:staticcheck // the interface database/sql falls back to
+	//lint:ignore SA1019 the method database/sql falls back to for a Stmt without ExecContext
+	r, err := s.Stmt.Exec(args)
 	if err != nil || !s.matched {
 		return r, err
 	}

@@ -7,6 +7,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -92,8 +93,8 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks, controlStrand, ControlFleetNoTakeover, ControlFleetNoFencing}
-	runs, caught := map[Control]int{}, map[Control]int{}
+	controls := []model.Control{model.ControlNoFencing, model.ControlNoCAS, model.ControlDeleteFirst, model.ControlUnfair, model.ControlWriterClocks, model.ControlStrand, model.ControlFleetNoTakeover, model.ControlFleetNoFencing}
+	runs, caught := map[model.Control]int{}, map[model.Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)
 	for round := uint64(0); round == 0 || time.Now().Before(deadline); round++ {
@@ -101,7 +102,7 @@ func TestChaosControlLong(t *testing.T) {
 			s := seed + round
 			t.Run(fmt.Sprintf("%s/seed-%d", c, s), func(t *testing.T) {
 				cfg := DefaultConfig()
-				if c == ControlFleetNoTakeover || c == ControlFleetNoFencing {
+				if c == model.ControlFleetNoTakeover || c == model.ControlFleetNoFencing {
 					cfg = cfg.FleetMode(8, fleetBacklog(t))
 				}
 				cfg.Seed, cfg.Duration, cfg.Control, cfg.Logf = s, per, c, t.Logf

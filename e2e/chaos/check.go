@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // Violation is one broken guarantee.
@@ -47,10 +48,10 @@ const (
 type Result struct {
 	Config   Config
 	Wall     time.Duration
-	Ops      map[OpType]map[Outcome]int
+	Ops      map[model.OpType]map[model.Outcome]int
 	Recorded int // operations recorded
 	Checked  int // operations in the linearizability histories
-	Faults   []Fault
+	Faults   []model.Fault
 	Tasks    int // tasks an acquisition was invoked on
 	Done     int // tasks with a completed entry in the log (etcd and the archive)
 	Swept    int // tasks the sweeper completed
@@ -82,9 +83,9 @@ type Result struct {
 	Rejections        int
 	RejectionsUnknown int
 	MaybeRejections   int
-	Effects           map[OpType]int
+	Effects           map[model.OpType]int
 	Retention         RetentionFacts
-	Porcupine         PorcupineResult
+	Porcupine         model.PorcupineResult
 	Violations        []Violation
 	Warnings          []string
 	OutDir            string
@@ -92,7 +93,7 @@ type Result struct {
 	// check: a miss breaks no guarantee and is no violation. Sessions are
 	// the workers' sessions it was computed from.
 	Liveness LivenessFacts
-	Sessions []SessionRecord
+	Sessions []model.SessionRecord
 	// Recipes is what the recipe workload did and its checks found (nil
 	// without one); RecipeOps its operations.
 	Recipes   *RecipeFacts
@@ -124,37 +125,32 @@ type epochInfo struct {
 
 type checker struct {
 	cfg     Config
-	ops     []Op
-	byID    map[string]*Op
+	ops     []model.Op
+	byID    map[string]*model.Op
 	touched []string
-	fs      finalState
-	faults  []Fault
+	fs      model.FinalState
+	faults  []model.Fault
 	end     int64 // a time after every operation could have taken effect
 	res     *Result
 
-	epochs  map[taskEpoch]*epochInfo // epochs are per task: a batch grants one revision to several
-	byTask  map[string][]*epochInfo  // in epoch order
-	acqOf   map[string]int64         // acquisition op id → the epoch it was granted (resolved unknowns too)
-	revOf   map[string]int64         // revocation op id → the epoch it revoked
-	effects map[string]*Effect       // op id → its effect
+	epochs  map[model.TaskEpoch]*epochInfo // epochs are per task: a batch grants one revision to several
+	byTask  map[string][]*epochInfo        // in epoch order
+	acqOf   map[string]int64               // acquisition op id → the epoch it was granted (resolved unknowns too)
+	revOf   map[string]int64               // revocation op id → the epoch it revoked
+	effects map[string]*model.Effect       // op id → its effect
 
 	// From etcd's history of the audit keys and done records.
-	written   map[entryID]bool         // every entry etcd ever held
-	deletedAt map[entryID]int64        // an entry → the revision retention deleted it at
-	donePut   map[taskEpoch]int64      // an epoch → the revision its done record was written at
-	doneGone  map[taskEpoch]int64      // an epoch → the revision retention deleted its done record at
-	completed map[string][]audit.Entry // task → its completed entries in the log
-}
-
-// taskEpoch names an epoch: a revision is unique per task, not overall —
-// TryAcquireMany gives every lease of a batch the transaction's revision.
-type taskEpoch struct {
-	task  string
-	epoch int64
+	written   map[model.EntryID]bool    // every entry etcd ever held
+	deletedAt map[model.EntryID]int64   // an entry → the revision retention deleted it at
+	donePut   map[model.TaskEpoch]int64 // an epoch → the revision its done record was written at
+	doneGone  map[model.TaskEpoch]int64 // an epoch → the revision retention deleted its done record at
+	completed map[string][]audit.Entry  // task → its completed entries in the log
 }
 
 // epoch returns the epoch etcd granted on task at revision e, if any.
-func (c *checker) epoch(task string, e int64) *epochInfo { return c.epochs[taskEpoch{task, e}] }
+func (c *checker) epoch(task string, e int64) *epochInfo {
+	return c.epochs[model.TaskEpoch{Task: task, Epoch: e}]
+}
 
 func (c *checker) fail(check, task, format string, args ...any) {
 	c.res.Violations = append(c.res.Violations, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
@@ -163,13 +159,13 @@ func (c *checker) fail(check, task, format string, args ...any) {
 // check runs every check on a run's history, final state and fault log.
 // end is a time after which no operation can still take effect (it is
 // moved past every invocation and return if need be).
-func check(cfg Config, ops []Op, touched []string, fs finalState, faults []Fault, end int64) *Result {
+func check(cfg Config, ops []model.Op, touched []string, fs model.FinalState, faults []model.Fault, end int64) *Result {
 	ops = slices.Clone(ops) // resolveInternal fills epochs in
 	c := &checker{
-		cfg: cfg, ops: ops, byID: map[string]*Op{}, touched: touched, fs: fs, faults: faults, end: end,
-		res:    &Result{Config: cfg, Faults: faults, Ops: map[OpType]map[Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[OpType]int{}},
-		epochs: map[taskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*Effect{},
-		written: map[entryID]bool{}, deletedAt: map[entryID]int64{}, donePut: map[taskEpoch]int64{}, doneGone: map[taskEpoch]int64{}, completed: map[string][]audit.Entry{},
+		cfg: cfg, ops: ops, byID: map[string]*model.Op{}, touched: touched, fs: fs, faults: faults, end: end,
+		res:    &Result{Config: cfg, Faults: faults, Ops: map[model.OpType]map[model.Outcome]int{}, EndKinds: map[audit.Kind]int{}, Effects: map[model.OpType]int{}},
+		epochs: map[model.TaskEpoch]*epochInfo{}, byTask: map[string][]*epochInfo{}, acqOf: map[string]int64{}, revOf: map[string]int64{}, effects: map[string]*model.Effect{},
+		written: map[model.EntryID]bool{}, deletedAt: map[model.EntryID]int64{}, donePut: map[model.TaskEpoch]int64{}, doneGone: map[model.TaskEpoch]int64{}, completed: map[string][]audit.Entry{},
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
@@ -180,7 +176,7 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, faults []Fault
 			continue
 		}
 		if c.res.Ops[op.Type] == nil {
-			c.res.Ops[op.Type] = map[Outcome]int{}
+			c.res.Ops[op.Type] = map[model.Outcome]int{}
 		}
 		c.res.Ops[op.Type][op.Outcome]++
 		if op.Return != 0 && op.Return < op.Invoke {
@@ -226,15 +222,15 @@ func check(cfg Config, ops []Op, touched []string, fs finalState, faults []Fault
 // released entry at the same revision (docs/protocol.md §3.4) — so epochs
 // strictly increase and never overlap.
 func (c *checker) checkLeaseHistory() {
-	released := map[taskEpoch]int64{} // → revision of the epoch's released entry
+	released := map[model.TaskEpoch]int64{} // → revision of the epoch's released entry
 	for _, e := range c.fs.Audit {
 		if e.Kind == audit.Released {
-			released[taskEpoch{e.Resource, e.Epoch}] = e.Revision
+			released[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = e.Revision
 		}
 	}
 	live := map[string]*epochInfo{}
 	for _, ev := range c.fs.LeaseEvents {
-		if cur := live[ev.Task]; ev.Put && cur != nil && released[taskEpoch{ev.Task, cur.Epoch}] == ev.Rev {
+		if cur := live[ev.Task]; ev.Put && cur != nil && released[model.TaskEpoch{Task: ev.Task, Epoch: cur.Epoch}] == ev.Rev {
 			// A handoff: the put ends the live epoch at its revision.
 			cur.End = ev.Rev
 			delete(live, ev.Task)
@@ -261,14 +257,14 @@ func (c *checker) checkLeaseHistory() {
 			c.fail(CheckEpochs, ev.Task, "epoch %d after epoch %d", ev.Rev, prev[len(prev)-1].Epoch)
 		}
 		ei := &epochInfo{Task: ev.Task, Epoch: ev.Rev, Worker: ev.Worker}
-		c.epochs[taskEpoch{ev.Task, ev.Rev}] = ei
+		c.epochs[model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}] = ei
 		c.byTask[ev.Task] = append(c.byTask[ev.Task], ei)
 		live[ev.Task] = ei
 	}
 	c.res.Epochs = len(c.epochs)
 	perRev := map[int64]int{}
 	for te := range c.epochs {
-		perRev[te.epoch]++
+		perRev[te.Epoch]++
 	}
 	for _, n := range perRev {
 		if n > 1 {
@@ -304,22 +300,22 @@ type taskWorker struct{ task, worker string }
 // granted that worker on that task that no reply claimed. Granted epochs
 // nobody asked for are violations.
 func (c *checker) resolveAcquisitions() {
-	claimed := map[taskEpoch]bool{}
-	unknown := map[taskWorker][]*Op{}
+	claimed := map[model.TaskEpoch]bool{}
+	unknown := map[taskWorker][]*model.Op{}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != OpAcquire {
+		if op.Type != model.OpAcquire {
 			continue
 		}
 		switch op.Outcome {
-		case OutOK:
-			te := taskEpoch{op.Task, op.Epoch}
+		case model.OutOK:
+			te := model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}
 			if claimed[te] {
 				c.fail(CheckHolder, op.Task, "epoch %d granted to two acquisitions (%s)", op.Epoch, op.ID)
 			}
 			claimed[te] = true
 			c.acqOf[op.ID] = op.Epoch
-		case OutUnknown:
+		case model.OutUnknown:
 			k := taskWorker{op.Task, op.Worker}
 			unknown[k] = append(unknown[k], op)
 		}
@@ -328,7 +324,7 @@ func (c *checker) resolveAcquisitions() {
 	for te, ei := range c.epochs {
 		if !claimed[te] {
 			k := taskWorker{ei.Task, ei.Worker}
-			unclaimed[k] = append(unclaimed[k], te.epoch)
+			unclaimed[k] = append(unclaimed[k], te.Epoch)
 		}
 	}
 	for k, eps := range unclaimed {
@@ -349,21 +345,21 @@ func (c *checker) resolveAcquisitions() {
 // etcd granted it, and an acquisition that returned before another began
 // holds a lower epoch.
 func (c *checker) checkAcquisitions() {
-	byTask := map[string][]*Op{}
+	byTask := map[string][]*model.Op{}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != OpAcquire {
+		if op.Type != model.OpAcquire {
 			continue
 		}
 		switch op.Outcome {
-		case OutOK:
+		case model.OutOK:
 			ei := c.epoch(op.Task, op.Epoch)
 			if ei == nil || ei.Worker != op.Worker {
 				c.fail(CheckHolder, op.Task, "%v: etcd never granted that epoch to that worker", op)
 				continue
 			}
 			byTask[op.Task] = append(byTask[op.Task], op)
-		case OutHeld:
+		case model.OutHeld:
 			// Current 0: nobody held it, but Acquire calls waited
 			// (lease.HeldError.Queued).
 			if op.Current != 0 && c.epoch(op.Task, op.Current) == nil {
@@ -386,7 +382,7 @@ func (c *checker) checkAcquisitions() {
 func (c *checker) checkHolders() {
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type == OpAcquire || op.Epoch == 0 {
+		if op.Type == model.OpAcquire || op.Epoch == 0 {
 			continue
 		}
 		ei := c.epoch(op.Task, op.Epoch)
@@ -414,7 +410,7 @@ func (c *checker) checkCompletion() {
 	okEpochs := map[string][]int64{}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type == OpComplete && op.Outcome == OutOK && !slices.Contains(okEpochs[op.Task], op.Epoch) {
+		if op.Type == model.OpComplete && op.Outcome == model.OutOK && !slices.Contains(okEpochs[op.Task], op.Epoch) {
 			okEpochs[op.Task] = append(okEpochs[op.Task], op.Epoch)
 		}
 	}
@@ -502,22 +498,22 @@ func (c *checker) checkRejections() {
 	succeeded := map[rejKey]bool{} // completions that returned ok
 	for i := range c.ops {
 		op := &c.ops[i]
-		if (op.Type != OpComplete && op.Type != OpRelease) || op.neverRan() {
+		if (op.Type != model.OpComplete && op.Type != model.OpRelease) || op.NeverRan() {
 			continue
 		}
 		k := rejKey{task: op.Task, worker: op.Worker, epoch: op.Epoch, attempted: audit.Released}
-		if op.Type == OpComplete {
+		if op.Type == model.OpComplete {
 			k.status, k.attempted = status, audit.Completed
 		}
 		switch op.Outcome {
-		case OutStale, OutStaleEarlier:
+		case model.OutStale, model.OutStaleEarlier:
 			seen[k] = append(seen[k], op.Current)
 			c.res.StaleSeen++
-		case OutStaleUnknown, OutUnknown:
+		case model.OutStaleUnknown, model.OutUnknown:
 			maybe[k]++
 			c.res.MaybeRejections++
-		case OutOK:
-			succeeded[k] = op.Type == OpComplete
+		case model.OutOK:
+			succeeded[k] = op.Type == model.OpComplete
 		}
 	}
 	entries := map[rejKey][]int64{}
@@ -547,7 +543,7 @@ func (c *checker) checkRejections() {
 			rewritten := true
 			for i := 1; i < len(es); i++ {
 				prev, next := es[i-1], es[i]
-				d := c.deletedAt[idOf(prev)]
+				d := c.deletedAt[model.IDOf(prev)]
 				rewritten = rewritten && prev.Key == next.Key && d != 0 && d < next.Revision
 			}
 			if rewritten {
@@ -575,7 +571,7 @@ func (c *checker) checkRejections() {
 // afterDoneGone reports whether every entry was written after retention
 // deleted the done record of k's epoch.
 func (c *checker) afterDoneGone(k rejKey, entries []audit.Entry) bool {
-	gone := c.doneGone[taskEpoch{k.task, k.epoch}]
+	gone := c.doneGone[model.TaskEpoch{Task: k.task, Epoch: k.epoch}]
 	return gone != 0 && !slices.ContainsFunc(entries, func(e audit.Entry) bool { return e.Revision <= gone })
 }
 
@@ -588,9 +584,9 @@ func (c *checker) checkRevocations() {
 		}
 		op := c.byID[e.Reason]
 		switch {
-		case op == nil || op.Type != OpRevoke || op.Task != e.Resource:
+		case op == nil || op.Type != model.OpRevoke || op.Task != e.Resource:
 			c.fail(CheckForensics, e.Resource, "revoked entry of epoch %d with reason %q matches no revocation", e.Epoch, e.Reason)
-		case op.Outcome == OutFail:
+		case op.Outcome == model.OutFail:
 			c.fail(CheckForensics, e.Resource, "revoked entry of epoch %d, but %v", e.Epoch, op)
 		default:
 			c.revOf[op.ID] = e.Epoch
@@ -598,7 +594,7 @@ func (c *checker) checkRevocations() {
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type == OpRevoke && op.Outcome == OutOK {
+		if op.Type == model.OpRevoke && op.Outcome == model.OutOK {
 			if _, ok := c.revOf[op.ID]; !ok {
 				c.fail(CheckForensics, op.Task, "%v, but no revoked entry names it", op)
 			}
@@ -609,11 +605,11 @@ func (c *checker) checkRevocations() {
 // checkForensics: every granted epoch has exactly one start entry and one
 // end entry, of the kind that matches how its key was deleted.
 func (c *checker) checkForensics() {
-	starts := map[taskEpoch]int{}
-	ends := map[taskEpoch][]audit.Entry{}
+	starts := map[model.TaskEpoch]int{}
+	ends := map[model.TaskEpoch][]audit.Entry{}
 	completedAt := map[int64]int{} // revision → completed entries written there
 	for _, e := range c.fs.Audit {
-		te := taskEpoch{e.Resource, e.Epoch}
+		te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
 		switch {
 		case e.Kind == audit.Acquired:
 			starts[te]++
@@ -638,7 +634,7 @@ func (c *checker) checkForensics() {
 		}
 	}
 	for te, ei := range c.epochs {
-		e := te.epoch
+		e := te.Epoch
 		if starts[te] != 1 {
 			c.fail(CheckForensics, ei.Task, "epoch %d has %d acquired entries, want 1", e, starts[te])
 		}
@@ -676,10 +672,10 @@ func (c *checker) checkForensics() {
 // each guard ends at the highest epoch it admitted.
 func (c *checker) checkDownstream() {
 	type gt struct {
-		guard OpType
+		guard model.OpType
 		task  string
 	}
-	byGT := map[gt][]*Effect{}
+	byGT := map[gt][]*model.Effect{}
 	for i := range c.fs.Effects {
 		e := &c.fs.Effects[i]
 		byGT[gt{e.Guard, e.Task}] = append(byGT[gt{e.Guard, e.Task}], e)
@@ -690,7 +686,7 @@ func (c *checker) checkDownstream() {
 			continue
 		case op.Type != e.Guard || op.Task != e.Task || op.Epoch != e.Epoch || op.Worker != e.Worker:
 			c.fail(CheckDownstream, e.Task, "%s effect %s (epoch %d, %s) does not match its operation %v", e.Guard, e.Op, e.Epoch, e.Worker, op)
-		case op.Outcome == OutRefused || op.Outcome == OutFail:
+		case op.Outcome == model.OutRefused || op.Outcome == model.OutFail:
 			c.fail(CheckDownstream, e.Task, "effect of %v, which was not applied", op)
 		}
 		if ei := c.epoch(e.Task, e.Epoch); ei == nil || ei.Worker != e.Worker {
@@ -698,8 +694,8 @@ func (c *checker) checkDownstream() {
 		}
 	}
 	for k, effs := range byGT {
-		slices.SortFunc(effs, func(a, b *Effect) int { return cmp.Compare(a.Order, b.Order) })
-		var hi *Effect
+		slices.SortFunc(effs, func(a, b *model.Effect) int { return cmp.Compare(a.Order, b.Order) })
+		var hi *model.Effect
 		for _, e := range effs {
 			if hi != nil && e.Epoch < hi.Epoch {
 				c.fail(CheckDownstream, k.task, "%s admitted epoch %d (%s, order %d) after epoch %d (%s, order %d)", k.guard, e.Epoch, e.Op, e.Order, hi.Epoch, hi.Op, hi.Order)
@@ -708,7 +704,7 @@ func (c *checker) checkDownstream() {
 				hi = e
 			}
 		}
-		if c.cfg.Control != ControlNoFencing && hi != nil && c.fs.Fenced[k.guard][k.task] != hi.Epoch {
+		if c.cfg.Control != model.ControlNoFencing && hi != nil && c.fs.Fenced[k.guard][k.task] != hi.Epoch {
 			c.fail(CheckDownstream, k.task, "%s guard holds epoch %d, the highest effect is epoch %d", k.guard, c.fs.Fenced[k.guard][k.task], hi.Epoch)
 		}
 	}
@@ -716,7 +712,7 @@ func (c *checker) checkDownstream() {
 	fencedAt := map[gt]map[int64]int64{} // → epoch → earliest return of a refusal
 	for i := range c.ops {
 		op := &c.ops[i]
-		if (op.Type != OpSQL && op.Type != OpEtcd) || op.Outcome != OutRefused {
+		if (op.Type != model.OpSQL && op.Type != model.OpEtcd) || op.Outcome != model.OutRefused {
 			continue
 		}
 		if op.Current <= op.Epoch {
@@ -732,11 +728,11 @@ func (c *checker) checkDownstream() {
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != OpSQL && op.Type != OpEtcd {
+		if op.Type != model.OpSQL && op.Type != model.OpEtcd {
 			continue
 		}
 		e := c.effects[op.ID]
-		if op.Outcome == OutOK && e == nil {
+		if op.Outcome == model.OutOK && e == nil {
 			c.fail(CheckDownstream, op.Task, "%v: admitted, but its effect is missing", op)
 		}
 		if t, ok := fencedAt[gt{op.Type, op.Task}][op.Epoch]; ok && e != nil && op.Invoke > t {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"time"
 )
 
@@ -43,29 +44,25 @@ type QueueFacts struct {
 	LongestWaitOp string
 }
 
-// neverRan reports an internal release whose acquisition was never
-// granted: there was nothing to release.
-func (o *Op) neverRan() bool { return o.Internal && o.Type == OpRelease && o.Epoch == 0 }
-
 // resolveInternal gives each internal release (Op.Of) the epoch its
 // acquisition was granted, as resolveAcquisitions resolved it, so that its
 // rejection entry, if it was stale, has an attempt, and the model sees it.
 func (c *checker) resolveInternal() {
 	for i := range c.ops {
 		op := &c.ops[i]
-		if !op.Internal || op.Type != OpRelease || op.Epoch != 0 {
+		if !op.Internal || op.Type != model.OpRelease || op.Epoch != 0 {
 			continue
 		}
 		if e, ok := c.acqOf[op.Of]; ok {
 			op.Epoch = e
-			if op.Outcome != OutFail {
+			if op.Outcome != model.OutFail {
 				c.res.InternalRan++
 			}
 		}
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Internal && op.Type == OpAcquire {
+		if op.Internal && op.Type == model.OpAcquire {
 			if _, ok := c.acqOf[op.ID]; ok {
 				c.res.InternalRan++
 			}
@@ -110,11 +107,11 @@ func (c *checker) checkFairness() {
 		default:
 			rev = min(les[0].Rev, qes[0].Rev)
 		}
-		var leaseAt []leaseEvent
+		var leaseAt []model.LeaseEvent
 		for len(les) > 0 && les[0].Rev == rev {
 			leaseAt, les = append(leaseAt, les[0]), les[1:]
 		}
-		var queueAt []queueEvent
+		var queueAt []model.QueueEvent
 		for len(qes) > 0 && qes[0].Rev == rev {
 			queueAt, qes = append(queueAt, qes[0]), qes[1:]
 		}
@@ -150,7 +147,7 @@ func (fc *fairness) unfair(task, format string, args ...any) {
 // before its revision; queueAt are the queue entries' changes at that
 // revision. A put is a grant: a direct claim while nobody waits, or to
 // the first waiter, whose entry goes in the same transaction.
-func (fc *fairness) leaseChange(g leaseEvent, queueAt []queueEvent) {
+func (fc *fairness) leaseChange(g model.LeaseEvent, queueAt []model.QueueEvent) {
 	f := fc.f
 	if !g.Put {
 		fc.live[g.Task] = false
@@ -210,7 +207,7 @@ func (fc *fairness) leaseChange(g leaseEvent, queueAt []queueEvent) {
 // queueChange applies a change of a queue entry, qe, to its task's queue:
 // a put joins the back of the queue (or rewrites the entry in place), a
 // deletion leaves it, abandoned unless it was the entry's grant.
-func (fc *fairness) queueChange(qe queueEvent) {
+func (fc *fairness) queueChange(qe model.QueueEvent) {
 	q := fc.queues[qe.Task]
 	i := -1
 	for j, e := range q {
@@ -248,17 +245,17 @@ func (c *checker) countWaits() {
 	f := &c.res.Queue
 	many := map[string]bool{} // AcquireMany's acquisitions, named by its internal ones
 	for i := range c.ops {
-		if op := &c.ops[i]; op.Internal && op.Type == OpAcquire {
+		if op := &c.ops[i]; op.Internal && op.Type == model.OpAcquire {
 			many[op.Of] = true
 		}
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
 		switch {
-		case op.Type != OpAcquire || op.Internal:
-		case op.Outcome == OutHeld && op.Current == 0:
+		case op.Type != model.OpAcquire || op.Internal:
+		case op.Outcome == model.OutHeld && op.Current == 0:
 			f.HeldQueued++
-		case op.Wait && op.Outcome == OutOK:
+		case op.Wait && op.Outcome == model.OutOK:
 			f.Waits++
 			if many[op.ID] {
 				f.ManyWaits++

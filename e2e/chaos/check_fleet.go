@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	wpool "github.com/leasehold/leasehold/worker"
 )
 
@@ -50,7 +51,7 @@ type FleetFacts struct {
 	// the most of one task (one per epoch that wrote it); Writes the
 	// handlers' writes by outcome.
 	Landed, MaxLanded int
-	Writes            map[Outcome]int
+	Writes            map[model.Outcome]int
 	// Stats is the pools' worker.Stats, summed.
 	Stats wpool.Stats
 	// Why handlers failed: an injected failure, a write fenced, a write
@@ -106,14 +107,14 @@ type fleetInput struct {
 	// (ControlFleetNoFencing), so the guard's epoch is not held to the
 	// effect left.
 	Unfenced bool
-	Ops      []Op
-	Leases   []leaseEvent
-	Done     []doneEvent
+	Ops      []model.Op
+	Leases   []model.LeaseEvent
+	Done     []model.DoneEvent
 	Audit    []audit.Entry
 	Fenced   map[string]int64 // the etcd guard's epoch per resource
 	Final    fleetFinal
 	Kills    []fleetKill
-	Faults   []Fault
+	Faults   []model.Fault
 	Pools    map[string]bool // the fleet's pools, by name
 }
 
@@ -137,13 +138,13 @@ type fleetInput struct {
 // prefix reaches it again waits behind the backlog instead, which the
 // feeder keeps at four bounds' worth of work (TestChaosFleet checks that a
 // pass took at least three).
-func TakeoverBound(ttl time.Duration, at int64, faults []Fault) time.Duration {
+func TakeoverBound(ttl time.Duration, at int64, faults []model.Fault) time.Duration {
 	base := grantedTTL(ttl) + fleetTakeoverSlack
 	b := base
 	for {
 		var ext time.Duration
 		for _, f := range faults {
-			if !isMemberFault(f.Kind) || f.End <= at || f.Start >= at+int64(b) {
+			if !model.IsMemberFault(f.Kind) || f.End <= at || f.Start >= at+int64(b) {
 				continue
 			}
 			ext += time.Duration(f.End - max(f.Start, at))
@@ -174,7 +175,7 @@ func checkFleet(in fleetInput) (*FleetFacts, []Violation) {
 // fleetLanding is an effect write in the store's history: its value and
 // the revision it landed at.
 type fleetLanding struct {
-	v   effectValue
+	v   model.EffectValue
 	rev int64
 }
 
@@ -185,13 +186,13 @@ type fleetCheck struct {
 	ff *FleetFacts
 	vs []Violation
 
-	tasks   map[string][]fleetKeyEvent // a task → its task key's changes
-	names   []string                   // the tasks, sorted
-	epochs  map[string][]*fleetEpoch   // a task → its epochs, from the lease keys' history
-	granted map[taskEpoch]string       // an epoch → the worker etcd granted it to
-	ended   map[taskEpoch]audit.Kind   // an epoch → how it ended, from the audit log
-	byID    map[string]*Op
-	acted   map[taskEpoch]bool // an epoch its holder wrote, completed or released with
+	tasks   map[string][]fleetKeyEvent     // a task → its task key's changes
+	names   []string                       // the tasks, sorted
+	epochs  map[string][]*fleetEpoch       // a task → its epochs, from the lease keys' history
+	granted map[model.TaskEpoch]string     // an epoch → the worker etcd granted it to
+	ended   map[model.TaskEpoch]audit.Kind // an epoch → how it ended, from the audit log
+	byID    map[string]*model.Op
+	acted   map[model.TaskEpoch]bool // an epoch its holder wrote, completed or released with
 
 	completedBy map[string]int64        // task → the epoch that completed it
 	last        map[string]fleetLanding // task → the last effect write of its history
@@ -202,13 +203,13 @@ type fleetCheck struct {
 func newFleetCheck(in fleetInput) *fleetCheck {
 	c := &fleetCheck{
 		in:          in,
-		ff:          &FleetFacts{Writes: map[Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)},
+		ff:          &FleetFacts{Writes: map[model.Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)},
 		tasks:       map[string][]fleetKeyEvent{},
 		epochs:      map[string][]*fleetEpoch{},
-		granted:     map[taskEpoch]string{},
-		ended:       map[taskEpoch]audit.Kind{},
-		byID:        map[string]*Op{},
-		acted:       map[taskEpoch]bool{},
+		granted:     map[model.TaskEpoch]string{},
+		ended:       map[model.TaskEpoch]audit.Kind{},
+		byID:        map[string]*model.Op{},
+		acted:       map[model.TaskEpoch]bool{},
 		completedBy: map[string]int64{},
 		last:        map[string]fleetLanding{},
 	}
@@ -232,19 +233,19 @@ func newFleetCheck(in fleetInput) *fleetCheck {
 		}
 		if ev.Put {
 			c.epochs[ev.Task] = append(eps, &fleetEpoch{epoch: ev.Rev, worker: ev.Worker, lease: ev.LeaseID})
-			c.granted[taskEpoch{ev.Task, ev.Rev}] = ev.Worker
+			c.granted[model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}] = ev.Worker
 		}
 	}
 	for _, e := range in.Audit {
 		if e.Kind.IsEnd() {
-			c.ended[taskEpoch{e.Resource, e.Epoch}] = e.Kind
+			c.ended[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = e.Kind
 		}
 	}
 	for i := range in.Ops {
 		op := &in.Ops[i]
 		c.byID[op.ID] = op
-		if op.Type != OpAcquire && op.Epoch != 0 && c.granted[taskEpoch{op.Task, op.Epoch}] == op.Worker {
-			c.acted[taskEpoch{op.Task, op.Epoch}] = true
+		if op.Type != model.OpAcquire && op.Epoch != 0 && c.granted[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] == op.Worker {
+			c.acted[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
 		}
 	}
 	return c
@@ -259,7 +260,7 @@ func (c *fleetCheck) fail(check, task, format string, args ...any) {
 // written in the transaction that deleted the task key; and no task key
 // left of a completed task.
 func (c *fleetCheck) checkComplete() {
-	donePuts := map[string][]doneEvent{}
+	donePuts := map[string][]model.DoneEvent{}
 	for _, ev := range c.in.Done {
 		if ev.Put {
 			donePuts[ev.Task] = append(donePuts[ev.Task], ev)
@@ -278,7 +279,7 @@ func (c *fleetCheck) checkComplete() {
 
 // checkCompleteTask checks one task's completion, given its done records
 // (puts), and notes the epoch that completed it.
-func (c *fleetCheck) checkCompleteTask(task string, puts []doneEvent) {
+func (c *fleetCheck) checkCompleteTask(task string, puts []model.DoneEvent) {
 	var dels []int64
 	for _, ev := range c.tasks[task] {
 		if !ev.Put {
@@ -342,13 +343,13 @@ func (c *fleetCheck) checkEffectHistory() map[string]bool {
 		switch {
 		case op == nil:
 			c.fail(CheckFleetEffects, task, "effect %s of epoch %d (%s) at revision %d has no operation", v.Op, v.Epoch, v.Worker, ev.Rev)
-		case op.Type != OpFleetEffect || op.Task != task || op.Epoch != v.Epoch || op.Worker != v.Worker:
+		case op.Type != model.OpFleetEffect || op.Task != task || op.Epoch != v.Epoch || op.Worker != v.Worker:
 			c.fail(CheckFleetEffects, task, "effect %s (epoch %d, %s) at revision %d does not match its operation %v", v.Op, v.Epoch, v.Worker, ev.Rev, op)
-		case op.Outcome == OutRefused || op.Outcome == OutFail:
+		case op.Outcome == model.OutRefused || op.Outcome == model.OutFail:
 			c.fail(CheckFleetEffects, task, "effect at revision %d of %v, which was not applied", ev.Rev, op)
 		}
 		landed[v.Op] = true
-		if w, ok := c.granted[taskEpoch{task, v.Epoch}]; !ok || w != v.Worker {
+		if w, ok := c.granted[model.TaskEpoch{Task: task, Epoch: v.Epoch}]; !ok || w != v.Worker {
 			c.fail(CheckFleetEffects, task, "effect %s at revision %d carries epoch %d, which etcd never granted to %s", v.Op, ev.Rev, v.Epoch, v.Worker)
 		}
 		if prev, ok := c.last[task]; ok {
@@ -370,14 +371,14 @@ func (c *fleetCheck) checkEffectHistory() map[string]bool {
 func (c *fleetCheck) checkEffectWrites(landed map[string]bool) {
 	for i := range c.in.Ops {
 		op := &c.in.Ops[i]
-		if op.Type != OpFleetEffect {
+		if op.Type != model.OpFleetEffect {
 			continue
 		}
 		c.ff.Writes[op.Outcome]++
 		switch {
-		case op.Outcome == OutOK && !landed[op.ID]:
+		case op.Outcome == model.OutOK && !landed[op.ID]:
 			c.fail(CheckFleetEffects, op.Task, "%v: admitted, but its effect is not in the store's history", op)
-		case op.Outcome == OutRefused && op.Current <= op.Epoch:
+		case op.Outcome == model.OutRefused && op.Current <= op.Epoch:
 			c.fail(CheckFleetEffects, op.Task, "%v: a refusal must name a higher epoch", op)
 		}
 	}
@@ -413,7 +414,7 @@ func (c *fleetCheck) checkFinalEffects() {
 		}
 	}
 	ff.EffectsMin = max(ff.EffectsMin, 0)
-	for _, task := range sortedKeys(in.Final.Effects) {
+	for _, task := range model.SortedKeys(in.Final.Effects) {
 		if _, ok := c.tasks[task]; !ok {
 			c.fail(CheckFleetEffects, task, "an effect in the store for no task of the fleet")
 		}
@@ -429,10 +430,10 @@ func (c *fleetCheck) checkTakeovers() {
 	for _, ev := range c.in.Final.Markers {
 		markers[ev.Lease] = append(markers[ev.Lease], ev)
 	}
-	held := map[string][]taskEpoch{} // a pool → the epochs it held, in revision order
+	held := map[string][]model.TaskEpoch{} // a pool → the epochs it held, in revision order
 	for _, ev := range c.in.Leases {
 		if _, ok := c.tasks[ev.Task]; ok && ev.Put {
-			held[ev.Worker] = append(held[ev.Worker], taskEpoch{ev.Task, ev.Rev})
+			held[ev.Worker] = append(held[ev.Worker], model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev})
 		}
 	}
 	c.ff.Kills = len(c.in.Kills)
@@ -479,10 +480,10 @@ func (c *fleetCheck) killBacklog() {
 // checkTakeover checks the takeover of te, an epoch the pool killed by k
 // held, if it was still live at the kill and etcd ended it with the dead
 // session: the next epoch of its task began within bound of the kill.
-func (c *fleetCheck) checkTakeover(k fleetKill, te taskEpoch, bound time.Duration, markers map[int64][]fleetMarkerEvent) {
-	task, eps := te.task, c.epochs[te.task]
+func (c *fleetCheck) checkTakeover(k fleetKill, te model.TaskEpoch, bound time.Duration, markers map[int64][]fleetMarkerEvent) {
+	task, eps := te.Task, c.epochs[te.Task]
 	for j, e := range eps {
-		if e.epoch != te.epoch || e.end <= k.Rev || c.ended[te] != audit.Expired {
+		if e.epoch != te.Epoch || e.end <= k.Rev || c.ended[te] != audit.Expired {
 			continue
 		}
 		to := FleetTakeover{Pool: k.Pool, Task: task, Epoch: e.epoch, Ended: e.end, Bound: bound}
@@ -507,18 +508,18 @@ func (c *fleetCheck) checkTakeover(k fleetKill, te taskEpoch, bound time.Duratio
 // its acquisition was invoked lo and returned hi after at. An acquisition
 // of unknown outcome resolved to e is the holder's first on the task
 // invoked after the kill; its return says nothing (hi 0).
-func claimTimes(ops []Op, task string, e *fleetEpoch, at int64) (lo, hi time.Duration) {
+func claimTimes(ops []model.Op, task string, e *fleetEpoch, at int64) (lo, hi time.Duration) {
 	since := func(t int64) time.Duration { return time.Duration(max(t-at, 0)) }
-	var unknown *Op
+	var unknown *model.Op
 	for i := range ops {
 		op := &ops[i]
-		if op.Type != OpAcquire || op.Task != task || op.Worker != e.worker {
+		if op.Type != model.OpAcquire || op.Task != task || op.Worker != e.worker {
 			continue
 		}
-		if op.Outcome == OutOK && op.Epoch == e.epoch {
+		if op.Outcome == model.OutOK && op.Epoch == e.epoch {
 			return since(op.Invoke), since(op.Return)
 		}
-		if op.Outcome == OutUnknown && op.Invoke >= at && (unknown == nil || op.Invoke < unknown.Invoke) {
+		if op.Outcome == model.OutUnknown && op.Invoke >= at && (unknown == nil || op.Invoke < unknown.Invoke) {
 			unknown = op
 		}
 	}
@@ -532,13 +533,13 @@ func claimTimes(ops []Op, task string, e *fleetEpoch, at int64) (lo, hi time.Dur
 // etcd lease, the revision its key was deleted at, how it ended, and
 // whether its holder ever acted with it (wrote, completed or released)
 // beside claiming it.
-func epochHistory(eps []*fleetEpoch, task string, ended map[taskEpoch]audit.Kind, acted map[taskEpoch]bool) string {
+func epochHistory(eps []*fleetEpoch, task string, ended map[model.TaskEpoch]audit.Kind, acted map[model.TaskEpoch]bool) string {
 	if len(eps) == 0 {
 		return "none"
 	}
 	var parts []string
 	for _, e := range eps {
-		te := taskEpoch{task, e.epoch}
+		te := model.TaskEpoch{Task: task, Epoch: e.epoch}
 		kind := string(ended[te])
 		if kind == "" {
 			kind = "no end entry"
@@ -579,11 +580,11 @@ func markerFate(evs []fleetMarkerEvent, e *fleetEpoch) string {
 
 // claimsBetween says which acquisitions of task were invoked from from to
 // to, by outcome: the takeovers tried, and how they ended.
-func claimsBetween(ops []Op, task string, from, to int64) string {
-	n := map[Outcome]int{}
+func claimsBetween(ops []model.Op, task string, from, to int64) string {
+	n := map[model.Outcome]int{}
 	total := 0
 	for i := range ops {
-		if op := &ops[i]; op.Type == OpAcquire && op.Task == task && op.Invoke > from && op.Invoke < to {
+		if op := &ops[i]; op.Type == model.OpAcquire && op.Task == task && op.Invoke > from && op.Invoke < to {
 			n[op.Outcome]++
 			total++
 		}
@@ -594,7 +595,7 @@ func claimsBetween(ops []Op, task string, from, to int64) string {
 	return fmt.Sprintf("acquisitions tried before it: %s", outcomeCounts(n))
 }
 
-func doneEpochs(evs []doneEvent) []int64 {
+func doneEpochs(evs []model.DoneEvent) []int64 {
 	var out []int64
 	for _, ev := range evs {
 		out = append(out, ev.Epoch)
@@ -604,7 +605,7 @@ func doneEpochs(evs []doneEvent) []int64 {
 
 // check gathers the fleet's figures and runs checkFleet on the run's
 // history and final state.
-func (f *fleet) check(fs finalState, ff fleetFinal, faults []Fault, drain fleetDrain) (*FleetFacts, []Violation) {
+func (f *fleet) check(fs model.FinalState, ff fleetFinal, faults []model.Fault, drain fleetDrain) (*FleetFacts, []Violation) {
 	f.mu.Lock()
 	pools := slices.Clone(f.pools)
 	kills := slices.Clone(f.kills)
@@ -614,8 +615,8 @@ func (f *fleet) check(fs finalState, ff fleetFinal, faults []Fault, drain fleetD
 		names[p.name] = true
 	}
 	in := fleetInput{
-		TTL: f.r.cfg.TTL, Unfenced: f.r.cfg.Control == ControlFleetNoFencing,
-		Ops: f.r.hist.Ops(), Leases: fs.LeaseEvents, Done: fs.DoneEvents, Audit: fs.Audit, Fenced: fs.Fenced[OpEtcd],
+		TTL: f.r.cfg.TTL, Unfenced: f.r.cfg.Control == model.ControlFleetNoFencing,
+		Ops: f.r.hist.Ops(), Leases: fs.LeaseEvents, Done: fs.DoneEvents, Audit: fs.Audit, Fenced: fs.Fenced[model.OpEtcd],
 		Final: ff, Kills: kills, Faults: faults, Pools: names,
 	}
 	facts, vs := checkFleet(in)
@@ -671,7 +672,7 @@ func (ff *FleetFacts) lines() []string {
 		}
 	}
 	var parts []string
-	for _, pool := range sortedKeys(per) {
+	for _, pool := range model.SortedKeys(per) {
 		t := per[pool]
 		bound := ""
 		if t.Bound != ff.Bound {
@@ -688,9 +689,9 @@ func (ff *FleetFacts) lines() []string {
 
 func roundMS(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-func outcomeCounts(m map[Outcome]int) string {
+func outcomeCounts(m map[model.Outcome]int) string {
 	var parts []string
-	for _, o := range outcomes {
+	for _, o := range model.Outcomes {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, m[o]))
 		}

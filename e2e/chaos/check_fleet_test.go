@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // fleetScenario is a small fleet history that passes the fleet's checks:
@@ -22,25 +23,25 @@ const (
 )
 
 func newFleetScenario() fleetInput {
-	op := func(id string, typ OpType, task, w string, epoch, inv, ret int64, out Outcome) Op {
-		return Op{ID: id, Type: typ, Task: task, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out}
+	op := func(id string, typ model.OpType, task, w string, epoch, inv, ret int64, out model.Outcome) model.Op {
+		return model.Op{ID: id, Type: typ, Task: task, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out}
 	}
 	eff := func(task string, rev, epoch int64, w, id string) fleetEffectEvent {
-		return fleetEffectEvent{Task: task, Rev: rev, Put: true, Value: effectValue{Task: task, Epoch: epoch, Worker: w, Op: id}}
+		return fleetEffectEvent{Task: task, Rev: rev, Put: true, Value: model.EffectValue{Task: task, Epoch: epoch, Worker: w, Op: id}}
 	}
 	return fleetInput{
 		TTL: time.Second,
-		Ops: []Op{
-			op("a1", OpAcquire, fleetA, "f0.0", 10, sec/10, sec/10+1, OutOK),
-			op("e1", OpFleetEffect, fleetA, "f0.0", 10, sec/5, sec/5+1, OutOK),
-			op("a2", OpAcquire, fleetA, "f1.0", 20, sec+1800*sec/1000, sec+1850*sec/1000, OutOK),
-			op("e2", OpFleetEffect, fleetA, "f1.0", 20, 3*sec, 3*sec+1, OutOK),
-			op("c2", OpComplete, fleetA, "f1.0", 20, 3*sec+2, 3*sec+3, OutOK),
-			op("b1", OpAcquire, fleetB, "f1.0", 30, 4*sec, 4*sec+1, OutOK),
-			op("eb", OpFleetEffect, fleetB, "f1.0", 30, 4*sec+2, 4*sec+3, OutOK),
-			op("cb", OpComplete, fleetB, "f1.0", 30, 4*sec+4, 4*sec+5, OutOK),
+		Ops: []model.Op{
+			op("a1", model.OpAcquire, fleetA, "f0.0", 10, sec/10, sec/10+1, model.OutOK),
+			op("e1", model.OpFleetEffect, fleetA, "f0.0", 10, sec/5, sec/5+1, model.OutOK),
+			op("a2", model.OpAcquire, fleetA, "f1.0", 20, sec+1800*sec/1000, sec+1850*sec/1000, model.OutOK),
+			op("e2", model.OpFleetEffect, fleetA, "f1.0", 20, 3*sec, 3*sec+1, model.OutOK),
+			op("c2", model.OpComplete, fleetA, "f1.0", 20, 3*sec+2, 3*sec+3, model.OutOK),
+			op("b1", model.OpAcquire, fleetB, "f1.0", 30, 4*sec, 4*sec+1, model.OutOK),
+			op("eb", model.OpFleetEffect, fleetB, "f1.0", 30, 4*sec+2, 4*sec+3, model.OutOK),
+			op("cb", model.OpComplete, fleetB, "f1.0", 30, 4*sec+4, 4*sec+5, model.OutOK),
 		},
-		Leases: []leaseEvent{
+		Leases: []model.LeaseEvent{
 			{Task: fleetA, Rev: 10, Put: true, CreateRev: 10, Worker: "f0.0", LeaseID: 100},
 			{Task: fleetA, Rev: 15},
 			{Task: fleetA, Rev: 20, Put: true, CreateRev: 20, Worker: "f1.0", LeaseID: 200},
@@ -48,7 +49,7 @@ func newFleetScenario() fleetInput {
 			{Task: fleetB, Rev: 30, Put: true, CreateRev: 30, Worker: "f1.0", LeaseID: 200},
 			{Task: fleetB, Rev: 32},
 		},
-		Done: []doneEvent{
+		Done: []model.DoneEvent{
 			{Task: fleetA, Rev: 22, Put: true, Epoch: 20, Worker: "f1.0"},
 			{Task: fleetB, Rev: 32, Put: true, Epoch: 30, Worker: "f1.0"},
 		},
@@ -68,7 +69,7 @@ func newFleetScenario() fleetInput {
 				eff(fleetA, 21, 20, "f1.0", "e2"),
 				eff(fleetB, 31, 30, "f1.0", "eb"),
 			},
-			Effects: map[string]effectValue{
+			Effects: map[string]model.EffectValue{
 				fleetA: {Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e2"},
 				fleetB: {Task: fleetB, Epoch: 30, Worker: "f1.0", Op: "eb"},
 			},
@@ -108,7 +109,7 @@ func TestCheckerPassesAFleet(t *testing.T) {
 }
 
 func TestCheckerCatchesFleet(t *testing.T) {
-	stale := effectValue{Task: fleetA, Epoch: 10, Worker: "f0.0", Op: "e3"}
+	stale := model.EffectValue{Task: fleetA, Epoch: 10, Worker: "f0.0", Op: "e3"}
 	for _, c := range []struct {
 		name  string
 		check string
@@ -116,19 +117,19 @@ func TestCheckerCatchesFleet(t *testing.T) {
 		mod   func(in *fleetInput)
 	}{
 		{"stale write landed", CheckFleetEffects, "a stale write landed: epoch 10's effect (e3, f0.0) at revision 25, after epoch 20's (e2, f1.0) at revision 21", func(in *fleetInput) {
-			in.Ops = append(in.Ops, Op{ID: "e3", Type: OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: OutOK})
+			in.Ops = append(in.Ops, model.Op{ID: "e3", Type: model.OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: model.OutOK})
 			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
 			in.Final.Effects[fleetA] = stale
 		}},
 		{"stale effect left", CheckFleetEffects, "the store holds epoch 10's effect (e3, f0.0), but epoch 20 completed the task", func(in *fleetInput) {
-			in.Ops = append(in.Ops, Op{ID: "e3", Type: OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: OutOK})
+			in.Ops = append(in.Ops, model.Op{ID: "e3", Type: model.OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: model.OutOK})
 			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
 			in.Final.Effects[fleetA] = stale
 		}},
 		{"two writes in one epoch", CheckFleetEffects, "epoch 20 wrote its effect twice: e2 at revision 21, e4 at revision 23", func(in *fleetInput) {
-			in.Ops = append(in.Ops, Op{ID: "e4", Type: OpFleetEffect, Task: fleetA, Worker: "f1.0", Epoch: 20, Invoke: 3 * sec, Return: 3*sec + 1, Outcome: OutUnknown})
-			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 23, Put: true, Value: effectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}})
-			in.Final.Effects[fleetA] = effectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}
+			in.Ops = append(in.Ops, model.Op{ID: "e4", Type: model.OpFleetEffect, Task: fleetA, Worker: "f1.0", Epoch: 20, Invoke: 3 * sec, Return: 3*sec + 1, Outcome: model.OutUnknown})
+			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 23, Put: true, Value: model.EffectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}})
+			in.Final.Effects[fleetA] = model.EffectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}
 		}},
 		{"effect missing", CheckFleetEffects, "no effect in the store at the end", func(in *fleetInput) {
 			delete(in.Final.Effects, fleetB)
@@ -137,7 +138,7 @@ func TestCheckerCatchesFleet(t *testing.T) {
 			in.Final.EffectEvents = in.Final.EffectEvents[1:]
 		}},
 		{"refused write landed", CheckFleetEffects, "which was not applied", func(in *fleetInput) {
-			in.Ops[1].Outcome, in.Ops[1].Current = OutRefused, 20
+			in.Ops[1].Outcome, in.Ops[1].Current = model.OutRefused, 20
 		}},
 		{"effect of an epoch never granted", CheckFleetEffects, "carries epoch 10, which etcd never granted to f2.0", func(in *fleetInput) {
 			in.Ops[1].Worker = "f2.0"
@@ -154,7 +155,7 @@ func TestCheckerCatchesFleet(t *testing.T) {
 			in.Final.TaskEvents[3].Rev = 33
 		}},
 		{"completed twice", CheckFleetComplete, "2 done records written (epochs [30 40]), want one", func(in *fleetInput) {
-			in.Done = append(in.Done, doneEvent{Task: fleetB, Rev: 42, Put: true, Epoch: 40, Worker: "f1.0"})
+			in.Done = append(in.Done, model.DoneEvent{Task: fleetB, Rev: 42, Put: true, Epoch: 40, Worker: "f1.0"})
 		}},
 		{"never completed", CheckFleetComplete, "never completed, even after healing", func(in *fleetInput) {
 			in.Done = in.Done[:1]
@@ -168,19 +169,19 @@ func TestCheckerCatchesFleet(t *testing.T) {
 			// f1.0's claim of job-b had an unknown outcome, was applied
 			// all the same, and f1.0 never ran it: the sweeper completed
 			// it once f1.0's session ended.
-			in.Ops = slices.DeleteFunc(in.Ops, func(op Op) bool { return op.Task == fleetB })
+			in.Ops = slices.DeleteFunc(in.Ops, func(op model.Op) bool { return op.Task == fleetB })
 			in.Ops = append(in.Ops,
-				Op{ID: "b1", Type: OpAcquire, Task: fleetB, Worker: "f1.0", Invoke: 4 * sec, Return: 4*sec + 1, Outcome: OutUnknown},
-				Op{ID: "sb", Type: OpAcquire, Task: fleetB, Worker: sweeper, Epoch: 40, Invoke: 9 * sec, Return: 9*sec + 1, Outcome: OutOK})
+				model.Op{ID: "b1", Type: model.OpAcquire, Task: fleetB, Worker: "f1.0", Invoke: 4 * sec, Return: 4*sec + 1, Outcome: model.OutUnknown},
+				model.Op{ID: "sb", Type: model.OpAcquire, Task: fleetB, Worker: sweeper, Epoch: 40, Invoke: 9 * sec, Return: 9*sec + 1, Outcome: model.OutOK})
 			in.Leases = append(slices.Delete(in.Leases, 4, 6),
-				leaseEvent{Task: fleetB, Rev: 30, Put: true, CreateRev: 30, Worker: "f1.0", LeaseID: 200},
-				leaseEvent{Task: fleetB, Rev: 33},
-				leaseEvent{Task: fleetB, Rev: 40, Put: true, CreateRev: 40, Worker: sweeper},
-				leaseEvent{Task: fleetB, Rev: 41})
+				model.LeaseEvent{Task: fleetB, Rev: 30, Put: true, CreateRev: 30, Worker: "f1.0", LeaseID: 200},
+				model.LeaseEvent{Task: fleetB, Rev: 33},
+				model.LeaseEvent{Task: fleetB, Rev: 40, Put: true, CreateRev: 40, Worker: sweeper},
+				model.LeaseEvent{Task: fleetB, Rev: 41})
 			in.Audit = append(in.Audit[:2],
 				audit.Entry{Kind: audit.Expired, Resource: fleetB, Worker: "f1.0", Epoch: 30, Revision: 34},
 				audit.Entry{Kind: audit.Completed, Resource: fleetB, Worker: sweeper, Epoch: 40, Revision: 41})
-			in.Done[1] = doneEvent{Task: fleetB, Rev: 41, Put: true, Epoch: 40, Worker: sweeper}
+			in.Done[1] = model.DoneEvent{Task: fleetB, Rev: 41, Put: true, Epoch: 40, Worker: sweeper}
 			in.Final.TaskEvents = in.Final.TaskEvents[:3]
 			in.Final.KeysLeft = []string{fleetB}
 			in.Final.EffectEvents = in.Final.EffectEvents[:2]
@@ -189,7 +190,7 @@ func TestCheckerCatchesFleet(t *testing.T) {
 		{"taken over late", CheckFleetTakeover, "f0.0 held epoch 10 when it was killed; etcd ended it at revision 15, and the next epoch, 20 (f1.0), began 6s after the kill (its acquisition invoked 5.9s after): over the takeover bound 3s; " +
 			"its session (lease 64)'s marker (put at revision 5) was deleted with the epoch, yet no pool took the task over then; acquisitions tried before it: unknown 1", func(in *fleetInput) {
 			in.Ops[2].Invoke, in.Ops[2].Return = sec+5900*sec/1000, 7*sec
-			in.Ops = append(in.Ops, Op{ID: "a9", Type: OpAcquire, Task: fleetA, Worker: "f1.0", Invoke: 3 * sec, Return: 3*sec + sec/3, Outcome: OutUnknown})
+			in.Ops = append(in.Ops, model.Op{ID: "a9", Type: model.OpAcquire, Task: fleetA, Worker: "f1.0", Invoke: 3 * sec, Return: 3*sec + sec/3, Outcome: model.OutUnknown})
 		}},
 		{"taken over late without a marker", CheckFleetTakeover, "over the takeover bound 3s; its session (lease 64) never had a marker (its put failed), so no pool learned that it ended; no acquisition of the task was tried before it", func(in *fleetInput) {
 			in.Ops[2].Invoke, in.Ops[2].Return = sec+5900*sec/1000, 7*sec
@@ -223,16 +224,16 @@ func TestCheckerFleetTakeoverBound(t *testing.T) {
 	at := 10 * sec
 	for _, c := range []struct {
 		name   string
-		faults []Fault
+		faults []model.Fault
 		want   time.Duration
 	}{
 		{"none", nil, base},
-		{"a worker's fault", []Fault{{Kind: FaultFreeze, Start: at, End: at + 5*sec}}, base},
-		{"a member's fault before", []Fault{{Kind: FaultMemberStop, Start: at - 5*sec, End: at}}, base},
-		{"a member's fault after", []Fault{{Kind: FaultMemberStop, Start: at + 3*sec, End: at + 8*sec}}, base},
-		{"a member's fault at the death", []Fault{{Kind: FaultLeaderStop, Start: at - sec, End: at + 2*sec}}, base + 2*time.Second},
+		{"a worker's fault", []model.Fault{{Kind: model.FaultFreeze, Start: at, End: at + 5*sec}}, base},
+		{"a member's fault before", []model.Fault{{Kind: model.FaultMemberStop, Start: at - 5*sec, End: at}}, base},
+		{"a member's fault after", []model.Fault{{Kind: model.FaultMemberStop, Start: at + 3*sec, End: at + 8*sec}}, base},
+		{"a member's fault at the death", []model.Fault{{Kind: model.FaultLeaderStop, Start: at - sec, End: at + 2*sec}}, base + 2*time.Second},
 		// The second fault starts within the bound the first extended.
-		{"two in a row", []Fault{{Kind: FaultLeaderStop, Start: at + sec, End: at + 3*sec}, {Kind: FaultMemberFreeze, Start: at + 4*sec, End: at + 5*sec}}, base + 3*time.Second},
+		{"two in a row", []model.Fault{{Kind: model.FaultLeaderStop, Start: at + sec, End: at + 3*sec}, {Kind: model.FaultMemberFreeze, Start: at + 4*sec, End: at + 5*sec}}, base + 3*time.Second},
 	} {
 		if got := TakeoverBound(time.Second, at, c.faults); got != c.want {
 			t.Errorf("%s: bound %v, want %v", c.name, got, c.want)
@@ -241,7 +242,7 @@ func TestCheckerFleetTakeoverBound(t *testing.T) {
 
 	in := newFleetScenario()
 	in.Ops[2].Invoke, in.Ops[2].Return = sec+5900*sec/1000, 7*sec
-	in.Faults = []Fault{{Kind: FaultLeaderPause, Start: sec / 2, End: 5 * sec}}
+	in.Faults = []model.Fault{{Kind: model.FaultLeaderPause, Start: sec / 2, End: 5 * sec}}
 	ff, vs := checkFleet(in)
 	if len(vs) > 0 || ff.Takeovers[0].Bound != base+4*time.Second {
 		t.Errorf("a takeover within a member's fault: bound %v, violations %v", ff.Takeovers[0].Bound, vs)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	wpool "github.com/leasehold/leasehold/worker"
 )
 
@@ -60,17 +61,17 @@ type PoolWorkerFacts struct {
 //
 // It also counts the tasks the pools claimed that completed after the
 // faults were healed; check "incomplete" holds every task to that.
-func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation) {
+func (r *runner) checkPools(res *Result, fs model.FinalState) (*PoolFacts, []Violation) {
 	pf := &PoolFacts{Workers: len(r.pools), Slots: poolSlots}
 	var vs []Violation
 	fail := func(format string, args ...any) {
 		vs = append(vs, Violation{Check: CheckPool, Detail: fmt.Sprintf(format, args...)})
 	}
-	completedEpoch := map[taskEpoch]bool{}
+	completedEpoch := map[model.TaskEpoch]bool{}
 	completedTask := map[string]bool{}
 	for _, e := range fs.Audit {
 		if e.Kind == audit.Completed {
-			completedEpoch[taskEpoch{e.Resource, e.Epoch}] = true
+			completedEpoch[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = true
 			completedTask[e.Resource] = true
 		}
 	}
@@ -78,12 +79,12 @@ func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation
 	for _, p := range r.pools {
 		st := p.pool.Stats()
 		wf := PoolWorkerFacts{Name: p.name, Stats: st}
-		rejected := map[taskEpoch]bool{}
+		rejected := map[model.TaskEpoch]bool{}
 		for _, e := range fs.Audit {
 			if e.Kind != audit.Rejected || e.Attempted != audit.Completed || e.Worker != p.name {
 				continue
 			}
-			te := taskEpoch{e.Resource, e.Epoch}
+			te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
 			if rejected[te] {
 				continue // rewritten after retention pruned the first
 			}
@@ -94,10 +95,10 @@ func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation
 				wf.Rejections++
 			}
 		}
-		okEpochs := map[taskEpoch]bool{}
+		okEpochs := map[model.TaskEpoch]bool{}
 		for _, op := range ops {
-			if op.Worker == p.name && op.Type == OpComplete && op.Outcome == OutOK {
-				okEpochs[taskEpoch{op.Task, op.Epoch}] = true
+			if op.Worker == p.name && op.Type == model.OpComplete && op.Outcome == model.OutOK {
+				okEpochs[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
 			}
 		}
 		wf.Completions = int64(len(okEpochs))
@@ -128,7 +129,7 @@ func (r *runner) checkPools(res *Result, fs finalState) (*PoolFacts, []Violation
 	}
 	tasks := map[string]bool{}
 	for _, op := range ops {
-		if op.Type == OpAcquire && pools[op.Worker] {
+		if op.Type == model.OpAcquire && pools[op.Worker] {
 			tasks[op.Task] = true
 		}
 	}

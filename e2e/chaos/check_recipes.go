@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,8 +48,8 @@ type recipeWrite struct {
 // its namespace's lease keys and audit keys, and every write that landed
 // downstream, since revision 1.
 type recipeState struct {
-	Leases []leaseEvent
-	Audit  []auditEvent
+	Leases []model.LeaseEvent
+	Audit  []model.AuditEvent
 	Writes []recipeWrite
 }
 
@@ -59,13 +60,13 @@ func readRecipes(cli *clientv3.Client) (recipeState, error) {
 	space := keys.MustNew(recipeNamespace)
 	var fs recipeState
 	var err error
-	if fs.Leases, _, err = readLeaseHistory(ctx, cli, space); err != nil {
+	if fs.Leases, _, err = model.ReadLeaseHistory(ctx, cli, space); err != nil {
 		return fs, err
 	}
-	if fs.Audit, err = readAuditHistory(ctx, cli, space); err != nil {
+	if fs.Audit, err = model.ReadAuditHistory(ctx, cli, space); err != nil {
 		return fs, err
 	}
-	err = readHistory(ctx, cli, recipeEffectPrefix, func(ev *clientv3.Event) error {
+	err = model.ReadHistory(ctx, cli, recipeEffectPrefix, func(ev *clientv3.Event) error {
 		if ev.Type != clientv3.EventTypePut {
 			return fmt.Errorf("chaos: recipe downstream key %q deleted at revision %d", ev.Kv.Key, ev.Kv.ModRevision)
 		}
@@ -93,7 +94,7 @@ type RecipeFacts struct {
 	// Writes counts the write attempts by outcome; Landed those in the
 	// downstream's history; Late the late writes of careless holders
 	// whose holding had ended, LateLanded and LateRefused their fate.
-	Writes                       map[Outcome]int
+	Writes                       map[model.Outcome]int
 	Landed, Late                 int
 	LateLanded, LateRefused      int
 	Election, Semaphore, Fencing int // violations per check
@@ -107,7 +108,7 @@ func (f *RecipeFacts) lines() []string {
 		order = "epochs NOT increasing"
 	}
 	var parts []string
-	for _, o := range outcomes {
+	for _, o := range model.Outcomes {
 		if n := f.Writes[o]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, n))
 		}
@@ -153,7 +154,7 @@ func (c *recipeChecker) fail(check, res, format string, args ...any) {
 func checkRecipes(limit int, ops []RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
 	c := &recipeChecker{
 		limit: limit, ops: ops, fs: fs, space: keys.MustNew(recipeNamespace),
-		facts:  &RecipeFacts{Limit: limit, Writes: map[Outcome]int{}, electionOrder: true},
+		facts:  &RecipeFacts{Limit: limit, Writes: map[model.Outcome]int{}, electionOrder: true},
 		holder: map[string]map[int64]string{},
 	}
 	for _, ev := range fs.Leases {
@@ -184,7 +185,7 @@ func (c *recipeChecker) checkElection() {
 			ended[ev.Key] = ev.Rev
 		}
 	}
-	var live *leaseEvent
+	var live *model.LeaseEvent
 	var last int64
 	for i := range c.fs.Leases {
 		ev := &c.fs.Leases[i]
@@ -215,7 +216,7 @@ func (c *recipeChecker) checkElection() {
 	}
 	told := map[int64][]string{}
 	for _, op := range c.ops {
-		if op.Type != RecipeCampaign || op.Outcome != OutOK {
+		if op.Type != RecipeCampaign || op.Outcome != model.OutOK {
 			continue
 		}
 		c.facts.Campaigns++
@@ -233,7 +234,7 @@ func (c *recipeChecker) checkElection() {
 
 // checkSemaphore replays the permits' lease keys, a revision at a time.
 func (c *recipeChecker) checkSemaphore() {
-	live := map[string]leaseEvent{}
+	live := map[string]model.LeaseEvent{}
 	for i := 0; i < len(c.fs.Leases); {
 		rev := c.fs.Leases[i].Rev
 		granted := false
@@ -257,7 +258,7 @@ func (c *recipeChecker) checkSemaphore() {
 		c.facts.MostLive = max(c.facts.MostLive, len(live))
 		if granted && len(live) > c.limit {
 			var held []string
-			for _, res := range sortedKeys(live) {
+			for _, res := range model.SortedKeys(live) {
 				held = append(held, fmt.Sprintf("%s epoch %d (%s)", res, live[res].Rev, live[res].Worker))
 			}
 			c.fail(CheckSemaphore, "", "%d permits live at revision %d, limit %d: %s", len(live), rev, c.limit, strings.Join(held, ", "))
@@ -269,7 +270,7 @@ func (c *recipeChecker) checkSemaphore() {
 	}
 	told := map[permit][]string{}
 	for _, op := range c.ops {
-		if op.Type != RecipeAcquire || op.Outcome != OutOK {
+		if op.Type != RecipeAcquire || op.Outcome != model.OutOK {
 			continue
 		}
 		c.facts.Acquired++
@@ -299,7 +300,7 @@ func (c *recipeChecker) checkFencing() {
 		c.facts.Writes[op.Outcome]++
 		if op.Late {
 			c.facts.Late++
-			if op.Outcome == OutRefused {
+			if op.Outcome == model.OutRefused {
 				c.facts.LateRefused++
 			}
 		}
@@ -342,7 +343,7 @@ func (c *recipeChecker) checkFencing() {
 			c.fail(CheckRecipeFencing, w.Resource, "write %s landed at revision %d, but no worker made it", w.Op, w.Rev)
 		case op.Resource != w.Resource || op.Epoch != w.Epoch || op.Worker != w.Worker:
 			c.fail(CheckRecipeFencing, w.Resource, "write %s landed as %s epoch %d (%s), but was made as %s epoch %d (%s)", w.Op, w.Resource, w.Epoch, w.Worker, op.Resource, op.Epoch, op.Worker)
-		case op.Outcome == OutRefused:
+		case op.Outcome == model.OutRefused:
 			c.fail(CheckRecipeFencing, w.Resource, "write %s of epoch %d landed at revision %d, though it was refused (fence at %d)", w.Op, w.Epoch, w.Rev, op.Current)
 		}
 		if op != nil && op.Late {
@@ -359,7 +360,7 @@ func (c *recipeChecker) checkFencing() {
 			len(ws), k.epoch, ws[0].Worker, h.Op, h.Epoch, h.Worker, h.Rev, strings.Join(ids, ", "))
 	}
 	for _, op := range c.ops {
-		if op.Type == RecipeWrite && op.Outcome == OutOK && landed[op.ID].Op == "" {
+		if op.Type == RecipeWrite && op.Outcome == model.OutOK && landed[op.ID].Op == "" {
 			c.fail(CheckRecipeFencing, op.Resource, "write %s of epoch %d was admitted, but never landed", op.ID, op.Epoch)
 		}
 	}

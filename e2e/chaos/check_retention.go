@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 )
 
@@ -69,11 +70,11 @@ func (c *checker) commitBounds() *commitBounds {
 	var as []acq
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type == OpAcquire && !op.Internal && op.Outcome == OutOK && op.Epoch > 0 && op.Return > 0 {
+		if op.Type == model.OpAcquire && !op.Internal && op.Outcome == model.OutOK && op.Epoch > 0 && op.Return > 0 {
 			as = append(as, acq{op.Epoch, op.Invoke, op.Return})
 		}
 	}
-	slices.SortFunc(as, func(a, b acq) int { return compareInt(a.rev, b.rev) })
+	slices.SortFunc(as, func(a, b acq) int { return model.CompareInt(a.rev, b.rev) })
 	b := &commitBounds{revs: make([]int64, len(as)), afterPrefix: make([]int64, len(as)), byRev: make([]int64, len(as))}
 	for i, a := range as {
 		b.revs[i] = a.rev
@@ -131,7 +132,7 @@ func (c *checker) indexHistories() {
 				c.fail(CheckForensics, taskOfKey(ev.Key), "audit key %q written at revision %d while it held the entry of revision %d (created at %d): entries are create-only", ev.Key, ev.Rev, cur, ev.CreateRev)
 			}
 			holds[ev.Key] = ev.Rev
-			c.written[entryID{ev.Rev, ev.Key}] = true
+			c.written[model.EntryID{Rev: ev.Rev, Key: ev.Key}] = true
 			continue
 		}
 		c.res.Retention.PrunedAudit++
@@ -140,7 +141,7 @@ func (c *checker) indexHistories() {
 			c.fail(CheckRetention, taskOfKey(ev.Key), "audit key %q deleted at revision %d while it held no entry", ev.Key, ev.Rev)
 			continue
 		}
-		c.deletedAt[entryID{cur, ev.Key}] = ev.Rev
+		c.deletedAt[model.EntryID{Rev: cur, Key: ev.Key}] = ev.Rev
 		holds[ev.Key] = 0
 	}
 	for _, e := range c.fs.Archive {
@@ -154,10 +155,10 @@ func (c *checker) indexHistories() {
 	}
 	for _, ev := range c.fs.DoneEvents {
 		if ev.Put {
-			c.donePut[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
+			c.donePut[model.TaskEpoch{Task: ev.Task, Epoch: ev.Epoch}] = ev.Rev
 		} else {
 			c.res.Retention.PrunedDone++
-			c.doneGone[taskEpoch{ev.Task, ev.Epoch}] = ev.Rev
+			c.doneGone[model.TaskEpoch{Task: ev.Task, Epoch: ev.Epoch}] = ev.Rev
 		}
 	}
 	f := &c.res.Retention
@@ -165,7 +166,7 @@ func (c *checker) indexHistories() {
 	f.Archived, f.Appends = len(c.fs.Archive), c.fs.Appends
 	f.AuditLeft, f.DoneLeft = c.fs.AuditKeysLeft, len(c.fs.Done)
 	for i := range c.ops {
-		if op := &c.ops[i]; op.Type == OpDoneRead && op.Outcome == OutOK && op.Current != 0 {
+		if op := &c.ops[i]; op.Type == model.OpDoneRead && op.Outcome == model.OutOK && op.Current != 0 {
 			f.FoundCompleted++
 		}
 	}
@@ -201,21 +202,21 @@ func (c *checker) checkRetention() {
 // the first start and end entry of each epoch (checkForensics reports a
 // second).
 type auditLog struct {
-	inLog  map[entryID]audit.Entry
-	starts map[taskEpoch]audit.Entry
-	ends   map[taskEpoch]audit.Entry
+	inLog  map[model.EntryID]audit.Entry
+	starts map[model.TaskEpoch]audit.Entry
+	ends   map[model.TaskEpoch]audit.Entry
 }
 
 // readLog indexes the audit log, reporting an entry listed twice or one
 // etcd never held.
 func (c *checker) readLog() auditLog {
 	lg := auditLog{
-		inLog:  make(map[entryID]audit.Entry, len(c.fs.Audit)),
-		starts: map[taskEpoch]audit.Entry{},
-		ends:   map[taskEpoch]audit.Entry{},
+		inLog:  make(map[model.EntryID]audit.Entry, len(c.fs.Audit)),
+		starts: map[model.TaskEpoch]audit.Entry{},
+		ends:   map[model.TaskEpoch]audit.Entry{},
 	}
 	for _, e := range c.fs.Audit {
-		id := idOf(e)
+		id := model.IDOf(e)
 		if _, dup := lg.inLog[id]; dup {
 			c.fail(CheckRetention, e.Resource, "the log lists the %s entry of revision %d (%s) twice", e.Kind, e.Revision, e.Key)
 		}
@@ -225,7 +226,7 @@ func (c *checker) readLog() auditLog {
 		}
 		// The first start and end entry of an epoch (checkForensics
 		// reports a second).
-		te := taskEpoch{e.Resource, e.Epoch}
+		te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
 		_, started := lg.starts[te]
 		_, ended := lg.ends[te]
 		switch {
@@ -241,11 +242,11 @@ func (c *checker) readLog() auditLog {
 // checkDeletions checks that the archive holds only entries etcd held,
 // that no entry written is lost from the log (inLog), and that every entry
 // deleted from etcd was archived, by a recorder, before its deletion.
-func (c *checker) checkDeletions(inLog map[entryID]audit.Entry) {
-	archived := make(map[entryID]bool, len(c.fs.Archive))
+func (c *checker) checkDeletions(inLog map[model.EntryID]audit.Entry) {
+	archived := make(map[model.EntryID]bool, len(c.fs.Archive))
 	for _, e := range c.fs.Archive {
-		archived[idOf(e)] = true
-		if !c.written[idOf(e)] {
+		archived[model.IDOf(e)] = true
+		if !c.written[model.IDOf(e)] {
 			c.fail(CheckRetention, e.Resource, "the archive holds a %s entry at revision %d (%s) that etcd never held", e.Kind, e.Revision, e.Key)
 		}
 	}
@@ -256,11 +257,11 @@ func (c *checker) checkDeletions(inLog map[entryID]audit.Entry) {
 		}
 		return ""
 	}
-	ids := make([]entryID, 0, len(c.written))
+	ids := make([]model.EntryID, 0, len(c.written))
 	for id := range c.written {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b entryID) int { return compareInt(a.Rev, b.Rev) })
+	slices.SortFunc(ids, func(a, b model.EntryID) int { return model.CompareInt(a.Rev, b.Rev) })
 	for _, id := range ids {
 		d := c.deletedAt[id]
 		if _, ok := inLog[id]; !ok && id.Rev <= c.fs.AuditRev {
@@ -292,7 +293,7 @@ func (c *checker) checkArchivedAge(lg auditLog) {
 		if !ok {
 			continue // reported above, if it was written before the log was read
 		}
-		te := taskEpoch{e.Resource, e.Epoch}
+		te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
 		end, ended := lg.ends[te]
 		_, started := lg.starts[te]
 		due := e // the entry whose age makes e due
@@ -319,16 +320,16 @@ func (c *checker) checkEpochsLeftWhole(lg auditLog) {
 		if !ok {
 			continue
 		}
-		if ds, de := c.deletedAt[idOf(s)], c.deletedAt[idOf(e)]; ds != de {
-			c.fail(CheckRetention, te.task, "epoch %d left etcd in pieces: its acquired entry deleted at revision %d, its %s entry at %d (0: never)", te.epoch, ds, e.Kind, de)
+		if ds, de := c.deletedAt[model.IDOf(s)], c.deletedAt[model.IDOf(e)]; ds != de {
+			c.fail(CheckRetention, te.Task, "epoch %d left etcd in pieces: its acquired entry deleted at revision %d, its %s entry at %d (0: never)", te.Epoch, ds, e.Kind, de)
 		}
 	}
 	for _, ev := range c.fs.DoneEvents {
 		if ev.Put {
 			continue
 		}
-		e, ok := lg.ends[taskEpoch{ev.Task, ev.Epoch}]
-		if !ok || e.Kind != audit.Completed || c.deletedAt[idOf(e)] != ev.Rev {
+		e, ok := lg.ends[model.TaskEpoch{Task: ev.Task, Epoch: ev.Epoch}]
+		if !ok || e.Kind != audit.Completed || c.deletedAt[model.IDOf(e)] != ev.Rev {
 			c.fail(CheckRetention, ev.Task, "the done record of epoch %d was deleted at revision %d, not together with the epoch's completed entry", ev.Epoch, ev.Rev)
 		}
 	}
@@ -349,7 +350,7 @@ func (c *checker) checkDoneRecords() {
 	type change struct {
 		rev   int64
 		lease bool // an epoch began
-		done  doneEvent
+		done  model.DoneEvent
 	}
 	byTask := map[string][]change{}
 	for _, ev := range c.fs.LeaseEvents {
@@ -363,7 +364,7 @@ func (c *checker) checkDoneRecords() {
 	bounds := c.commitBounds()
 	ret := int64(c.cfg.Retention)
 	for task, chs := range byTask {
-		slices.SortStableFunc(chs, func(a, b change) int { return compareInt(a.rev, b.rev) })
+		slices.SortStableFunc(chs, func(a, b change) int { return model.CompareInt(a.rev, b.rev) })
 		var standing int64   // the epoch of the done record in etcd (0: none)
 		pruned := false      // a done record of the task was deleted
 		var completion int64 // the revision of the deleted record's put, until an epoch begins after it
@@ -388,7 +389,7 @@ func (c *checker) checkDoneRecords() {
 					c.fail(CheckCompletion, task, "deletion at revision %d of a done record of epoch %d; etcd held epoch %d's", ch.rev, ch.done.Epoch, standing)
 				}
 				standing, pruned = 0, true
-				completion = c.donePut[taskEpoch{task, ch.done.Epoch}]
+				completion = c.donePut[model.TaskEpoch{Task: task, Epoch: ch.done.Epoch}]
 			}
 		}
 	}

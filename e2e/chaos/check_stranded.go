@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"slices"
 	"time"
 )
@@ -100,24 +101,24 @@ func (f *StrandedFacts) line() string {
 func (c *checker) checkStranded() {
 	f := &c.res.Stranded
 	f.Bound = strandBound(c.cfg.TTL)
-	told := map[taskEpoch]bool{}
+	told := map[model.TaskEpoch]bool{}
 	for i := range c.ops {
-		if op := &c.ops[i]; op.Type == OpAcquire && op.Outcome == OutOK {
-			told[taskEpoch{op.Task, op.Epoch}] = true
+		if op := &c.ops[i]; op.Type == model.OpAcquire && op.Outcome == model.OutOK {
+			told[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
 		}
 	}
 	type grant struct {
-		te     taskEpoch
+		te     model.TaskEpoch
 		ticket string
 	}
 	var grants []grant
 	for _, ev := range c.fs.LeaseEvents {
-		te := taskEpoch{ev.Task, ev.Rev}
+		te := model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}
 		if ev.Put && ev.Ticket != "" && !told[te] && c.epochs[te] != nil {
 			grants = append(grants, grant{te, ev.Ticket})
 		}
 	}
-	slices.SortFunc(grants, func(a, b grant) int { return compareInt(a.te.epoch, b.te.epoch) })
+	slices.SortFunc(grants, func(a, b grant) int { return model.CompareInt(a.te.Epoch, b.te.Epoch) })
 	bounds := c.commitBounds()
 	for _, g := range grants {
 		ei := c.epochs[g.te]
@@ -145,7 +146,7 @@ func (c *checker) checkStranded() {
 		}
 		from, last := grantBy, "none since the grant"
 		for _, ft := range c.faults {
-			mine := (workerFaults[ft.Kind] && ft.Target == slotOf(ei.Worker)) || isMemberFault(ft.Kind)
+			mine := (workerFaults[ft.Kind] && ft.Target == slotOf(ei.Worker)) || model.IsMemberFault(ft.Kind)
 			if mine && ft.Start <= endBy && ft.End > from {
 				from = ft.End
 				last = fmt.Sprintf("%s of %s, healed at least %v after the grant", ft.Kind, ft.Target, time.Duration(ft.End-grantBy).Round(time.Millisecond))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/record"
 )
 
@@ -37,39 +38,39 @@ const strandedAt = int64(10 * time.Second)
 func (s *scenario) stranded(gap time.Duration) {
 	const ms = int64(time.Millisecond)
 	b, g := strandedAt, int64(gap)
-	op := func(id string, typ OpType, task, w string, epoch, inv, ret int64, out Outcome) Op {
-		return Op{ID: id, Type: typ, Task: task, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out}
+	op := func(id string, typ model.OpType, task, w string, epoch, inv, ret int64, out model.Outcome) model.Op {
+		return model.Op{ID: id, Type: typ, Task: task, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out}
 	}
-	acq := op("a51", OpAcquire, task3, "w9", 0, b+20*ms, b+3000*ms, OutUnknown)
+	acq := op("a51", model.OpAcquire, task3, "w9", 0, b+20*ms, b+3000*ms, model.OutUnknown)
 	acq.Wait = true
-	giveBack := op("g51", OpRelease, task3, "w9", 0, b+20*ms, b+3000*ms, OutUnknown)
+	giveBack := op("g51", model.OpRelease, task3, "w9", 0, b+20*ms, b+3000*ms, model.OutUnknown)
 	giveBack.Internal, giveBack.Of = true, "a51"
 	s.ops = append(s.ops,
-		op("a50", OpAcquire, task3, "w8", 50, b, b+10*ms, OutOK),
+		op("a50", model.OpAcquire, task3, "w8", 50, b, b+10*ms, model.OutOK),
 		acq, giveBack,
-		op("l50", OpRelease, task3, "w8", 50, b+100*ms, b+110*ms, OutOK),
-		op("a53", OpAcquire, task4, "w10", 53, b+120*ms, b+130*ms, OutOK),
-		op("c53", OpComplete, task4, "w10", 53, b+200*ms, b+210*ms, OutOK),
-		op("a55", OpAcquire, task5, "w11", 55, b+g, b+g+10*ms, OutOK),
-		op("c55", OpComplete, task5, "w11", 55, b+g+100*ms, b+g+110*ms, OutOK),
-		op("a59", OpAcquire, task3, "w8", 59, b+g+200*ms, b+g+210*ms, OutOK),
-		op("c59", OpComplete, task3, "w8", 59, b+g+300*ms, b+g+310*ms, OutOK),
+		op("l50", model.OpRelease, task3, "w8", 50, b+100*ms, b+110*ms, model.OutOK),
+		op("a53", model.OpAcquire, task4, "w10", 53, b+120*ms, b+130*ms, model.OutOK),
+		op("c53", model.OpComplete, task4, "w10", 53, b+200*ms, b+210*ms, model.OutOK),
+		op("a55", model.OpAcquire, task5, "w11", 55, b+g, b+g+10*ms, model.OutOK),
+		op("c55", model.OpComplete, task5, "w11", 55, b+g+100*ms, b+g+110*ms, model.OutOK),
+		op("a59", model.OpAcquire, task3, "w8", 59, b+g+200*ms, b+g+210*ms, model.OutOK),
+		op("c59", model.OpComplete, task3, "w8", 59, b+g+300*ms, b+g+310*ms, model.OutOK),
 	)
 	s.touched = append(s.touched, task3, task4, task5)
 	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
-		leaseEvent{Task: task3, Rev: 50, Put: true, CreateRev: 50, Worker: "w8", LeaseID: 8},
-		leaseEvent{Task: task3, Rev: 52, Put: true, CreateRev: 50, Worker: "w9", LeaseID: 9, Ticket: "k9"},
-		leaseEvent{Task: task4, Rev: 53, Put: true, CreateRev: 53, Worker: "w10", LeaseID: 10},
-		leaseEvent{Task: task4, Rev: 54},
-		leaseEvent{Task: task5, Rev: 55, Put: true, CreateRev: 55, Worker: "w11", LeaseID: 11},
-		leaseEvent{Task: task3, Rev: 56},
-		leaseEvent{Task: task5, Rev: 58},
-		leaseEvent{Task: task3, Rev: 59, Put: true, CreateRev: 59, Worker: "w8", LeaseID: 8},
-		leaseEvent{Task: task3, Rev: 60},
+		model.LeaseEvent{Task: task3, Rev: 50, Put: true, CreateRev: 50, Worker: "w8", LeaseID: 8},
+		model.LeaseEvent{Task: task3, Rev: 52, Put: true, CreateRev: 50, Worker: "w9", LeaseID: 9, Ticket: "k9"},
+		model.LeaseEvent{Task: task4, Rev: 53, Put: true, CreateRev: 53, Worker: "w10", LeaseID: 10},
+		model.LeaseEvent{Task: task4, Rev: 54},
+		model.LeaseEvent{Task: task5, Rev: 55, Put: true, CreateRev: 55, Worker: "w11", LeaseID: 11},
+		model.LeaseEvent{Task: task3, Rev: 56},
+		model.LeaseEvent{Task: task5, Rev: 58},
+		model.LeaseEvent{Task: task3, Rev: 59, Put: true, CreateRev: 59, Worker: "w8", LeaseID: 8},
+		model.LeaseEvent{Task: task3, Rev: 60},
 	)
 	s.fs.QueueEvents = append(s.fs.QueueEvents,
-		queueEvent{Task: task3, Ticket: "k9", Rev: 51, Put: true, CreateRev: 51, Worker: "w9", LeaseID: 9, ValueTicket: "k9"},
-		queueEvent{Task: task3, Ticket: "k9", Rev: 52, CreateRev: 51, Worker: "w9", LeaseID: 9, ValueTicket: "k9"},
+		model.QueueEvent{Task: task3, Ticket: "k9", Rev: 51, Put: true, CreateRev: 51, Worker: "w9", LeaseID: 9, ValueTicket: "k9"},
+		model.QueueEvent{Task: task3, Ticket: "k9", Rev: 52, CreateRev: 51, Worker: "w9", LeaseID: 9, ValueTicket: "k9"},
 	)
 	ent := func(kind audit.Kind, task, w string, epoch, rev int64) audit.Entry {
 		return withKey(audit.Entry{Kind: kind, Resource: task, Worker: w, Epoch: epoch, Revision: rev, Time: timeAt(rev)})
@@ -89,8 +90,8 @@ func (s *scenario) stranded(gap time.Duration) {
 		s.fs.Audit = append(s.fs.Audit, e)
 		s.wrote(e)
 	}
-	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
-	for _, d := range []doneEvent{
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
+	for _, d := range []model.DoneEvent{
 		{Task: task4, Rev: 54, Put: true, Epoch: 53, Worker: "w10"},
 		{Task: task5, Rev: 58, Put: true, Epoch: 55, Worker: "w11"},
 		{Task: task3, Rev: 60, Put: true, Epoch: 59, Worker: "w8"},
@@ -142,15 +143,15 @@ func TestCheckerCatchesAStrandedGrant(t *testing.T) {
 	at := func(d time.Duration) int64 { return strandedAt + int64(d) }
 	for _, c := range []struct {
 		name   string
-		faults []Fault
+		faults []model.Fault
 		told   bool
 		want   int // violations of check "stranded-grant"
 	}{
 		{"beyond the bound", nil, false, 1},
-		{"beyond the bound after a fault of another worker", []Fault{{Kind: FaultBlackhole, Target: "w8", Start: at(0), End: at(4 * time.Second)}}, false, 1},
-		{"beyond the bound after a fault begun after its end", []Fault{{Kind: FaultMemberStop, Target: "m1", Start: at(7 * time.Second), End: at(8 * time.Second)}}, false, 1},
-		{"within the bound after its worker's blackhole", []Fault{{Kind: FaultBlackhole, Target: "w9", Start: at(time.Second), End: at(3 * time.Second)}}, false, 0},
-		{"within the bound after a member's freeze", []Fault{{Kind: FaultMemberFreeze, Target: "m2", Start: at(0), End: at(2500 * time.Millisecond)}}, false, 0},
+		{"beyond the bound after a fault of another worker", []model.Fault{{Kind: model.FaultBlackhole, Target: "w8", Start: at(0), End: at(4 * time.Second)}}, false, 1},
+		{"beyond the bound after a fault begun after its end", []model.Fault{{Kind: model.FaultMemberStop, Target: "m1", Start: at(7 * time.Second), End: at(8 * time.Second)}}, false, 1},
+		{"within the bound after its worker's blackhole", []model.Fault{{Kind: model.FaultBlackhole, Target: "w9", Start: at(time.Second), End: at(3 * time.Second)}}, false, 0},
+		{"within the bound after a member's freeze", []model.Fault{{Kind: model.FaultMemberFreeze, Target: "m2", Start: at(0), End: at(2500 * time.Millisecond)}}, false, 0},
 		{"told to its acquisition", nil, true, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,8 +159,8 @@ func TestCheckerCatchesAStrandedGrant(t *testing.T) {
 			s.stranded(6 * time.Second)
 			s.faults = c.faults
 			if c.told {
-				s.op("a51").Outcome, s.op("a51").Epoch = OutOK, 52
-				s.op("g51").Outcome = OutFail
+				s.op("a51").Outcome, s.op("a51").Epoch = model.OutOK, 52
+				s.op("g51").Outcome = model.OutFail
 			}
 			res := s.check(t)
 			by := res.ViolationsByCheck()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 )
@@ -22,17 +23,17 @@ import (
 // its completion is rejected; w3 finds the task done. Each test below
 // breaks one guarantee and expects its check to say so.
 type scenario struct {
-	ops     []Op
+	ops     []model.Op
 	touched []string
-	fs      finalState
-	faults  []Fault
+	fs      model.FinalState
+	faults  []model.Fault
 }
 
 const task0 = "t000000"
 
 func newScenario() *scenario {
-	op := func(id string, typ OpType, w string, epoch, inv, ret int64, out Outcome, cur int64) Op {
-		return Op{ID: id, Type: typ, Task: task0, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
+	op := func(id string, typ model.OpType, w string, epoch, inv, ret int64, out model.Outcome, cur int64) model.Op {
+		return model.Op{ID: id, Type: typ, Task: task0, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
 	}
 	ent := func(kind audit.Kind, w string, epoch, rev int64) audit.Entry {
 		return withKey(audit.Entry{Kind: kind, Resource: task0, Worker: w, Epoch: epoch, Revision: rev, Time: timeAt(rev)})
@@ -41,21 +42,21 @@ func newScenario() *scenario {
 	rej.Status, rej.Attempted = status, audit.Completed
 	rej = withKey(rej)
 	s := &scenario{
-		ops: []Op{
-			op("a1", OpAcquire, "w1", 10, 100, 110, OutOK, 0),
-			op("s1", OpSQL, "w1", 10, 120, 130, OutOK, 0),
-			op("a2", OpAcquire, "w2", 0, 125, 135, OutHeld, 10),
-			op("a3", OpAcquire, "w2", 14, 300, 310, OutOK, 0),
-			op("s2", OpSQL, "w2", 14, 320, 330, OutOK, 0),
-			op("x2", OpEtcd, "w2", 14, 330, 340, OutOK, 0),
-			op("c2", OpComplete, "w2", 14, 350, 360, OutOK, 0),
-			op("s3", OpSQL, "w1", 10, 400, 410, OutRefused, 14),
-			op("c1", OpComplete, "w1", 10, 420, 430, OutStale, 0),
-			op("a4", OpAcquire, "w3", 0, 440, 450, OutCompleted, 14),
+		ops: []model.Op{
+			op("a1", model.OpAcquire, "w1", 10, 100, 110, model.OutOK, 0),
+			op("s1", model.OpSQL, "w1", 10, 120, 130, model.OutOK, 0),
+			op("a2", model.OpAcquire, "w2", 0, 125, 135, model.OutHeld, 10),
+			op("a3", model.OpAcquire, "w2", 14, 300, 310, model.OutOK, 0),
+			op("s2", model.OpSQL, "w2", 14, 320, 330, model.OutOK, 0),
+			op("x2", model.OpEtcd, "w2", 14, 330, 340, model.OutOK, 0),
+			op("c2", model.OpComplete, "w2", 14, 350, 360, model.OutOK, 0),
+			op("s3", model.OpSQL, "w1", 10, 400, 410, model.OutRefused, 14),
+			op("c1", model.OpComplete, "w1", 10, 420, 430, model.OutStale, 0),
+			op("a4", model.OpAcquire, "w3", 0, 440, 450, model.OutCompleted, 14),
 		},
 		touched: []string{task0},
-		fs: finalState{
-			LeaseEvents: []leaseEvent{
+		fs: model.FinalState{
+			LeaseEvents: []model.LeaseEvent{
 				{Task: task0, Rev: 10, Put: true, CreateRev: 10, Worker: "w1"},
 				{Task: task0, Rev: 12},
 				{Task: task0, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
@@ -69,13 +70,13 @@ func newScenario() *scenario {
 				rej,
 			},
 			Done: map[string]record.Done{task0: {Status: status, Epoch: 14, Worker: "w2"}},
-			Effects: []Effect{
-				{Guard: OpSQL, Order: 1, Task: task0, Epoch: 10, Worker: "w1", Op: "s1"},
-				{Guard: OpSQL, Order: 2, Task: task0, Epoch: 14, Worker: "w2", Op: "s2"},
-				{Guard: OpEtcd, Order: 16, Task: task0, Epoch: 14, Worker: "w2", Op: "x2"},
+			Effects: []model.Effect{
+				{Guard: model.OpSQL, Order: 1, Task: task0, Epoch: 10, Worker: "w1", Op: "s1"},
+				{Guard: model.OpSQL, Order: 2, Task: task0, Epoch: 14, Worker: "w2", Op: "s2"},
+				{Guard: model.OpEtcd, Order: 16, Task: task0, Epoch: 14, Worker: "w2", Op: "x2"},
 			},
-			Fenced:     map[OpType]map[string]int64{OpSQL: {task0: 14}, OpEtcd: {task0: 14}},
-			DoneEvents: []doneEvent{{Task: task0, Rev: 17, Put: true, Epoch: 14, Worker: "w2"}},
+			Fenced:     map[model.OpType]map[string]int64{model.OpSQL: {task0: 14}, model.OpEtcd: {task0: 14}},
+			DoneEvents: []model.DoneEvent{{Task: task0, Rev: 17, Put: true, Epoch: 14, Worker: "w2"}},
 			AuditRev:   1000,
 		},
 	}
@@ -110,7 +111,7 @@ func timeAt(rev int64) time.Time { return time.Unix(1_700_000_000+rev, 0).UTC() 
 
 // wrote adds e's put to etcd's history.
 func (s *scenario) wrote(e audit.Entry) {
-	s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: e.Key, Rev: e.Revision, Put: true, CreateRev: e.Revision})
+	s.fs.AuditEvents = append(s.fs.AuditEvents, model.AuditEvent{Key: e.Key, Rev: e.Revision, Put: true, CreateRev: e.Revision})
 }
 
 // later is when the pruned scenario's retention (2 s) has passed since
@@ -122,17 +123,17 @@ const later = int64(3 * time.Second)
 // clock), then deleted at revision rev.
 func (s *scenario) prune(rev int64, began int64, entries ...audit.Entry) {
 	if s.fs.Archived == nil {
-		s.fs.Archived = map[entryID]archiveRecord{}
+		s.fs.Archived = map[model.EntryID]model.ArchiveRecord{}
 	}
 	for _, e := range entries {
 		s.fs.Archive = append(s.fs.Archive, e)
-		s.fs.Archived[idOf(e)] = archiveRecord{Rev: rev - 1, Began: began}
-		s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: e.Key, Rev: rev})
+		s.fs.Archived[model.IDOf(e)] = model.ArchiveRecord{Rev: rev - 1, Began: began}
+		s.fs.AuditEvents = append(s.fs.AuditEvents, model.AuditEvent{Key: e.Key, Rev: rev})
 	}
-	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 }
 
-func (s *scenario) op(id string) *Op {
+func (s *scenario) op(id string) *model.Op {
 	for i := range s.ops {
 		if s.ops[i].ID == id {
 			return &s.ops[i]
@@ -163,13 +164,13 @@ func TestCheckerPassesAGoodHistory(t *testing.T) {
 func (s *scenario) batched() {
 	const task1 = "t000001"
 	s.ops = append(s.ops,
-		Op{ID: "a3b", Type: OpAcquire, Task: task1, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: OutOK},
-		Op{ID: "c2b", Type: OpComplete, Task: task1, Worker: "w2", Epoch: 14, Invoke: 350, Return: 360, Outcome: OutOK},
+		model.Op{ID: "a3b", Type: model.OpAcquire, Task: task1, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: model.OutOK},
+		model.Op{ID: "c2b", Type: model.OpComplete, Task: task1, Worker: "w2", Epoch: 14, Invoke: 350, Return: 360, Outcome: model.OutOK},
 	)
 	s.touched = append(s.touched, task1)
 	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
-		leaseEvent{Task: task1, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
-		leaseEvent{Task: task1, Rev: 17},
+		model.LeaseEvent{Task: task1, Rev: 14, Put: true, CreateRev: 14, Worker: "w2"},
+		model.LeaseEvent{Task: task1, Rev: 17},
 	)
 	for _, e := range []audit.Entry{
 		withKey(audit.Entry{Kind: audit.Acquired, Resource: task1, Worker: "w2", Epoch: 14, Revision: 14, Time: timeAt(14)}),
@@ -178,9 +179,9 @@ func (s *scenario) batched() {
 		s.fs.Audit = append(s.fs.Audit, e)
 		s.wrote(e)
 	}
-	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 	s.fs.Done[task1] = record.Done{Status: status, Epoch: 14, Worker: "w2"}
-	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task1, Rev: 17, Put: true, Epoch: 14, Worker: "w2"})
+	s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task1, Rev: 17, Put: true, Epoch: 14, Worker: "w2"})
 }
 
 // TestCheckerPassesABatch: epochs are per task, so two tasks sharing a
@@ -197,7 +198,7 @@ func TestCheckerPassesABatch(t *testing.T) {
 			res.Epochs, res.BatchEpochs, res.BatchCompleted, res.Porcupine.Result)
 	}
 	// The same revision granted twice on one task is still two holders.
-	s.ops = append(s.ops, Op{ID: "a3x", Type: OpAcquire, Task: task0, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: OutOK})
+	s.ops = append(s.ops, model.Op{ID: "a3x", Type: model.OpAcquire, Task: task0, Worker: "w2", Epoch: 14, Invoke: 300, Return: 310, Outcome: model.OutOK})
 	if res := s.check(t); res.ViolationsByCheck()[CheckHolder] == 0 {
 		t.Fatalf("epoch 14 of %s claimed by two acquisitions, not reported: %v", task0, res.Violations)
 	}
@@ -211,25 +212,25 @@ func TestCheckerCatches(t *testing.T) {
 		mutate func(s *scenario)
 	}{
 		{"stale write admitted after a newer epoch", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
-			s.ops = append(s.ops, Op{ID: "s4", Type: OpSQL, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Return: 470, Outcome: OutOK})
-			s.fs.Effects = append(s.fs.Effects, Effect{Guard: OpSQL, Order: 3, Task: task0, Epoch: 10, Worker: "w1", Op: "s4"})
+			s.ops = append(s.ops, model.Op{ID: "s4", Type: model.OpSQL, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Return: 470, Outcome: model.OutOK})
+			s.fs.Effects = append(s.fs.Effects, model.Effect{Guard: model.OpSQL, Order: 3, Task: task0, Epoch: 10, Worker: "w1", Op: "s4"})
 		}},
 		{"stale write of unknown outcome landed", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
-			s.ops = append(s.ops, Op{ID: "x4", Type: OpEtcd, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Outcome: OutUnknown})
-			s.fs.Effects = append(s.fs.Effects, Effect{Guard: OpEtcd, Order: 20, Task: task0, Epoch: 10, Worker: "w1", Op: "x4"})
+			s.ops = append(s.ops, model.Op{ID: "x4", Type: model.OpEtcd, Task: task0, Worker: "w1", Epoch: 10, Invoke: 460, Outcome: model.OutUnknown})
+			s.fs.Effects = append(s.fs.Effects, model.Effect{Guard: model.OpEtcd, Order: 20, Task: task0, Epoch: 10, Worker: "w1", Op: "x4"})
 		}},
 		{"refusal naming a lower epoch", []string{CheckDownstream, CheckLinearizable}, func(s *scenario) {
 			s.op("s3").Current = 9
 		}},
 		{"admitted write without its effect", []string{CheckDownstream}, func(s *scenario) {
-			s.fs.Effects = slices.DeleteFunc(s.fs.Effects, func(e Effect) bool { return e.Op == "x2" })
+			s.fs.Effects = slices.DeleteFunc(s.fs.Effects, func(e model.Effect) bool { return e.Op == "x2" })
 		}},
 		{"guard left below the highest effect", []string{CheckDownstream}, func(s *scenario) {
-			s.fs.Fenced[OpEtcd][task0] = 10
+			s.fs.Fenced[model.OpEtcd][task0] = 10
 		}},
 		{"two successful completions", []string{CheckCompletion, CheckLinearizable}, func(s *scenario) {
 			c1 := s.op("c1")
-			c1.Outcome, c1.Current = OutOK, 0
+			c1.Outcome, c1.Current = model.OutOK, 0
 			s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(e audit.Entry) bool { return e.Kind == audit.Rejected })
 		}},
 		{"task never completed", []string{CheckIncomplete}, func(s *scenario) {
@@ -243,7 +244,7 @@ func TestCheckerCatches(t *testing.T) {
 		}},
 		{"two rejection entries of one attempt retried after an unknown outcome", []string{CheckRejections}, func(s *scenario) {
 			retry := *s.op("c1")
-			retry.ID, retry.Outcome = "c1-retry", OutUnknown
+			retry.ID, retry.Outcome = "c1-retry", model.OutUnknown
 			s.ops = append(s.ops, retry)
 			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[4])
 		}},
@@ -263,13 +264,13 @@ func TestCheckerCatches(t *testing.T) {
 			s.fs.LeaseEvents = slices.Delete(s.fs.LeaseEvents, 1, 2)
 		}},
 		{"epochs out of real-time order", []string{CheckEpochs, CheckLinearizable}, func(s *scenario) {
-			s.ops = append(s.ops, Op{ID: "a5", Type: OpAcquire, Task: task0, Worker: "w1", Epoch: 10, Invoke: 115, Return: 118, Outcome: OutOK})
+			s.ops = append(s.ops, model.Op{ID: "a5", Type: model.OpAcquire, Task: task0, Worker: "w1", Epoch: 10, Invoke: 115, Return: 118, Outcome: model.OutOK})
 		}},
 		{"acting with another worker's epoch", []string{CheckHolder}, func(s *scenario) {
 			s.op("c1").Worker = "w2"
 		}},
 		{"acquisition nobody asked for", []string{CheckHolder}, func(s *scenario) {
-			s.ops = slices.DeleteFunc(s.ops, func(o Op) bool { return o.ID == "a1" })
+			s.ops = slices.DeleteFunc(s.ops, func(o model.Op) bool { return o.ID == "a1" })
 		}},
 		{"held by an epoch that is not live", []string{CheckLinearizable}, func(s *scenario) {
 			s.op("a2").Invoke, s.op("a2").Return = 312, 315
@@ -295,41 +296,41 @@ func TestCheckerCatches(t *testing.T) {
 // TestCompletionModelUnknowns: an unknown completion may have committed, so
 // a later retry that succeeds is legal, and a stale result after it is not.
 func TestCompletionModelUnknowns(t *testing.T) {
-	op := func(kind OpType, epoch, inv, ret int64, out cOutput) porcupine.Operation {
-		return porcupine.Operation{Input: cInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
+	op := func(kind model.OpType, epoch, inv, ret int64, out model.CompletionOutput) porcupine.Operation {
+		return porcupine.Operation{Input: model.CompletionInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
 	}
-	acq := op(OpAcquire, 0, 0, 1, cOutput{Out: OutOK, Epoch: 5})
+	acq := op(model.OpAcquire, 0, 0, 1, model.CompletionOutput{Out: model.OutOK, Epoch: 5})
 	for _, c := range []struct {
 		name string
 		ops  []porcupine.Operation
 		want porcupine.CheckResult
 	}{
-		{"retry after unknown", []porcupine.Operation{acq, op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}), op(OpComplete, 5, 3, 4, cOutput{Out: OutOK})}, porcupine.Ok},
-		{"stale after own completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutStale})}, porcupine.Illegal},
-		{"completion after expiry and a new epoch", []porcupine.Operation{acq, op(OpAcquire, 0, 2, 3, cOutput{Out: OutOK, Epoch: 7}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
-		{"stale after silent expiry", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutStale})}, porcupine.Ok},
-		{"revoked, then completed", []porcupine.Operation{acq, op(OpRevoke, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutOK})}, porcupine.Illegal},
+		{"retry after unknown", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}), op(model.OpComplete, 5, 3, 4, model.CompletionOutput{Out: model.OutOK})}, porcupine.Ok},
+		{"stale after own completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutStale})}, porcupine.Illegal},
+		{"completion after expiry and a new epoch", []porcupine.Operation{acq, op(model.OpAcquire, 0, 2, 3, model.CompletionOutput{Out: model.OutOK, Epoch: 7}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
+		{"stale after silent expiry", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutStale})}, porcupine.Ok},
+		{"revoked, then completed", []porcupine.Operation{acq, op(model.OpRevoke, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
 		// The seed-42 report: a completion's first try is cut short
 		// (unknown) and lands after e5 expired, rejected with no holder;
 		// e7 begins; the retry finds that rejection (no holder, then)
 		// while e7 holds, and e7 completes after it. Stale-earlier says
 		// nothing of the state during the retry.
 		{"retry finds an earlier try's rejection", []porcupine.Operation{acq,
-			op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}),
-			op(OpAcquire, 0, 4, 5, cOutput{Out: OutOK, Epoch: 7}),
-			op(OpComplete, 5, 6, 7, cOutput{Out: OutStaleEarlier, Current: 0}),
-			op(OpComplete, 7, 8, 9, cOutput{Out: OutOK})}, porcupine.Ok},
+			op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}),
+			op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutOK, Epoch: 7}),
+			op(model.OpComplete, 5, 6, 7, model.CompletionOutput{Out: model.OutStaleEarlier, Current: 0}),
+			op(model.OpComplete, 7, 8, 9, model.CompletionOutput{Out: model.OutOK})}, porcupine.Ok},
 		// Control: the same result read as the state during the retry
 		// (plain stale, no holder) cannot be ordered.
 		{"the same as a plain stale", []porcupine.Operation{acq,
-			op(OpComplete, 5, 2, 100, cOutput{Out: OutUnknown}),
-			op(OpAcquire, 0, 4, 5, cOutput{Out: OutOK, Epoch: 7}),
-			op(OpComplete, 5, 6, 7, cOutput{Out: OutStale, Current: 0}),
-			op(OpComplete, 7, 8, 9, cOutput{Out: OutOK})}, porcupine.Illegal},
-		{"stale-earlier after its own completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), op(OpComplete, 5, 4, 5, cOutput{Out: OutStaleEarlier})}, porcupine.Illegal},
+			op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}),
+			op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutOK, Epoch: 7}),
+			op(model.OpComplete, 5, 6, 7, model.CompletionOutput{Out: model.OutStale, Current: 0}),
+			op(model.OpComplete, 7, 8, 9, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
+		{"stale-earlier after its own completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutStaleEarlier})}, porcupine.Illegal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := porcupine.CheckOperations(completionModel, c.ops); (got && c.want != porcupine.Ok) || (!got && c.want == porcupine.Ok) {
+			if got := porcupine.CheckOperations(model.CompletionModel, c.ops); (got && c.want != porcupine.Ok) || (!got && c.want == porcupine.Ok) {
 				t.Fatalf("linearizable = %v, want %v", got, c.want)
 			}
 		})
@@ -341,9 +342,9 @@ func TestCompletionModelUnknowns(t *testing.T) {
 func TestArtifacts(t *testing.T) {
 	s := newScenario()
 	c1 := s.op("c1")
-	c1.Outcome, c1.Current = OutOK, 0
+	c1.Outcome, c1.Current = model.OutOK, 0
 	res := s.check(t)
-	res.Faults = []Fault{{Kind: FaultPause, Target: "h0", Start: 150, End: 290}}
+	res.Faults = []model.Fault{{Kind: model.FaultPause, Target: "h0", Start: 150, End: 290}}
 	cfg := Config{Seed: 42, OutDir: t.TempDir()}
 	if err := res.writeArtifacts(cfg, s.ops); err != nil {
 		t.Fatal(err)
@@ -371,17 +372,17 @@ func (s *scenario) pruned() {
 	}
 	s.prune(15, later, find(audit.Acquired, 10), find(audit.Expired, 10))
 	s.prune(20, later+100, find(audit.Acquired, 14), find(audit.Completed, 14))
-	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task0, Rev: 20, Epoch: 14, Worker: "w2"})
+	s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task0, Rev: 20, Epoch: 14, Worker: "w2"})
 	delete(s.fs.Done, task0)
 
 	s.ops = append(s.ops,
-		Op{ID: "a6", Type: OpAcquire, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 500, Return: later + 510, Outcome: OutOK},
-		Op{ID: "r6", Type: OpDoneRead, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 520, Return: later + 530, Outcome: OutOK, Current: 14},
-		Op{ID: "l6", Type: OpRelease, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 540, Return: later + 550, Outcome: OutOK},
+		model.Op{ID: "a6", Type: model.OpAcquire, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 500, Return: later + 510, Outcome: model.OutOK},
+		model.Op{ID: "r6", Type: model.OpDoneRead, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 520, Return: later + 530, Outcome: model.OutOK, Current: 14},
+		model.Op{ID: "l6", Type: model.OpRelease, Task: task0, Worker: "w3", Epoch: 21, Invoke: later + 540, Return: later + 550, Outcome: model.OutOK},
 	)
 	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
-		leaseEvent{Task: task0, Rev: 21, Put: true, CreateRev: 21, Worker: "w3"},
-		leaseEvent{Task: task0, Rev: 22},
+		model.LeaseEvent{Task: task0, Rev: 21, Put: true, CreateRev: 21, Worker: "w3"},
+		model.LeaseEvent{Task: task0, Rev: 22},
 	)
 	for _, e := range []audit.Entry{
 		withKey(audit.Entry{Kind: audit.Acquired, Resource: task0, Worker: "w3", Epoch: 21, Revision: 21, Time: timeAt(21)}),
@@ -427,7 +428,7 @@ func TestCheckerPassesPrunedHistory(t *testing.T) {
 	again.Revision, again.Time = 23, timeAt(23)
 	s.fs.Audit = append(s.fs.Audit, again)
 	s.wrote(again)
-	s.ops = append(s.ops, Op{ID: "c1r", Type: OpComplete, Task: task0, Worker: "w1", Epoch: 10, Invoke: later + 600, Return: later + 610, Outcome: OutStale})
+	s.ops = append(s.ops, model.Op{ID: "c1r", Type: model.OpComplete, Task: task0, Worker: "w1", Epoch: 10, Invoke: later + 600, Return: later + 610, Outcome: model.OutStale})
 	res = s.check(t)
 	if len(res.Violations) > 0 || res.Retention.RejectionsRewritten != 1 {
 		t.Fatalf("rejection written again after pruning: %d rewritten, violations %v", res.Retention.RejectionsRewritten, res.Violations)
@@ -457,19 +458,19 @@ func TestCheckerCatchesRetention(t *testing.T) {
 	}{
 		{"deleted before it was archived", []string{CheckRetention}, func(s *scenario) {
 			for _, e := range epoch10(s) {
-				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 15, Began: later}
+				s.fs.Archived[model.IDOf(e)] = model.ArchiveRecord{Rev: 15, Began: later}
 			}
 		}},
 		{"deleted and never archived", []string{CheckRetention, CheckForensics}, func(s *scenario) {
 			for _, e := range epoch10(s) {
-				delete(s.fs.Archived, idOf(e))
-				s.fs.Archive = slices.DeleteFunc(s.fs.Archive, func(a audit.Entry) bool { return idOf(a) == idOf(e) })
-				s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(a audit.Entry) bool { return idOf(a) == idOf(e) })
+				delete(s.fs.Archived, model.IDOf(e))
+				s.fs.Archive = slices.DeleteFunc(s.fs.Archive, func(a audit.Entry) bool { return model.IDOf(a) == model.IDOf(e) })
+				s.fs.Audit = slices.DeleteFunc(s.fs.Audit, func(a audit.Entry) bool { return model.IDOf(a) == model.IDOf(e) })
 			}
 		}},
 		{"archived within the retention", []string{CheckRetention}, func(s *scenario) {
 			for _, e := range epoch10(s) {
-				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: 1000}
+				s.fs.Archived[model.IDOf(e)] = model.ArchiveRecord{Rev: 14, Began: 1000}
 			}
 		}},
 		{"archived within the retention, by a writer's clock two days behind", []string{CheckRetention}, func(s *scenario) {
@@ -479,7 +480,7 @@ func TestCheckerCatchesRetention(t *testing.T) {
 				s.fs.Audit[i].Time = s.fs.Audit[i].Time.Add(-48 * time.Hour)
 			}
 			for _, e := range epoch10(s) {
-				s.fs.Archived[idOf(e)] = archiveRecord{Rev: 14, Began: 1000}
+				s.fs.Archived[model.IDOf(e)] = model.ArchiveRecord{Rev: 14, Began: 1000}
 			}
 		}},
 		{"acquired again within the retention", []string{CheckRetention, CheckLinearizable}, func(s *scenario) {
@@ -489,7 +490,7 @@ func TestCheckerCatchesRetention(t *testing.T) {
 			a6.Invoke, a6.Return = 500, 510
 		}},
 		{"an epoch left etcd in pieces", []string{CheckRetention}, func(s *scenario) {
-			s.fs.AuditEvents = slices.DeleteFunc(s.fs.AuditEvents, func(ev auditEvent) bool {
+			s.fs.AuditEvents = slices.DeleteFunc(s.fs.AuditEvents, func(ev model.AuditEvent) bool {
 				return !ev.Put && ev.Key == testSpace.AuditEnd(task0, 10)
 			})
 		}},
@@ -502,10 +503,10 @@ func TestCheckerCatchesRetention(t *testing.T) {
 		{"completed again after pruning", []string{CheckCompletion, CheckLinearizable}, func(s *scenario) {
 			s.op("r6").Current = 0
 			l6 := s.op("l6")
-			l6.Type = OpComplete
+			l6.Type = model.OpComplete
 			end := &s.fs.Audit[len(s.fs.Audit)-1]
 			end.Kind = audit.Completed
-			s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task0, Rev: 22, Put: true, Epoch: 21, Worker: "w3"})
+			s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task0, Rev: 22, Put: true, Epoch: 21, Worker: "w3"})
 		}},
 		{"a read of the log missed the completion", []string{CheckLinearizable}, func(s *scenario) {
 			s.op("r6").Current = 0
@@ -519,7 +520,7 @@ func TestCheckerCatchesRetention(t *testing.T) {
 			s.wrote(e)
 		}},
 		{"an entry rewritten in place", []string{CheckForensics}, func(s *scenario) {
-			s.fs.AuditEvents = append(s.fs.AuditEvents, auditEvent{Key: testSpace.AuditEnd(task0, 21), Rev: 30, Put: true, CreateRev: 22})
+			s.fs.AuditEvents = append(s.fs.AuditEvents, model.AuditEvent{Key: testSpace.AuditEnd(task0, 21), Rev: 30, Put: true, CreateRev: 22})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -548,35 +549,35 @@ const task2 = "t000002"
 // at 38. w7's TryAcquire, between the expiry and w6's claim, is refused:
 // nobody holds it, but w6 waits.
 func (s *scenario) queued() {
-	op := func(id string, typ OpType, w string, epoch, inv, ret int64, out Outcome, cur int64) Op {
-		return Op{ID: id, Type: typ, Task: task2, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
+	op := func(id string, typ model.OpType, w string, epoch, inv, ret int64, out model.Outcome, cur int64) model.Op {
+		return model.Op{ID: id, Type: typ, Task: task2, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out, Current: cur}
 	}
-	wait := func(o Op) Op { o.Wait = true; return o }
-	giveBack := func(id, of, w string, inv, ret int64, out Outcome) Op {
-		o := op(id, OpRelease, w, 0, inv, ret, out, 0)
+	wait := func(o model.Op) model.Op { o.Wait = true; return o }
+	giveBack := func(id, of, w string, inv, ret int64, out model.Outcome) model.Op {
+		o := op(id, model.OpRelease, w, 0, inv, ret, out, 0)
 		o.Internal, o.Of = true, of
 		return o
 	}
 	s.ops = append(s.ops,
-		op("a30", OpAcquire, "w4", 30, 600, 610, OutOK, 0),
-		wait(op("a31", OpAcquire, "w5", 33, 620, 700, OutOK, 0)),
-		giveBack("g31", "a31", "w5", 620, 699, OutFail),
-		wait(op("a32", OpAcquire, "w6", 37, 630, 800, OutOK, 0)),
-		giveBack("g32", "a32", "w6", 630, 799, OutFail),
-		op("l30", OpRelease, "w4", 30, 680, 690, OutOK, 0),
-		op("a33", OpAcquire, "w7", 0, 760, 770, OutHeld, 0),
-		op("c37", OpComplete, "w6", 37, 810, 820, OutOK, 0),
+		op("a30", model.OpAcquire, "w4", 30, 600, 610, model.OutOK, 0),
+		wait(op("a31", model.OpAcquire, "w5", 33, 620, 700, model.OutOK, 0)),
+		giveBack("g31", "a31", "w5", 620, 699, model.OutFail),
+		wait(op("a32", model.OpAcquire, "w6", 37, 630, 800, model.OutOK, 0)),
+		giveBack("g32", "a32", "w6", 630, 799, model.OutFail),
+		op("l30", model.OpRelease, "w4", 30, 680, 690, model.OutOK, 0),
+		op("a33", model.OpAcquire, "w7", 0, 760, 770, model.OutHeld, 0),
+		op("c37", model.OpComplete, "w6", 37, 810, 820, model.OutOK, 0),
 	)
 	s.touched = append(s.touched, task2)
 	s.fs.LeaseEvents = append(s.fs.LeaseEvents,
-		leaseEvent{Task: task2, Rev: 30, Put: true, CreateRev: 30, Worker: "w4", LeaseID: 4},
-		leaseEvent{Task: task2, Rev: 33, Put: true, CreateRev: 30, Worker: "w5", LeaseID: 5, Ticket: "k5"},
-		leaseEvent{Task: task2, Rev: 35},
-		leaseEvent{Task: task2, Rev: 37, Put: true, CreateRev: 37, Worker: "w6", LeaseID: 6, Ticket: "k6"},
-		leaseEvent{Task: task2, Rev: 38},
+		model.LeaseEvent{Task: task2, Rev: 30, Put: true, CreateRev: 30, Worker: "w4", LeaseID: 4},
+		model.LeaseEvent{Task: task2, Rev: 33, Put: true, CreateRev: 30, Worker: "w5", LeaseID: 5, Ticket: "k5"},
+		model.LeaseEvent{Task: task2, Rev: 35},
+		model.LeaseEvent{Task: task2, Rev: 37, Put: true, CreateRev: 37, Worker: "w6", LeaseID: 6, Ticket: "k6"},
+		model.LeaseEvent{Task: task2, Rev: 38},
 	)
-	entry := func(rev int64, put bool, created int64, ticket, w string, lease int64) queueEvent {
-		return queueEvent{Task: task2, Ticket: ticket, Rev: rev, Put: put, CreateRev: created, Worker: w, LeaseID: lease, ValueTicket: ticket}
+	entry := func(rev int64, put bool, created int64, ticket, w string, lease int64) model.QueueEvent {
+		return model.QueueEvent{Task: task2, Ticket: ticket, Rev: rev, Put: put, CreateRev: created, Worker: w, LeaseID: lease, ValueTicket: ticket}
 	}
 	s.fs.QueueEvents = append(s.fs.QueueEvents,
 		entry(31, true, 31, "k5", "w5", 5),
@@ -598,9 +599,9 @@ func (s *scenario) queued() {
 		s.fs.Audit = append(s.fs.Audit, e)
 		s.wrote(e)
 	}
-	slices.SortStableFunc(s.fs.AuditEvents, func(a, b auditEvent) int { return compareInt(a.Rev, b.Rev) })
+	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 	s.fs.Done[task2] = record.Done{Status: status, Epoch: 37, Worker: "w6"}
-	s.fs.DoneEvents = append(s.fs.DoneEvents, doneEvent{Task: task2, Rev: 38, Put: true, Epoch: 37, Worker: "w6"})
+	s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task2, Rev: 38, Put: true, Epoch: 37, Worker: "w6"})
 }
 
 // TestCheckerPassesAQueue: a direct claim on an empty queue, a handoff to
@@ -625,16 +626,16 @@ func TestCheckerPassesAQueue(t *testing.T) {
 	// w5's Acquire gave up (its outcome unknown) after the handoff, and
 	// released epoch 33 inside the call, too late: the release was stale
 	// and audited. The internal release (g31) is that attempt.
-	s.op("a31").Outcome, s.op("a31").Epoch = OutUnknown, 0
+	s.op("a31").Outcome, s.op("a31").Epoch = model.OutUnknown, 0
 	g := s.op("g31")
-	g.Outcome, g.Return = OutUnknown, 0
+	g.Outcome, g.Return = model.OutUnknown, 0
 	rej := withKey(audit.Entry{Kind: audit.Rejected, Resource: task2, Worker: "w5", Epoch: 33, Attempted: audit.Released, Revision: 39, Time: timeAt(39)})
 	s.fs.Audit = append(s.fs.Audit, rej)
 	s.wrote(rej)
 	if res := s.check(t); len(res.Violations) > 0 || res.InternalRan != 1 {
 		t.Fatalf("a stale release inside a timed-out Acquire: %d internal operations ran, violations %v", res.InternalRan, res.Violations)
 	}
-	s.ops = slices.DeleteFunc(s.ops, func(o Op) bool { return o.ID == "g31" })
+	s.ops = slices.DeleteFunc(s.ops, func(o model.Op) bool { return o.ID == "g31" })
 	if res := s.check(t); res.ViolationsByCheck()[CheckRejections] == 0 {
 		t.Fatalf("a rejection entry without its internal release, not reported: %v", res.Violations)
 	}
@@ -659,11 +660,11 @@ func TestCheckerCatchesUnfairGrants(t *testing.T) {
 					}
 				}
 			}
-			slices.SortStableFunc(s.fs.QueueEvents, func(a, b queueEvent) int { return compareInt(a.Rev, b.Rev) })
+			slices.SortStableFunc(s.fs.QueueEvents, func(a, b model.QueueEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 		}},
 		{"direct claim ahead of a waiter", func(s *scenario) {
-			s.fs.QueueEvents = append([]queueEvent{{Task: task2, Ticket: "k8", Rev: 29, Put: true, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"}}, s.fs.QueueEvents...)
-			s.fs.QueueEvents = append(s.fs.QueueEvents, queueEvent{Task: task2, Ticket: "k8", Rev: 39, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"})
+			s.fs.QueueEvents = append([]model.QueueEvent{{Task: task2, Ticket: "k8", Rev: 29, Put: true, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"}}, s.fs.QueueEvents...)
+			s.fs.QueueEvents = append(s.fs.QueueEvents, model.QueueEvent{Task: task2, Ticket: "k8", Rev: 39, CreateRev: 29, Worker: "w8", LeaseID: 8, ValueTicket: "k8"})
 		}},
 		{"grant to a ticket that never waited", func(s *scenario) {
 			s.fs.LeaseEvents[len(s.fs.LeaseEvents)-2].Ticket = "k9"
@@ -695,22 +696,22 @@ func TestCheckerCatchesUnfairGrants(t *testing.T) {
 // wait while nobody holds the task (held, current 0) is legal after a
 // silent expiry, and not once the task is done.
 func TestCompletionModelQueued(t *testing.T) {
-	op := func(kind OpType, epoch, inv, ret int64, out cOutput) porcupine.Operation {
-		return porcupine.Operation{Input: cInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
+	op := func(kind model.OpType, epoch, inv, ret int64, out model.CompletionOutput) porcupine.Operation {
+		return porcupine.Operation{Input: model.CompletionInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
 	}
-	acq := op(OpAcquire, 0, 0, 1, cOutput{Out: OutOK, Epoch: 5})
-	queued := op(OpAcquire, 0, 4, 5, cOutput{Out: OutHeld})
+	acq := op(model.OpAcquire, 0, 0, 1, model.CompletionOutput{Out: model.OutOK, Epoch: 5})
+	queued := op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutHeld})
 	for _, c := range []struct {
 		name string
 		ops  []porcupine.Operation
 		want bool
 	}{
 		{"queued after a silent expiry", []porcupine.Operation{acq, queued}, true},
-		{"queued, then a handoff", []porcupine.Operation{acq, queued, op(OpAcquire, 0, 6, 7, cOutput{Out: OutOK, Epoch: 9})}, true},
-		{"queued after completion", []porcupine.Operation{acq, op(OpComplete, 5, 2, 3, cOutput{Out: OutOK}), queued}, false},
+		{"queued, then a handoff", []porcupine.Operation{acq, queued, op(model.OpAcquire, 0, 6, 7, model.CompletionOutput{Out: model.OutOK, Epoch: 9})}, true},
+		{"queued after completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), queued}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := porcupine.CheckOperations(completionModel, c.ops); got != c.want {
+			if got := porcupine.CheckOperations(model.CompletionModel, c.ops); got != c.want {
 				t.Fatalf("linearizable = %v, want %v", got, c.want)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -126,18 +127,18 @@ func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []st
 	cs := make([]calls, len(tasks))
 	for i, task := range tasks {
 		c := &cs[i]
-		c.acq = w.beginEvent(event{Op: OpAcquire, Task: task, W: s.Worker(), Wait: true})
-		c.claim = w.beginEvent(event{Op: OpAcquire, Task: task, W: s.Worker(), In: true, Of: c.acq.id})
-		c.dropClaim = w.beginEvent(event{Op: OpRelease, Task: task, W: s.Worker(), In: true, Of: c.claim.id})
-		c.giveBack = w.beginEvent(event{Op: OpRelease, Task: task, W: s.Worker(), In: true, Of: c.acq.id})
+		c.acq = w.beginEvent(model.Event{Op: model.OpAcquire, Task: task, W: s.Worker(), Wait: true})
+		c.claim = w.beginEvent(model.Event{Op: model.OpAcquire, Task: task, W: s.Worker(), In: true, Of: c.acq.id})
+		c.dropClaim = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: c.claim.id})
+		c.giveBack = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: c.acq.id})
 	}
 	ctx, cancel := context.WithTimeout(stop, queueTimeout)
 	ls, err := w.reg.AcquireMany(ctx, s, tasks)
 	cancel()
 	inside := errors.New("AcquireMany may have claimed the task out of order and let it go")
 	for _, c := range cs {
-		c.claim.end(OutUnknown, 0, 0, inside)
-		c.dropClaim.end(OutUnknown, 0, 0, inside)
+		c.claim.end(model.OutUnknown, 0, 0, inside)
+		c.dropClaim.end(model.OutUnknown, 0, 0, inside)
 	}
 	if err != nil {
 		var done *lease.CompletedError
@@ -145,8 +146,8 @@ func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []st
 			w.markDone(done.Resource)
 		}
 		for _, c := range cs {
-			c.acq.end(OutUnknown, 0, 0, err)
-			c.giveBack.end(OutUnknown, 0, 0, err)
+			c.acq.end(model.OutUnknown, 0, 0, err)
+			c.giveBack.end(model.OutUnknown, 0, 0, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 		return nil
@@ -157,8 +158,8 @@ func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []st
 	}
 	w.mu.Unlock()
 	for i, l := range ls {
-		cs[i].acq.end(OutOK, l.Epoch(), 0, nil)
-		cs[i].giveBack.end(OutFail, 0, 0, nil)
+		cs[i].acq.end(model.OutOK, l.Epoch(), 0, nil)
+		cs[i].giveBack.end(model.OutFail, 0, 0, nil)
 	}
 	return ls
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
@@ -27,32 +28,6 @@ import (
 // separate processes have, over one worker.Prefix, killed and started
 // again during the fault phase (docs/protocol.md §3.14, "A fleet").
 const (
-	// ControlFleetNoTakeover: a fleet whose pools never learn that a
-	// session ended. Every marker N/lease/%live/<id> a pool puts is put
-	// again at once, attached to a lease of the suite's own that lives
-	// until the pools stop, so etcd never deletes it with the session:
-	// no pool takes a killed pool's tasks over, and they come back only
-	// when some pool's pass over the prefix reaches them again, behind
-	// the backlog.
-	ControlFleetNoTakeover Control = "fleet-no-takeover"
-	// ControlFleetNoFencing: the pools in slot f0 write their effects
-	// with a plain put, not through the guard, and every handler of
-	// theirs writes on after its lease's context ended; the fleet pauses
-	// that slot (freezes it, as the nemesis's freeze does) for 1.5 to 2.5
-	// TTLs every second or so, past its session's TTL, and kills the
-	// other slots' pools only.
-	ControlFleetNoFencing Control = "fleet-no-fencing"
-
-	// FaultPoolKill is a fleet pool killed as a process dies: its client
-	// closed (nothing released, nothing renewed) and its Run cancelled;
-	// a new pool, on a new client, takes its slot later.
-	FaultPoolKill = "pool-kill"
-
-	// OpFleetEffect is a fleet handler's write of its task's effect: a put
-	// of the task's one effect key, admitted by fenceetcd.Guard.AdmitOps
-	// in the put's transaction.
-	OpFleetEffect OpType = "fleet-effect"
-
 	fleetLog          = "fleet.log"
 	fleetTaskPrefix   = "/chaos/fleet/task/"
 	fleetEffectPrefix = "/chaos/fleet/effect/"
@@ -119,9 +94,9 @@ type fleet struct {
 	pools  []*fleetPool         // every pool started, in order
 	live   map[*slot]*fleetPool // the pool in each slot; nil while dead
 	kills  []fleetKill
-	pauses []Fault   // ControlFleetNoFencing's pauses of slot f0
-	next   int       // the next task's number
-	start  time.Time // when the first pools started
+	pauses []model.Fault // ControlFleetNoFencing's pauses of slot f0
+	next   int           // the next task's number
+	start  time.Time     // when the first pools started
 	// rate is the tasks completed per second since the pools started, as
 	// the feeder last measured it; target the backlog it keeps, maxTarget
 	// the largest it kept.
@@ -207,7 +182,7 @@ func (f *fleet) startFleet(ctx context.Context) {
 	if _, err := f.feed(ctx, f.target); err != nil {
 		f.r.t.Fatalf("chaos: fleet: putting the tasks: %v", err)
 	}
-	if f.r.cfg.Control == ControlFleetNoTakeover {
+	if f.r.cfg.Control == model.ControlFleetNoTakeover {
 		if err := f.pin(ctx); err != nil {
 			f.r.t.Fatalf("chaos: fleet: %v", err)
 		}
@@ -272,7 +247,7 @@ func (f *fleet) startPool(s *slot) error {
 		Name: name, Endpoints: s.endpoints(), SQLite: r.dsn, Archive: r.archive,
 		Seed: r.cfg.Seed*1000 + uint64(900+s.idx*10+len(f.pools)), Threads: 1, TTL: r.cfg.TTL, Window: 1,
 	}
-	w, err := newWorker(cfgW, cli, r.hist.record)
+	w, err := newWorker(cfgW, cli, r.hist.Record)
 	if err != nil {
 		_ = cli.Close()
 		return err
@@ -280,7 +255,7 @@ func (f *fleet) startPool(s *slot) error {
 	w.gate = s.gate
 	p := &fleetPool{
 		name: name, w: w, cli: cli, born: time.Now(),
-		fenced: r.cfg.Control != ControlFleetNoFencing || s.name != "f0",
+		fenced: r.cfg.Control != model.ControlFleetNoFencing || s.name != "f0",
 		rng:    rand.New(rand.NewPCG(cfgW.Seed, 2)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -363,7 +338,7 @@ func (f *fleet) kill(s *slot) bool {
 	rate := f.rate
 	f.mu.Unlock()
 	k := fleetKill{Slot: s.name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
-	k.At = now()
+	k.At = model.Now()
 	p.dead.Store(true)
 	_ = p.cli.Close()
 	p.stopRun()
@@ -384,7 +359,7 @@ func (f *fleet) restart(s *slot, i int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p := f.live[s]; p != nil {
-		f.kills[i].Restart, f.kills[i].RestartAt = p.name, now()
+		f.kills[i].Restart, f.kills[i].RestartAt = p.name, model.Now()
 	}
 }
 
@@ -420,7 +395,7 @@ func (f *fleet) chaos(ctx context.Context) {
 			f.mu.Unlock()
 		}
 	})
-	if f.r.cfg.Control == ControlFleetNoFencing {
+	if f.r.cfg.Control == model.ControlFleetNoFencing {
 		bg.Go(func() { f.pauseUnfenced(ctx) })
 	}
 	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x666c656574))
@@ -441,7 +416,7 @@ func (f *fleet) chaos(ctx context.Context) {
 		for _, s := range f.r.slots {
 			switch p, ok := f.live[s]; {
 			case !s.fleet || !ok:
-			case f.r.cfg.Control == ControlFleetNoFencing && s.name == "f0":
+			case f.r.cfg.Control == model.ControlFleetNoFencing && s.name == "f0":
 			case p == nil:
 				dead++
 			case time.Since(p.born) >= fleetMinAge:
@@ -491,13 +466,13 @@ func (f *fleet) pauseUnfenced(ctx context.Context) {
 			return
 		}
 		d := ttl*3/2 + time.Duration(rng.Int64N(int64(ttl)))
-		ft := Fault{Kind: FaultFreeze, Target: s.name, Detail: "the unfenced pool", Start: now()}
+		ft := model.Fault{Kind: model.FaultFreeze, Target: s.name, Detail: "the unfenced pool", Start: model.Now()}
 		s.gate.close()
 		s.blackhole()
 		sleep(ctx, d)
 		s.heal()
 		s.gate.open()
-		ft.End = now()
+		ft.End = model.Now()
 		f.mu.Lock()
 		f.pauses = append(f.pauses, ft)
 		f.mu.Unlock()
@@ -506,12 +481,12 @@ func (f *fleet) pauseUnfenced(ctx context.Context) {
 
 // faults returns the kills, and ControlFleetNoFencing's pauses, as faults
 // of the run's fault log.
-func (f *fleet) faults() []Fault {
+func (f *fleet) faults() []model.Fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := slices.Clone(f.pauses)
 	for _, k := range f.kills {
-		ft := Fault{Kind: FaultPoolKill, Target: k.Slot, Worker: k.Pool, Start: k.At, End: k.RestartAt, Detail: k.Pool}
+		ft := model.Fault{Kind: model.FaultPoolKill, Target: k.Slot, Worker: k.Pool, Start: k.At, End: k.RestartAt, Detail: k.Pool}
 		if k.Restart != "" {
 			ft.Detail += " → " + k.Restart
 		} else {
@@ -680,10 +655,10 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 		p.awaitSuccessor(l)
 	}
 	switch p.writeEffect(l) {
-	case OutRefused:
+	case model.OutRefused:
 		p.refused.Add(1)
 		return "", errFenced
-	case OutUnknown:
+	case model.OutUnknown:
 		p.unknown.Add(1)
 		return "", errEffectUnknown
 	}
@@ -709,7 +684,7 @@ func (p *fleetPool) awaitSuccessor(l *lease.Lease) {
 		resp, err := p.cli.Get(ctx, fleetEffectKey(l.Resource()))
 		cancel()
 		if err == nil && len(resp.Kvs) == 1 {
-			var v effectValue
+			var v model.EffectValue
 			if json.Unmarshal(resp.Kvs[0].Value, &v) == nil && v.Epoch > l.Epoch() {
 				return
 			}
@@ -724,26 +699,26 @@ const fleetLateWait = 5 * time.Second
 
 // classifyWrite sorts a guarded write's error into an outcome: refused
 // (fenced, naming the epoch that holds the guard) or unknown.
-func classifyWrite(err error) (Outcome, int64) {
+func classifyWrite(err error) (model.Outcome, int64) {
 	var fe *fence.FencedError
 	switch {
 	case err == nil:
-		return OutOK, 0
+		return model.OutOK, 0
 	case errors.As(err, &fe):
-		return OutRefused, fe.Current
+		return model.OutRefused, fe.Current
 	}
-	return OutUnknown, 0
+	return model.OutUnknown, 0
 }
 
 // writeEffect puts the task's effect key — its value names the task, the
 // epoch, the worker and the operation — in the transaction that admits
 // the lease's token (fenceetcd.Guard.AdmitOps, keyed by the task), or,
 // in ControlFleetNoFencing's slot, with a plain put.
-func (p *fleetPool) writeEffect(l *lease.Lease) Outcome {
+func (p *fleetPool) writeEffect(l *lease.Lease) model.Outcome {
 	w := p.w
 	id := w.nextID()
-	op := w.beginID(id, OpFleetEffect, l.Resource(), l.Worker(), l.Epoch())
-	val, _ := json.Marshal(effectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
+	op := w.beginID(id, model.OpFleetEffect, l.Resource(), l.Worker(), l.Epoch())
+	val, _ := json.Marshal(model.EffectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
 	put := clientv3.OpPut(fleetEffectKey(l.Resource()), string(val))
 	// One attempt, as the registry's requests.
 	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.cfg.TTL))
@@ -768,7 +743,7 @@ type fleetFinal struct {
 	// EffectEvents is every change of an effect key, in revision order;
 	// Effects the effect keys etcd held at the end, by task.
 	EffectEvents []fleetEffectEvent
-	Effects      map[string]effectValue
+	Effects      map[string]model.EffectValue
 	// Markers is every change of a session's marker N/lease/%live/<id>.
 	Markers []fleetMarkerEvent
 }
@@ -795,7 +770,7 @@ type fleetEffectEvent struct {
 	Task  string // from the key
 	Rev   int64
 	Put   bool
-	Value effectValue
+	Value model.EffectValue
 }
 
 // readFleetFinal reads the fleet's history from etcd: every change of the
@@ -804,7 +779,7 @@ type fleetEffectEvent struct {
 func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, error) {
 	var ff fleetFinal
 	space := keys.MustNew(keys.DefaultNamespace)
-	err := readHistory(ctx, cli, space.LivePrefix(), func(ev *clientv3.Event) error {
+	err := model.ReadHistory(ctx, cli, space.LivePrefix(), func(ev *clientv3.Event) error {
 		id, err := space.LiveLeaseID(string(ev.Kv.Key))
 		if err != nil {
 			return err
@@ -821,7 +796,7 @@ func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, erro
 	if err != nil {
 		return ff, err
 	}
-	err = readHistory(ctx, cli, fleetTaskPrefix, func(ev *clientv3.Event) error {
+	err = model.ReadHistory(ctx, cli, fleetTaskPrefix, func(ev *clientv3.Event) error {
 		ff.TaskEvents = append(ff.TaskEvents, fleetKeyEvent{
 			Task: strings.TrimPrefix(string(ev.Kv.Key), fleetTaskPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut,
 		})
@@ -830,7 +805,7 @@ func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, erro
 	if err != nil {
 		return ff, err
 	}
-	err = readHistory(ctx, cli, fleetEffectPrefix, func(ev *clientv3.Event) error {
+	err = model.ReadHistory(ctx, cli, fleetEffectPrefix, func(ev *clientv3.Event) error {
 		fe := fleetEffectEvent{Task: strings.TrimPrefix(string(ev.Kv.Key), fleetEffectPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
 		kv := ev.Kv
 		if !fe.Put {
@@ -858,9 +833,9 @@ func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, erro
 	if err != nil {
 		return ff, err
 	}
-	ff.Effects = map[string]effectValue{}
+	ff.Effects = map[string]model.EffectValue{}
 	for _, kv := range resp.Kvs {
-		var v effectValue
+		var v model.EffectValue
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return ff, fmt.Errorf("chaos: effect %q: %w", kv.Key, err)
 		}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"slices"
 	"strings"
 	"time"
@@ -37,10 +38,10 @@ import (
 
 // LivenessInput is what the liveness figures are computed from.
 type LivenessInput struct {
-	Ops      []Op
-	Sessions []SessionRecord
-	Grants   []GrantFailure
-	Faults   []Fault
+	Ops      []model.Op
+	Sessions []model.SessionRecord
+	Grants   []model.GrantFailure
+	Faults   []model.Fault
 	// From is when the fault phase began, To when the workers were told to
 	// stop (after the quiet time): the stalls are measured between them.
 	From, To int64
@@ -72,7 +73,7 @@ type LivenessFacts struct {
 	// fault near their end; GrantsFailed the session.New calls that failed.
 	Sessions     int
 	Ended        map[string]int
-	Unattributed []SessionRecord
+	Unattributed []model.SessionRecord
 	GrantsFailed int
 	// Kinds holds the figures per fault kind injected.
 	Kinds map[string]*KindLiveness
@@ -90,7 +91,7 @@ type KindLiveness struct {
 	// whose worker was not, listed in Others.
 	EndedTarget int
 	EndedOther  int
-	Others      []SessionRecord
+	Others      []model.SessionRecord
 	// GrantsFailedOther counts the failed session.New calls near a fault
 	// of this kind by workers not themselves faulted.
 	GrantsFailedOther int
@@ -107,7 +108,7 @@ type KindLiveness struct {
 	// before the workers stopped, Overtaken those whose worker was
 	// faulted again before it completed anything.
 	Recovery      time.Duration
-	RecoveryFault Fault
+	RecoveryFault model.Fault
 	Unrecovered   int
 	Overtaken     int
 }
@@ -116,7 +117,7 @@ type KindLiveness struct {
 // it is attributed to.
 type Stall struct {
 	From, To int64
-	Faults   []Fault
+	Faults   []model.Fault
 	// Healed: no fault was active during it, and Faults is the one healed
 	// last before it.
 	Healed bool
@@ -164,12 +165,12 @@ func (lf *LivenessFacts) Goal(kind string) Verdict {
 
 // Missed reports whether a goal of a member's fault kind was missed.
 func (lf *LivenessFacts) Missed() bool {
-	return slices.ContainsFunc(memberFaults, func(kind string) bool { return lf.Goal(kind) == GoalMissed })
+	return slices.ContainsFunc(model.MemberFaults, func(kind string) bool { return lf.Goal(kind) == GoalMissed })
 }
 
 // workerFaults are the kinds whose target is a worker slot.
 var workerFaults = map[string]bool{
-	FaultPause: true, FaultKill: true, FaultFreeze: true, FaultBlackhole: true, FaultDropReplies: true, FaultLatency: true,
+	model.FaultPause: true, model.FaultKill: true, model.FaultFreeze: true, model.FaultBlackhole: true, model.FaultDropReplies: true, model.FaultLatency: true,
 }
 
 // slotOf is the slot of a worker, session or process name: "h0" of
@@ -181,14 +182,11 @@ func slotOf(name string) string {
 	return name
 }
 
-// overlaps reports whether f was active at some time in [from, to].
-func (f Fault) overlaps(from, to int64) bool { return f.Start <= to && f.End >= from }
-
 // liveness computes the liveness figures.
 func liveness(in LivenessInput) LivenessFacts {
 	// The sweeper's sessions come after the run.
-	in.Sessions = slices.DeleteFunc(slices.Clone(in.Sessions), func(sr SessionRecord) bool { return slotOf(sr.Name) == sweeper })
-	in.Grants = slices.DeleteFunc(slices.Clone(in.Grants), func(g GrantFailure) bool { return slotOf(g.Name) == sweeper })
+	in.Sessions = slices.DeleteFunc(slices.Clone(in.Sessions), func(sr model.SessionRecord) bool { return slotOf(sr.Name) == sweeper })
+	in.Grants = slices.DeleteFunc(slices.Clone(in.Grants), func(g model.GrantFailure) bool { return slotOf(g.Name) == sweeper })
 	c := &livenessCheck{in: in, ttl: int64(in.TTL), lf: &LivenessFacts{
 		ElectionTimeout: in.ElectionTimeout, RenewInterval: in.RenewInterval,
 		StallBound: 2*in.ElectionTimeout + in.RenewInterval,
@@ -235,7 +233,7 @@ type livenessCheck struct {
 // to a TTL and a paused process sees its end only once it runs again.
 func (c *livenessCheck) targeted(name string, from, to int64) bool {
 	for _, f := range c.in.Faults {
-		if workerFaults[f.Kind] && f.Target == slotOf(name) && f.overlaps(from-2*c.ttl, to) {
+		if workerFaults[f.Kind] && f.Target == slotOf(name) && f.Overlaps(from-2*c.ttl, to) {
 			return true
 		}
 	}
@@ -245,18 +243,18 @@ func (c *livenessCheck) targeted(name string, from, to int64) bool {
 // sessionEnded counts session sr's end, if it ended otherwise than closed
 // by its worker, against the fault that ended it: its worker's kill, the
 // faults near its end (of its own worker or others'), or none.
-func (c *livenessCheck) sessionEnded(sr SessionRecord) {
+func (c *livenessCheck) sessionEnded(sr model.SessionRecord) {
 	lf, ttl := c.lf, c.ttl
-	var killed *Fault
+	var killed *model.Fault
 	if sr.End == 0 {
 		for i, f := range c.in.Faults {
-			if f.Kind == FaultKill && f.Worker == sr.Worker && f.Start >= sr.Start {
-				sr.End, sr.Cause, killed = f.Start, CauseKilled, &c.in.Faults[i]
+			if f.Kind == model.FaultKill && f.Worker == sr.Worker && f.Start >= sr.Start {
+				sr.End, sr.Cause, killed = f.Start, model.CauseKilled, &c.in.Faults[i]
 				break
 			}
 		}
 	}
-	if sr.End == 0 || sr.Cause == CauseClosed {
+	if sr.End == 0 || sr.Cause == model.CauseClosed {
 		return
 	}
 	lf.Ended[sr.Cause]++
@@ -275,7 +273,7 @@ func (c *livenessCheck) sessionEnded(sr SessionRecord) {
 	near := false
 	counted := map[string]bool{}
 	for _, f := range c.in.Faults {
-		if !f.overlaps(at-ttl, sr.End) {
+		if !f.Overlaps(at-ttl, sr.End) {
 			continue
 		}
 		near = true
@@ -298,13 +296,13 @@ func (c *livenessCheck) sessionEnded(sr SessionRecord) {
 
 // grantFailed counts a failed grant, unless a fault of its own worker was
 // near, against each kind of fault active within a TTL before it.
-func (c *livenessCheck) grantFailed(g GrantFailure) {
+func (c *livenessCheck) grantFailed(g model.GrantFailure) {
 	if c.targeted(g.Name, g.Time, g.Time) {
 		return
 	}
 	counted := map[string]bool{}
 	for _, f := range c.in.Faults {
-		if f.overlaps(g.Time-c.ttl, g.Time) && !counted[f.Kind] {
+		if f.Overlaps(g.Time-c.ttl, g.Time) && !counted[f.Kind] {
 			counted[f.Kind] = true
 			c.lf.Kinds[f.Kind].GrantsFailedOther++
 		}
@@ -317,8 +315,8 @@ func (c *livenessCheck) progress() {
 	in := c.in
 	c.doneBy = map[string][]int64{} // slot → its completions
 	for _, op := range in.Ops {
-		progress := op.Type == OpComplete || (in.Contended && op.Type == OpRelease)
-		if !progress || op.Outcome != OutOK || op.Internal || op.Return == 0 || slotOf(op.Worker) == sweeper {
+		progress := op.Type == model.OpComplete || (in.Contended && op.Type == model.OpRelease)
+		if !progress || op.Outcome != model.OutOK || op.Internal || op.Return == 0 || slotOf(op.Worker) == sweeper {
 			continue
 		}
 		c.done = append(c.done, op.Return)
@@ -370,14 +368,14 @@ func (c *livenessCheck) stall(s Stall) {
 	}
 	quiet := len(s.Faults) == 0
 	if quiet {
-		var last *Fault
+		var last *model.Fault
 		for i, f := range faults {
 			if f.End <= s.From && (last == nil || f.End > last.End) {
 				last = &faults[i]
 			}
 		}
 		if last != nil {
-			s.Faults, s.Healed = []Fault{*last}, true
+			s.Faults, s.Healed = []model.Fault{*last}, true
 		}
 	}
 	if quiet && s.Len() > lf.Quiet.Len() {
@@ -414,7 +412,7 @@ func (c *livenessCheck) recovery() {
 			k.Unrecovered++
 			continue
 		}
-		if workerFaults[f.Kind] && slices.ContainsFunc(in.Faults, func(g Fault) bool {
+		if workerFaults[f.Kind] && slices.ContainsFunc(in.Faults, func(g model.Fault) bool {
 			return g != f && workerFaults[g.Kind] && g.Target == f.Target && g.Start >= f.Start && g.Start < ts[i]
 		}) {
 			k.Overtaken++
@@ -433,7 +431,7 @@ func (c *livenessCheck) recovery() {
 // two faults or more active, or none ever before — are left out: a stall
 // while most workers were paused or cut off is not the cost of a member's
 // fault that happened to be on too.
-func aloneParts(s Stall, faults []Fault) []Stall {
+func aloneParts(s Stall, faults []model.Fault) []Stall {
 	points := []int64{s.From, s.To}
 	for _, f := range faults {
 		for _, t := range []int64{f.Start, f.End} {
@@ -447,17 +445,17 @@ func aloneParts(s Stall, faults []Fault) []Stall {
 	var parts []Stall
 	for i := 0; i+1 < len(points); i++ {
 		a, b := points[i], points[i+1]
-		var blamed *Fault
+		var blamed *model.Fault
 		active := 0
 		for j, f := range faults {
-			if f.Kind != FaultRevoke && f.Start <= a && f.End >= b {
+			if f.Kind != model.FaultRevoke && f.Start <= a && f.End >= b {
 				active++
 				blamed = &faults[j]
 			}
 		}
 		if active == 0 {
 			for j, f := range faults {
-				if f.Kind != FaultRevoke && f.End <= a && (blamed == nil || f.End > blamed.End) {
+				if f.Kind != model.FaultRevoke && f.End <= a && (blamed == nil || f.End > blamed.End) {
 					blamed = &faults[j]
 				}
 			}
@@ -469,7 +467,7 @@ func aloneParts(s Stall, faults []Fault) []Stall {
 			parts[n-1].To = b
 			continue
 		}
-		parts = append(parts, Stall{From: a, To: b, Faults: []Fault{*blamed}, Healed: active == 0, Whole: s.Len()})
+		parts = append(parts, Stall{From: a, To: b, Faults: []model.Fault{*blamed}, Healed: active == 0, Whole: s.Len()})
 	}
 	return parts
 }
@@ -482,7 +480,7 @@ const sweeper = "sweeper"
 func (lf *LivenessFacts) lines() []string {
 	var ended []string
 	endedTotal := 0
-	for _, c := range sortedKeys(lf.Ended) {
+	for _, c := range model.SortedKeys(lf.Ended) {
 		ended = append(ended, fmt.Sprintf("%s %d", c, lf.Ended[c]))
 		endedTotal += lf.Ended[c]
 	}
@@ -500,7 +498,7 @@ func (lf *LivenessFacts) lines() []string {
 			lf.Sessions, endedTotal, strings.Join(ended, ", "), len(lf.Unattributed), lf.GrantsFailed),
 		fmt.Sprintf("  %-13s %6s  %-26s  %-30s  %s", "fault kind", "faults", "sessions ended: faulted/not", "longest stall: alone/shared", "recovery after heal (max)"),
 	}
-	for _, kind := range faultKinds {
+	for _, kind := range model.FaultKinds {
 		if k := lf.Kinds[kind]; k != nil {
 			out = append(out, kindLine(kind, k))
 		}
@@ -510,7 +508,7 @@ func (lf *LivenessFacts) lines() []string {
 		fmt.Sprintf("  longest stall with no fault active: %s", lf.stallText(lf.Quiet)),
 		fmt.Sprintf("  goals for a fault of one member: no session of a worker not itself faulted ends; no stall alone with it longer than 2 × election timeout %s + renew interval %s = %s",
 			roundMS(lf.ElectionTimeout), roundMS(lf.RenewInterval), roundMS(lf.StallBound)))
-	for _, kind := range memberFaults {
+	for _, kind := range model.MemberFaults {
 		out = append(out, lf.goalLines(kind)...)
 	}
 	return out
@@ -574,7 +572,7 @@ func (lf *LivenessFacts) since(t int64) string {
 }
 
 // faultsText lists faults fs, each with its kind, target and span.
-func (lf *LivenessFacts) faultsText(fs []Fault) string {
+func (lf *LivenessFacts) faultsText(fs []model.Fault) string {
 	var parts []string
 	for _, f := range fs {
 		parts = append(parts, fmt.Sprintf("%s %s [%s, %s]", f.Kind, f.Target, lf.since(f.Start), lf.since(f.End)))

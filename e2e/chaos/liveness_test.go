@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"strings"
 	"testing"
 	"time"
@@ -38,24 +39,24 @@ func newLivenessScenario() *livenessScenario {
 		in: LivenessInput{
 			From: at(1000), To: at(10000),
 			TTL: time.Second, ElectionTimeout: 100 * time.Millisecond, RenewInterval: time.Second / 3,
-			Faults: []Fault{
-				{Kind: FaultMemberStop, Target: "m1", Start: at(2000), End: at(3000)},
-				{Kind: FaultPause, Target: "h0", Worker: "h0.1", Start: at(4000), End: at(5500)},
-				{Kind: FaultDropReplies, Target: "h0", Start: at(5600), End: at(5650)},
-				{Kind: FaultBlackhole, Target: "i0", Start: at(6000), End: at(7000)},
-				{Kind: FaultMemberFreeze, Target: "m0", Start: at(6500), End: at(7500)},
-				{Kind: FaultKill, Target: "h1", Worker: "h1.1", Start: at(8000), End: at(8010)},
+			Faults: []model.Fault{
+				{Kind: model.FaultMemberStop, Target: "m1", Start: at(2000), End: at(3000)},
+				{Kind: model.FaultPause, Target: "h0", Worker: "h0.1", Start: at(4000), End: at(5500)},
+				{Kind: model.FaultDropReplies, Target: "h0", Start: at(5600), End: at(5650)},
+				{Kind: model.FaultBlackhole, Target: "i0", Start: at(6000), End: at(7000)},
+				{Kind: model.FaultMemberFreeze, Target: "m0", Start: at(6500), End: at(7500)},
+				{Kind: model.FaultKill, Target: "h1", Worker: "h1.1", Start: at(8000), End: at(8010)},
 			},
-			Sessions: []SessionRecord{
-				{Name: "h0.1.s0", Worker: "h0.1", Start: at(500), End: at(5510), Deadline: at(4800), Cause: CauseLost},
+			Sessions: []model.SessionRecord{
+				{Name: "h0.1.s0", Worker: "h0.1", Start: at(500), End: at(5510), Deadline: at(4800), Cause: model.CauseLost},
 				{Name: "h1.1.s0", Worker: "h1.1", Start: at(500)},
-				{Name: "i0.0.s0", Worker: "i0.0", Start: at(500), End: at(6800), Deadline: at(6800), Cause: CauseLost},
-				{Name: "h2.1.s0", Worker: "h2.1", Start: at(500), End: at(10100), Cause: CauseClosed},
-				{Name: "h2.1.s9", Worker: "h2.1", Start: at(9000), End: at(9500), Deadline: at(9500), Cause: CauseLost},
+				{Name: "i0.0.s0", Worker: "i0.0", Start: at(500), End: at(6800), Deadline: at(6800), Cause: model.CauseLost},
+				{Name: "h2.1.s0", Worker: "h2.1", Start: at(500), End: at(10100), Cause: model.CauseClosed},
+				{Name: "h2.1.s9", Worker: "h2.1", Start: at(9000), End: at(9500), Deadline: at(9500), Cause: model.CauseLost},
 				// The sweeper's, after the run: not counted.
-				{Name: sweeper + ".s0", Worker: sweeper, Start: at(10200), End: at(10300), Deadline: at(10300), Cause: CauseLost},
+				{Name: sweeper + ".s0", Worker: sweeper, Start: at(10200), End: at(10300), Deadline: at(10300), Cause: model.CauseLost},
 			},
-			Grants: []GrantFailure{{Name: "h2.1.s5", Worker: "h2.1", Time: at(2500), Err: "context deadline exceeded"}},
+			Grants: []model.GrantFailure{{Name: "h2.1.s5", Worker: "h2.1", Time: at(2500), Err: "context deadline exceeded"}},
 		},
 	}
 }
@@ -66,8 +67,8 @@ func (s *livenessScenario) facts() LivenessFacts {
 	n := 0
 	complete := func(worker string, t int64) {
 		n++
-		in.Ops = append(in.Ops, Op{ID: fmt.Sprintf("%s-%d", worker, n), Type: OpComplete, Task: taskName(n), Worker: worker,
-			Invoke: at(t) - at(5), Return: at(t), Outcome: OutOK})
+		in.Ops = append(in.Ops, model.Op{ID: fmt.Sprintf("%s-%d", worker, n), Type: model.OpComplete, Task: taskName(n), Worker: worker,
+			Invoke: at(t) - at(5), Return: at(t), Outcome: model.OutOK})
 	}
 next:
 	for t := int64(1050); t <= 9850; t += 100 {
@@ -84,10 +85,10 @@ next:
 	// Not progress: a failed completion, an internal operation, a stale
 	// one, the sweeper's after the run.
 	in.Ops = append(in.Ops,
-		Op{ID: "x1", Type: OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2400), Outcome: OutUnknown},
-		Op{ID: "x2", Type: OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2500), Outcome: OutStale},
-		Op{ID: "x3", Type: OpRelease, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2600), Outcome: OutOK},
-		Op{ID: "x4", Type: OpComplete, Worker: sweeper + ".s0", Invoke: at(10500), Return: at(10600), Outcome: OutOK},
+		model.Op{ID: "x1", Type: model.OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2400), Outcome: model.OutUnknown},
+		model.Op{ID: "x2", Type: model.OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2500), Outcome: model.OutStale},
+		model.Op{ID: "x3", Type: model.OpRelease, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2600), Outcome: model.OutOK},
+		model.Op{ID: "x4", Type: model.OpComplete, Worker: sweeper + ".s0", Invoke: at(10500), Return: at(10600), Outcome: model.OutOK},
 	)
 	return liveness(in)
 }
@@ -98,7 +99,7 @@ func TestLivenessAccounting(t *testing.T) {
 	if lf.StallBound != 2*100*time.Millisecond+time.Second/3 {
 		t.Errorf("stall bound %v", lf.StallBound)
 	}
-	if lf.Sessions != 5 || lf.GrantsFailed != 1 || lf.Ended[CauseLost] != 3 || lf.Ended[CauseKilled] != 1 || lf.Ended[CauseClosed] != 0 {
+	if lf.Sessions != 5 || lf.GrantsFailed != 1 || lf.Ended[model.CauseLost] != 3 || lf.Ended[model.CauseKilled] != 1 || lf.Ended[model.CauseClosed] != 0 {
 		t.Errorf("sessions %d, grants failed %d, ended %v", lf.Sessions, lf.GrantsFailed, lf.Ended)
 	}
 	if len(lf.Unattributed) != 1 || lf.Unattributed[0].Name != "h2.1.s9" {
@@ -109,7 +110,7 @@ func TestLivenessAccounting(t *testing.T) {
 	}
 	// The trailing gap, from the last completion to To, with nothing
 	// active: the noise floor, after the kill.
-	if lf.Quiet.Len() != ms(150) || !lf.Quiet.Healed || lf.Quiet.Faults[0].Kind != FaultKill {
+	if lf.Quiet.Len() != ms(150) || !lf.Quiet.Healed || lf.Quiet.Faults[0].Kind != model.FaultKill {
 		t.Errorf("longest quiet stall %+v, want 150ms after the kill", lf.Quiet)
 	}
 	for _, c := range []struct {
@@ -119,13 +120,13 @@ func TestLivenessAccounting(t *testing.T) {
 		recovery             time.Duration // -1: none counted
 		overtaken            int
 	}{
-		{FaultMemberStop, 0, 0, 1, ms(500), ms(500), ms(50), 0},
-		{FaultPause, 1, 0, 0, ms(600), ms(600), -1, 1},
-		{FaultDropReplies, 0, 0, 0, ms(100), ms(100), ms(70), 0},
-		{FaultBlackhole, 1, 0, 0, ms(100), ms(700), ms(320), 0},
+		{model.FaultMemberStop, 0, 0, 1, ms(500), ms(500), ms(50), 0},
+		{model.FaultPause, 1, 0, 0, ms(600), ms(600), -1, 1},
+		{model.FaultDropReplies, 0, 0, 0, ms(100), ms(100), ms(70), 0},
+		{model.FaultBlackhole, 1, 0, 0, ms(100), ms(700), ms(320), 0},
 		// Once the blackhole is healed, the freeze alone: 7000 to 7250.
-		{FaultMemberFreeze, 1, 0, 0, ms(250), ms(700), ms(50), 0},
-		{FaultKill, 1, 0, 0, ms(150), ms(150), ms(410), 0}, // the last stall, with nothing active, is the kill's: the last healed
+		{model.FaultMemberFreeze, 1, 0, 0, ms(250), ms(700), ms(50), 0},
+		{model.FaultKill, 1, 0, 0, ms(150), ms(150), ms(410), 0}, // the last stall, with nothing active, is the kill's: the last healed
 	} {
 		k := lf.Kinds[c.kind]
 		if k == nil || k.Faults != 1 {
@@ -148,10 +149,10 @@ func TestLivenessAccounting(t *testing.T) {
 			t.Errorf("%s: %d overtaken, %d unrecovered, want %d, 0", c.kind, k.Overtaken, k.Unrecovered, c.overtaken)
 		}
 	}
-	if lf.Kinds[FaultLeaderStop] != nil {
+	if lf.Kinds[model.FaultLeaderStop] != nil {
 		t.Errorf("figures for leader-stop, which was not injected")
 	}
-	for kind, want := range map[string]Verdict{FaultMemberStop: GoalMet, FaultMemberFreeze: GoalMet, FaultLeaderStop: GoalNone, FaultLeaderPause: GoalNone} {
+	for kind, want := range map[string]Verdict{model.FaultMemberStop: GoalMet, model.FaultMemberFreeze: GoalMet, model.FaultLeaderStop: GoalNone, model.FaultLeaderPause: GoalNone} {
 		if v := lf.Goal(kind); v != want {
 			t.Errorf("goal %s: %s, want %s", kind, v, want)
 		}
@@ -177,10 +178,10 @@ func TestLivenessAccounting(t *testing.T) {
 // with another fault is neither met nor missed, however long the stall.
 func TestLivenessUndetermined(t *testing.T) {
 	s := newLivenessScenario()
-	s.in.Faults = append(s.in.Faults, Fault{Kind: FaultPause, Target: "h3", Worker: "h3.1", Start: at(1900), End: at(3100)})
+	s.in.Faults = append(s.in.Faults, model.Fault{Kind: model.FaultPause, Target: "h3", Worker: "h3.1", Start: at(1900), End: at(3100)})
 	s.holes[0] = [2]int64{2150, 2850}
 	lf := s.facts()
-	if v := lf.Goal(FaultMemberStop); v != GoalUndetermined {
+	if v := lf.Goal(model.FaultMemberStop); v != GoalUndetermined {
 		t.Errorf("goal member-stop: %s, want %s", v, GoalUndetermined)
 	}
 	text := strings.Join(lf.lines(), "\n")
@@ -200,7 +201,7 @@ func TestLivenessContended(t *testing.T) {
 	s := newLivenessScenario()
 	s.in.Contended = true
 	lf := s.facts()
-	if got := lf.Kinds[FaultMemberStop].Alone.Len(); got != 350*time.Millisecond || lf.Completions != 78 {
+	if got := lf.Kinds[model.FaultMemberStop].Alone.Len(); got != 350*time.Millisecond || lf.Completions != 78 {
 		t.Errorf("member stop's stall %v, %d completions and releases; want 350ms, 78", got, lf.Completions)
 	}
 	if text := strings.Join(lf.lines(), "\n"); !strings.Contains(text, "78 completions and releases") {
@@ -221,15 +222,15 @@ func TestLivenessCatchesMisses(t *testing.T) {
 			s.holes[0] = [2]int64{2150, 2850}
 		}, []string{"goal member-stop: NOT met — 1 faults; 0 sessions of workers not faulted ended; longest stall alone: 700ms"}},
 		{"a session of a worker not faulted ended", func(s *livenessScenario) {
-			s.in.Sessions = append(s.in.Sessions, SessionRecord{Name: "h2.1.s1", Worker: "h2.1", Start: at(1500), End: at(2600), Deadline: at(2600), Cause: CauseLost})
+			s.in.Sessions = append(s.in.Sessions, model.SessionRecord{Name: "h2.1.s1", Worker: "h2.1", Start: at(1500), End: at(2600), Deadline: at(2600), Cause: model.CauseLost})
 		}, []string{"goal member-stop: NOT met — 1 faults; 1 sessions of workers not faulted ended; longest stall alone: 500ms", "ended: h2.1.s1 (h2.1), lost at +1.60s"}},
 		{"a session killed with its process during a member freeze", func(s *livenessScenario) {
 			// A kill makes its own worker faulted: not a miss of the
 			// freeze's; a bystander's lost session is.
-			s.in.Faults = append(s.in.Faults, Fault{Kind: FaultKill, Target: "h3", Worker: "h3.1", Start: at(6600), End: at(6610)})
+			s.in.Faults = append(s.in.Faults, model.Fault{Kind: model.FaultKill, Target: "h3", Worker: "h3.1", Start: at(6600), End: at(6610)})
 			s.in.Sessions = append(s.in.Sessions,
-				SessionRecord{Name: "h3.1.s0", Worker: "h3.1", Start: at(500)},
-				SessionRecord{Name: "h4.1.s0", Worker: "h4.1", Start: at(500), End: at(7400), Deadline: at(7400), Cause: CauseExpired})
+				model.SessionRecord{Name: "h3.1.s0", Worker: "h3.1", Start: at(500)},
+				model.SessionRecord{Name: "h4.1.s0", Worker: "h4.1", Start: at(500), End: at(7400), Deadline: at(7400), Cause: model.CauseExpired})
 		}, []string{"goal member-freeze: NOT met — 1 faults; 1 sessions of workers not faulted ended", "ended: h4.1.s0 (h4.1), expired at +6.40s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -243,7 +244,7 @@ func TestLivenessCatchesMisses(t *testing.T) {
 				}
 			}
 			missed := 0
-			for _, kind := range memberFaults {
+			for _, kind := range model.MemberFaults {
 				if lf.Goal(kind) == GoalMissed {
 					missed++
 				}
@@ -274,14 +275,14 @@ func TestLivenessLeaderPause(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newLivenessScenario()
-			s.in.Faults = append(s.in.Faults, Fault{Kind: FaultLeaderPause, Target: "m2", Start: at(3100), End: at(3700)})
+			s.in.Faults = append(s.in.Faults, model.Fault{Kind: model.FaultLeaderPause, Target: "m2", Start: at(3100), End: at(3700)})
 			s.holes = append(s.holes, c.hole)
 			lf := s.facts()
 			text := strings.Join(lf.lines(), "\n")
-			if v := lf.Goal(FaultLeaderPause); v != c.want || lf.Missed() != (c.want == GoalMissed) {
+			if v := lf.Goal(model.FaultLeaderPause); v != c.want || lf.Missed() != (c.want == GoalMissed) {
 				t.Errorf("goal leader-pause: %s (missed: %v), want %s:\n%s", v, lf.Missed(), c.want, text)
 			}
-			if v := lf.Goal(FaultMemberStop); v != GoalMet {
+			if v := lf.Goal(model.FaultMemberStop); v != GoalMet {
 				t.Errorf("goal member-stop: %s, want %s", v, GoalMet)
 			}
 			if !strings.Contains(text, c.line) {
@@ -308,7 +309,7 @@ func TestLivenessNoProgress(t *testing.T) {
 			t.Errorf("%s: %d of %d faults unrecovered, recovery %v", kind, k.Unrecovered, k.Faults, k.Recovery)
 		}
 	}
-	if v := lf.Goal(FaultMemberStop); v != GoalMissed {
+	if v := lf.Goal(model.FaultMemberStop); v != GoalMissed {
 		t.Errorf("goal member-stop %s without progress", v)
 	}
 }

@@ -3,73 +3,13 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// The fault kinds.
-const (
-	FaultPause       = "pause"        // SIGSTOP a helper process, then SIGCONT
-	FaultKill        = "kill"         // SIGKILL a helper process; a replacement starts
-	FaultFreeze      = "freeze"       // stop an in-process worker's threads and blackhole its proxies
-	FaultBlackhole   = "blackhole"    // a worker's proxies hold all traffic, then deliver it
-	FaultDropReplies = "drop-replies" // a worker's proxies drop etcd's replies; requests still apply
-	FaultLatency     = "latency"      // a worker's proxies delay traffic
-	FaultMemberStop  = "member-stop"  // stop an etcd member, then restart it
-	FaultLeaderStop  = "leader-stop"  // stop the etcd leader, then restart it
-	FaultRevoke      = "revoke"       // an operator revokes a held task (lease.Registry.Revoke)
-	// FaultMemberFreeze cuts one etcd member off from its clients: every
-	// worker's proxy to it holds all traffic, then delivers it. The member
-	// keeps its peers (and the suite's own clients, which do not go
-	// through proxies), so to the workers it is a frozen member: their
-	// connections to it stay open and silent.
-	FaultMemberFreeze = "member-freeze"
-	// FaultLeaderPause is what a SIGSTOP of the etcd leader looks like to
-	// everyone else: the leader is cut off from its raft peers
-	// (e2e.Cluster.Isolate) and from its clients (every worker's proxy to
-	// it holds all traffic, as in a member-freeze) at once, then both are
-	// healed. It does not hand its leadership over, as a stopping member
-	// does: the two others elect a new leader once their election timeout
-	// has passed, and the old one steps down after its own.
-	FaultLeaderPause = "leader-pause"
-)
-
-// FaultPoolKill is the fleet mode's (fleet.go), which the nemesis never
-// picks.
-var faultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke, FaultDepose, FaultPoolKill}
-
-// memberFaults are the faults of one etcd member, which end no session of
-// a worker that was not itself faulted and stall progress for at most a
-// bounded time (liveness.go).
-var memberFaults = []string{FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause}
-
-// isMemberFault reports whether kind is a fault of one etcd member; one
-// of them at most is active at a time.
-func isMemberFault(kind string) bool { return slices.Contains(memberFaults, kind) }
-
-// Fault is one injected fault and its window on the history's clock.
-// Target is a worker slot ("h0", "i1") for a worker's fault, a member
-// ("m2") for a member's, or a task for a revocation; Worker, for a pause
-// or a kill, the process it stopped (<slot>.<generation>).
-type Fault struct {
-	Kind   string `json:"kind"`
-	Target string `json:"target"`
-	Worker string `json:"worker,omitempty"`
-	Start  int64  `json:"start"`
-	End    int64  `json:"end"`
-	Detail string `json:"detail,omitempty"`
-}
-
-func (f Fault) String() string {
-	s := fmt.Sprintf("%-12s %-8s [%d, %d] %v", f.Kind, f.Target, f.Start, f.End, time.Duration(f.End-f.Start).Round(time.Millisecond))
-	if f.Detail != "" {
-		s += " " + f.Detail
-	}
-	return s
-}
 
 // nemesis injects faults drawn from a seeded source until its context ends,
 // then heals every fault it started.
@@ -78,7 +18,7 @@ type nemesis struct {
 	rng *rand.Rand
 
 	mu          sync.Mutex
-	faults      []Fault
+	faults      []model.Fault
 	active      int
 	busySlot    map[int]bool
 	memberFault bool
@@ -107,10 +47,10 @@ func (n *nemesis) run(ctx context.Context) {
 	}
 }
 
-func (n *nemesis) log() []Fault {
+func (n *nemesis) log() []model.Fault {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]Fault, len(n.faults))
+	out := make([]model.Fault, len(n.faults))
 	copy(out, n.faults)
 	return out
 }
@@ -123,9 +63,9 @@ const stopDrain = 5*time.Second + 2*raftElectionTimeout
 
 // weights of the fault kinds.
 var faultWeights = map[string]int{
-	FaultPause: 4, FaultKill: 1, FaultFreeze: 2, FaultBlackhole: 3, FaultDropReplies: 1,
-	FaultLatency: 1, FaultMemberStop: 1, FaultLeaderStop: 1, FaultMemberFreeze: 1, FaultLeaderPause: 1, FaultRevoke: 1,
-	FaultDepose: 2,
+	model.FaultPause: 4, model.FaultKill: 1, model.FaultFreeze: 2, model.FaultBlackhole: 3, model.FaultDropReplies: 1,
+	model.FaultLatency: 1, model.FaultMemberStop: 1, model.FaultLeaderStop: 1, model.FaultMemberFreeze: 1, model.FaultLeaderPause: 1, model.FaultRevoke: 1,
+	model.FaultDepose: 2,
 }
 
 // start picks a fault whose target is free and starts it.
@@ -153,7 +93,7 @@ func (n *nemesis) start(ctx context.Context) {
 		switch {
 		case target != nil:
 			delete(n.busySlot, target.idx)
-		case isMemberFault(kind):
+		case model.IsMemberFault(kind):
 			n.memberFault = false
 		}
 	})
@@ -198,12 +138,12 @@ func (n *nemesis) available(ctx context.Context, free freeSlots) map[string]bool
 		stopFits = false
 	}
 	avail := map[string]bool{
-		FaultPause: len(free.helpers) > 0, FaultKill: len(free.helpers) > 0, FaultFreeze: len(free.inproc) > 0,
-		FaultBlackhole: len(free.all) > 0, FaultDropReplies: len(free.all) > 0, FaultLatency: len(free.all) > 0,
-		FaultMemberStop: !n.memberFault && stopFits, FaultLeaderStop: !n.memberFault && stopFits, FaultMemberFreeze: !n.memberFault,
-		FaultLeaderPause: !n.memberFault,
-		FaultRevoke:      true,
-		FaultDepose:      free.recipe,
+		model.FaultPause: len(free.helpers) > 0, model.FaultKill: len(free.helpers) > 0, model.FaultFreeze: len(free.inproc) > 0,
+		model.FaultBlackhole: len(free.all) > 0, model.FaultDropReplies: len(free.all) > 0, model.FaultLatency: len(free.all) > 0,
+		model.FaultMemberStop: !n.memberFault && stopFits, model.FaultLeaderStop: !n.memberFault && stopFits, model.FaultMemberFreeze: !n.memberFault,
+		model.FaultLeaderPause: !n.memberFault,
+		model.FaultRevoke:      true,
+		model.FaultDepose:      free.recipe,
 	}
 	if len(n.r.cfg.Faults) > 0 {
 		for k := range avail {
@@ -217,7 +157,7 @@ func (n *nemesis) available(ctx context.Context, free freeSlots) map[string]bool
 // it allows none. n.mu is held.
 func (n *nemesis) pickKind(avail map[string]bool) string {
 	total := 0
-	for _, k := range faultKinds {
+	for _, k := range model.FaultKinds {
 		if avail[k] {
 			total += faultWeights[k]
 		}
@@ -227,7 +167,7 @@ func (n *nemesis) pickKind(avail map[string]bool) string {
 	}
 	x := n.rng.IntN(total)
 	var kind string
-	for _, k := range faultKinds {
+	for _, k := range model.FaultKinds {
 		if !avail[k] {
 			continue
 		}
@@ -246,13 +186,13 @@ func (n *nemesis) pickKind(avail map[string]bool) string {
 func (n *nemesis) pickTarget(kind string, free freeSlots) *slot {
 	var target *slot
 	switch kind {
-	case FaultPause, FaultKill:
+	case model.FaultPause, model.FaultKill:
 		target = free.helpers[n.rng.IntN(len(free.helpers))]
-	case FaultFreeze:
+	case model.FaultFreeze:
 		target = free.inproc[n.rng.IntN(len(free.inproc))]
-	case FaultBlackhole, FaultDropReplies, FaultLatency:
+	case model.FaultBlackhole, model.FaultDropReplies, model.FaultLatency:
 		target = free.all[n.rng.IntN(len(free.all))]
-	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
+	case model.FaultMemberStop, model.FaultLeaderStop, model.FaultMemberFreeze, model.FaultLeaderPause:
 		n.memberFault = true
 	}
 	if target != nil {
@@ -268,21 +208,21 @@ func (n *nemesis) duration(kind string) time.Duration {
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(n.rng.Int64N(int64(hi-lo))) }
 	var d time.Duration
 	switch kind {
-	case FaultPause, FaultFreeze:
+	case model.FaultPause, model.FaultFreeze:
 		if n.rng.IntN(5) == 0 {
 			d = dur(ttl/10, ttl*3/4) // shorter than the TTL: the lease survives
 		} else {
 			d = dur(ttl+ttl/5, 2*ttl+ttl/2) // past the TTL: the lease expires meanwhile
 		}
-	case FaultBlackhole:
+	case model.FaultBlackhole:
 		d = dur(ttl/4, 2*ttl+ttl/2)
-	case FaultDropReplies:
+	case model.FaultDropReplies:
 		d = dur(ttl/5, ttl+ttl/2)
-	case FaultLatency:
+	case model.FaultLatency:
 		d = dur(ttl, 3*ttl)
-	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause:
+	case model.FaultMemberStop, model.FaultLeaderStop, model.FaultMemberFreeze, model.FaultLeaderPause:
 		d = dur(ttl/4, 2*ttl)
-	case FaultDepose:
+	case model.FaultDepose:
 		d = dur(ttl*3/2, ttl*5/2) // past the TTL: its session expires in etcd
 	}
 	return d
@@ -290,44 +230,44 @@ func (n *nemesis) duration(kind string) time.Duration {
 
 // inject applies one fault for d (less if ctx ends first: the heal) and
 // returns it with its window.
-func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay time.Duration, pick int) Fault {
-	f := Fault{Kind: kind}
+func (n *nemesis) inject(ctx context.Context, kind string, s *slot, d, delay time.Duration, pick int) model.Fault {
+	f := model.Fault{Kind: kind}
 	if s != nil {
 		f.Target = s.name
 	}
 	switch kind {
-	case FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency:
+	case model.FaultPause, model.FaultKill, model.FaultFreeze, model.FaultBlackhole, model.FaultDropReplies, model.FaultLatency:
 		n.injectWorkerFault(ctx, &f, s, d, delay)
-	case FaultRevoke:
-		f.Start = now()
+	case model.FaultRevoke:
+		f.Start = model.Now()
 		f.Target, f.Detail = n.r.revoke(pick)
-	case FaultDepose:
+	case model.FaultDepose:
 		n.depose(ctx, &f, d, pick)
-	case FaultMemberStop, FaultLeaderStop, FaultMemberFreeze:
+	case model.FaultMemberStop, model.FaultLeaderStop, model.FaultMemberFreeze:
 		n.injectMemberFault(ctx, &f, d, pick)
-	case FaultLeaderPause:
+	case model.FaultLeaderPause:
 		n.pauseLeader(ctx, &f, d, pick)
 	}
-	f.End = now()
+	f.End = model.Now()
 	return f
 }
 
 // injectWorkerFault applies f, a fault of the worker of slot s, for d: a
 // pause or a kill of its process, a freeze of its threads, or a fault of
 // its proxies (latency: delay).
-func (n *nemesis) injectWorkerFault(ctx context.Context, f *Fault, s *slot, d, delay time.Duration) {
+func (n *nemesis) injectWorkerFault(ctx context.Context, f *model.Fault, s *slot, d, delay time.Duration) {
 	switch f.Kind {
-	case FaultPause:
+	case model.FaultPause:
 		p := s.process()
 		f.Worker, f.Detail = p.name, p.name
-		f.Start = now()
+		f.Start = model.Now()
 		p.signal(syscall.SIGSTOP)
 		sleep(ctx, d)
 		p.signal(syscall.SIGCONT)
-	case FaultKill:
+	case model.FaultKill:
 		p := s.process()
 		f.Worker, f.Detail = p.name, p.name
-		f.Start = now()
+		f.Start = model.Now()
 		p.kill()
 		if err := n.r.restartHelper(s); err != nil {
 			f.Detail += "; replacement failed: " + err.Error()
@@ -335,26 +275,26 @@ func (n *nemesis) injectWorkerFault(ctx context.Context, f *Fault, s *slot, d, d
 		} else {
 			f.Detail += " → " + s.process().name
 		}
-	case FaultFreeze:
-		f.Start = now()
+	case model.FaultFreeze:
+		f.Start = model.Now()
 		s.gate.close()
 		s.blackhole()
 		sleep(ctx, d)
 		s.heal()
 		s.gate.open()
-	case FaultBlackhole:
-		f.Start = now()
+	case model.FaultBlackhole:
+		f.Start = model.Now()
 		s.blackhole()
 		sleep(ctx, d)
 		s.heal()
-	case FaultDropReplies:
-		f.Start = now()
+	case model.FaultDropReplies:
+		f.Start = model.Now()
 		s.setFault(proxyFault{kind: proxyDropReplies})
 		sleep(ctx, d)
 		s.heal()
-	case FaultLatency:
+	case model.FaultLatency:
 		f.Detail = fmt.Sprintf("%v ± %v", delay, delay/4)
-		f.Start = now()
+		f.Start = model.Now()
 		s.setFault(proxyFault{kind: proxyDelay, delay: delay})
 		sleep(ctx, d)
 		s.heal()
@@ -363,11 +303,11 @@ func (n *nemesis) injectWorkerFault(ctx context.Context, f *Fault, s *slot, d, d
 
 // injectMemberFault applies f, a stop of a member (of the leader, for a
 // leader-stop) or a freeze of one, for d; pick picks the member.
-func (n *nemesis) injectMemberFault(ctx context.Context, f *Fault, d time.Duration, pick int) {
+func (n *nemesis) injectMemberFault(ctx context.Context, f *model.Fault, d time.Duration, pick int) {
 	switch f.Kind {
-	case FaultMemberStop, FaultLeaderStop:
+	case model.FaultMemberStop, model.FaultLeaderStop:
 		member := pick % len(n.r.cluster.Members())
-		if f.Kind == FaultLeaderStop {
+		if f.Kind == model.FaultLeaderStop {
 			lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if l, err := n.r.cluster.Leader(lctx); err == nil {
 				member = l
@@ -378,17 +318,17 @@ func (n *nemesis) injectMemberFault(ctx context.Context, f *Fault, d time.Durati
 		}
 		m := n.r.cluster.Members()[member]
 		f.Target = m.Name()
-		f.Start = now()
+		f.Start = model.Now()
 		m.Stop(n.r.t)
 		sleep(ctx, d)
 		m.Restart(n.r.t)
-	case FaultMemberFreeze:
+	case model.FaultMemberFreeze:
 		member := pick % len(n.r.cluster.Members())
 		f.Target = n.r.cluster.Members()[member].Name()
 		if n.r.cluster.Members()[member].IsLeader() {
 			f.Detail = "the leader"
 		}
-		f.Start = now()
+		f.Start = model.Now()
 		for _, s := range n.r.slots {
 			s.holdMember(member, true)
 		}
@@ -402,7 +342,7 @@ func (n *nemesis) injectMemberFault(ctx context.Context, f *Fault, d time.Durati
 // pauseLeader applies f, a leader-pause, for d: it cuts the leader (the
 // member pick picks if none is found) off from its peers and its clients,
 // notes when another member became the leader, then heals both.
-func (n *nemesis) pauseLeader(ctx context.Context, f *Fault, d time.Duration, pick int) {
+func (n *nemesis) pauseLeader(ctx context.Context, f *model.Fault, d time.Duration, pick int) {
 	member := pick % len(n.r.cluster.Members())
 	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if l, err := n.r.cluster.Leader(lctx); err == nil {
@@ -412,7 +352,7 @@ func (n *nemesis) pauseLeader(ctx context.Context, f *Fault, d time.Duration, pi
 	}
 	cancel()
 	f.Target = n.r.cluster.Members()[member].Name()
-	f.Start = now()
+	f.Start = model.Now()
 	heal, err := n.r.cluster.Isolate(member)
 	if err != nil {
 		f.Detail += "not isolated from its peers: " + err.Error() + "; "

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	wpool "github.com/leasehold/leasehold/worker"
@@ -22,11 +23,6 @@ import (
 // records each of them (txnRecorder) as an operation of the history, so
 // the checker holds them to the same rules as a hand-written worker's.
 const (
-	// ControlPoolNoFencing: the pools' handlers write downstream without
-	// either guard and ignore their lease's context: a deposed epoch's
-	// write lands after its successor's.
-	ControlPoolNoFencing Control = "pool-no-fencing"
-
 	poolSlots   = 3
 	poolRetries = 4 // WithRetry's attempts
 	poolBackoff = 50 * time.Millisecond
@@ -110,19 +106,19 @@ func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
 	cfgW := r.workerConfig(s)
 	cfgW.Name = s.name
 	cfgW.Seed = r.cfg.Seed*1000 + uint64(700+s.idx)
-	if r.cfg.Control == ControlPoolNoFencing {
-		cfgW.Control = ControlNoFencing
+	if r.cfg.Control == model.ControlPoolNoFencing {
+		cfgW.Control = model.ControlNoFencing
 	} else {
-		cfgW.Control = ControlNone
+		cfgW.Control = model.ControlNone
 	}
-	w, err := newWorker(cfgW, cli, r.hist.record)
+	w, err := newWorker(cfgW, cli, r.hist.Record)
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
 	}
 	w.gate = s.gate
 	p := &poolWorker{
-		name: s.name, w: w, careful: r.cfg.Control != ControlPoolNoFencing,
+		name: s.name, w: w, careful: r.cfg.Control != model.ControlPoolNoFencing,
 		rng: rand.New(rand.NewPCG(cfgW.Seed, 1)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -241,20 +237,20 @@ func (p *poolWorker) plan() handlerPlan {
 func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
 	w, hp := p.w, p.plan()
 	w.gate.wait()
-	read := w.begin(OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
+	read := w.begin(model.OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
 	e, done, err := w.completion(l.Resource())
 	switch {
 	case err != nil:
-		read.end(OutFail, 0, 0, err)
+		read.end(model.OutFail, 0, 0, err)
 		p.unread.Add(1)
 		return "", errLogUnread
 	case done:
-		read.end(OutOK, 0, e.Epoch, nil)
+		read.end(model.OutOK, 0, e.Epoch, nil)
 		w.markDone(l.Resource())
 		p.foundDone.Add(1)
 		return "", errFoundDone
 	}
-	read.end(OutOK, 0, 0, nil)
+	read.end(model.OutOK, 0, 0, nil)
 	for i := range hp.steps {
 		d := time.Duration(10+p.randN(50)) * time.Millisecond
 		if hp.long[i] {
@@ -274,11 +270,11 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 			return "", errInjected
 		}
 		out := w.writeSQL(l)
-		if out != OutRefused {
+		if out != model.OutRefused {
 			w.gate.wait()
 			out = w.writeEtcd(l)
 		}
-		if out == OutRefused {
+		if out == model.OutRefused {
 			p.fenced.Add(1)
 			return "", errFenced
 		}

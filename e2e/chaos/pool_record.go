@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
@@ -136,7 +137,7 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 				if h, err := record.DecodeHolder(op.ValueBytes()); err == nil {
 					worker = h.Worker
 				}
-				p := r.w.begin(OpAcquire, task, worker, 0)
+				p := r.w.begin(model.OpAcquire, task, worker, 0)
 				return &recordedTxn{p: p, task: task, leaseKey: key}, txnClaim
 			}
 		}
@@ -153,9 +154,9 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		}
 	})
 	if rej != nil {
-		typ := OpRelease
+		typ := model.OpRelease
 		if rej.Attempted == audit.Completed {
-			typ = OpComplete
+			typ = model.OpComplete
 		}
 		p := r.w.begin(typ, rej.Resource, rej.Worker, rej.Epoch)
 		return &recordedTxn{p: p, task: rej.Resource, leaseKey: space.Lease(rej.Resource), rejected: *rej}, txnEnd
@@ -175,13 +176,13 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 
 func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *clientv3.TxnResponse, err error) {
 	if err != nil {
-		rt.p.end(OutUnknown, 0, 0, err)
+		rt.p.end(model.OutUnknown, 0, 0, err)
 		return
 	}
 	switch kind {
 	case txnClaim:
 		if resp.Succeeded {
-			rt.p.end(OutOK, resp.Header.Revision, 0, nil)
+			rt.p.end(model.OutOK, resp.Header.Revision, 0, nil)
 			return
 		}
 		// The Else reads the lease key and the done record first
@@ -192,21 +193,21 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 		}
 		switch {
 		case lkv != nil:
-			rt.p.end(OutHeld, 0, lkv.ModRevision, nil)
+			rt.p.end(model.OutHeld, 0, lkv.ModRevision, nil)
 		case dkv != nil:
 			d, derr := record.DecodeDone(dkv.Value)
 			if derr != nil {
-				rt.p.end(OutFail, 0, 0, derr)
+				rt.p.end(model.OutFail, 0, 0, derr)
 				return
 			}
-			rt.p.end(OutCompleted, 0, d.Epoch, nil)
+			rt.p.end(model.OutCompleted, 0, d.Epoch, nil)
 		default:
-			rt.p.end(OutFail, 0, 0, nil)
+			rt.p.end(model.OutFail, 0, 0, nil)
 		}
 	case txnEnd:
 		// The CAS held: the end committed.
 		if resp.Succeeded && hasEpochCompare(t.cmps, rt.leaseKey, rt.rejected.Epoch) {
-			rt.p.end(OutOK, 0, 0, nil)
+			rt.p.end(model.OutOK, 0, 0, nil)
 			return
 		}
 		ops := t.then
@@ -233,11 +234,11 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 		})
 		switch {
 		case same:
-			rt.p.end(OutOK, 0, 0, nil)
+			rt.p.end(model.OutOK, 0, 0, nil)
 		case rejected:
-			rt.p.end(OutStale, 0, rt.rejected.CurrentEpoch, nil)
+			rt.p.end(model.OutStale, 0, rt.rejected.CurrentEpoch, nil)
 		default:
-			rt.p.end(OutFail, 0, 0, nil)
+			rt.p.end(model.OutFail, 0, 0, nil)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -25,8 +26,8 @@ func TestTxnRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	h := newHistory()
-	w := &worker{cfg: workerConfig{Name: "p0"}, space: keys.MustNew(keys.DefaultNamespace), emit: h.record}
+	h := model.NewHistory()
+	w := &worker{cfg: workerConfig{Name: "p0"}, space: keys.MustNew(keys.DefaultNamespace), emit: h.Record}
 	rec := &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: rec}
 	reg := mustRegistry(t, cli)
@@ -78,21 +79,21 @@ func TestTxnRecorder(t *testing.T) {
 	}
 
 	type want struct {
-		typ     OpType
+		typ     model.OpType
 		task    string
 		epoch   int64
-		out     Outcome
+		out     model.Outcome
 		current int64
 	}
 	wants := []want{
-		{OpAcquire, "t1", l1.Epoch(), OutOK, 0},
-		{OpAcquire, "t1", 0, OutHeld, l1.Epoch()},
-		{OpComplete, "t1", l1.Epoch(), OutOK, 0},
-		{OpComplete, "t1", l1.Epoch(), OutOK, 0}, // the retry finds its own done record
-		{OpAcquire, "t1", 0, OutCompleted, l1.Epoch()},
-		{OpAcquire, "t2", l2.Epoch(), OutOK, 0},
-		{OpRelease, "t2", l2.Epoch(), OutOK, 0},
-		{OpAcquire, "t3", l3.Epoch(), OutOK, 0},
+		{model.OpAcquire, "t1", l1.Epoch(), model.OutOK, 0},
+		{model.OpAcquire, "t1", 0, model.OutHeld, l1.Epoch()},
+		{model.OpComplete, "t1", l1.Epoch(), model.OutOK, 0},
+		{model.OpComplete, "t1", l1.Epoch(), model.OutOK, 0}, // the retry finds its own done record
+		{model.OpAcquire, "t1", 0, model.OutCompleted, l1.Epoch()},
+		{model.OpAcquire, "t2", l2.Epoch(), model.OutOK, 0},
+		{model.OpRelease, "t2", l2.Epoch(), model.OutOK, 0},
+		{model.OpAcquire, "t3", l3.Epoch(), model.OutOK, 0},
 	}
 	ops := h.Ops()
 	if len(ops) < len(wants)+1 {
@@ -110,7 +111,7 @@ func TestTxnRecorder(t *testing.T) {
 	rest := ops[len(wants):]
 	for i, o := range rest {
 		last := i == len(rest)-1
-		if o.Type != OpComplete || o.Task != "t3" || o.Epoch != l3.Epoch() || (last && (o.Outcome != OutStale || o.Current != 0)) || (!last && o.Outcome != OutFail) {
+		if o.Type != model.OpComplete || o.Task != "t3" || o.Epoch != l3.Epoch() || (last && (o.Outcome != model.OutStale || o.Current != 0)) || (!last && o.Outcome != model.OutFail) {
 			t.Errorf("stale completion's transaction %d: %v", i, &o)
 		}
 	}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,9 +43,9 @@ func TestChaosPoolControl(t *testing.T) {
 	var res *Result
 	var cfg Config
 	for attempt := range 3 {
-		cfg = shortConfig(t, shortSeed(t, 8)+uint64(attempt), 6*time.Second, ControlPoolNoFencing)
+		cfg = shortConfig(t, shortSeed(t, 8)+uint64(attempt), 6*time.Second, model.ControlPoolNoFencing)
 		cfg.Helpers, cfg.InProcess, cfg.PoolWorkers = -1, 1, 2
-		cfg.Faults = []string{FaultFreeze, FaultBlackhole}
+		cfg.Faults = []string{model.FaultFreeze, model.FaultBlackhole}
 		cfg.Quiet = time.Second
 		res = Run(t, cfg)
 		if res.ViolationsByCheck()[CheckDownstream] > 0 {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/etcdclient"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -53,8 +54,8 @@ func RunWorkerProcess() int {
 	}
 	defer cli.Close()
 	skewClock(cli, cfg.ClockSkew)
-	sink := &lineSink{w: os.Stdout}
-	w, err := newWorker(cfg, cli, sink.emit)
+	sink := &model.LineSink{Out: os.Stdout}
+	w, err := newWorker(cfg, cli, sink.Emit)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos worker %s: %v\n", cfg.Name, err)
 		return 1
@@ -107,7 +108,7 @@ type helperProc struct {
 }
 
 // startHelper starts a helper process for cfg, recording its history in h.
-func startHelper(cfg workerConfig, h *History, dir string) (*helperProc, error) {
+func startHelper(cfg workerConfig, h *model.History, dir string) (*helperProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -144,14 +145,12 @@ func startHelper(cfg workerConfig, h *History, dir string) (*helperProc, error) 
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var ev event
+			var ev model.Event
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				h.mu.Lock()
-				h.bad = append(h.bad, fmt.Sprintf("%s: unreadable line %q", cfg.Name, truncate(sc.Text(), 200)))
-				h.mu.Unlock()
+				h.Unreadable(fmt.Sprintf("%s: unreadable line %q", cfg.Name, truncate(sc.Text(), 200)))
 				continue
 			}
-			h.record(ev)
+			h.Record(ev)
 		}
 	}()
 	return p, nil

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fenceetcd"
@@ -43,27 +44,17 @@ const (
 	lateWrites         = 3 * time.Second // how long a careless holder tries its late write
 )
 
-// The controls of the recipe workload.
 const (
 	// ControlOverLimit: a recipe worker holding a permit also claims the
 	// permit the limit leaves out, recipekeys.Permit(name, limit),
 	// through the registry's permit recipe, as a semaphore that misread
 	// its limit would: more than the limit of permits are live.
-	ControlOverLimit Control = "over-limit"
+	ControlOverLimit model.Control = "over-limit"
 	// ControlRecipeNoFencing: recipe workers write downstream with a
 	// plain put, without the guard, and every holder is careless: a
 	// deposed holder's late write lands after its successor's.
-	ControlRecipeNoFencing Control = "recipe-no-fencing"
+	ControlRecipeNoFencing model.Control = "recipe-no-fencing"
 )
-
-// FaultDepose blackholes the proxies of the recipe worker that leads the
-// election, or of one that holds a permit (half the time each, when
-// both are held), past its session's TTL: its session is lost and etcd
-// expires its lease, so the next campaigner leads (or the next waiter
-// takes the permit) while the deposed holder, cut off, still thinks it
-// holds and writes once the fault heals. One time in three it revokes
-// the holding instead, as an operator would.
-const FaultDepose = "depose"
 
 // The recipe operations (RecipeOp.Type).
 const (
@@ -78,16 +69,16 @@ const (
 // campaign's or acquisition's, once granted); Current is a refused
 // write's fence, or a stale release's current epoch.
 type RecipeOp struct {
-	ID       string  `json:"id"`
-	Type     string  `json:"type"`
-	Resource string  `json:"resource,omitempty"`
-	Worker   string  `json:"worker"`
-	Epoch    int64   `json:"epoch,omitempty"`
-	Outcome  Outcome `json:"outcome"`
-	Current  int64   `json:"current,omitempty"`
-	Invoke   int64   `json:"invoke"`
-	Return   int64   `json:"return"`
-	Err      string  `json:"err,omitempty"`
+	ID       string        `json:"id"`
+	Type     string        `json:"type"`
+	Resource string        `json:"resource,omitempty"`
+	Worker   string        `json:"worker"`
+	Epoch    int64         `json:"epoch,omitempty"`
+	Outcome  model.Outcome `json:"outcome"`
+	Current  int64         `json:"current,omitempty"`
+	Invoke   int64         `json:"invoke"`
+	Return   int64         `json:"return"`
+	Err      string        `json:"err,omitempty"`
 	// Late marks a write a careless holder made after it learned that its
 	// holding had ended (its context cancelled other than by its own
 	// Release).
@@ -133,7 +124,7 @@ type recipeWorker struct {
 	guard   *fenceetcd.Guard
 	ttl     time.Duration
 	limit   int
-	control Control
+	control model.Control
 	seed    uint64
 	gate    *gate
 	hist    *recipeHistory
@@ -227,15 +218,15 @@ func (w *recipeWorker) session() *session.Session {
 }
 
 func (w *recipeWorker) op(typ string, l *lease.Lease) RecipeOp {
-	op := RecipeOp{ID: w.name + "-" + strconv.FormatInt(w.seq.Add(1), 10), Type: typ, Invoke: now()}
+	op := RecipeOp{ID: w.name + "-" + strconv.FormatInt(w.seq.Add(1), 10), Type: typ, Invoke: model.Now()}
 	if l != nil {
 		op.Resource, op.Worker, op.Epoch = l.Resource(), l.Worker(), l.Epoch()
 	}
 	return op
 }
 
-func (w *recipeWorker) done(op RecipeOp, out Outcome, err error) {
-	op.Return, op.Outcome = now(), out
+func (w *recipeWorker) done(op RecipeOp, out model.Outcome, err error) {
+	op.Return, op.Outcome = model.Now(), out
 	if err != nil {
 		op.Err = truncate(err.Error(), 300)
 	}
@@ -260,12 +251,12 @@ func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
 		// A campaign that gave up leaves the queue and gives back any
 		// leadership a handoff gave it meanwhile: nothing the checker
 		// needs is left of it.
-		w.done(op, OutUnknown, err)
+		w.done(op, model.OutUnknown, err)
 		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 		return
 	}
 	op.Epoch = l.Epoch()
-	w.done(op, OutOK, nil)
+	w.done(op, model.OutOK, nil)
 	w.hold(ctx, rng, l)
 	w.release(l)
 }
@@ -296,16 +287,16 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	}
 	switch {
 	case errors.Is(err, semaphore.ErrFull):
-		w.done(op, OutHeld, err)
+		w.done(op, model.OutHeld, err)
 		sleep(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
 		return
 	case err != nil:
-		w.done(op, OutUnknown, err)
+		w.done(op, model.OutUnknown, err)
 		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 		return
 	}
 	op.Resource, op.Epoch = l.Resource(), l.Epoch()
-	w.done(op, OutOK, nil)
+	w.done(op, model.OutOK, nil)
 	var extra *lease.Lease
 	if w.control == ControlOverLimit {
 		extra = w.claimExtra(s)
@@ -326,11 +317,11 @@ func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
 	cancel()
 	if err != nil {
-		w.done(op, OutFail, err)
+		w.done(op, model.OutFail, err)
 		return nil
 	}
 	op.Epoch = l.Epoch()
-	w.done(op, OutOK, nil)
+	w.done(op, model.OutOK, nil)
 	w.write(l, false)
 	return l
 }
@@ -356,7 +347,7 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 		if !careless && l.Context().Err() != nil {
 			return
 		}
-		if w.write(l, false) == OutRefused {
+		if w.write(l, false) == model.OutRefused {
 			return
 		}
 		sleep(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
@@ -366,7 +357,7 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 	}
 	for end := time.Now().Add(lateWrites); time.Now().Before(end); {
 		w.gate.wait()
-		if out := w.write(l, true); out == OutOK || out == OutRefused {
+		if out := w.write(l, true); out == model.OutOK || out == model.OutRefused {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -376,7 +367,7 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 // write puts the resource's downstream key, admitted by the guard in the
 // same transaction (ControlRecipeNoFencing: a plain put). One attempt,
 // bounded like the registry's.
-func (w *recipeWorker) write(l *lease.Lease, late bool) Outcome {
+func (w *recipeWorker) write(l *lease.Lease, late bool) model.Outcome {
 	op := w.op(RecipeWrite, l)
 	op.Late = late
 	val, _ := json.Marshal(recipeEffect{Resource: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: op.ID})
@@ -392,15 +383,15 @@ func (w *recipeWorker) write(l *lease.Lease, late bool) Outcome {
 	var fe *fence.FencedError
 	switch {
 	case err == nil:
-		w.done(op, OutOK, nil)
-		return OutOK
+		w.done(op, model.OutOK, nil)
+		return model.OutOK
 	case errors.As(err, &fe):
 		op.Current = fe.Current
-		w.done(op, OutRefused, nil)
-		return OutRefused
+		w.done(op, model.OutRefused, nil)
+		return model.OutRefused
 	}
-	w.done(op, OutUnknown, err)
-	return OutUnknown
+	w.done(op, model.OutUnknown, err)
+	return model.OutUnknown
 }
 
 // release resigns the leadership or returns the permit.
@@ -450,9 +441,9 @@ func (r *runner) recipeSlots() map[string]bool {
 
 // taskFaults leaves out the faults of recipe slots: they do not stall the
 // task workload, whose liveness the summary reports.
-func (r *runner) taskFaults(faults []Fault) []Fault {
+func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
 	recipe := r.recipeSlots()
-	var out []Fault
+	var out []model.Fault
 	for _, f := range faults {
 		if !recipe[f.Target] {
 			out = append(out, f)
@@ -466,12 +457,12 @@ func (r *runner) taskFaults(faults []Fault) []Fault {
 // other fault targets, and blackholes that slot's proxies for d — or, one
 // time in three, revokes the holding as an operator would
 // (lease.Registry.Revoke through the recipes' namespace).
-func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick int) {
+func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, pick int) {
 	space := keys.MustNew(recipeNamespace)
 	rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	resp, err := n.r.direct.Get(rctx, space.LeasePrefix(), clientv3.WithPrefix())
 	cancel()
-	f.Start = now()
+	f.Start = model.Now()
 	if err != nil {
 		f.Detail = "reading the holders: " + err.Error()
 		return
@@ -532,7 +523,7 @@ func (n *nemesis) depose(ctx context.Context, f *Fault, d time.Duration, pick in
 		n.mu.Unlock()
 	}()
 	f.Target, f.Detail = target.s.name, fmt.Sprintf("%s epoch %d", target.what, target.epoch)
-	f.Start = now()
+	f.Start = model.Now()
 	if pick%3 == 2 {
 		// An operator's revocation instead: the holder's context ends
 		// with lease.ErrRevoked, and it is not cut off to write late.

@@ -7,16 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 )
 
 // recipeConfig is a run of recipe workers alone (no task workers), whose
 // only faults are depositions (FaultDepose): what the recipe controls need,
 // in a few seconds.
-func recipeConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+func recipeConfig(t *testing.T, seed uint64, d time.Duration, control model.Control) Config {
 	cfg := shortConfig(t, seed, d, control)
 	cfg.Helpers, cfg.InProcess, cfg.Recipes = -1, -1, 3
-	cfg.Faults = []string{FaultDepose}
+	cfg.Faults = []string{model.FaultDepose}
 	cfg.Quiet = time.Second
 	return cfg
 }
@@ -27,7 +28,7 @@ func recipeConfig(t *testing.T, seed uint64, d time.Duration, control Control) C
 // a deposed holder's write landing after its successor's.
 func TestChaosRecipeControl(t *testing.T) {
 	for _, c := range []struct {
-		control Control
+		control model.Control
 		seed    uint64
 		check   string
 		says    string
@@ -48,7 +49,7 @@ func TestChaosRecipeControl(t *testing.T) {
 			if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 				t.Errorf("the summary does not end with the violations line")
 			}
-			if c.control == ControlRecipeNoFencing && !slices.ContainsFunc(res.Faults, func(f Fault) bool { return f.Kind == FaultDepose && f.Target != "" }) {
+			if c.control == ControlRecipeNoFencing && !slices.ContainsFunc(res.Faults, func(f model.Fault) bool { return f.Kind == model.FaultDepose && f.Target != "" }) {
 				t.Errorf("control %s: nobody was deposed", c.control)
 			}
 		})
@@ -76,11 +77,11 @@ var (
 
 func newRecipeScenario() *recipeScenario {
 	space := keys.MustNew(recipeNamespace)
-	put := func(res string, rev int64, w string) leaseEvent {
-		return leaseEvent{Task: res, Rev: rev, Put: true, CreateRev: rev, Worker: w}
+	put := func(res string, rev int64, w string) model.LeaseEvent {
+		return model.LeaseEvent{Task: res, Rev: rev, Put: true, CreateRev: rev, Worker: w}
 	}
-	del := func(res string, rev int64) leaseEvent { return leaseEvent{Task: res, Rev: rev} }
-	op := func(id, typ, res, w string, epoch int64, out Outcome) RecipeOp {
+	del := func(res string, rev int64) model.LeaseEvent { return model.LeaseEvent{Task: res, Rev: rev} }
+	op := func(id, typ, res, w string, epoch int64, out model.Outcome) RecipeOp {
 		return RecipeOp{ID: id, Type: typ, Resource: res, Worker: w, Epoch: epoch, Outcome: out, Invoke: 100, Return: 110}
 	}
 	wrote := func(res string, rev, epoch int64, w, id string) recipeWrite {
@@ -88,22 +89,22 @@ func newRecipeScenario() *recipeScenario {
 	}
 	return &recipeScenario{
 		ops: []RecipeOp{
-			op("a-1", RecipeCampaign, electionRes, "a.s0", 10, OutOK),
-			op("a-2", RecipeAcquire, permit0, "a.s0", 11, OutOK),
-			op("b-1", RecipeAcquire, permit1, "b.s0", 12, OutOK),
-			op("a-3", RecipeWrite, electionRes, "a.s0", 10, OutOK),
-			op("a-4", RecipeWrite, permit0, "a.s0", 11, OutOK),
-			op("b-2", RecipeCampaign, electionRes, "b.s0", 15, OutOK),
-			op("b-3", RecipeWrite, electionRes, "b.s0", 15, OutOK),
-			op("c-1", RecipeAcquire, permit0, "c.s0", 18, OutOK),
-			op("c-2", RecipeWrite, permit0, "c.s0", 18, OutOK),
-			{ID: "a-5", Type: RecipeWrite, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: OutRefused, Current: 15, Late: true, Invoke: 120, Return: 130},
-			op("a-6", RecipeCampaign, electionRes, "a.s1", 22, OutOK),
-			op("a-7", RecipeWrite, electionRes, "a.s1", 22, OutUnknown),
-			op("c-3", RecipeAcquire, "", "c.s0", 0, OutHeld),
+			op("a-1", RecipeCampaign, electionRes, "a.s0", 10, model.OutOK),
+			op("a-2", RecipeAcquire, permit0, "a.s0", 11, model.OutOK),
+			op("b-1", RecipeAcquire, permit1, "b.s0", 12, model.OutOK),
+			op("a-3", RecipeWrite, electionRes, "a.s0", 10, model.OutOK),
+			op("a-4", RecipeWrite, permit0, "a.s0", 11, model.OutOK),
+			op("b-2", RecipeCampaign, electionRes, "b.s0", 15, model.OutOK),
+			op("b-3", RecipeWrite, electionRes, "b.s0", 15, model.OutOK),
+			op("c-1", RecipeAcquire, permit0, "c.s0", 18, model.OutOK),
+			op("c-2", RecipeWrite, permit0, "c.s0", 18, model.OutOK),
+			{ID: "a-5", Type: RecipeWrite, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: model.OutRefused, Current: 15, Late: true, Invoke: 120, Return: 130},
+			op("a-6", RecipeCampaign, electionRes, "a.s1", 22, model.OutOK),
+			op("a-7", RecipeWrite, electionRes, "a.s1", 22, model.OutUnknown),
+			op("c-3", RecipeAcquire, "", "c.s0", 0, model.OutHeld),
 		},
 		fs: recipeState{
-			Leases: []leaseEvent{
+			Leases: []model.LeaseEvent{
 				put(electionRes, 10, "a.s0"),
 				put(permit0, 11, "a.s0"),
 				put(permit1, 12, "b.s0"),
@@ -116,7 +117,7 @@ func newRecipeScenario() *recipeScenario {
 				del(permit0, 25),
 				del(electionRes, 25),
 			},
-			Audit: []auditEvent{
+			Audit: []model.AuditEvent{
 				{Key: space.AuditEnd(electionRes, 10), Rev: 15, Put: true, CreateRev: 15},
 				{Key: space.AuditEnd(permit0, 11), Rev: 17, Put: true, CreateRev: 17},
 			},
@@ -155,7 +156,7 @@ func TestCheckerPassesRecipes(t *testing.T) {
 	if f.Permits != 3 || f.MostLive != 2 || f.Acquired != 3 {
 		t.Errorf("semaphore facts: %+v", f)
 	}
-	if f.Landed != 5 || f.Late != 1 || f.LateRefused != 1 || f.Writes[OutOK] != 4 {
+	if f.Landed != 5 || f.Late != 1 || f.LateRefused != 1 || f.Writes[model.OutOK] != 4 {
 		t.Errorf("write facts: %+v", f)
 	}
 	lines := strings.Join(f.lines(), "\n")
@@ -184,31 +185,31 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 			s.fs.Leases[8].CreateRev = 9
 		}},
 		{"a leader's key deleted with nobody leading", CheckElection, "while nobody led", func(s *recipeScenario) {
-			s.fs.Leases = append(s.fs.Leases, leaseEvent{Task: electionRes, Rev: 26})
+			s.fs.Leases = append(s.fs.Leases, model.LeaseEvent{Task: electionRes, Rev: 26})
 		}},
 		{"two campaigns told one epoch", CheckElection, "2 campaigns told they lead at epoch 10", func(s *recipeScenario) {
-			s.ops = append(s.ops, RecipeOp{ID: "c-9", Type: RecipeCampaign, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: OutOK})
+			s.ops = append(s.ops, RecipeOp{ID: "c-9", Type: RecipeCampaign, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: model.OutOK})
 		}},
 		{"a campaign told an epoch etcd never granted", CheckElection, "never granted it", func(s *recipeScenario) {
 			s.op("b-2").Epoch = 16
 		}},
 		{"more permits than the limit", CheckSemaphore, "3 permits live at revision 13, limit 2", func(s *recipeScenario) {
-			s.fs.Leases = append(s.fs.Leases, leaseEvent{Task: permit2, Rev: 13, Put: true, CreateRev: 13, Worker: "d.s0"}, leaseEvent{Task: permit2, Rev: 14})
-			slices.SortStableFunc(s.fs.Leases, func(a, b leaseEvent) int { return compareInt(a.Rev, b.Rev) })
+			s.fs.Leases = append(s.fs.Leases, model.LeaseEvent{Task: permit2, Rev: 13, Put: true, CreateRev: 13, Worker: "d.s0"}, model.LeaseEvent{Task: permit2, Rev: 14})
+			slices.SortStableFunc(s.fs.Leases, func(a, b model.LeaseEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 		}},
 		{"two holders of a permit", CheckSemaphore, "two holders", func(s *recipeScenario) {
-			s.fs.Leases = append(s.fs.Leases, leaseEvent{Task: permit1, Rev: 13, Put: true, CreateRev: 13, Worker: "d.s0"})
-			slices.SortStableFunc(s.fs.Leases, func(a, b leaseEvent) int { return compareInt(a.Rev, b.Rev) })
+			s.fs.Leases = append(s.fs.Leases, model.LeaseEvent{Task: permit1, Rev: 13, Put: true, CreateRev: 13, Worker: "d.s0"})
+			slices.SortStableFunc(s.fs.Leases, func(a, b model.LeaseEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 		}},
 		{"two acquisitions told one permit epoch", CheckSemaphore, "2 acquisitions told they hold epoch 12", func(s *recipeScenario) {
-			s.ops = append(s.ops, RecipeOp{ID: "b-9", Type: RecipeAcquire, Resource: permit1, Worker: "b.s0", Epoch: 12, Outcome: OutOK})
+			s.ops = append(s.ops, RecipeOp{ID: "b-9", Type: RecipeAcquire, Resource: permit1, Worker: "b.s0", Epoch: 12, Outcome: model.OutOK})
 		}},
 		{"an acquisition told a permit etcd never granted", CheckSemaphore, "never granted it", func(s *recipeScenario) {
 			s.op("c-1").Resource = permit1
 		}},
 		{"a deposed leader's write landed after its successor's", CheckRecipeFencing, "1 writes of epoch 10 (a.s0) landed after write b-3 of epoch 15", func(s *recipeScenario) {
 			a5 := s.op("a-5")
-			a5.Outcome, a5.Current = OutOK, 0
+			a5.Outcome, a5.Current = model.OutOK, 0
 			s.fs.Writes = append(s.fs.Writes, recipeWrite{Key: recipeEffectPrefix + electionRes, Rev: 17, recipeEffect: recipeEffect{Resource: electionRes, Epoch: 10, Worker: "a.s0", Op: "a-5"}})
 		}},
 		{"a write of an epoch etcd never granted", CheckRecipeFencing, "which etcd never granted", func(s *recipeScenario) {
@@ -216,7 +217,7 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 			s.op("a-4").Worker = "b.s0"
 		}},
 		{"a refused write landed", CheckRecipeFencing, "though it was refused", func(s *recipeScenario) {
-			s.op("c-2").Outcome = OutRefused
+			s.op("c-2").Outcome = model.OutRefused
 		}},
 		{"an admitted write is missing", CheckRecipeFencing, "never landed", func(s *recipeScenario) {
 			s.fs.Writes = s.fs.Writes[:3]

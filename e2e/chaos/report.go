@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // Summary is the run's report, ending with the line "violations: N".
@@ -53,10 +54,10 @@ func (r *Result) summarizeRun(s *summary) {
 	}
 	s.p("workers: %d helper processes + %d in-process, %d threads each (%s); session TTL %v; 3-member etcd", cfg.Helpers, cfg.InProcess, cfg.Threads, workload, cfg.TTL)
 	s.p("operations: %d checked (in the linearizability histories), %d recorded", r.Checked, r.Recorded)
-	for _, t := range opTypes {
+	for _, t := range model.OpTypes {
 		var parts []string
 		total := 0
-		for _, o := range outcomes {
+		for _, o := range model.Outcomes {
 			if n := r.Ops[t][o]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%s %d", o, n))
 				total += n
@@ -78,7 +79,7 @@ func (r *Result) summarizeHistory(s *summary) {
 		byKind[f.Kind]++
 	}
 	var fparts []string
-	for _, k := range faultKinds {
+	for _, k := range model.FaultKinds {
 		if byKind[k] > 0 {
 			fparts = append(fparts, fmt.Sprintf("%s %d", k, byKind[k]))
 		}
@@ -113,9 +114,9 @@ func (r *Result) summarizeStores(s *summary) {
 	rf := r.Retention
 	pruner := "2 recorders pruning at once"
 	switch r.Config.Control {
-	case ControlDeleteFirst:
+	case model.ControlDeleteFirst:
 		pruner = "a pruner that deletes before it archives"
-	case controlWriterClocks:
+	case model.ControlWriterClocks:
 		pruner = "a pruner that ages entries on their writers' clocks"
 	}
 	s.p("retention: %v into an SQLite archive (%s): %d entries archived (%d appends); pruned from etcd: %d audit keys, %d done records; left in etcd at the end: %d audit keys, %d done records",
@@ -124,7 +125,7 @@ func (r *Result) summarizeStores(s *summary) {
 		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten, rf.LateRejections)
 	s.p("  skewed clocks: %d archived entries of the worker %v behind (%s*), %d of the worker %v ahead (%s*)",
 		rf.slowArchived, -clockBehind, slowClockWorker, rf.fastArchived, clockAhead, fastClockWorker)
-	s.p("downstream effects: sql %d, etcd %d", r.Effects[OpSQL], r.Effects[OpEtcd])
+	s.p("downstream effects: sql %d, etcd %d", r.Effects[model.OpSQL], r.Effects[model.OpEtcd])
 	pr := r.Porcupine
 	s.p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",
 		pr.Result, pr.Partitions, pr.Illegal, pr.TimedOut, pr.Unchecked, pr.Took.Round(time.Millisecond), pr.Bound)
@@ -156,7 +157,7 @@ func (r *Result) summarizeFindings(s *summary) {
 	if len(r.Violations) > 0 {
 		by := r.ViolationsByCheck()
 		var parts []string
-		for _, k := range sortedKeys(by) {
+		for _, k := range model.SortedKeys(by) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, by[k]))
 		}
 		s.p("violations by check: %s", strings.Join(parts, ", "))
@@ -177,7 +178,7 @@ func (r *Result) summarizeFindings(s *summary) {
 // writeArtifacts writes the seed, the fault log, the history, the
 // workers' sessions, the violations and porcupine's visualisation of
 // illegal partitions.
-func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
+func (r *Result) writeArtifacts(cfg Config, ops []model.Op) error {
 	dir := cfg.OutDir
 	if dir == "" {
 		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")
@@ -204,7 +205,7 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 		}),
 		write("faults.log", func(b *strings.Builder) {
 			fs := slices.Clone(r.Faults)
-			slices.SortFunc(fs, func(a, b Fault) int { return compareInt(a.Start, b.Start) })
+			slices.SortFunc(fs, func(a, b model.Fault) int { return model.CompareInt(a.Start, b.Start) })
 			for _, f := range fs {
 				fmt.Fprintln(b, f)
 			}
@@ -242,7 +243,7 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 			}
 		}))
 	}
-	if _, err := r.Porcupine.visualize(dir, 10); err != nil {
+	if _, err := r.Porcupine.Visualize(dir, 10); err != nil {
 		errs = append(errs, err)
 	}
 	for _, err := range errs {
@@ -253,8 +254,8 @@ func (r *Result) writeArtifacts(cfg Config, ops []Op) error {
 	return nil
 }
 
-func controlName(c Control) string {
-	if c == ControlNone {
+func controlName(c model.Control) string {
+	if c == model.ControlNone {
 		return "none"
 	}
 	return string(c)

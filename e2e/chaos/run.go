@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -34,7 +35,7 @@ type Config struct {
 	// every fault is healed, the workers run for Quiet, stop, and the
 	// sweeper completes what is left.
 	Duration time.Duration
-	Control  Control
+	Control  model.Control
 	// Helpers is the number of worker slots run as helper processes,
 	// InProcess the number run in this process; each worker runs Threads
 	// threads.
@@ -125,10 +126,10 @@ func (c Config) withDefaults() Config {
 	if c.Recipes > 0 && c.RecipeLimit == 0 {
 		c.RecipeLimit = defaultRecipeLimit
 	}
-	if c.Control == ControlUnfair || c.Control == controlStrand {
+	if c.Control == model.ControlUnfair || c.Control == model.ControlStrand {
 		c.Contended = true
 	}
-	if c.Control == controlStrand {
+	if c.Control == model.ControlStrand {
 		// A task handed to a stranded entry by the time the faults end —
 		// the last fault of a member counts against every worker — stays
 		// so past the bound, with a few seconds to spare, before the
@@ -138,10 +139,10 @@ func (c Config) withDefaults() Config {
 	if c.Contended {
 		c.Window = min(c.Window, maxContendedWindow)
 	}
-	if c.Control == ControlFleetNoFencing && len(c.Faults) == 0 {
+	if c.Control == model.ControlFleetNoFencing && len(c.Faults) == 0 {
 		// No fault of a worker: its heal would end the fleet's pauses of
 		// the unfenced pool early (fleet.pauseUnfenced).
-		c.Faults = []string{FaultMemberFreeze, FaultLeaderPause, FaultRevoke}
+		c.Faults = []string{model.FaultMemberFreeze, model.FaultLeaderPause, model.FaultRevoke}
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -280,7 +281,7 @@ type runner struct {
 	cluster *e2e.Cluster
 	direct  *clientv3.Client
 	reg     *lease.Registry // the operator's, for revocations
-	hist    *History
+	hist    *model.History
 	recipes *recipeHistory
 	slots   []*slot
 	pools   []*poolWorker
@@ -288,7 +289,7 @@ type runner struct {
 	revokes int
 	// archived records when the recorders archived each entry; log reads
 	// etcd and the archive as one log.
-	archived *archiveLog
+	archived *model.ArchiveLog
 	log      *audit.Log
 
 	mu       sync.Mutex
@@ -367,12 +368,12 @@ func Run(t testing.TB, cfg Config) *Result {
 
 	// The coordinator's own handles on the downstream and the archive
 	// create the tables before any worker or recorder opens the databases.
-	db, _, err := openSQL(r.dsn, 1)
+	db, _, err := model.OpenSQL(r.dsn, 1)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
 	defer db.Close()
-	adb, archive, err := openArchive(r.archive, 2)
+	adb, archive, err := model.OpenArchive(r.archive, 2)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
@@ -421,7 +422,7 @@ type runState struct {
 	begin      time.Time
 	election   time.Duration
 	faultsFrom int64 // when the nemesis began
-	faults     []Fault
+	faults     []model.Fault
 	drained    fleetDrain
 	stopAt     int64 // when the workers were told to stop
 	swept      int
@@ -434,9 +435,9 @@ type runState struct {
 // history and the DSNs of its downstream store and its archive.
 func newRunner(t testing.TB, cfg Config) *runner {
 	t.Helper()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), recipes: &recipeHistory{}, archived: newArchiveLog()}
-	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
-	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: model.NewHistory(), recipes: &recipeHistory{}, archived: model.NewArchiveLog()}
+	r.dsn = model.SQLiteDSN(filepath.Join(r.dir, "downstream.db"))
+	r.archive = model.ArchiveDSN(filepath.Join(r.dir, "archive.db"))
 	return r
 }
 
@@ -534,13 +535,13 @@ func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitG
 		r.t.Fatalf("chaos: %v", err)
 	}
 	skewClock(cli, cfgW.ClockSkew)
-	w, err := newWorker(cfgW, cli, r.hist.record)
+	w, err := newWorker(cfgW, cli, r.hist.Record)
 	if err != nil {
 		_ = cli.Close()
 		r.t.Fatalf("chaos: %v", err)
 	}
 	w.gate = s.gate
-	if r.cfg.Control == controlStrand && s.idx == r.cfg.Helpers {
+	if r.cfg.Control == model.ControlStrand && s.idx == r.cfg.Helpers {
 		scli, err := newWorkerClient(r.cluster.Endpoints())
 		if err != nil {
 			r.t.Fatalf("chaos: %v", err)
@@ -561,7 +562,7 @@ func (r *runner) injectFaults(rs *runState) {
 	r.t.Helper()
 	cfg := r.cfg
 	n := newNemesis(r)
-	rs.faultsFrom = now()
+	rs.faultsFrom = model.Now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
 	progress.Go(func() { r.progress(nctx, n, rs.begin) })
@@ -596,7 +597,7 @@ func (r *runner) injectFaults(rs *runState) {
 // notes in rs when it began.
 func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sync.WaitGroup) {
 	t := r.t
-	rs.stopAt = now()
+	rs.stopAt = model.Now()
 	cancel()
 	var stopping sync.WaitGroup
 	for _, s := range r.slots {
@@ -629,13 +630,13 @@ func (r *runner) settle(rs *runState) {
 	r.cfg.Logf("chaos: quiescent (%v)", time.Since(rs.begin).Round(time.Millisecond))
 	// Every worker has exited and every proxy is healed: nothing sent can
 	// take effect after this.
-	rs.settled = now()
+	rs.settled = model.Now()
 }
 
 // checkRun runs every check of the run on its history and its final
 // state fs: the task workload's, the recipes', the pools', the fleet's
 // and liveness.
-func (r *runner) checkRun(rs *runState, fs finalState) *Result {
+func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	r.t.Helper()
 	cfg := r.cfg
 	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
@@ -660,7 +661,7 @@ func (r *runner) checkRun(rs *runState, fs finalState) *Result {
 		})
 	}
 	res.Warnings = append(res.Warnings, r.warnings...)
-	for _, p := range r.hist.problems() {
+	for _, p := range r.hist.Problems() {
 		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
 	}
 	return res
@@ -683,7 +684,7 @@ func (r *runner) checkRecipeRun(res *Result) {
 
 // checkFleetRun reads the fleet's final state and adds its checks'
 // findings to res.
-func (r *runner) checkFleetRun(rs *runState, res *Result, fs finalState) {
+func (r *runner) checkFleetRun(rs *runState, res *Result, fs model.FinalState) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	ff, err := readFleetFinal(ctx, r.direct)
@@ -727,18 +728,18 @@ func (r *runner) startRecorders() (stop func()) {
 		if err != nil {
 			r.t.Fatalf("chaos: recorder client: %v", err)
 		}
-		db, archive, err := openArchive(r.archive, 2)
+		db, archive, err := model.OpenArchive(r.archive, 2)
 		if err != nil {
 			_ = cli.Close()
 			r.t.Fatalf("chaos: %v", err)
 		}
-		rec := &recordingArchive{inner: archive, cli: cli, log: r.archived}
+		rec := &model.RecordingArchive{Inner: archive, Client: cli, Log: r.archived}
 		opts := []audit.Option{audit.WithArchive(rec)}
-		if r.cfg.Control != ControlDeleteFirst && r.cfg.Control != controlWriterClocks {
+		if r.cfg.Control != model.ControlDeleteFirst && r.cfg.Control != model.ControlWriterClocks {
 			opts = append(opts, audit.WithRetention(r.cfg.Retention))
 		} else if i == 0 {
 			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention,
-				archiveFirst: r.cfg.Control == controlWriterClocks}
+				archiveFirst: r.cfg.Control == model.ControlWriterClocks}
 			wg.Go(func() { p.run(ctx) })
 		}
 		reg, err := lease.NewRegistry(cli)
@@ -784,9 +785,7 @@ func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
 			return
 		case <-tick.C:
 		}
-		r.hist.mu.Lock()
-		ops := len(r.hist.order)
-		r.hist.mu.Unlock()
+		ops := r.hist.Len()
 		n.mu.Lock()
 		faults, active := len(n.faults), n.active
 		n.mu.Unlock()
@@ -817,22 +816,22 @@ func (r *runner) revoke(pick int) (task, detail string) {
 	}
 	r.mu.Lock()
 	r.revokes++
-	id := fmt.Sprintf("%s-%d", operator, r.revokes)
+	id := fmt.Sprintf("%s-%d", model.Operator, r.revokes)
 	r.mu.Unlock()
-	r.hist.record(event{K: "i", ID: id, T: now(), Op: OpRevoke, Task: task, W: operator})
+	r.hist.Record(model.Event{K: "i", ID: id, T: model.Now(), Op: model.OpRevoke, Task: task, W: model.Operator})
 	err = r.reg.Revoke(ctx, task, id)
-	out := OutOK
+	out := model.OutOK
 	switch {
 	case errors.Is(err, lease.ErrNotHeld):
-		out = OutFail
+		out = model.OutFail
 	case err != nil:
-		out = OutUnknown
+		out = model.OutUnknown
 	}
-	ev := event{K: "r", ID: id, T: now(), Out: out}
+	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
 	if err != nil {
 		ev.Err = truncate(err.Error(), 300)
 	}
-	r.hist.record(ev)
+	r.hist.Record(ev)
 	return task, id + " " + string(out)
 }
 
@@ -841,7 +840,7 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
 	cfgW := workerConfig{Name: sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
-	w, err := newWorker(cfgW, r.direct, r.hist.record)
+	w, err := newWorker(cfgW, r.direct, r.hist.Record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
 	}
@@ -891,7 +890,7 @@ func (w *worker) sweepTask(task string) bool {
 			continue
 		}
 		l, out := w.acquire(context.Background(), s, task, 10*time.Second)
-		if out == OutCompleted {
+		if out == model.OutCompleted {
 			return false
 		}
 		if l == nil {
@@ -903,7 +902,7 @@ func (w *worker) sweepTask(task string) bool {
 		case checkFailed:
 			continue
 		}
-		if w.writeSQL(l) == OutOK && w.writeEtcd(l) == OutOK && w.complete(l) == OutOK {
+		if w.writeSQL(l) == model.OutOK && w.writeEtcd(l) == model.OutOK && w.complete(l) == model.OutOK {
 			return true
 		}
 		w.release(l)
@@ -996,101 +995,14 @@ func (r *runner) quiesce() {
 	r.warn("not quiescent after 30s: lease keys or queue entries remain, or epochs lack their end entries")
 }
 
-// leaseEvent is one change of a lease key, from etcd's history.
-type leaseEvent struct {
-	Task      string
-	Rev       int64 // the change's revision; for a put, the epoch
-	Put       bool
-	CreateRev int64
-	Worker    string // the holder a put recorded
-	// LeaseID and Ticket are the put holder record's session lease and
-	// ticket: a grant to a queued Acquire call carries its ticket, a
-	// direct claim none (docs/protocol.md §3.2).
-	LeaseID int64
-	Ticket  string
-}
-
-// queueEvent is one change of a queue entry N/lease/%queue/<res>/<ticket>
-// (docs/protocol.md §3.2), from etcd's history: a put enqueues an Acquire
-// call, a delete removes its entry — granted, given up, dropped with a
-// completed task, or gone with the waiter's session.
-type queueEvent struct {
-	Task   string
-	Ticket string // from the key
-	Rev    int64
-	Put    bool
-	// CreateRev is the entry's place in the queue: its create revision
-	// (a deletion's, from the deleted key-value).
-	CreateRev int64
-	// Worker, LeaseID and ValueTicket are the entry's holder record (a
-	// deletion's, the deleted one): what a handoff writes into the lease
-	// key. ValueTicket must equal Ticket.
-	Worker      string
-	LeaseID     int64
-	ValueTicket string
-}
-
-// auditEvent is one change of an audit key, from etcd's history: a put
-// writes an entry (create-only, so CreateRev = Rev), a delete is
-// retention's.
-type auditEvent struct {
-	Key       string
-	Rev       int64
-	Put       bool
-	CreateRev int64
-}
-
-// doneEvent is one change of a done record, from etcd's history. Epoch
-// and Worker are a put's record; a delete carries the record it deleted.
-type doneEvent struct {
-	Task   string
-	Rev    int64
-	Put    bool
-	Epoch  int64
-	Worker string
-}
-
-// finalState is what the run left in etcd, the archive and SQLite.
-type finalState struct {
-	LeaseEvents []leaseEvent
-	// QueueEvents is every change of a queue entry since revision 1, read
-	// with LeaseEvents (one watch of the lease prefix, which holds the
-	// queues); QueueLeft the entries etcd still held at the end.
-	QueueEvents []queueEvent
-	QueueLeft   int64
-	// Audit is the log — etcd and the archive as one (audit.Log.List with
-	// the archive), read while the recorders still pruned; AuditRev is a
-	// revision read before it, so every entry written up to AuditRev is in
-	// it.
-	Audit    []audit.Entry
-	AuditRev int64
-	// AuditEvents and DoneEvents are every change of the audit keys and
-	// of the done records since revision 1, read after the recorders
-	// stopped; Archive is the archive's content then, and Archived when
-	// the recorders archived each entry (recordingArchive), in Appends
-	// calls.
-	AuditEvents []auditEvent
-	DoneEvents  []doneEvent
-	Archive     []audit.Entry
-	Archived    map[entryID]archiveRecord
-	Appends     int
-	// AuditKeysLeft counts the audit keys etcd held at the end; Done is
-	// the done records it held.
-	AuditKeysLeft int64
-	Done          map[string]record.Done
-	Effects       []Effect
-	Fenced        map[OpType]map[string]int64
-	LiveLeases    int64
-}
-
 // readFinal reads the final state. The log is listed while the recorders
 // still prune, so the listing races with retention; stopRecorders then
 // stops them, and the rest is read from a still etcd and archive.
-func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (finalState, error) {
+func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (model.FinalState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	space := keys.MustNew(keys.DefaultNamespace)
-	var fs finalState
+	var fs model.FinalState
 	head, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fs, err
@@ -1101,19 +1013,19 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	}
 	stopRecorders()
 
-	if fs.LeaseEvents, fs.QueueEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
+	if fs.LeaseEvents, fs.QueueEvents, err = model.ReadLeaseHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = readAuditHistory(ctx, r.direct, space); err != nil {
+	if fs.AuditEvents, err = model.ReadAuditHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = readDoneHistory(ctx, r.direct, space); err != nil {
+	if fs.DoneEvents, err = model.ReadDoneHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
 	if fs.Archive, err = archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {
 		return fs, err
 	}
-	fs.Archived, fs.Appends = r.archived.snapshot()
+	fs.Archived, fs.Appends = r.archived.Snapshot()
 	left, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fs, err
@@ -1130,16 +1042,16 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	if fs.QueueLeft, err = countQueued(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	sqlEffects, sqlFenced, err := readSQL(ctx, db)
+	sqlEffects, sqlFenced, err := model.ReadSQL(ctx, db)
 	if err != nil {
 		return fs, err
 	}
-	etcdEffects, etcdFenced, err := readEtcdEffects(ctx, r.direct, space.FencePrefix())
+	etcdEffects, etcdFenced, err := model.ReadEtcdEffects(ctx, r.direct, space.FencePrefix())
 	if err != nil {
 		return fs, err
 	}
 	fs.Effects = append(sqlEffects, etcdEffects...)
-	fs.Fenced = map[OpType]map[string]int64{OpSQL: sqlFenced, OpEtcd: etcdFenced}
+	fs.Fenced = map[model.OpType]map[string]int64{model.OpSQL: sqlFenced, model.OpEtcd: etcdFenced}
 	return fs, nil
 }
 
@@ -1172,158 +1084,4 @@ func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 		}
 	}
 	return n, nil
-}
-
-// readLeaseHistory reads every change of every lease key and of every
-// queue entry since revision 1, with one watch of the lease prefix.
-func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, []queueEvent, error) {
-	var out []leaseEvent
-	var queue []queueEvent
-	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
-		key := string(ev.Kv.Key)
-		if space.IsQueue(key) {
-			qe, err := readQueueEvent(space, ev)
-			if err != nil {
-				return err
-			}
-			queue = append(queue, qe)
-			return nil
-		}
-		if space.IsControl(key) {
-			return nil // a revocation signal to the holder's session, not a lease key
-		}
-		task, err := space.ResourceFromLease(key)
-		if err != nil {
-			return err
-		}
-		le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
-		if le.Put {
-			if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
-				le.Worker, le.LeaseID, le.Ticket = h.Worker, h.LeaseID, h.Ticket
-			}
-		}
-		out = append(out, le)
-		return nil
-	})
-	return out, queue, err
-}
-
-// readQueueEvent reads one change of a queue entry; a deletion's facts
-// come from the deleted key-value (the watch's previous value).
-func readQueueEvent(space keys.Space, ev *clientv3.Event) (queueEvent, error) {
-	task, ticket, err := space.ParseQueue(string(ev.Kv.Key))
-	if err != nil {
-		return queueEvent{}, err
-	}
-	qe := queueEvent{Task: task, Ticket: ticket, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-	kv := ev.Kv
-	if !qe.Put {
-		kv = ev.PrevKv
-	}
-	if kv == nil {
-		return qe, fmt.Errorf("chaos: deletion of queue entry %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
-	}
-	qe.CreateRev = kv.CreateRevision
-	if h, err := record.DecodeHolder(kv.Value); err == nil {
-		qe.Worker, qe.LeaseID, qe.ValueTicket = h.Worker, h.LeaseID, h.Ticket
-	}
-	return qe, nil
-}
-
-// readAuditHistory reads every change of every audit key since revision 1.
-func readAuditHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]auditEvent, error) {
-	var out []auditEvent
-	err := readHistory(ctx, cli, space.AuditPrefix(), func(ev *clientv3.Event) error {
-		out = append(out, auditEvent{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision})
-		return nil
-	})
-	return out, err
-}
-
-// readDoneHistory reads every change of every done record since revision
-// 1; a deletion carries the record it deleted.
-func readDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]doneEvent, error) {
-	var out []doneEvent
-	err := readHistory(ctx, cli, space.DonePrefix(), func(ev *clientv3.Event) error {
-		task, err := space.ResourceFromDone(string(ev.Kv.Key))
-		if err != nil {
-			return err
-		}
-		de := doneEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-		kv := ev.Kv
-		if !de.Put {
-			kv = ev.PrevKv
-		}
-		if kv == nil {
-			return fmt.Errorf("chaos: deletion of %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
-		}
-		d, err := record.DecodeDone(kv.Value)
-		if err != nil {
-			return fmt.Errorf("chaos: done record %q: %w", kv.Key, err)
-		}
-		de.Epoch, de.Worker = d.Epoch, d.Worker
-		out = append(out, de)
-		return nil
-	})
-	return out, err
-}
-
-// readHistory calls fn for every change under prefix since revision 1, in
-// revision order: a watch from revision 1, read until a progress
-// notification says it has caught up with a revision taken before it
-// started. The embedded cluster compacts only revisions older than an
-// hour (e2e.DefaultAutoCompactionRetention); should etcd have compacted
-// revision 1 away all the same, the history is incomplete and readHistory
-// fails with a *compactedError — the checks that need it, the epochs and
-// the unfair grants among them, cannot be made, and the run says so
-// rather than pass on part of the history.
-func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn func(*clientv3.Event) error) error {
-	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return err
-	}
-	upTo := resp.Header.Revision
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: reading the history of %q: %w", prefix, ctx.Err())
-		case <-tick.C:
-			// Answered only once the watch has caught up.
-			_ = cli.RequestProgress(wctx)
-		case wr, ok := <-wch:
-			if !ok {
-				return fmt.Errorf("chaos: history watch of %q closed", prefix)
-			}
-			if wr.CompactRevision != 0 {
-				return &compactedError{Prefix: prefix, Rev: wr.CompactRevision}
-			}
-			if err := wr.Err(); err != nil {
-				return fmt.Errorf("chaos: history watch of %q: %w", prefix, err)
-			}
-			if wr.IsProgressNotify() && wr.Header.Revision >= upTo {
-				return nil
-			}
-			for _, ev := range wr.Events {
-				if err := fn(ev); err != nil {
-					return err
-				}
-			}
-		}
-	}
-}
-
-// compactedError is readHistory's failure when etcd compacted part of the
-// history it needs.
-type compactedError struct {
-	Prefix string
-	Rev    int64 // etcd's compact revision: no event before it is kept
-}
-
-func (e *compactedError) Error() string {
-	return fmt.Sprintf("chaos: the history of %q is compacted up to revision %d: the checks that need every change since revision 1 (epochs, handoffs, unfair grants, retention) cannot be made", e.Prefix, e.Rev)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
@@ -102,7 +103,7 @@ func (st *strander) leave(task string) {
 		return
 	}
 	q := c.NewQueued(st.space, task, protocol.NewID())
-	p := st.w.beginEvent(event{Op: OpAcquire, Task: task, W: s.Worker(), Wait: true})
+	p := st.w.beginEvent(model.Event{Op: model.OpAcquire, Task: task, W: s.Worker(), Wait: true})
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, err = st.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
 	cancel()
@@ -110,7 +111,7 @@ func (st *strander) leave(task string) {
 	if err != nil {
 		why = fmt.Errorf("%w (%v)", why, err)
 	}
-	p.end(OutUnknown, 0, 0, why)
+	p.end(model.OutUnknown, 0, 0, why)
 	st.entries[task] = q.Waiter
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencesql"
@@ -22,44 +23,6 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
-
-// Control selects a control run: a deliberately broken workload the checker
-// must catch. It is a switch of this suite only; the SDK has none.
-type Control string
-
-// The controls.
-const (
-	ControlNone Control = ""
-	// ControlNoFencing: downstream writes bypass both guards.
-	ControlNoFencing Control = "no-fencing"
-	// ControlNoCAS: completion is a raw transaction — put the done record,
-	// delete the lease key, write the completed entry — without the
-	// compare on the epoch.
-	ControlNoCAS Control = "no-cas"
-	// ControlDeleteFirst: retention deletes an epoch's keys before it
-	// archives them, and now and then never archives them, as a pruner
-	// that crashed between the two steps would (rawPruner).
-	ControlDeleteFirst Control = "delete-first"
-	// ControlUnfair: a Release hands the lease to the second Acquire
-	// waiting in the resource's queue instead of the first — a raw
-	// transaction built from the SDK's own ops (protocol.End with Next set
-	// to the second entry) — whenever two or more wait. It implies
-	// Config.Contended, so that queues form (unfairRelease).
-	ControlUnfair Control = "unfair"
-	// controlWriterClocks: retention ages entries on their writers' wall
-	// clocks — an epoch is due once its end entry's Time is older than the
-	// retention — as audit's pass did before it used etcd's clock;
-	// archive first, delete second, as audit's (rawPruner). The slow
-	// clock's epochs (skew.go) are then pruned at once. Unexported: only
-	// this suite's tests run it.
-	controlWriterClocks Control = "writer-clocks"
-	// controlStrand: now and then an Acquire that gave up leaves its
-	// queue entry behind for a session that lives on, as Acquire did when
-	// it tried to leave the queue only once, and the holder's next Release
-	// hands the task to it (strand.go). It implies Config.Contended.
-	// Unexported: only this suite's tests run it.
-	controlStrand Control = "strand"
 )
 
 // redeliverable is how far below the window a redelivery reaches (pick):
@@ -108,7 +71,7 @@ type workerConfig struct {
 	Threads   int           `json:"threads"`
 	TTL       time.Duration `json:"ttl"`
 	Window    int           `json:"window"` // how many open tasks a thread chooses from
-	Control   Control       `json:"control"`
+	Control   model.Control `json:"control"`
 	Contended bool          `json:"contended"` // the contended workload (Config.Contended)
 	// ClockSkew is how far the worker's wall clock is ahead of the
 	// others' (behind, negative): the times of its audit entries are
@@ -127,7 +90,7 @@ type worker struct {
 	etcdGuard *fenceetcd.Guard
 	adb       *sql.DB
 	log       *audit.Log // etcd and the archive as one log
-	emit      func(event)
+	emit      func(model.Event)
 	gate      *gate     // in-process freeze; nil for helper processes
 	strand    *strander // controlStrand's, in the first in-process worker; nil otherwise
 	seq       atomic.Int64
@@ -145,12 +108,12 @@ type worker struct {
 	inDoubt  map[*lease.Lease]bool // leases whose end is not settled
 }
 
-func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(event)) (*worker, error) {
-	db, g, err := openSQL(cfg.SQLite, cfg.Threads+1)
+func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(model.Event)) (*worker, error) {
+	db, g, err := model.OpenSQL(cfg.SQLite, cfg.Threads+1)
 	if err != nil {
 		return nil, err
 	}
-	adb, archive, err := openArchive(cfg.Archive, cfg.Threads+1)
+	adb, archive, err := model.OpenArchive(cfg.Archive, cfg.Threads+1)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -229,14 +192,14 @@ func (w *worker) close() {
 		var pending []*pendingOp
 		for l := range inDoubt {
 			if l.Session() == s {
-				pending = append(pending, w.begin(OpRelease, l.Resource(), l.Worker(), l.Epoch()))
+				pending = append(pending, w.begin(model.OpRelease, l.Resource(), l.Worker(), l.Epoch()))
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		_ = s.Close(ctx)
 		cancel()
 		for _, p := range pending {
-			p.end(OutUnknown, 0, 0, errors.New("released by Session.Close"))
+			p.end(model.OutUnknown, 0, 0, errors.New("released by Session.Close"))
 		}
 	}
 	if recordEnd != nil && s.Err() != nil {
@@ -257,18 +220,18 @@ func (w *worker) nextID() string {
 	return w.cfg.Name + "-" + strconv.FormatInt(w.seq.Add(1), 10)
 }
 
-func (w *worker) begin(typ OpType, task, worker string, epoch int64) *pendingOp {
+func (w *worker) begin(typ model.OpType, task, worker string, epoch int64) *pendingOp {
 	return w.beginID(w.nextID(), typ, task, worker, epoch)
 }
 
-func (w *worker) beginID(id string, typ OpType, task, worker string, epoch int64) *pendingOp {
-	return w.beginEvent(event{ID: id, Op: typ, Task: task, W: worker, E: epoch})
+func (w *worker) beginID(id string, typ model.OpType, task, worker string, epoch int64) *pendingOp {
+	return w.beginEvent(model.Event{ID: id, Op: typ, Task: task, W: worker, E: epoch})
 }
 
 // beginEvent records the invocation ev describes (its kind, time and, if
 // unset, id are filled in).
-func (w *worker) beginEvent(ev event) *pendingOp {
-	ev.K, ev.T = "i", now()
+func (w *worker) beginEvent(ev model.Event) *pendingOp {
+	ev.K, ev.T = "i", model.Now()
 	if ev.ID == "" {
 		ev.ID = w.nextID()
 	}
@@ -276,8 +239,8 @@ func (w *worker) beginEvent(ev event) *pendingOp {
 	return &pendingOp{w: w, id: ev.ID}
 }
 
-func (p *pendingOp) end(out Outcome, epoch, current int64, err error) {
-	ev := event{K: "r", ID: p.id, T: now(), Out: out, E: epoch, Cur: current}
+func (p *pendingOp) end(out model.Outcome, epoch, current int64, err error) {
+	ev := model.Event{K: "r", ID: p.id, T: model.Now(), Out: out, E: epoch, Cur: current}
 	if err != nil {
 		ev.Err = truncate(err.Error(), 300)
 	}
@@ -310,7 +273,7 @@ func (w *worker) session() *session.Session {
 	defer w.mu.Unlock()
 	w.nsess++ // a failed grant may still have created a lease: never reuse the name
 	if err != nil {
-		w.emit(event{K: evSessionFailed, ID: name, W: w.cfg.Name, T: now(), Err: truncate(err.Error(), 300)})
+		w.emit(model.Event{K: model.EventSessionFailed, ID: name, W: w.cfg.Name, T: model.Now(), Err: truncate(err.Error(), 300)})
 		return nil
 	}
 	w.sess = s
@@ -333,24 +296,24 @@ func grantTimeout(ttl time.Duration) time.Duration {
 // function that records the end at once if it has not been recorded yet,
 // which close calls after Session.Close, before the process exits.
 func (w *worker) recordSession(s *session.Session) (recordEnd func()) {
-	w.emit(event{K: evSessionStart, ID: s.Worker(), W: w.cfg.Name, T: now()})
+	w.emit(model.Event{K: model.EventSessionStart, ID: s.Worker(), W: w.cfg.Name, T: model.Now()})
 	var once sync.Once
 	recordEnd = func() {
 		once.Do(func() {
-			ev := event{K: evSessionEnd, ID: s.Worker(), W: w.cfg.Name, T: now()}
+			ev := model.Event{K: model.EventSessionEnd, ID: s.Worker(), W: w.cfg.Name, T: model.Now()}
 			cause := context.Cause(s.Context())
 			switch {
 			case errors.Is(cause, session.ErrLost):
-				ev.Err = CauseLost
+				ev.Err = model.CauseLost
 				// The deadline on the shared clock: a paused process
 				// sees its sessions end only once it runs again.
 				if dl := s.Deadline(); !dl.IsZero() {
 					ev.Dl = min(ev.T, ev.T-int64(time.Since(dl)))
 				}
 			case errors.Is(cause, session.ErrExpired):
-				ev.Err = CauseExpired
+				ev.Err = model.CauseExpired
 			case errors.Is(cause, session.ErrClosed):
-				ev.Err = CauseClosed
+				ev.Err = model.CauseClosed
 			case cause != nil:
 				ev.Err = truncate(cause.Error(), 300)
 			}
@@ -515,7 +478,7 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 	}
 	defer w.unbusy(i)
 	l, out := w.acquire(context.Background(), s, taskName(i), 0)
-	if out == OutHeld && rng.IntN(8) == 0 {
+	if out == model.OutHeld && rng.IntN(8) == 0 {
 		l, _ = w.acquire(context.Background(), s, taskName(i), waitTimeout) // wait for the holder to go
 	}
 	if l == nil || w.checkCompletion(l) != checkOpen {
@@ -558,15 +521,15 @@ func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Sess
 func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease {
 	ps := make([]*pendingOp, len(tasks))
 	for i, task := range tasks {
-		ps[i] = w.begin(OpAcquire, task, s.Worker(), 0)
+		ps[i] = w.begin(model.OpAcquire, task, s.Worker(), 0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	ls, err := w.reg.TryAcquireMany(ctx, s, tasks)
 	cancel()
 	if err != nil {
-		out := OutUnknown
+		out := model.OutUnknown
 		if sessionEnded(err) {
-			out = OutFail
+			out = model.OutFail
 		}
 		for _, p := range ps {
 			p.end(out, 0, 0, err)
@@ -583,10 +546,10 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 	w.mu.Unlock()
 	for i, task := range tasks {
 		if l := claimed[task]; l != nil {
-			ps[i].end(OutOK, l.Epoch(), 0, nil)
+			ps[i].end(model.OutOK, l.Epoch(), 0, nil)
 			continue
 		}
-		ps[i].end(OutFail, 0, 0, nil)
+		ps[i].end(model.OutFail, 0, 0, nil)
 		w.cool(task, 100*time.Millisecond)
 	}
 	return ls
@@ -596,7 +559,7 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 // raw transaction without the compares — as complete does one lease.
 func (w *worker) completeMany(ls []*lease.Lease) {
 	w.completeWith(ls, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
-		if w.cfg.Control == ControlNoCAS {
+		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
 		return lease.CompleteMany(ctx, ls, status)
@@ -627,16 +590,16 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 			return false
 		}
 		// Each step writes to both downstreams, in either order.
-		writes := []func(*lease.Lease) Outcome{w.writeSQL, w.writeEtcd}
+		writes := []func(*lease.Lease) model.Outcome{w.writeSQL, w.writeEtcd}
 		if rng.IntN(2) == 0 {
 			writes[0], writes[1] = writes[1], writes[0]
 		}
 		out := writes[0](l)
-		if out != OutRefused {
+		if out != model.OutRefused {
 			w.gate.wait()
 			out = writes[1](l)
 		}
-		if out == OutRefused { // fenced: a newer epoch wrote; give up, or try to complete anyway
+		if out == model.OutRefused { // fenced: a newer epoch wrote; give up, or try to complete anyway
 			if rng.IntN(2) == 0 {
 				w.release(l)
 			} else {
@@ -660,23 +623,23 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 // meanwhile, inside the call: that possible release is an internal
 // operation of the history, of unknown outcome when the call failed
 // (Op.Internal).
-func (w *worker) acquire(stop context.Context, s *session.Session, task string, wait time.Duration) (*lease.Lease, Outcome) {
+func (w *worker) acquire(stop context.Context, s *session.Session, task string, wait time.Duration) (*lease.Lease, model.Outcome) {
 	var l *lease.Lease
 	var err error
 	var p, giveBack *pendingOp
 	if wait > 0 {
-		p = w.beginEvent(event{Op: OpAcquire, Task: task, W: s.Worker(), Wait: true})
-		giveBack = w.beginEvent(event{Op: OpRelease, Task: task, W: s.Worker(), In: true, Of: p.id})
+		p = w.beginEvent(model.Event{Op: model.OpAcquire, Task: task, W: s.Worker(), Wait: true})
+		giveBack = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: p.id})
 		ctx, cancel := context.WithTimeout(stop, wait)
 		l, err = w.reg.Acquire(ctx, s, task)
 		cancel()
-		gave, why := OutFail, error(nil)
+		gave, why := model.OutFail, error(nil)
 		if err != nil && !errors.As(err, new(*lease.CompletedError)) {
-			gave, why = OutUnknown, fmt.Errorf("the call gave up (%w), releasing any epoch a handoff gave it meanwhile", err)
+			gave, why = model.OutUnknown, fmt.Errorf("the call gave up (%w), releasing any epoch a handoff gave it meanwhile", err)
 		}
 		giveBack.end(gave, 0, 0, why)
 	} else {
-		p = w.begin(OpAcquire, task, s.Worker(), 0)
+		p = w.begin(model.OpAcquire, task, s.Worker(), 0)
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		l, err = w.reg.TryAcquire(ctx, s, task)
 		cancel()
@@ -688,27 +651,27 @@ func (w *worker) acquire(stop context.Context, s *session.Session, task string, 
 		w.mu.Lock()
 		w.inDoubt[l] = true
 		w.mu.Unlock()
-		p.end(OutOK, l.Epoch(), 0, nil)
-		return l, OutOK
+		p.end(model.OutOK, l.Epoch(), 0, nil)
+		return l, model.OutOK
 	case errors.As(err, &held):
 		// With held.Queued, nobody holds it but Acquire calls wait for
 		// it: Current 0.
-		p.end(OutHeld, 0, held.Epoch, nil)
+		p.end(model.OutHeld, 0, held.Epoch, nil)
 		w.cool(task, 100*time.Millisecond)
-		return nil, OutHeld
+		return nil, model.OutHeld
 	case errors.As(err, &done):
-		p.end(OutCompleted, 0, done.Epoch, nil)
+		p.end(model.OutCompleted, 0, done.Epoch, nil)
 		w.markDone(task)
-		return nil, OutCompleted
+		return nil, model.OutCompleted
 	case wait == 0 && sessionEnded(err):
 		// (Acquire returns the session's cause also when the session ended
 		// during a transaction, which may have been applied.)
-		p.end(OutFail, 0, 0, err)
-		return nil, OutFail
+		p.end(model.OutFail, 0, 0, err)
+		return nil, model.OutFail
 	default:
-		p.end(OutUnknown, 0, 0, err)
+		p.end(model.OutUnknown, 0, 0, err)
 		time.Sleep(20 * time.Millisecond)
-		return nil, OutUnknown
+		return nil, model.OutUnknown
 	}
 }
 
@@ -729,20 +692,20 @@ const (
 // completed may be worked on. The read is an operation of the history
 // (OpDoneRead): the checker holds it to the completions it can see.
 func (w *worker) checkCompletion(l *lease.Lease) checkResult {
-	p := w.begin(OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
+	p := w.begin(model.OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
 	e, done, err := w.completion(l.Resource())
 	switch {
 	case err != nil:
-		p.end(OutFail, 0, 0, err)
+		p.end(model.OutFail, 0, 0, err)
 		w.release(l)
 		return checkFailed
 	case done:
-		p.end(OutOK, 0, e.Epoch, nil)
+		p.end(model.OutOK, 0, e.Epoch, nil)
 		w.markDone(l.Resource())
 		w.release(l)
 		return checkDone
 	}
-	p.end(OutOK, 0, 0, nil)
+	p.end(model.OutOK, 0, 0, nil)
 	return checkOpen
 }
 
@@ -779,9 +742,9 @@ func (w *worker) settle(l *lease.Lease) {
 	delete(w.inDoubt, l)
 }
 
-func (w *worker) writeSQL(l *lease.Lease) Outcome {
+func (w *worker) writeSQL(l *lease.Lease) model.Outcome {
 	id := w.nextID()
-	p := w.beginID(id, OpSQL, l.Resource(), l.Worker(), l.Epoch())
+	p := w.beginID(id, model.OpSQL, l.Resource(), l.Worker(), l.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	out, cur, err := w.sqlTx(ctx, id, l)
@@ -792,42 +755,42 @@ func (w *worker) writeSQL(l *lease.Lease) Outcome {
 // sqlTx writes the effect row in the transaction that admits the token.
 // Any error but a refusal is an unknown outcome; the effects table tells
 // afterwards whether the transaction committed.
-func (w *worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (Outcome, int64, error) {
+func (w *worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (model.Outcome, int64, error) {
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
-		return OutFail, 0, err // nothing ran
+		return model.OutFail, 0, err // nothing ran
 	}
-	if w.cfg.Control != ControlNoFencing {
+	if w.cfg.Control != model.ControlNoFencing {
 		if err := w.sqlGuard.AdmitTx(ctx, tx, l.Token()); err != nil {
 			_ = tx.Rollback()
 			var fe *fence.FencedError
 			if errors.As(err, &fe) {
-				return OutRefused, fe.Current, nil
+				return model.OutRefused, fe.Current, nil
 			}
-			return OutUnknown, 0, err
+			return model.OutUnknown, 0, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insertEffect, l.Resource(), l.Epoch(), l.Worker(), id); err != nil {
+	if _, err := tx.ExecContext(ctx, model.InsertEffect, l.Resource(), l.Epoch(), l.Worker(), id); err != nil {
 		_ = tx.Rollback()
-		return OutUnknown, 0, err
+		return model.OutUnknown, 0, err
 	}
 	if err := tx.Commit(); err != nil {
-		return OutUnknown, 0, err
+		return model.OutUnknown, 0, err
 	}
-	return OutOK, 0, nil
+	return model.OutOK, 0, nil
 }
 
-func (w *worker) writeEtcd(l *lease.Lease) Outcome {
+func (w *worker) writeEtcd(l *lease.Lease) model.Outcome {
 	id := w.nextID()
-	p := w.beginID(id, OpEtcd, l.Resource(), l.Worker(), l.Epoch())
-	val, _ := json.Marshal(effectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
-	put := clientv3.OpPut(effectKey(l.Resource(), id), string(val))
+	p := w.beginID(id, model.OpEtcd, l.Resource(), l.Worker(), l.Epoch())
+	val, _ := json.Marshal(model.EffectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
+	put := clientv3.OpPut(model.EffectKey(l.Resource(), id), string(val))
 	// One attempt, as the registry's requests: an unknown outcome after
 	// it, like any other (completion).
 	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.cfg.TTL))
 	defer cancel()
 	var err error
-	if w.cfg.Control == ControlNoFencing {
+	if w.cfg.Control == model.ControlNoFencing {
 		_, err = w.cli.Do(ctx, put)
 	} else {
 		_, err = w.etcdGuard.AdmitOps(ctx, l.Token(), put)
@@ -835,22 +798,22 @@ func (w *worker) writeEtcd(l *lease.Lease) Outcome {
 	var fe *fence.FencedError
 	switch {
 	case err == nil:
-		p.end(OutOK, 0, 0, nil)
-		return OutOK
+		p.end(model.OutOK, 0, 0, nil)
+		return model.OutOK
 	case errors.As(err, &fe):
-		p.end(OutRefused, 0, fe.Current, nil)
-		return OutRefused
+		p.end(model.OutRefused, 0, fe.Current, nil)
+		return model.OutRefused
 	default:
-		p.end(OutUnknown, 0, 0, err)
-		return OutUnknown
+		p.end(model.OutUnknown, 0, 0, err)
+		return model.OutUnknown
 	}
 }
 
 // complete completes l with Complete — ControlNoCAS: a raw transaction
 // without the compare — and returns its last outcome.
-func (w *worker) complete(l *lease.Lease) Outcome {
+func (w *worker) complete(l *lease.Lease) model.Outcome {
 	return w.completeWith([]*lease.Lease{l}, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
-		if w.cfg.Control == ControlNoCAS {
+		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
 		return []error{ls[0].Complete(ctx, status)}, nil
@@ -862,8 +825,8 @@ func (w *worker) complete(l *lease.Lease) Outcome {
 // Each lease is its own complete operation. The leases whose outcome is
 // unknown are sent again (the documented way to resolve one), up to five
 // attempts in all. It returns each lease's last outcome.
-func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, ls []*lease.Lease) ([]error, error)) []Outcome {
-	outs := make([]Outcome, len(ls))
+func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, ls []*lease.Lease) ([]error, error)) []model.Outcome {
+	outs := make([]model.Outcome, len(ls))
 	pending := make([]int, len(ls))
 	for i := range pending {
 		pending[i] = i
@@ -873,7 +836,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 		ps := make([]*pendingOp, len(pending))
 		for j, i := range pending {
 			l := ls[i]
-			batch[j], ps[j] = l, w.begin(OpComplete, l.Resource(), l.Worker(), l.Epoch())
+			batch[j], ps[j] = l, w.begin(model.OpComplete, l.Resource(), l.Worker(), l.Epoch())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		results, err := send(ctx, batch)
@@ -888,10 +851,10 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 			ps[j].end(out, 0, cur, lerr)
 			outs[i] = out
 			switch out {
-			case OutOK:
+			case model.OutOK:
 				w.settleCompleted(l)
 				w.markDone(l.Resource())
-			case OutStale, OutStaleUnknown, OutStaleEarlier:
+			case model.OutStale, model.OutStaleUnknown, model.OutStaleEarlier:
 				w.settle(l)
 			default:
 				again = append(again, i)
@@ -912,7 +875,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 // §5) — so Session.Close would still release it: it stays in doubt, and
 // the worker goes on at once.
 func (w *worker) settleCompleted(l *lease.Lease) {
-	if w.cfg.Control == ControlNoCAS {
+	if w.cfg.Control == model.ControlNoCAS {
 		return
 	}
 	w.settle(l)
@@ -942,11 +905,11 @@ func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 // release releases l — under ControlUnfair, to the second waiter when two
 // or more wait (unfairRelease) — and records it.
 func (w *worker) release(l *lease.Lease) {
-	p := w.begin(OpRelease, l.Resource(), l.Worker(), l.Epoch())
+	p := w.begin(model.OpRelease, l.Resource(), l.Worker(), l.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	var err error
 	raw := false
-	if w.cfg.Control == ControlUnfair {
+	if w.cfg.Control == model.ControlUnfair {
 		raw, err = w.unfairRelease(ctx, l)
 	}
 	if !raw {
@@ -957,25 +920,25 @@ func (w *worker) release(l *lease.Lease) {
 	p.end(out, 0, cur, err)
 	// A raw release bypasses the Lease, which stays registered with its
 	// session, as after ControlNoCAS's raw completion (settleCompleted).
-	if out != OutUnknown && !raw {
+	if out != model.OutUnknown && !raw {
 		w.settle(l)
 	}
 }
 
 // classifyEnd sorts a Complete or Release error into an outcome.
-func classifyEnd(err error) (Outcome, int64) {
+func classifyEnd(err error) (model.Outcome, int64) {
 	var se *lease.StaleError
 	switch {
 	case err == nil:
-		return OutOK, 0
+		return model.OutOK, 0
 	case errors.As(err, &se) && se.Unrecorded != nil:
-		return OutStaleUnknown, 0
+		return model.OutStaleUnknown, 0
 	case errors.As(err, &se) && se.Earlier:
-		return OutStaleEarlier, se.CurrentEpoch
+		return model.OutStaleEarlier, se.CurrentEpoch
 	case errors.As(err, &se):
-		return OutStale, se.CurrentEpoch
+		return model.OutStale, se.CurrentEpoch
 	}
-	return OutUnknown, 0
+	return model.OutUnknown, 0
 }
 
 // gate stops an in-process worker's threads at their next step while it is

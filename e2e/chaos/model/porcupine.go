@@ -1,12 +1,10 @@
-package chaos
+package model
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -52,28 +50,33 @@ import (
 // clears the done record, after which the task can be acquired again. A worker's read of the log (OpDoneRead)
 // returns the epoch that ever completed the task, pruned or not.
 
-type dInput struct {
+// DownstreamInput is a downstream write of the max-register model.
+type DownstreamInput struct {
 	Task  string
 	Epoch int64
 }
 
-type dOutput struct {
+// DownstreamOutput is what a downstream write returned: whether it was
+// admitted, and the epoch the guard held.
+type DownstreamOutput struct {
 	Refused bool
 	Current int64
 }
 
-var downstreamModel = porcupine.Model{
+// DownstreamModel is the max-register per task and guard that the
+// downstream histories must be linearizable against.
+var DownstreamModel = porcupine.Model{
 	Partition: partitionByTask,
 	Init:      func() any { return int64(0) },
 	Step: func(state, input, output any) (bool, any) {
-		highest, in, out := state.(int64), input.(dInput), output.(dOutput)
+		highest, in, out := state.(int64), input.(DownstreamInput), output.(DownstreamOutput)
 		if !out.Refused {
 			return in.Epoch >= highest, max(in.Epoch, highest)
 		}
 		return in.Epoch < highest && out.Current == highest, highest
 	},
 	DescribeOperation: func(input, output any) string {
-		in, out := input.(dInput), output.(dOutput)
+		in, out := input.(DownstreamInput), output.(DownstreamOutput)
 		if out.Refused {
 			return fmt.Sprintf("admit(%d) → refused, current %d", in.Epoch, out.Current)
 		}
@@ -84,26 +87,28 @@ var downstreamModel = porcupine.Model{
 
 type cState struct{ Holder, Done, Last, Ever int64 }
 
-// opPrune is the synthetic operation of the completion model: retention
+// OpPrune is the synthetic operation of the completion model: retention
 // deleted a done record. It is never in a worker's history.
-const opPrune OpType = "prune"
+const OpPrune OpType = "prune"
 
-type cInput struct {
+// CompletionInput is an operation of the completion model.
+type CompletionInput struct {
 	Task  string
 	Kind  OpType
 	Epoch int64 // complete, release: the epoch presented; revoke: the epoch revoked
 }
 
-type cOutput struct {
+// CompletionOutput is what an operation of the completion model returned.
+type CompletionOutput struct {
 	Out     Outcome
 	Epoch   int64 // acquire: granted
 	Current int64
 }
 
 func completionStep(state, input, output any) []any {
-	s, in, out := state.(cState), input.(cInput), output.(cOutput)
+	s, in, out := state.(cState), input.(CompletionInput), output.(CompletionOutput)
 	switch in.Kind {
-	case opPrune:
+	case OpPrune:
 		if s.Done == in.Epoch && in.Epoch != 0 {
 			return []any{cState{Holder: s.Holder, Last: s.Last, Ever: s.Ever}}
 		}
@@ -168,12 +173,14 @@ func completionStep(state, input, output any) []any {
 	return nil
 }
 
-var completionModel = (&porcupine.NondeterministicModel{
+// CompletionModel is the compare-and-swap register per task that the
+// lease histories must be linearizable against.
+var CompletionModel = (&porcupine.NondeterministicModel{
 	Partition: partitionByTask,
 	Init:      func() []any { return []any{cState{}} },
 	Step:      completionStep,
 	DescribeOperation: func(input, output any) string {
-		in, out := input.(cInput), output.(cOutput)
+		in, out := input.(CompletionInput), output.(CompletionOutput)
 		s := string(in.Kind)
 		if in.Epoch != 0 {
 			s += fmt.Sprintf("(%d)", in.Epoch)
@@ -193,11 +200,12 @@ var completionModel = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
-func taskOf(input any) string {
+// TaskOf is the task of a model's input.
+func TaskOf(input any) string {
 	switch in := input.(type) {
-	case dInput:
+	case DownstreamInput:
 		return in.Task
-	case cInput:
+	case CompletionInput:
 		return in.Task
 	}
 	return ""
@@ -207,7 +215,7 @@ func partitionByTask(history []porcupine.Operation) [][]porcupine.Operation {
 	idx := map[string]int{}
 	var parts [][]porcupine.Operation
 	for _, op := range history {
-		t := taskOf(op.Input)
+		t := TaskOf(op.Input)
 		i, ok := idx[t]
 		if !ok {
 			i = len(parts)
@@ -229,156 +237,11 @@ type PorcupineResult struct {
 	Took       time.Duration
 	Bound      time.Duration
 	// illegal partitions kept for the visualisation
-	illegalDown, illegalComp [][]porcupine.Operation
+	IllegalDown, IllegalComp [][]porcupine.Operation
 }
 
-// histories builds the two porcupine histories: downstream partitions
-// keyed by guard and task, completion partitions by task.
-func (c *checker) histories() (down, comp [][]porcupine.Operation) {
-	h := &historyBuilder{c: c, clients: map[string]int{}, downBy: map[string][]porcupine.Operation{}, compBy: map[string][]porcupine.Operation{}}
-	for i := range c.ops {
-		op := &c.ops[i]
-		if op.neverRan() {
-			continue
-		}
-		switch op.Type {
-		case OpSQL, OpEtcd:
-			h.addWrite(op)
-		case OpDoneRead:
-			h.addDoneRead(op)
-		case OpAcquire, OpComplete, OpRelease, OpRevoke:
-			h.addCall(op)
-		}
-	}
-	h.addPrunes()
-	for _, k := range sortedKeys(h.downBy) {
-		down = append(down, h.downBy[k])
-	}
-	for _, k := range sortedKeys(h.compBy) {
-		comp = append(comp, h.compBy[k])
-	}
-	return down, comp
-}
-
-// historyBuilder gathers the operations of histories' two histories, by
-// partition, and numbers the clients in the order they first appear.
-type historyBuilder struct {
-	c       *checker
-	clients map[string]int
-	downBy  map[string][]porcupine.Operation // guard/task → its downstream writes
-	compBy  map[string][]porcupine.Operation // task → its completion operations
-}
-
-// client is worker w's client ID in the histories.
-func (h *historyBuilder) client(w string) int {
-	if id, ok := h.clients[w]; ok {
-		return id
-	}
-	h.clients[w] = len(h.clients)
-	return h.clients[w]
-}
-
-// addWrite adds a downstream write, op, to its guard and task's
-// partition, unless it failed or its outcome is unknown and it never took
-// effect; one that took effect without a known return returns at the end.
-func (h *historyBuilder) addWrite(op *Op) {
-	ret := op.Return
-	out := dOutput{}
-	switch op.Outcome {
-	case OutOK:
-	case OutRefused:
-		out = dOutput{Refused: true, Current: op.Current}
-	default:
-		if h.c.effects[op.ID] == nil {
-			return // never took effect
-		}
-		ret = h.c.end // took effect, at some time after its invocation
-	}
-	key := string(op.Type) + "/" + op.Task
-	h.downBy[key] = append(h.downBy[key], porcupine.Operation{
-		ClientId: h.client(op.Worker), Input: dInput{Task: key, Epoch: op.Epoch}, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
-	})
-}
-
-// addDoneRead adds a read of a done record, op, to its task's partition
-// if it read one.
-func (h *historyBuilder) addDoneRead(op *Op) {
-	if op.Outcome != OutOK {
-		return // not read
-	}
-	h.compBy[op.Task] = append(h.compBy[op.Task], porcupine.Operation{
-		ClientId: h.client(op.Worker), Input: cInput{Task: op.Task, Kind: OpDoneRead, Epoch: op.Epoch},
-		Call: op.Invoke, Output: cOutput{Out: OutOK, Current: op.Current}, Return: op.Return, Metadata: op.ID,
-	})
-}
-
-// addCall adds an acquisition, completion, release or revocation, op, to
-// its task's partition: a revocation or an acquisition as the epoch it
-// took effect on (if any), a failure not at all, and one of unknown
-// outcome returning at the end.
-func (h *historyBuilder) addCall(op *Op) {
-	c := h.c
-	ret := op.Return
-	in := cInput{Task: op.Task, Kind: op.Type, Epoch: op.Epoch}
-	out := cOutput{Out: op.Outcome, Current: op.Current}
-	switch {
-	case op.Type == OpRevoke:
-		e, ok := c.revOf[op.ID]
-		if !ok {
-			return // never took effect
-		}
-		in.Epoch, out.Out = e, OutOK
-		if op.Outcome != OutOK {
-			ret = c.end
-		}
-	case op.Type == OpAcquire && (op.Outcome == OutOK || op.Outcome == OutUnknown):
-		e, ok := c.acqOf[op.ID]
-		if !ok {
-			return // never took effect
-		}
-		out = cOutput{Out: OutOK, Epoch: e}
-		if op.Outcome == OutUnknown {
-			ret = c.end
-		}
-	case op.Outcome == OutFail:
-		return
-	case op.Outcome == OutUnknown || op.Outcome == OutStaleUnknown || op.Return == 0:
-		out.Out = op.Outcome
-		ret = c.end
-	}
-	h.compBy[op.Task] = append(h.compBy[op.Task], porcupine.Operation{
-		ClientId: h.client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
-	})
-}
-
-// addPrunes adds retention's deletions of done records, each from the
-// retention after the epoch that wrote it completed to the end.
-func (h *historyBuilder) addPrunes() {
-	c := h.c
-	bounds := c.commitBounds()
-	firstComplete := map[taskEpoch]int64{}
-	for i := range c.ops {
-		op := &c.ops[i]
-		te := taskEpoch{op.Task, op.Epoch}
-		if t, ok := firstComplete[te]; op.Type == OpComplete && (!ok || op.Invoke < t) {
-			firstComplete[te] = op.Invoke
-		}
-	}
-	for _, ev := range c.fs.DoneEvents {
-		if ev.Put {
-			continue
-		}
-		te := taskEpoch{ev.Task, ev.Epoch}
-		call := max(firstComplete[te], bounds.after(c.donePut[te])) + int64(c.cfg.Retention)
-		h.compBy[ev.Task] = append(h.compBy[ev.Task], porcupine.Operation{
-			ClientId: h.client("retention"), Input: cInput{Task: ev.Task, Kind: opPrune, Epoch: ev.Epoch},
-			Call: min(call, c.end), Output: cOutput{Out: OutOK}, Return: c.end,
-			Metadata: fmt.Sprintf("done record of epoch %d deleted at revision %d", ev.Epoch, ev.Rev),
-		})
-	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
+// SortedKeys returns the keys of m, sorted.
+func SortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
@@ -387,85 +250,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// checkLinearizable runs porcupine on every partition, on as many
-// goroutines as there are CPUs, each partition bounded by a tenth of
-// CheckTimeout and all of them by CheckTimeout.
-func (c *checker) checkLinearizable() {
-	down, comp := c.histories()
-	start := time.Now()
-	bound := c.cfg.CheckTimeout
-	deadline := start.Add(bound)
-	pr := PorcupineResult{Result: porcupine.Ok, Partitions: len(down) + len(comp), Bound: bound}
-	type job struct {
-		model porcupine.Model
-		ops   []porcupine.Operation
-		down  bool
-	}
-	jobs := make(chan job)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for j := range jobs {
-				left := time.Until(deadline)
-				if left <= 0 {
-					mu.Lock()
-					pr.Unchecked++
-					mu.Unlock()
-					continue
-				}
-				r := porcupine.CheckOperationsTimeout(j.model, j.ops, min(left, bound/10))
-				mu.Lock()
-				switch r {
-				case porcupine.Illegal:
-					pr.Illegal++
-					if j.down {
-						pr.illegalDown = append(pr.illegalDown, j.ops)
-					} else {
-						pr.illegalComp = append(pr.illegalComp, j.ops)
-					}
-				case porcupine.Unknown:
-					pr.TimedOut++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, ops := range down {
-		jobs <- job{downstreamModel, ops, true}
-		c.res.Checked += len(ops)
-	}
-	for _, ops := range comp {
-		jobs <- job{completionModel, ops, false}
-		c.res.Checked += len(ops)
-	}
-	close(jobs)
-	wg.Wait()
-	pr.Took = time.Since(start)
-	switch {
-	case pr.Illegal > 0:
-		pr.Result = porcupine.Illegal
-	case pr.TimedOut > 0 || pr.Unchecked > 0:
-		pr.Result = porcupine.Unknown
-	}
-	for _, ops := range pr.illegalDown {
-		c.fail(CheckLinearizable, taskOf(ops[0].Input), "the downstream history (%d operations) is not linearizable as a max-register", len(ops))
-	}
-	for _, ops := range pr.illegalComp {
-		c.fail(CheckLinearizable, taskOf(ops[0].Input), "the lease history (%d operations) is not linearizable as a CAS register", len(ops))
-	}
-	c.res.Porcupine = pr
-}
-
-// visualize writes porcupine's HTML visualisation of up to max illegal
+// Visualize writes porcupine's HTML visualisation of up to max illegal
 // partitions of each model into dir and returns the files written.
-func (pr *PorcupineResult) visualize(dir string, limit int) ([]string, error) {
+func (pr *PorcupineResult) Visualize(dir string, limit int) ([]string, error) {
 	var files []string
 	for _, v := range []struct {
 		name  string
 		model porcupine.Model
 		parts [][]porcupine.Operation
-	}{{"downstream", downstreamModel, pr.illegalDown}, {"completion", completionModel, pr.illegalComp}} {
+	}{{"downstream", DownstreamModel, pr.IllegalDown}, {"completion", CompletionModel, pr.IllegalComp}} {
 		if len(v.parts) == 0 {
 			continue
 		}

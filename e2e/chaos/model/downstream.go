@@ -1,4 +1,4 @@
-package chaos
+package model
 
 import (
 	"context"
@@ -30,18 +30,18 @@ const (
 	worker TEXT NOT NULL,
 	op     TEXT NOT NULL UNIQUE
 )`
-	insertEffect = `INSERT INTO chaos_effects (task, epoch, worker, op) VALUES (?1, ?2, ?3, ?4)`
+	InsertEffect = `INSERT INTO chaos_effects (task, epoch, worker, op) VALUES (?1, ?2, ?3, ?4)`
 	effectPrefix = "/chaos/effect/"
 )
 
-// sqliteDSN is the DSN every process opens the shared database with.
-func sqliteDSN(path string) string {
+// SQLiteDSN is the DSN every process opens the shared database with.
+func SQLiteDSN(path string) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() +
 		"?_pragma=busy_timeout(5000)&_pragma=synchronous(OFF)&_txlock=immediate"
 }
 
-// openSQL opens the shared database and its guard; create makes the tables.
-func openSQL(dsn string, conns int) (*sql.DB, *fencesql.Guard, error) {
+// OpenSQL opens the shared database and its guard; create makes the tables.
+func OpenSQL(dsn string, conns int) (*sql.DB, *fencesql.Guard, error) {
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, nil, err
@@ -60,15 +60,16 @@ func openSQL(dsn string, conns int) (*sql.DB, *fencesql.Guard, error) {
 	return db, g, nil
 }
 
-// effectValue is an etcd effect's value.
-type effectValue struct {
+// EffectValue is an etcd effect's value.
+type EffectValue struct {
 	Task   string `json:"task"`
 	Epoch  int64  `json:"epoch"`
 	Worker string `json:"worker"`
 	Op     string `json:"op"`
 }
 
-func effectKey(task, op string) string { return effectPrefix + task + "/" + op }
+// EffectKey is the etcd downstream's key of the effect op wrote on task.
+func EffectKey(task, op string) string { return effectPrefix + task + "/" + op }
 
 // Effect is one committed downstream write, read back after the run.
 type Effect struct {
@@ -80,8 +81,8 @@ type Effect struct {
 	Op     string
 }
 
-// readSQL reads every committed effect and the guard's epochs.
-func readSQL(ctx context.Context, db *sql.DB) ([]Effect, map[string]int64, error) {
+// ReadSQL reads every committed effect and the guard's epochs.
+func ReadSQL(ctx context.Context, db *sql.DB) ([]Effect, map[string]int64, error) {
 	rows, err := db.QueryContext(ctx, `SELECT seq, task, epoch, worker, op FROM chaos_effects ORDER BY seq`)
 	if err != nil {
 		return nil, nil, err
@@ -115,16 +116,16 @@ func readSQL(ctx context.Context, db *sql.DB) ([]Effect, map[string]int64, error
 	return effs, fenced, rows.Err()
 }
 
-// readEtcdEffects reads every committed etcd effect and the etcd guard's
+// ReadEtcdEffects reads every committed etcd effect and the etcd guard's
 // epochs (fencePrefix: the guard's key prefix).
-func readEtcdEffects(ctx context.Context, cli *clientv3.Client, fencePrefix string) ([]Effect, map[string]int64, error) {
+func ReadEtcdEffects(ctx context.Context, cli *clientv3.Client, fencePrefix string) ([]Effect, map[string]int64, error) {
 	resp, err := cli.Get(ctx, effectPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, nil, err
 	}
 	var effs []Effect
 	for _, kv := range resp.Kvs {
-		var v effectValue
+		var v EffectValue
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return nil, nil, fmt.Errorf("chaos: effect %q: %w", kv.Key, err)
 		}

@@ -1,4 +1,4 @@
-package chaos
+package model
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -16,6 +17,7 @@ import (
 // compacted that history the read fails, saying so, rather than return
 // part of it.
 func TestReadLeaseHistory(t *testing.T) {
+	space := keys.MustNew(keys.DefaultNamespace)
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -23,7 +25,7 @@ func TestReadLeaseHistory(t *testing.T) {
 	const task = "t000001"
 	holder := record.Holder{Worker: "w1", LeaseID: 1, AcquiredAt: time.Unix(0, 0).UTC()}
 	waiter := record.Holder{Worker: "w2", LeaseID: 2, AcquiredAt: time.Unix(0, 0).UTC(), Ticket: "k2"}
-	leaseKey, entry := testSpace.Lease(task), testSpace.Queue(task, "k2")
+	leaseKey, entry := space.Lease(task), space.Queue(task, "k2")
 	must := func(_ any, err error) {
 		t.Helper()
 		if err != nil {
@@ -32,7 +34,7 @@ func TestReadLeaseHistory(t *testing.T) {
 	}
 	must(cli.Put(ctx, leaseKey, holder.Encode()))
 	must(cli.Put(ctx, entry, waiter.Encode()))
-	must(cli.Put(ctx, testSpace.Revocation(1, task), "x")) // skipped
+	must(cli.Put(ctx, space.Revocation(1, task), "x")) // skipped
 	// The handoff: the key overwritten with the waiter's record, its entry
 	// deleted, in one transaction.
 	must(cli.Txn(ctx).Then(clientv3.OpPut(leaseKey, waiter.Encode()), clientv3.OpDelete(entry)).Commit())
@@ -41,7 +43,7 @@ func TestReadLeaseHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	les, qes, err := readLeaseHistory(ctx, cli, testSpace)
+	les, qes, err := ReadLeaseHistory(ctx, cli, space)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestReadLeaseHistory(t *testing.T) {
 	}
 
 	must(cli.Compact(ctx, last.Header.Revision))
-	_, _, err = readLeaseHistory(ctx, cli, testSpace)
+	_, _, err = ReadLeaseHistory(ctx, cli, space)
 	var ce *compactedError
 	if !errors.As(err, &ce) || ce.Rev != last.Header.Revision {
 		t.Fatalf("reading a compacted history: %v, want a *compactedError at revision %d", err, last.Header.Revision)

@@ -1,4 +1,4 @@
-package chaos
+package model
 
 import (
 	"encoding/json"
@@ -25,10 +25,20 @@ const (
 	OpDoneRead OpType = "done-read"
 )
 
-// operator is the worker named by revocations.
-const operator = "operator"
+// The fleet mode's operation.
+const (
+	// OpFleetEffect is a fleet handler's write of its task's effect: a put
+	// of the task's one effect key, admitted by fenceetcd.Guard.AdmitOps
+	// in the put's transaction.
+	OpFleetEffect OpType = "fleet-effect"
+)
 
-var opTypes = []OpType{OpAcquire, OpDoneRead, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
+// Operator is the worker named by revocations.
+const Operator = "operator"
+
+// OpTypes are the operation types of the task workload, in the order the
+// summary lists them.
+var OpTypes = []OpType{OpAcquire, OpDoneRead, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
 
 // Outcome is how an operation ended.
 type Outcome string
@@ -52,14 +62,15 @@ const (
 	OutUnknown      Outcome = "unknown" // may have taken effect, at any time after Invoke
 )
 
-var outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutStaleEarlier, OutFail, OutUnknown}
+// Outcomes are the outcomes, in the order the summary lists them.
+var Outcomes = []Outcome{OutOK, OutHeld, OutCompleted, OutRefused, OutStale, OutStaleUnknown, OutStaleEarlier, OutFail, OutUnknown}
 
-// event is one line of a worker's history stream: an invocation ("i") or a
+// Event is one line of a worker's history stream: an invocation ("i") or a
 // return ("r") of the operation ID; or a session's start ("ss"), end
 // ("se") or failed grant ("sf"), where ID is the session's worker id, W
 // the worker that started it, Err an end's cause or a grant's error and
 // Dl, for a session lost at its safe deadline, that deadline.
-type event struct {
+type Event struct {
 	K    string  `json:"k"`
 	ID   string  `json:"id"`
 	T    int64   `json:"t"`
@@ -78,9 +89,9 @@ type event struct {
 
 // The event kinds of a session's life (event.K).
 const (
-	evSessionStart  = "ss"
-	evSessionEnd    = "se"
-	evSessionFailed = "sf"
+	EventSessionStart  = "ss"
+	EventSessionEnd    = "se"
+	EventSessionFailed = "sf"
 )
 
 // SessionRecord is one session a worker started (session.New), from its
@@ -156,6 +167,7 @@ type Op struct {
 	Of string `json:"of,omitempty"`
 }
 
+// String is the operation as a line of the history.
 func (o *Op) String() string {
 	s := fmt.Sprintf("%s %s %s by %s", o.ID, o.Type, o.Task, o.Worker)
 	if o.Epoch != 0 {
@@ -193,11 +205,13 @@ type History struct {
 	grants   []GrantFailure
 }
 
-func newHistory() *History {
+// NewHistory returns an empty history.
+func NewHistory() *History {
 	return &History{ops: make(map[string]*Op), touched: make(map[string]bool), sessions: make(map[string]*SessionRecord)}
 }
 
-func (h *History) record(ev event) {
+// Record adds one event of a worker's history stream to h.
+func (h *History) Record(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch ev.K {
@@ -222,7 +236,7 @@ func (h *History) record(ev event) {
 		if ev.E != 0 {
 			op.Epoch = ev.E
 		}
-	case evSessionStart:
+	case EventSessionStart:
 		if _, dup := h.sessions[ev.ID]; dup {
 			h.bad = append(h.bad, "session started twice: "+ev.ID)
 			return
@@ -230,7 +244,7 @@ func (h *History) record(ev event) {
 		sr := &SessionRecord{Name: ev.ID, Worker: ev.W, Start: ev.T}
 		h.sessions[ev.ID] = sr
 		h.sorder = append(h.sorder, sr)
-	case evSessionEnd:
+	case EventSessionEnd:
 		sr := h.sessions[ev.ID]
 		switch {
 		case sr == nil:
@@ -238,7 +252,7 @@ func (h *History) record(ev event) {
 		case sr.End == 0: // the first end recorded wins
 			sr.End, sr.Deadline, sr.Cause = ev.T, ev.Dl, ev.Err
 		}
-	case evSessionFailed:
+	case EventSessionFailed:
 		h.grants = append(h.grants, GrantFailure{Name: ev.ID, Worker: ev.W, Time: ev.T, Err: ev.Err})
 	default:
 		h.bad = append(h.bad, fmt.Sprintf("unknown event kind %q", ev.K))
@@ -254,7 +268,7 @@ func (h *History) Sessions() ([]SessionRecord, []GrantFailure) {
 	for i, sr := range h.sorder {
 		out[i] = *sr
 	}
-	slices.SortStableFunc(out, func(a, b SessionRecord) int { return compareInt(a.Start, b.Start) })
+	slices.SortStableFunc(out, func(a, b SessionRecord) int { return CompareInt(a.Start, b.Start) })
 	return out, slices.Clone(h.grants)
 }
 
@@ -266,8 +280,23 @@ func (h *History) Ops() []Op {
 	for i, op := range h.order {
 		out[i] = *op
 	}
-	slices.SortStableFunc(out, func(a, b Op) int { return compareInt(a.Invoke, b.Invoke) })
+	slices.SortStableFunc(out, func(a, b Op) int { return CompareInt(a.Invoke, b.Invoke) })
 	return out
+}
+
+// Len returns how many operations were recorded.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.order)
+}
+
+// Unreadable notes a line of a worker's history stream that was not an
+// event.
+func (h *History) Unreadable(problem string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bad = append(h.bad, problem)
 }
 
 // Touched returns the tasks on which an acquisition was invoked, sorted.
@@ -282,13 +311,15 @@ func (h *History) Touched() []string {
 	return ts
 }
 
-func (h *History) problems() []string {
+// Problems returns the events that did not fit the history.
+func (h *History) Problems() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.bad)
 }
 
-func compareInt(a, b int64) int {
+// CompareInt orders a before b when it is smaller, as cmp.Compare does.
+func CompareInt(a, b int64) int {
 	switch {
 	case a < b:
 		return -1
@@ -298,15 +329,16 @@ func compareInt(a, b int64) int {
 	return 0
 }
 
-// lineSink writes events as JSON lines, each with one Write call: a pipe
+// LineSink writes events as JSON lines, each with one Write call: a pipe
 // write of up to PIPE_BUF bytes is atomic, and once written a line is in
 // the kernel's pipe buffer, where it survives the writer's SIGKILL.
-type lineSink struct {
-	mu sync.Mutex
-	w  io.Writer
+type LineSink struct {
+	mu  sync.Mutex
+	Out io.Writer
 }
 
-func (s *lineSink) emit(ev event) {
+// Emit writes ev as one JSON line.
+func (s *LineSink) Emit(ev Event) {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		panic(err) // a struct of strings and integers
@@ -314,5 +346,9 @@ func (s *lineSink) emit(ev event) {
 	b = append(b, '\n')
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write(b)
+	_, _ = s.Out.Write(b)
 }
+
+// NeverRan reports an internal release whose acquisition was never
+// granted: there was nothing to release.
+func (o *Op) NeverRan() bool { return o.Internal && o.Type == OpRelease && o.Epoch == 0 }

@@ -1,0 +1,168 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/record"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rawPruner is the retention pass of two controls. It selects what
+// audit's pass once selected — the epochs whose end entry's Time is older
+// than the retention, with their rejections and the done record of a
+// completed one; the rejections of epochs already pruned once all are
+// older — aging entries on their writers' wall clocks.
+//
+// Under ControlDeleteFirst it deletes before it archives, and every third
+// pass "crashes" between the two steps, so what it deleted is never
+// archived: the order §3.9 of the protocol rules out. Under
+// controlWriterClocks (archiveFirst) it archives first and deletes second,
+// as audit's pass does, and only its clock is wrong: the slow clock's
+// epochs (skew.go) are due the moment they end. Either way the checker
+// must catch it.
+type rawPruner struct {
+	cli          *clientv3.Client
+	space        keys.Space
+	archive      audit.Archive
+	retention    time.Duration
+	archiveFirst bool
+	passes       int
+}
+
+func (p *rawPruner) run(ctx context.Context) {
+	t := time.NewTicker(max(p.retention/2, 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		_ = p.pass(ctx) // a failed pass is retried at the next tick, as audit's
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *rawPruner) pass(ctx context.Context) error {
+	cutoff := time.Now().Add(-p.retention)
+	resp, err := p.cli.Get(ctx, p.space.AuditPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	done, err := p.cli.Get(ctx, p.space.DonePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		return err
+	}
+	type group struct {
+		entries []audit.Entry
+		start   bool
+		end     *audit.Entry
+		newest  time.Time
+		done    *guarded
+	}
+	groups := map[model.TaskEpoch]*group{}
+	for _, kv := range resp.Kvs {
+		e, err := record.DecodeEntry(p.space, kv)
+		if err != nil {
+			continue
+		}
+		te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
+		g := groups[te]
+		if g == nil {
+			g = &group{}
+			groups[te] = g
+		}
+		g.entries = append(g.entries, e)
+		g.newest = maxTime(g.newest, e.Time)
+		switch {
+		case e.Kind == audit.Acquired:
+			g.start = true
+		case e.Kind.IsEnd():
+			g.end = &e
+		}
+	}
+	for _, kv := range done.Kvs {
+		res, err := p.space.ResourceFromDone(string(kv.Key))
+		if err != nil {
+			continue
+		}
+		d, err := record.DecodeDone(kv.Value)
+		if err != nil {
+			continue
+		}
+		if g := groups[model.TaskEpoch{Task: res, Epoch: d.Epoch}]; g != nil && g.end != nil && g.end.Kind == audit.Completed {
+			g.done = &guarded{string(kv.Key), kv.ModRevision}
+		}
+	}
+	var due []*group
+	for _, g := range groups {
+		if (g.end != nil && g.end.Time.Before(cutoff)) || (g.end == nil && !g.start && g.newest.Before(cutoff)) {
+			due = append(due, g)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	p.passes++
+	if p.archiveFirst {
+		var archive []audit.Entry
+		for _, g := range due {
+			archive = append(archive, g.entries...)
+		}
+		if err := p.append(ctx, archive); err != nil {
+			return err
+		}
+	}
+	// One transaction per group, as audit's pass.
+	var archive []audit.Entry
+	for _, g := range due {
+		var ops []clientv3.Op
+		for _, e := range g.entries {
+			ops = append(ops, guarded{e.Key, e.Revision}.delete())
+		}
+		if g.done != nil {
+			ops = append(ops, g.done.delete())
+		}
+		for chunk := range slices.Chunk(ops, 120) {
+			if _, err := p.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
+				return err
+			}
+		}
+		archive = append(archive, g.entries...)
+	}
+	if p.archiveFirst || p.passes%3 == 0 {
+		return nil // archived already; or the crash between deleting and archiving
+	}
+	return p.append(ctx, archive)
+}
+
+// append archives entries in revision order.
+func (p *rawPruner) append(ctx context.Context, entries []audit.Entry) error {
+	slices.SortFunc(entries, func(a, b audit.Entry) int {
+		return cmp.Or(cmp.Compare(a.Revision, b.Revision), cmp.Compare(a.Key, b.Key))
+	})
+	return p.archive.Append(ctx, p.space.Namespace(), entries)
+}
+
+// guarded is a key with the mod revision it must still have to be deleted.
+type guarded struct {
+	key string
+	rev int64
+}
+
+func (g guarded) delete() clientv3.Op {
+	same := clientv3.Compare(clientv3.ModRevision(g.key), "=", g.rev)
+	return clientv3.OpTxn([]clientv3.Cmp{same}, []clientv3.Op{clientv3.OpDelete(g.key)}, nil)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -7,13 +7,14 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // envDuration reads a duration from the environment; ok is false when it

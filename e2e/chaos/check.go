@@ -97,7 +97,7 @@ type Result struct {
 	// Recipes is what the recipe workload did and its checks found (nil
 	// without one); RecipeOps its operations.
 	Recipes   *RecipeFacts
-	RecipeOps []RecipeOp
+	RecipeOps []model.RecipeOp
 	// Pool is what the pool workload did and its checks found (nil
 	// without one).
 	Pool *PoolFacts
@@ -503,7 +503,7 @@ func (c *checker) checkRejections() {
 		}
 		k := rejKey{task: op.Task, worker: op.Worker, epoch: op.Epoch, attempted: audit.Released}
 		if op.Type == model.OpComplete {
-			k.status, k.attempted = status, audit.Completed
+			k.status, k.attempted = model.DoneStatus, audit.Completed
 		}
 		switch op.Outcome {
 		case model.OutStale, model.OutStaleEarlier:

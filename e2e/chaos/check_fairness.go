@@ -2,8 +2,9 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // QueueFacts are what the waiting queue (docs/protocol.md §3.2) did in a

@@ -75,7 +75,7 @@ type FleetFacts struct {
 	Rate        float64
 	KillBacklog [3]int64
 	PassTime    time.Duration
-	Drain       fleetDrain
+	Drain       model.FleetDrain
 }
 
 // FleetTakeover is one task a killed pool held when it died: the delay
@@ -112,48 +112,10 @@ type fleetInput struct {
 	Done     []model.DoneEvent
 	Audit    []audit.Entry
 	Fenced   map[string]int64 // the etcd guard's epoch per resource
-	Final    fleetFinal
-	Kills    []fleetKill
+	Final    model.FleetFinal
+	Kills    []model.FleetKill
 	Faults   []model.Fault
 	Pools    map[string]bool // the fleet's pools, by name
-}
-
-// TakeoverBound is how long after a pool's death the next epoch of a task
-// it held may begin: the sessions' TTL as etcd grants it, plus
-// fleetTakeoverSlack (2 s), plus the time any fault of an etcd member
-// was active within that window. The session renews every third of its
-// TTL, so etcd expires it at most a TTL after the death. etcd's lessor
-// looks for expired leases every 500 ms, revokes them through raft, and
-// deletes the lease keys and the session's marker at one revision; every
-// pool's watch of the markers sees the deletion, reads what the session
-// held, and offers it ahead of its backlog to the next free slot, whose
-// claim is one transaction. The slack covers the lessor's 500 ms, the
-// rest's few round trips, a free slot (handlers take 10–60 ms, one in
-// eight up to 800 ms, and three slots in each of the other pools can
-// take the task) and the race detector on a loaded two-core machine:
-// with the fleet mode's 2 s TTL the next epoch began 1.4 to 2.7 s after
-// the death when no member's fault was near. A member's fault stops or
-// delays all of that — a new leader even grants every lease its TTL
-// again — for as long as it lasts. A task taken only when a pass over the
-// prefix reaches it again waits behind the backlog instead, which the
-// feeder keeps at four bounds' worth of work (TestChaosFleet checks that a
-// pass took at least three).
-func TakeoverBound(ttl time.Duration, at int64, faults []model.Fault) time.Duration {
-	base := grantedTTL(ttl) + fleetTakeoverSlack
-	b := base
-	for {
-		var ext time.Duration
-		for _, f := range faults {
-			if !model.IsMemberFault(f.Kind) || f.End <= at || f.Start >= at+int64(b) {
-				continue
-			}
-			ext += time.Duration(f.End - max(f.Start, at))
-		}
-		if base+ext == b {
-			return b
-		}
-		b = base + ext
-	}
 }
 
 type fleetEpoch struct {
@@ -186,11 +148,11 @@ type fleetCheck struct {
 	ff *FleetFacts
 	vs []Violation
 
-	tasks   map[string][]fleetKeyEvent     // a task → its task key's changes
-	names   []string                       // the tasks, sorted
-	epochs  map[string][]*fleetEpoch       // a task → its epochs, from the lease keys' history
-	granted map[model.TaskEpoch]string     // an epoch → the worker etcd granted it to
-	ended   map[model.TaskEpoch]audit.Kind // an epoch → how it ended, from the audit log
+	tasks   map[string][]model.FleetKeyEvent // a task → its task key's changes
+	names   []string                         // the tasks, sorted
+	epochs  map[string][]*fleetEpoch         // a task → its epochs, from the lease keys' history
+	granted map[model.TaskEpoch]string       // an epoch → the worker etcd granted it to
+	ended   map[model.TaskEpoch]audit.Kind   // an epoch → how it ended, from the audit log
 	byID    map[string]*model.Op
 	acted   map[model.TaskEpoch]bool // an epoch its holder wrote, completed or released with
 
@@ -203,8 +165,8 @@ type fleetCheck struct {
 func newFleetCheck(in fleetInput) *fleetCheck {
 	c := &fleetCheck{
 		in:          in,
-		ff:          &FleetFacts{Writes: map[model.Outcome]int{}, Bound: TakeoverBound(in.TTL, 0, nil)},
-		tasks:       map[string][]fleetKeyEvent{},
+		ff:          &FleetFacts{Writes: map[model.Outcome]int{}, Bound: model.TakeoverBound(in.TTL, 0, nil)},
+		tasks:       map[string][]model.FleetKeyEvent{},
 		epochs:      map[string][]*fleetEpoch{},
 		granted:     map[model.TaskEpoch]string{},
 		ended:       map[model.TaskEpoch]audit.Kind{},
@@ -426,7 +388,7 @@ func (c *fleetCheck) checkFinalEffects() {
 // session — is taken by a new epoch within the bound. It also figures the
 // backlog at the kills and the longest takeover.
 func (c *fleetCheck) checkTakeovers() {
-	markers := map[int64][]fleetMarkerEvent{} // a session's lease → its marker's changes
+	markers := map[int64][]model.FleetMarkerEvent{} // a session's lease → its marker's changes
 	for _, ev := range c.in.Final.Markers {
 		markers[ev.Lease] = append(markers[ev.Lease], ev)
 	}
@@ -442,7 +404,7 @@ func (c *fleetCheck) checkTakeovers() {
 		if k.Restart != "" {
 			c.ff.Restarts++
 		}
-		bound := TakeoverBound(c.in.TTL, k.At, c.in.Faults)
+		bound := model.TakeoverBound(c.in.TTL, k.At, c.in.Faults)
 		for _, te := range held[k.Pool] {
 			c.checkTakeover(k, te, bound, markers)
 		}
@@ -480,7 +442,7 @@ func (c *fleetCheck) killBacklog() {
 // checkTakeover checks the takeover of te, an epoch the pool killed by k
 // held, if it was still live at the kill and etcd ended it with the dead
 // session: the next epoch of its task began within bound of the kill.
-func (c *fleetCheck) checkTakeover(k fleetKill, te model.TaskEpoch, bound time.Duration, markers map[int64][]fleetMarkerEvent) {
+func (c *fleetCheck) checkTakeover(k model.FleetKill, te model.TaskEpoch, bound time.Duration, markers map[int64][]model.FleetMarkerEvent) {
 	task, eps := te.Task, c.epochs[te.Task]
 	for j, e := range eps {
 		if e.epoch != te.Epoch || e.end <= k.Rev || c.ended[te] != audit.Expired {
@@ -556,7 +518,7 @@ func epochHistory(eps []*fleetEpoch, task string, ended map[model.TaskEpoch]audi
 // markerFate says what became of the marker of e's session, which tells
 // the pools that the session ended when etcd deletes it with the session's
 // lease keys.
-func markerFate(evs []fleetMarkerEvent, e *fleetEpoch) string {
+func markerFate(evs []model.FleetMarkerEvent, e *fleetEpoch) string {
 	session := fmt.Sprintf("its session (lease %x)", e.lease)
 	var put, del int64
 	for _, ev := range evs {
@@ -603,38 +565,32 @@ func doneEpochs(evs []model.DoneEvent) []int64 {
 	return out
 }
 
-// check gathers the fleet's figures and runs checkFleet on the run's
-// history and final state.
-func (f *fleet) check(fs model.FinalState, ff fleetFinal, faults []model.Fault, drain fleetDrain) (*FleetFacts, []Violation) {
-	f.mu.Lock()
-	pools := slices.Clone(f.pools)
-	kills := slices.Clone(f.kills)
-	f.mu.Unlock()
+// checkFleetRun runs the fleet mode's checks on the history ops, the
+// final state, the fleet's own final read ff, the fault log and what the
+// pools drained, with rec, what the pools did.
+func checkFleetRun(cfg Config, ops []model.Op, fs model.FinalState, ff model.FleetFinal, faults []model.Fault, drain model.FleetDrain, rec model.FleetRecord) (*FleetFacts, []Violation) {
 	names := map[string]bool{}
-	for _, p := range pools {
-		names[p.name] = true
+	for _, p := range rec.Pools {
+		names[p.Name] = true
 	}
 	in := fleetInput{
-		TTL: f.r.cfg.TTL, Unfenced: f.r.cfg.Control == model.ControlFleetNoFencing,
-		Ops: f.r.hist.Ops(), Leases: fs.LeaseEvents, Done: fs.DoneEvents, Audit: fs.Audit, Fenced: fs.Fenced[model.OpEtcd],
-		Final: ff, Kills: kills, Faults: faults, Pools: names,
+		TTL: cfg.TTL, Unfenced: cfg.Control == model.ControlFleetNoFencing,
+		Ops: ops, Leases: fs.LeaseEvents, Done: fs.DoneEvents, Audit: fs.Audit, Fenced: fs.Fenced[model.OpEtcd],
+		Final: ff, Kills: rec.Kills, Faults: faults, Pools: names,
 	}
 	facts, vs := checkFleet(in)
-	f.mu.Lock()
-	facts.Pools, facts.Slots, facts.Backlog, facts.Rate, facts.Drain = f.r.cfg.Fleet, fleetSlots, f.maxTarget, f.rate, drain
-	f.mu.Unlock()
-	for _, p := range pools {
-		st := p.pool.Stats()
-		addStats(&facts.Stats, st)
-		facts.Injected += p.injected.Load()
-		facts.Refused += p.refused.Load()
-		facts.Unknown += p.unknown.Load()
-		for _, msg := range p.rec.Problems() {
+	facts.Pools, facts.Slots, facts.Backlog, facts.Rate, facts.Drain = rec.Fleet, rec.Slots, rec.Backlog, rec.Rate, drain
+	for _, p := range rec.Pools {
+		addStats(&facts.Stats, p.Stats)
+		facts.Injected += p.Injected
+		facts.Refused += p.Refused
+		facts.Unknown += p.Unknown
+		for _, msg := range p.Problems {
 			vs = append(vs, Violation{Check: CheckFleet, Detail: msg})
 		}
 	}
 	if !drain.Done {
-		vs = append(vs, Violation{Check: CheckFleetComplete, Detail: fmt.Sprintf("the pools did not empty the prefix within %v of the faults' end", fleetDrainLimit)})
+		vs = append(vs, Violation{Check: CheckFleetComplete, Detail: fmt.Sprintf("the pools did not empty the prefix within %v of the faults' end", model.FleetDrainLimit)})
 	}
 	return facts, vs
 }

@@ -26,8 +26,8 @@ func newFleetScenario() fleetInput {
 	op := func(id string, typ model.OpType, task, w string, epoch, inv, ret int64, out model.Outcome) model.Op {
 		return model.Op{ID: id, Type: typ, Task: task, Worker: w, Epoch: epoch, Invoke: inv, Return: ret, Outcome: out}
 	}
-	eff := func(task string, rev, epoch int64, w, id string) fleetEffectEvent {
-		return fleetEffectEvent{Task: task, Rev: rev, Put: true, Value: model.EffectValue{Task: task, Epoch: epoch, Worker: w, Op: id}}
+	eff := func(task string, rev, epoch int64, w, id string) model.FleetEffectEvent {
+		return model.FleetEffectEvent{Task: task, Rev: rev, Put: true, Value: model.EffectValue{Task: task, Epoch: epoch, Worker: w, Op: id}}
 	}
 	return fleetInput{
 		TTL: time.Second,
@@ -59,12 +59,12 @@ func newFleetScenario() fleetInput {
 			{Kind: audit.Completed, Resource: fleetB, Worker: "f1.0", Epoch: 30, Revision: 32},
 		},
 		Fenced: map[string]int64{fleetA: 20, fleetB: 30},
-		Final: fleetFinal{
-			TaskEvents: []fleetKeyEvent{
+		Final: model.FleetFinal{
+			TaskEvents: []model.FleetKeyEvent{
 				{Task: fleetA, Rev: 2, Put: true}, {Task: fleetB, Rev: 2, Put: true},
 				{Task: fleetA, Rev: 22}, {Task: fleetB, Rev: 32},
 			},
-			EffectEvents: []fleetEffectEvent{
+			EffectEvents: []model.FleetEffectEvent{
 				eff(fleetA, 11, 10, "f0.0", "e1"),
 				eff(fleetA, 21, 20, "f1.0", "e2"),
 				eff(fleetB, 31, 30, "f1.0", "eb"),
@@ -73,13 +73,13 @@ func newFleetScenario() fleetInput {
 				fleetA: {Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e2"},
 				fleetB: {Task: fleetB, Epoch: 30, Worker: "f1.0", Op: "eb"},
 			},
-			Markers: []fleetMarkerEvent{
+			Markers: []model.FleetMarkerEvent{
 				{Lease: 100, Rev: 5, Put: true, Worker: "f0.0"},
 				{Lease: 200, Rev: 6, Put: true, Worker: "f1.0"},
 				{Lease: 100, Rev: 15, Worker: "f0.0"},
 			},
 		},
-		Kills:  []fleetKill{{Slot: "f0", Pool: "f0.0", At: sec, Rev: 12, Backlog: 2, Restart: "f0.1", RestartAt: 2 * sec}},
+		Kills:  []model.FleetKill{{Slot: "f0", Pool: "f0.0", At: sec, Rev: 12, Backlog: 2, Restart: "f0.1", RestartAt: 2 * sec}},
 		Pools:  map[string]bool{"f0.0": true, "f1.0": true, "f0.1": true},
 		Faults: nil,
 	}
@@ -118,17 +118,17 @@ func TestCheckerCatchesFleet(t *testing.T) {
 	}{
 		{"stale write landed", CheckFleetEffects, "a stale write landed: epoch 10's effect (e3, f0.0) at revision 25, after epoch 20's (e2, f1.0) at revision 21", func(in *fleetInput) {
 			in.Ops = append(in.Ops, model.Op{ID: "e3", Type: model.OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: model.OutOK})
-			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
+			in.Final.EffectEvents = append(in.Final.EffectEvents, model.FleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
 			in.Final.Effects[fleetA] = stale
 		}},
 		{"stale effect left", CheckFleetEffects, "the store holds epoch 10's effect (e3, f0.0), but epoch 20 completed the task", func(in *fleetInput) {
 			in.Ops = append(in.Ops, model.Op{ID: "e3", Type: model.OpFleetEffect, Task: fleetA, Worker: "f0.0", Epoch: 10, Invoke: 5 * sec, Return: 5*sec + 1, Outcome: model.OutOK})
-			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
+			in.Final.EffectEvents = append(in.Final.EffectEvents, model.FleetEffectEvent{Task: fleetA, Rev: 25, Put: true, Value: stale})
 			in.Final.Effects[fleetA] = stale
 		}},
 		{"two writes in one epoch", CheckFleetEffects, "epoch 20 wrote its effect twice: e2 at revision 21, e4 at revision 23", func(in *fleetInput) {
 			in.Ops = append(in.Ops, model.Op{ID: "e4", Type: model.OpFleetEffect, Task: fleetA, Worker: "f1.0", Epoch: 20, Invoke: 3 * sec, Return: 3*sec + 1, Outcome: model.OutUnknown})
-			in.Final.EffectEvents = append(in.Final.EffectEvents, fleetEffectEvent{Task: fleetA, Rev: 23, Put: true, Value: model.EffectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}})
+			in.Final.EffectEvents = append(in.Final.EffectEvents, model.FleetEffectEvent{Task: fleetA, Rev: 23, Put: true, Value: model.EffectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}})
 			in.Final.Effects[fleetA] = model.EffectValue{Task: fleetA, Epoch: 20, Worker: "f1.0", Op: "e4"}
 		}},
 		{"effect missing", CheckFleetEffects, "no effect in the store at the end", func(in *fleetInput) {
@@ -235,7 +235,7 @@ func TestCheckerFleetTakeoverBound(t *testing.T) {
 		// The second fault starts within the bound the first extended.
 		{"two in a row", []model.Fault{{Kind: model.FaultLeaderStop, Start: at + sec, End: at + 3*sec}, {Kind: model.FaultMemberFreeze, Start: at + 4*sec, End: at + 5*sec}}, base + 3*time.Second},
 	} {
-		if got := TakeoverBound(time.Second, at, c.faults); got != c.want {
+		if got := model.TakeoverBound(time.Second, at, c.faults); got != c.want {
 			t.Errorf("%s: bound %v, want %v", c.name, got, c.want)
 		}
 	}

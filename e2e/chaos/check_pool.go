@@ -61,8 +61,8 @@ type PoolWorkerFacts struct {
 //
 // It also counts the tasks the pools claimed that completed after the
 // faults were healed; check "incomplete" holds every task to that.
-func (r *runner) checkPools(res *Result, fs model.FinalState) (*PoolFacts, []Violation) {
-	pf := &PoolFacts{Workers: len(r.pools), Slots: poolSlots}
+func checkPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (*PoolFacts, []Violation) {
+	pf := &PoolFacts{Workers: len(pools)}
 	var vs []Violation
 	fail := func(format string, args ...any) {
 		vs = append(vs, Violation{Check: CheckPool, Detail: fmt.Sprintf(format, args...)})
@@ -75,13 +75,13 @@ func (r *runner) checkPools(res *Result, fs model.FinalState) (*PoolFacts, []Vio
 			completedTask[e.Resource] = true
 		}
 	}
-	ops := r.hist.Ops()
-	for _, p := range r.pools {
-		st := p.pool.Stats()
-		wf := PoolWorkerFacts{Name: p.name, Stats: st}
+	for _, p := range pools {
+		pf.Slots = p.Slots
+		st := p.Stats
+		wf := PoolWorkerFacts{Name: p.Name, Stats: st}
 		rejected := map[model.TaskEpoch]bool{}
 		for _, e := range fs.Audit {
-			if e.Kind != audit.Rejected || e.Attempted != audit.Completed || e.Worker != p.name {
+			if e.Kind != audit.Rejected || e.Attempted != audit.Completed || e.Worker != p.Name {
 				continue
 			}
 			te := model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}
@@ -97,39 +97,39 @@ func (r *runner) checkPools(res *Result, fs model.FinalState) (*PoolFacts, []Vio
 		}
 		okEpochs := map[model.TaskEpoch]bool{}
 		for _, op := range ops {
-			if op.Worker == p.name && op.Type == model.OpComplete && op.Outcome == model.OutOK {
+			if op.Worker == p.Name && op.Type == model.OpComplete && op.Outcome == model.OutOK {
 				okEpochs[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
 			}
 		}
 		wf.Completions = int64(len(okEpochs))
 		if wf.Rejections < st.Stale || wf.Rejections > st.Stale+st.Unknown {
-			fail("%s: %d stale completions and %d of unknown outcome, but %d rejection entries of its Complete attempts in the log", p.name, st.Stale, st.Unknown, wf.Rejections)
+			fail("%s: %d stale completions and %d of unknown outcome, but %d rejection entries of its Complete attempts in the log", p.Name, st.Stale, st.Unknown, wf.Rejections)
 		}
 		if wf.Completions != st.Completed {
-			fail("%s: %d completions by its Stats, %d epochs completed by its recorded transactions", p.name, st.Completed, wf.Completions)
+			fail("%s: %d completions by its Stats, %d epochs completed by its recorded transactions", p.Name, st.Completed, wf.Completions)
 		}
-		for _, msg := range p.rec.Problems() {
+		for _, msg := range p.Problems {
 			fail("%s", msg)
 		}
 		pf.PerWorker = append(pf.PerWorker, wf)
-		pf.Runs += p.runs.Load()
-		pf.Restarts += p.restarts.Load()
-		pf.Injected += p.injected.Load()
-		pf.FoundDone += p.foundDone.Load()
-		pf.Fenced += p.fenced.Load()
-		pf.Unread += p.unread.Load()
+		pf.Runs += p.Runs
+		pf.Restarts += p.Restarts
+		pf.Injected += p.Injected
+		pf.FoundDone += p.FoundDone
+		pf.Fenced += p.Fenced
+		pf.Unread += p.Unread
 		pf.StaleSeen += st.Stale
 		pf.Rejections += wf.Rejections
 		pf.Late += wf.Late
 		addStats(&pf.Stats, st)
 	}
-	pools := map[string]bool{}
-	for _, p := range r.pools {
-		pools[p.name] = true
+	names := map[string]bool{}
+	for _, p := range pools {
+		names[p.Name] = true
 	}
 	tasks := map[string]bool{}
 	for _, op := range ops {
-		if op.Type == model.OpAcquire && pools[op.Worker] {
+		if op.Type == model.OpAcquire && names[op.Worker] {
 			tasks[op.Task] = true
 		}
 	}

@@ -41,7 +41,7 @@ const (
 type recipeWrite struct {
 	Key string
 	Rev int64
-	recipeEffect
+	model.RecipeEffect
 }
 
 // recipeState is what the recipe workload left in etcd: every change of
@@ -57,7 +57,7 @@ type recipeState struct {
 func readRecipes(cli *clientv3.Client) (recipeState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	space := keys.MustNew(recipeNamespace)
+	space := keys.MustNew(model.RecipeNamespace)
 	var fs recipeState
 	var err error
 	if fs.Leases, _, err = model.ReadLeaseHistory(ctx, cli, space); err != nil {
@@ -66,12 +66,12 @@ func readRecipes(cli *clientv3.Client) (recipeState, error) {
 	if fs.Audit, err = model.ReadAuditHistory(ctx, cli, space); err != nil {
 		return fs, err
 	}
-	err = model.ReadHistory(ctx, cli, recipeEffectPrefix, func(ev *clientv3.Event) error {
+	err = model.ReadHistory(ctx, cli, model.RecipeEffectPrefix, func(ev *clientv3.Event) error {
 		if ev.Type != clientv3.EventTypePut {
 			return fmt.Errorf("chaos: recipe downstream key %q deleted at revision %d", ev.Kv.Key, ev.Kv.ModRevision)
 		}
 		w := recipeWrite{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision}
-		if err := json.Unmarshal(ev.Kv.Value, &w.recipeEffect); err != nil {
+		if err := json.Unmarshal(ev.Kv.Value, &w.RecipeEffect); err != nil {
 			return fmt.Errorf("chaos: recipe downstream key %q at revision %d: %w", ev.Kv.Key, ev.Kv.ModRevision, err)
 		}
 		fs.Writes = append(fs.Writes, w)
@@ -117,7 +117,7 @@ func (f *RecipeFacts) lines() []string {
 		parts = []string{"none"}
 	}
 	return []string{
-		fmt.Sprintf("recipes: %d in-process workers, each campaigning in election %q and taking permits of semaphore %q", f.Workers, recipeName, recipeName),
+		fmt.Sprintf("recipes: %d in-process workers, each campaigning in election %q and taking permits of semaphore %q", f.Workers, model.RecipeName, model.RecipeName),
 		fmt.Sprintf("election: %d leaders (%d handed over by a resigning leader; %d campaigns told they lead), %s, %d violations", f.Leaders, f.Handoffs, f.Campaigns, order, f.Election),
 		fmt.Sprintf("semaphore(limit %d): %d permits granted (%d acquisitions told they hold one), most live at once %d, %d violations", f.Limit, f.Permits, f.Acquired, f.MostLive, f.Semaphore),
 		fmt.Sprintf("recipe writes: %s; %d landed; %d late writes after a holding ended (%d landed, %d refused); %d violations", strings.Join(parts, ", "), f.Landed, f.Late, f.LateLanded, f.LateRefused, f.Fencing),
@@ -127,7 +127,7 @@ func (f *RecipeFacts) lines() []string {
 // recipeChecker checks the recipe workload's history.
 type recipeChecker struct {
 	limit  int
-	ops    []RecipeOp
+	ops    []model.RecipeOp
 	fs     recipeState
 	space  keys.Space
 	facts  *RecipeFacts
@@ -151,9 +151,9 @@ func (c *recipeChecker) fail(check, res, format string, args ...any) {
 // etcd's history, for a semaphore of limit permits. The checker decodes
 // the keys itself: the election's resource is "election/" + its name, a
 // permit is what semaphore.ParsePermit recognises.
-func checkRecipes(limit int, ops []RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
+func checkRecipes(limit int, ops []model.RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
 	c := &recipeChecker{
-		limit: limit, ops: ops, fs: fs, space: keys.MustNew(recipeNamespace),
+		limit: limit, ops: ops, fs: fs, space: keys.MustNew(model.RecipeNamespace),
 		facts:  &RecipeFacts{Limit: limit, Writes: map[model.Outcome]int{}, electionOrder: true},
 		holder: map[string]map[int64]string{},
 	}
@@ -178,7 +178,7 @@ func (c *recipeChecker) granted(res string, epoch int64, worker string) bool {
 
 // checkElection replays the election's lease key.
 func (c *recipeChecker) checkElection() {
-	res := "election/" + recipeName
+	res := "election/" + model.RecipeName
 	ended := map[string]int64{} // audit key → the revision it was written at
 	for _, ev := range c.fs.Audit {
 		if ev.Put {
@@ -240,7 +240,7 @@ func (c *recipeChecker) checkSemaphore() {
 		granted := false
 		for ; i < len(c.fs.Leases) && c.fs.Leases[i].Rev == rev; i++ {
 			ev := c.fs.Leases[i]
-			if name, _, ok := recipekeys.ParsePermit(ev.Task); !ok || name != recipeName {
+			if name, _, ok := recipekeys.ParsePermit(ev.Task); !ok || name != model.RecipeName {
 				continue
 			}
 			cur, held := live[ev.Task]
@@ -290,7 +290,7 @@ func (c *recipeChecker) checkSemaphore() {
 // against each other, against etcd's epochs, and against the writers'
 // outcomes.
 func (c *recipeChecker) checkFencing() {
-	byID := map[string]*RecipeOp{}
+	byID := map[string]*model.RecipeOp{}
 	for i := range c.ops {
 		op := &c.ops[i]
 		if op.Type != RecipeWrite {
@@ -321,7 +321,7 @@ func (c *recipeChecker) checkFencing() {
 	for _, w := range writes {
 		c.facts.Landed++
 		landed[w.Op] = w
-		if w.Key != recipeEffectPrefix+w.Resource {
+		if w.Key != model.RecipeEffectPrefix+w.Resource {
 			c.fail(CheckRecipeFencing, w.Resource, "write %s landed on key %q, not its resource's", w.Op, w.Key)
 		}
 		if h, ok := hi[w.Key]; ok && w.Epoch < h.Epoch {

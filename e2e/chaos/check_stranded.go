@@ -2,9 +2,10 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"slices"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // strandSlack is how long, past the TTL, a stranded grant may outlive the
@@ -24,7 +25,7 @@ import (
 const strandSlack = 3 * time.Second
 
 // strandBound is checkStranded's bound for sessions of TTL ttl.
-func strandBound(ttl time.Duration) time.Duration { return grantedTTL(ttl) + strandSlack }
+func strandBound(ttl time.Duration) time.Duration { return model.GrantedTTL(ttl) + strandSlack }
 
 // StrandedFacts are the grants to sessions that had no Lease for them, and
 // what checkStranded found.
@@ -165,6 +166,6 @@ func (c *checker) checkStranded() {
 			end = "the end of the run, its key still there"
 		}
 		c.fail(CheckStranded, ei.Task, "epoch %d (ticket %s) was granted to %s, which no acquisition was told of — a session with no Lease for it — and lasted at least %v, to %s: at least %v after the later of its grant and its worker's or a member's last fault (%s), past the bound of %v (TTL %v + %v)",
-			ei.Epoch, g.ticket, ei.Worker, lower.Round(time.Millisecond), end, past.Round(time.Millisecond), last, f.Bound, grantedTTL(c.cfg.TTL), strandSlack)
+			ei.Epoch, g.ticket, ei.Worker, lower.Round(time.Millisecond), end, past.Round(time.Millisecond), last, f.Bound, model.GrantedTTL(c.cfg.TTL), strandSlack)
 	}
 }

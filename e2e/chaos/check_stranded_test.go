@@ -97,7 +97,7 @@ func (s *scenario) stranded(gap time.Duration) {
 		{Task: task3, Rev: 60, Put: true, Epoch: 59, Worker: "w8"},
 	} {
 		s.fs.DoneEvents = append(s.fs.DoneEvents, d)
-		s.fs.Done[d.Task] = record.Done{Status: status, Epoch: d.Epoch, Worker: d.Worker}
+		s.fs.Done[d.Task] = record.Done{Status: model.DoneStatus, Epoch: d.Epoch, Worker: d.Worker}
 	}
 }
 

@@ -39,7 +39,7 @@ func newScenario() *scenario {
 		return withKey(audit.Entry{Kind: kind, Resource: task0, Worker: w, Epoch: epoch, Revision: rev, Time: timeAt(rev)})
 	}
 	rej := ent(audit.Rejected, "w1", 10, 18)
-	rej.Status, rej.Attempted = status, audit.Completed
+	rej.Status, rej.Attempted = model.DoneStatus, audit.Completed
 	rej = withKey(rej)
 	s := &scenario{
 		ops: []model.Op{
@@ -69,7 +69,7 @@ func newScenario() *scenario {
 				ent(audit.Completed, "w2", 14, 17),
 				rej,
 			},
-			Done: map[string]record.Done{task0: {Status: status, Epoch: 14, Worker: "w2"}},
+			Done: map[string]record.Done{task0: {Status: model.DoneStatus, Epoch: 14, Worker: "w2"}},
 			Effects: []model.Effect{
 				{Guard: model.OpSQL, Order: 1, Task: task0, Epoch: 10, Worker: "w1", Op: "s1"},
 				{Guard: model.OpSQL, Order: 2, Task: task0, Epoch: 14, Worker: "w2", Op: "s2"},
@@ -144,7 +144,7 @@ func (s *scenario) op(id string) *model.Op {
 
 func (s *scenario) check(t *testing.T) *Result {
 	t.Helper()
-	cfg := Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second}.withDefaults()
+	cfg := withDefaults(Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second})
 	return check(cfg, s.ops, s.touched, s.fs, s.faults, 1000)
 }
 
@@ -180,7 +180,7 @@ func (s *scenario) batched() {
 		s.wrote(e)
 	}
 	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
-	s.fs.Done[task1] = record.Done{Status: status, Epoch: 14, Worker: "w2"}
+	s.fs.Done[task1] = record.Done{Status: model.DoneStatus, Epoch: 14, Worker: "w2"}
 	s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task1, Rev: 17, Put: true, Epoch: 14, Worker: "w2"})
 }
 
@@ -436,7 +436,7 @@ func TestCheckerPassesPrunedHistory(t *testing.T) {
 	// The first attempt of w2's completion, which succeeded on a later
 	// one, arrives after retention deleted the done record: a stale call
 	// after the retention, with its rejection.
-	late := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 24, Time: timeAt(24), Attempted: audit.Completed, Status: status})
+	late := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 24, Time: timeAt(24), Attempted: audit.Completed, Status: model.DoneStatus})
 	s.fs.Audit = append(s.fs.Audit, late)
 	s.wrote(late)
 	res = s.check(t)
@@ -515,7 +515,7 @@ func TestCheckerCatchesRetention(t *testing.T) {
 			s.fs.Audit = append(s.fs.Audit, s.fs.Audit[0])
 		}},
 		{"a rejection of a successful completion while its done record stood", []string{CheckRejections}, func(s *scenario) {
-			e := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 19, Time: timeAt(19), Attempted: audit.Completed, Status: status})
+			e := withKey(audit.Entry{Kind: audit.Rejected, Resource: task0, Worker: "w2", Epoch: 14, Revision: 19, Time: timeAt(19), Attempted: audit.Completed, Status: model.DoneStatus})
 			s.fs.Audit = append(s.fs.Audit, e)
 			s.wrote(e)
 		}},
@@ -600,7 +600,7 @@ func (s *scenario) queued() {
 		s.wrote(e)
 	}
 	slices.SortStableFunc(s.fs.AuditEvents, func(a, b model.AuditEvent) int { return model.CompareInt(a.Rev, b.Rev) })
-	s.fs.Done[task2] = record.Done{Status: status, Epoch: 37, Worker: "w6"}
+	s.fs.Done[task2] = record.Done{Status: model.DoneStatus, Epoch: 37, Worker: "w6"}
 	s.fs.DoneEvents = append(s.fs.DoneEvents, model.DoneEvent{Task: task2, Rev: 38, Put: true, Epoch: 37, Worker: "w6"})
 }
 

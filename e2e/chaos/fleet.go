@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +27,8 @@ import (
 // separate processes have, over one worker.Prefix, killed and started
 // again during the fault phase (docs/protocol.md §3.14, "A fleet").
 const (
-	fleetLog          = "fleet.log"
-	fleetTaskPrefix   = "/chaos/fleet/task/"
-	fleetEffectPrefix = "/chaos/fleet/effect/"
+	fleetLog = "fleet.log"
 
-	fleetSlots   = 3
 	fleetRetries = 8 // WithRetry's attempts: a pool gives a task up for the rest of a Run after as many failures
 	// The killer: a kill every fleetKillGap on average (half to one and a
 	// half of it), the first once the feeder has measured the pools' rate
@@ -45,12 +41,6 @@ const (
 	fleetMinAge     = time.Second
 	fleetRestartMin = 300 * time.Millisecond
 	fleetRestartMax = 1500 * time.Millisecond
-	// fleetDrainLimit bounds the wait, after the faults are healed, for
-	// the pools to empty the prefix.
-	fleetDrainLimit = 60 * time.Second
-	// fleetTakeoverSlack is what the takeover bound adds to the session
-	// TTL (TakeoverBound says why).
-	fleetTakeoverSlack = 2 * time.Second
 	// fleetPasses is how many takeover bounds of work, at the rate the
 	// pools complete tasks, the feeder keeps in the backlog.
 	fleetPasses = 4
@@ -60,28 +50,11 @@ const (
 
 var errKilled = errors.New("chaos: the pool's process was killed")
 
-// fleetTTL is the fleet mode's session TTL: with eight pools' clients on
-// two cores under the race detector, renewals of 1 s sessions come late
-// often enough that the pools' own sessions end every few seconds, which
-// is not what the mode is about.
-const fleetTTL = 2 * time.Second
-
-// FleetMode returns c as a run of the fleet mode alone: pools pools over
-// one Prefix with a backlog of at least tasks task keys, no other
-// workload, sessions of fleetTTL, and a second of quiet after the pools
-// have emptied the prefix.
-func (c Config) FleetMode(pools, tasks int) Config {
-	c.Helpers, c.InProcess, c.Recipes, c.PoolWorkers = -1, 0, 0, 0
-	c.Fleet, c.FleetTasks = pools, tasks
-	c.TTL, c.Quiet = fleetTTL, time.Second
-	return c
-}
-
 // fleetTask is the name of the fleet's i-th task; its key is
 // fleetTaskPrefix + name.
 func fleetTask(i int) string { return fmt.Sprintf("job-%06d", i) }
 
-func fleetEffectKey(task string) string { return fleetEffectPrefix + task }
+func fleetEffectKey(task string) string { return model.FleetEffectPrefix + task }
 
 // fleet runs the fleet mode's pools, one per fleet slot at a time, its
 // killer and its feeder.
@@ -93,7 +66,7 @@ type fleet struct {
 	wg     sync.WaitGroup
 	pools  []*fleetPool         // every pool started, in order
 	live   map[*slot]*fleetPool // the pool in each slot; nil while dead
-	kills  []fleetKill
+	kills  []model.FleetKill
 	pauses []model.Fault // ControlFleetNoFencing's pauses of slot f0
 	next   int           // the next task's number
 	start  time.Time     // when the first pools started
@@ -109,24 +82,6 @@ type fleet struct {
 	// level), kept with the artifacts of a run with violations.
 	logFile *os.File
 	logMu   sync.Mutex
-}
-
-// fleetKill is one kill of a fleet pool, on the run's clock.
-type fleetKill struct {
-	Slot string `json:"slot"`
-	Pool string `json:"pool"` // the pool killed: <slot>.<generation>
-	At   int64  `json:"at"`   // when its client was closed
-	// Rev is a revision read just before: every epoch the pool held when
-	// it died is live at it or began later. Backlog is how many task
-	// keys there were then, and Rate the tasks the pools had completed
-	// per second since they started (0: not measured yet).
-	Rev     int64   `json:"rev"`
-	Backlog int64   `json:"backlog"`
-	Rate    float64 `json:"rate"`
-	// Restart is the pool that took the slot (empty: none), RestartAt
-	// when.
-	Restart   string `json:"restart,omitempty"`
-	RestartAt int64  `json:"restart_at,omitempty"`
 }
 
 // fleetPool is one pool of the fleet: a worker.Pool over the Prefix, with
@@ -202,7 +157,7 @@ func (f *fleet) startFleet(ctx context.Context) {
 func (f *fleet) feed(ctx context.Context, n int) (int, error) {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := f.r.direct.Get(actx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.r.direct.Get(actx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
@@ -211,7 +166,7 @@ func (f *fleet) feed(ctx context.Context, n int) (int, error) {
 		ops := make([]clientv3.Op, 0, k)
 		f.mu.Lock()
 		for range k {
-			ops = append(ops, clientv3.OpPut(fleetTaskPrefix+fleetTask(f.next), "{}"))
+			ops = append(ops, clientv3.OpPut(model.FleetTaskPrefix+fleetTask(f.next), "{}"))
 			f.next++
 		}
 		f.mu.Unlock()
@@ -273,8 +228,8 @@ func (f *fleet) startPool(s *slot) error {
 		_ = cli.Close()
 		return err
 	}
-	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, fleetTaskPrefix), p.handle,
-		wpool.WithSlots(fleetSlots), wpool.WithWorker(name),
+	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, model.FleetTaskPrefix), p.handle,
+		wpool.WithSlots(model.FleetSlots), wpool.WithWorker(name),
 		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
 		wpool.WithRetry(fleetRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
@@ -329,7 +284,7 @@ func (f *fleet) kill(s *slot) bool {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	resp, err := f.r.direct.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.r.direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		return false
@@ -337,7 +292,7 @@ func (f *fleet) kill(s *slot) bool {
 	f.mu.Lock()
 	rate := f.rate
 	f.mu.Unlock()
-	k := fleetKill{Slot: s.name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
+	k := model.FleetKill{Slot: s.name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
 	k.At = model.Now()
 	p.dead.Store(true)
 	_ = p.cli.Close()
@@ -371,7 +326,7 @@ func (f *fleet) restart(s *slot, i int) {
 func (f *fleet) chaos(ctx context.Context) {
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		bound := TakeoverBound(f.r.cfg.TTL, 0, nil)
+		bound := model.TakeoverBound(f.r.cfg.TTL, 0, nil)
 		for {
 			if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
 				return
@@ -500,12 +455,12 @@ func (f *fleet) faults() []model.Fault {
 // drain waits, once the faults are healed, until the pools have emptied
 // the prefix, or fleetDrainLimit. It returns how many task keys there
 // were when it began, and how long it took.
-func (f *fleet) drain() fleetDrain {
+func (f *fleet) drain() model.FleetDrain {
 	from := time.Now()
-	d := fleetDrain{Keys: -1}
-	for time.Since(from) < fleetDrainLimit {
+	d := model.FleetDrain{Keys: -1}
+	for time.Since(from) < model.FleetDrainLimit {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := f.r.direct.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := f.r.direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err == nil && d.Keys < 0 {
 			d.Keys = resp.Count
@@ -516,17 +471,9 @@ func (f *fleet) drain() fleetDrain {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	f.r.warn("fleet: task keys still left %v after the faults were healed", fleetDrainLimit)
+	f.r.warn("fleet: task keys still left %v after the faults were healed", model.FleetDrainLimit)
 	d.Took = time.Since(from)
 	return d
-}
-
-// fleetDrain is what drain saw: Keys task keys when the faults were
-// healed, gone after Took (Done) or not.
-type fleetDrain struct {
-	Keys int64
-	Took time.Duration
-	Done bool
 }
 
 // wait returns once every pool has stopped (the workers' context ended),
@@ -670,7 +617,7 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 		p.injected.Add(1)
 		return "", errInjected
 	}
-	return status, nil
+	return model.DoneStatus, nil
 }
 
 var errEffectUnknown = errors.New("chaos: the effect's write had an unknown outcome")
@@ -734,112 +681,16 @@ func (p *fleetPool) writeEffect(l *lease.Lease) model.Outcome {
 	return out
 }
 
-// fleetFinal is what the fleet left in etcd, from its history.
-type fleetFinal struct {
-	// TaskEvents is every change of a task key, in revision order;
-	// KeysLeft the task keys etcd still held.
-	TaskEvents []fleetKeyEvent
-	KeysLeft   []string
-	// EffectEvents is every change of an effect key, in revision order;
-	// Effects the effect keys etcd held at the end, by task.
-	EffectEvents []fleetEffectEvent
-	Effects      map[string]model.EffectValue
-	// Markers is every change of a session's marker N/lease/%live/<id>.
-	Markers []fleetMarkerEvent
-}
-
-// fleetMarkerEvent is one change of a session's marker: put when a pool
-// started the session, deleted when etcd ended it.
-type fleetMarkerEvent struct {
-	Lease  int64 // the session's etcd lease, from the key
-	Rev    int64
-	Put    bool
-	Worker string // the value: the pool's worker (a deletion's, the deleted one)
-}
-
-// fleetKeyEvent is one change of a task key.
-type fleetKeyEvent struct {
-	Task string
-	Rev  int64
-	Put  bool
-}
-
-// fleetEffectEvent is one change of an effect key: a put's value, or a
-// deletion's deleted value.
-type fleetEffectEvent struct {
-	Task  string // from the key
-	Rev   int64
-	Put   bool
-	Value model.EffectValue
-}
-
-// readFleetFinal reads the fleet's history from etcd: every change of the
-// task keys and of the effect keys since revision 1, and the effect keys
-// left.
-func readFleetFinal(ctx context.Context, cli *clientv3.Client) (fleetFinal, error) {
-	var ff fleetFinal
-	space := keys.MustNew(keys.DefaultNamespace)
-	err := model.ReadHistory(ctx, cli, space.LivePrefix(), func(ev *clientv3.Event) error {
-		id, err := space.LiveLeaseID(string(ev.Kv.Key))
-		if err != nil {
-			return err
-		}
-		me := fleetMarkerEvent{Lease: id, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-		if kv := ev.Kv; me.Put {
-			me.Worker = string(kv.Value)
-		} else if ev.PrevKv != nil {
-			me.Worker = string(ev.PrevKv.Value)
-		}
-		ff.Markers = append(ff.Markers, me)
-		return nil
-	})
-	if err != nil {
-		return ff, err
-	}
-	err = model.ReadHistory(ctx, cli, fleetTaskPrefix, func(ev *clientv3.Event) error {
-		ff.TaskEvents = append(ff.TaskEvents, fleetKeyEvent{
-			Task: strings.TrimPrefix(string(ev.Kv.Key), fleetTaskPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut,
+// record is what the fleet's pools did, for its checks.
+func (f *fleet) record() model.FleetRecord {
+	f.mu.Lock()
+	pools := slices.Clone(f.pools)
+	rec := model.FleetRecord{Kills: slices.Clone(f.kills), Fleet: f.r.cfg.Fleet, Slots: model.FleetSlots, Backlog: f.maxTarget, Rate: f.rate}
+	f.mu.Unlock()
+	for _, p := range pools {
+		rec.Pools = append(rec.Pools, model.FleetPoolRecord{
+			Name: p.name, Stats: p.pool.Stats(), Injected: p.injected.Load(), Refused: p.refused.Load(), Unknown: p.unknown.Load(), Problems: p.rec.Problems(),
 		})
-		return nil
-	})
-	if err != nil {
-		return ff, err
 	}
-	err = model.ReadHistory(ctx, cli, fleetEffectPrefix, func(ev *clientv3.Event) error {
-		fe := fleetEffectEvent{Task: strings.TrimPrefix(string(ev.Kv.Key), fleetEffectPrefix), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-		kv := ev.Kv
-		if !fe.Put {
-			kv = ev.PrevKv
-		}
-		if kv != nil {
-			if err := json.Unmarshal(kv.Value, &fe.Value); err != nil {
-				return fmt.Errorf("chaos: effect %q at revision %d: %w", ev.Kv.Key, ev.Kv.ModRevision, err)
-			}
-		}
-		ff.EffectEvents = append(ff.EffectEvents, fe)
-		return nil
-	})
-	if err != nil {
-		return ff, err
-	}
-	resp, err := cli.Get(ctx, fleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return ff, err
-	}
-	for _, kv := range resp.Kvs {
-		ff.KeysLeft = append(ff.KeysLeft, strings.TrimPrefix(string(kv.Key), fleetTaskPrefix))
-	}
-	resp, err = cli.Get(ctx, fleetEffectPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return ff, err
-	}
-	ff.Effects = map[string]model.EffectValue{}
-	for _, kv := range resp.Kvs {
-		var v model.EffectValue
-		if err := json.Unmarshal(kv.Value, &v); err != nil {
-			return ff, fmt.Errorf("chaos: effect %q: %w", kv.Key, err)
-		}
-		ff.Effects[strings.TrimPrefix(string(kv.Key), fleetEffectPrefix)] = v
-	}
-	return ff, nil
+	return rec
 }

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // fleetConfig is the short pass's fleet mode: 8 pools of 3 slots over one

@@ -2,10 +2,11 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // Liveness: what the faults cost in progress, where the checker judges

@@ -2,10 +2,11 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // at is a time of the synthetic liveness histories, in milliseconds.

@@ -3,12 +3,13 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // nemesis injects faults drawn from a seeded source until its context ends,
@@ -59,7 +60,7 @@ func (n *nemesis) log() []model.Fault {
 // new request from its start, but waits for its open streams (watches)
 // for up to etcd's request timeout, 5 s + 2 election timeouts, before it
 // leaves raft.
-const stopDrain = 5*time.Second + 2*raftElectionTimeout
+const stopDrain = 5*time.Second + 2*model.RaftElectionTimeout
 
 // weights of the fault kinds.
 var faultWeights = map[string]int{

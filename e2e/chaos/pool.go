@@ -284,11 +284,19 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 		p.injected.Add(1)
 		return "", errInjected
 	}
-	return status, nil
+	return model.DoneStatus, nil
 }
 
 func (p *poolWorker) randN(n int) int {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
 	return p.rng.IntN(n)
+}
+
+// record is what p did, for check "pool".
+func (p *poolWorker) record() model.PoolRecord {
+	return model.PoolRecord{
+		Name: p.name, Slots: poolSlots, Stats: p.pool.Stats(), Runs: p.runs.Load(), Restarts: p.restarts.Load(),
+		Injected: p.injected.Load(), FoundDone: p.foundDone.Load(), Fenced: p.fenced.Load(), Unread: p.unread.Load(), Problems: p.rec.Problems(),
+	}
 }

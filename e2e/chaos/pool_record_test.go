@@ -50,10 +50,10 @@ func TestTxnRecorder(t *testing.T) {
 	if _, err := reg.TryAcquire(ctx, s, "t1"); !errors.Is(err, lease.ErrHeld) {
 		t.Fatalf("TryAcquire of a held task: %v", err)
 	}
-	if err := l1.Complete(ctx, status); err != nil {
+	if err := l1.Complete(ctx, model.DoneStatus); err != nil {
 		t.Fatal(err)
 	}
-	if err := l1.Complete(ctx, status); err != nil {
+	if err := l1.Complete(ctx, model.DoneStatus); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.TryAcquire(ctx, s, "t1"); !errors.Is(err, lease.ErrCompleted) {
@@ -74,7 +74,7 @@ func TestTxnRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stale *lease.StaleError
-	if err := l3.Complete(ctx, status); !errors.As(err, &stale) || stale.CurrentEpoch != 0 {
+	if err := l3.Complete(ctx, model.DoneStatus); !errors.As(err, &stale) || stale.CurrentEpoch != 0 {
 		t.Fatalf("Complete of a revoked lease: %v", err)
 	}
 

@@ -2,12 +2,13 @@ package chaos
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // checkPoolRan fails t unless the pool workload ran its course: its Runs

@@ -31,14 +31,6 @@ import (
 // namespace of their own, so that no check of the task workload sees a
 // recipe's lease key, nor the other way round.
 const (
-	recipeNamespace = "/recipes"
-	// recipeName names both the election and the semaphore.
-	recipeName = "chaos"
-	// recipeEffectPrefix is the downstream: one key per recipe resource
-	// (the election's, each permit's), overwritten by every admitted
-	// write, whose history (a watch from revision 1) is the order in
-	// which the writes landed.
-	recipeEffectPrefix = "/chaos/recipe/"
 	defaultRecipeLimit = 2
 	campaignTimeout    = 3 * time.Second // a Campaign, or a semaphore Acquire, gives up after it
 	lateWrites         = 3 * time.Second // how long a careless holder tries its late write
@@ -56,60 +48,12 @@ const (
 	ControlRecipeNoFencing model.Control = "recipe-no-fencing"
 )
 
-// The recipe operations (RecipeOp.Type).
 const (
 	RecipeCampaign = "campaign" // election.Election.Campaign
 	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
 	RecipeWrite    = "write"    // a downstream write: fenceetcd.Guard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
 	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
 )
-
-// RecipeOp is one operation of the recipe workload, recorded when it
-// returns. Resource and Epoch are the leadership's or permit's (a
-// campaign's or acquisition's, once granted); Current is a refused
-// write's fence, or a stale release's current epoch.
-type RecipeOp struct {
-	ID       string        `json:"id"`
-	Type     string        `json:"type"`
-	Resource string        `json:"resource,omitempty"`
-	Worker   string        `json:"worker"`
-	Epoch    int64         `json:"epoch,omitempty"`
-	Outcome  model.Outcome `json:"outcome"`
-	Current  int64         `json:"current,omitempty"`
-	Invoke   int64         `json:"invoke"`
-	Return   int64         `json:"return"`
-	Err      string        `json:"err,omitempty"`
-	// Late marks a write a careless holder made after it learned that its
-	// holding had ended (its context cancelled other than by its own
-	// Release).
-	Late bool `json:"late,omitempty"`
-}
-
-// recipeEffect is a recipe write's value.
-type recipeEffect struct {
-	Resource string `json:"resource"`
-	Epoch    int64  `json:"epoch"`
-	Worker   string `json:"worker"`
-	Op       string `json:"op"`
-}
-
-// recipeHistory collects the recipe workers' operations.
-type recipeHistory struct {
-	mu  sync.Mutex
-	ops []RecipeOp
-}
-
-func (h *recipeHistory) add(op RecipeOp) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.ops = append(h.ops, op)
-}
-
-func (h *recipeHistory) Ops() []RecipeOp {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]RecipeOp(nil), h.ops...)
-}
 
 // recipeWorker is one in-process worker of the recipe workload: a thread
 // that campaigns and a thread that takes permits, on one session at a
@@ -127,7 +71,7 @@ type recipeWorker struct {
 	control model.Control
 	seed    uint64
 	gate    *gate
-	hist    *recipeHistory
+	hist    *model.RecipeHistory
 	seq     atomic.Int64
 
 	smu   sync.Mutex // serialises starting sessions
@@ -136,12 +80,12 @@ type recipeWorker struct {
 	nsess int
 }
 
-func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, hist *recipeHistory, seed uint64) (*recipeWorker, error) {
-	reg, err := lease.NewRegistry(cli, lease.WithNamespace(recipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
+func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
+	reg, err := lease.NewRegistry(cli, lease.WithNamespace(model.RecipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
 	if err != nil {
 		return nil, err
 	}
-	sem, err := semaphore.New(reg, recipeName, cfg.RecipeLimit)
+	sem, err := semaphore.New(reg, model.RecipeName, cfg.RecipeLimit)
 	if err != nil {
 		_ = reg.Close()
 		return nil, err
@@ -151,7 +95,7 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, his
 		_ = reg.Close()
 		return nil, err
 	}
-	elect, err := election.New(reg, recipeName)
+	elect, err := election.New(reg, model.RecipeName)
 	if err != nil {
 		_ = reg.Close()
 		return nil, err
@@ -217,20 +161,20 @@ func (w *recipeWorker) session() *session.Session {
 	return s
 }
 
-func (w *recipeWorker) op(typ string, l *lease.Lease) RecipeOp {
-	op := RecipeOp{ID: w.name + "-" + strconv.FormatInt(w.seq.Add(1), 10), Type: typ, Invoke: model.Now()}
+func (w *recipeWorker) op(typ string, l *lease.Lease) model.RecipeOp {
+	op := model.RecipeOp{ID: w.name + "-" + strconv.FormatInt(w.seq.Add(1), 10), Type: typ, Invoke: model.Now()}
 	if l != nil {
 		op.Resource, op.Worker, op.Epoch = l.Resource(), l.Worker(), l.Epoch()
 	}
 	return op
 }
 
-func (w *recipeWorker) done(op RecipeOp, out model.Outcome, err error) {
+func (w *recipeWorker) done(op model.RecipeOp, out model.Outcome, err error) {
 	op.Return, op.Outcome = model.Now(), out
 	if err != nil {
 		op.Err = truncate(err.Error(), 300)
 	}
-	w.hist.add(op)
+	w.hist.Add(op)
 }
 
 // electionCycle campaigns (bounded by campaignTimeout) and, leading,
@@ -312,7 +256,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 // excludes, with one write under it.
 func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 	op := w.op(RecipeAcquire, nil)
-	op.Worker, op.Resource = s.Worker(), recipekeys.Permit(recipeName, w.limit)
+	op.Worker, op.Resource = s.Worker(), recipekeys.Permit(model.RecipeName, w.limit)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
 	cancel()
@@ -370,8 +314,8 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 func (w *recipeWorker) write(l *lease.Lease, late bool) model.Outcome {
 	op := w.op(RecipeWrite, l)
 	op.Late = late
-	val, _ := json.Marshal(recipeEffect{Resource: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: op.ID})
-	put := clientv3.OpPut(recipeEffectPrefix+l.Resource(), string(val))
+	val, _ := json.Marshal(model.RecipeEffect{Resource: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: op.ID})
+	put := clientv3.OpPut(model.RecipeEffectPrefix+l.Resource(), string(val))
 	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.ttl))
 	defer cancel()
 	var err error
@@ -458,7 +402,7 @@ func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
 // time in three, revokes the holding as an operator would
 // (lease.Registry.Revoke through the recipes' namespace).
 func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, pick int) {
-	space := keys.MustNew(recipeNamespace)
+	space := keys.MustNew(model.RecipeNamespace)
 	rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	resp, err := n.r.direct.Get(rctx, space.LeasePrefix(), clientv3.WithPrefix())
 	cancel()
@@ -499,7 +443,7 @@ func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, p
 			continue
 		}
 		hd := holding{s, res, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
-		if res == recipekeys.Election(recipeName) {
+		if res == recipekeys.Election(model.RecipeName) {
 			leader = append(leader, hd)
 		} else if _, _, ok := recipekeys.ParsePermit(res); ok {
 			permits = append(permits, hd)
@@ -527,7 +471,7 @@ func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, p
 	if pick%3 == 2 {
 		// An operator's revocation instead: the holder's context ends
 		// with lease.ErrRevoked, and it is not cut off to write late.
-		reg, err := lease.NewRegistry(n.r.direct, lease.WithNamespace(recipeNamespace))
+		reg, err := lease.NewRegistry(n.r.direct, lease.WithNamespace(model.RecipeNamespace))
 		if err != nil {
 			f.Detail = "revoke " + f.Detail + ": " + err.Error()
 			return

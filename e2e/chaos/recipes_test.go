@@ -64,31 +64,31 @@ func TestChaosRecipeControl(t *testing.T) {
 // 25. Writes: each holder writes its resource's key once; a.s0, deposed,
 // has a late write of epoch 10 refused.
 type recipeScenario struct {
-	ops []RecipeOp
+	ops []model.RecipeOp
 	fs  recipeState
 }
 
 var (
-	electionRes = "election/" + recipeName
-	permit0     = "semaphore/" + recipeName + "/permit/0"
-	permit1     = "semaphore/" + recipeName + "/permit/1"
-	permit2     = "semaphore/" + recipeName + "/permit/2"
+	electionRes = "election/" + model.RecipeName
+	permit0     = "semaphore/" + model.RecipeName + "/permit/0"
+	permit1     = "semaphore/" + model.RecipeName + "/permit/1"
+	permit2     = "semaphore/" + model.RecipeName + "/permit/2"
 )
 
 func newRecipeScenario() *recipeScenario {
-	space := keys.MustNew(recipeNamespace)
+	space := keys.MustNew(model.RecipeNamespace)
 	put := func(res string, rev int64, w string) model.LeaseEvent {
 		return model.LeaseEvent{Task: res, Rev: rev, Put: true, CreateRev: rev, Worker: w}
 	}
 	del := func(res string, rev int64) model.LeaseEvent { return model.LeaseEvent{Task: res, Rev: rev} }
-	op := func(id, typ, res, w string, epoch int64, out model.Outcome) RecipeOp {
-		return RecipeOp{ID: id, Type: typ, Resource: res, Worker: w, Epoch: epoch, Outcome: out, Invoke: 100, Return: 110}
+	op := func(id, typ, res, w string, epoch int64, out model.Outcome) model.RecipeOp {
+		return model.RecipeOp{ID: id, Type: typ, Resource: res, Worker: w, Epoch: epoch, Outcome: out, Invoke: 100, Return: 110}
 	}
 	wrote := func(res string, rev, epoch int64, w, id string) recipeWrite {
-		return recipeWrite{Key: recipeEffectPrefix + res, Rev: rev, recipeEffect: recipeEffect{Resource: res, Epoch: epoch, Worker: w, Op: id}}
+		return recipeWrite{Key: model.RecipeEffectPrefix + res, Rev: rev, RecipeEffect: model.RecipeEffect{Resource: res, Epoch: epoch, Worker: w, Op: id}}
 	}
 	return &recipeScenario{
-		ops: []RecipeOp{
+		ops: []model.RecipeOp{
 			op("a-1", RecipeCampaign, electionRes, "a.s0", 10, model.OutOK),
 			op("a-2", RecipeAcquire, permit0, "a.s0", 11, model.OutOK),
 			op("b-1", RecipeAcquire, permit1, "b.s0", 12, model.OutOK),
@@ -132,7 +132,7 @@ func newRecipeScenario() *recipeScenario {
 	}
 }
 
-func (s *recipeScenario) op(id string) *RecipeOp {
+func (s *recipeScenario) op(id string) *model.RecipeOp {
 	for i := range s.ops {
 		if s.ops[i].ID == id {
 			return &s.ops[i]
@@ -188,7 +188,7 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 			s.fs.Leases = append(s.fs.Leases, model.LeaseEvent{Task: electionRes, Rev: 26})
 		}},
 		{"two campaigns told one epoch", CheckElection, "2 campaigns told they lead at epoch 10", func(s *recipeScenario) {
-			s.ops = append(s.ops, RecipeOp{ID: "c-9", Type: RecipeCampaign, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: model.OutOK})
+			s.ops = append(s.ops, model.RecipeOp{ID: "c-9", Type: RecipeCampaign, Resource: electionRes, Worker: "a.s0", Epoch: 10, Outcome: model.OutOK})
 		}},
 		{"a campaign told an epoch etcd never granted", CheckElection, "never granted it", func(s *recipeScenario) {
 			s.op("b-2").Epoch = 16
@@ -202,7 +202,7 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 			slices.SortStableFunc(s.fs.Leases, func(a, b model.LeaseEvent) int { return model.CompareInt(a.Rev, b.Rev) })
 		}},
 		{"two acquisitions told one permit epoch", CheckSemaphore, "2 acquisitions told they hold epoch 12", func(s *recipeScenario) {
-			s.ops = append(s.ops, RecipeOp{ID: "b-9", Type: RecipeAcquire, Resource: permit1, Worker: "b.s0", Epoch: 12, Outcome: model.OutOK})
+			s.ops = append(s.ops, model.RecipeOp{ID: "b-9", Type: RecipeAcquire, Resource: permit1, Worker: "b.s0", Epoch: 12, Outcome: model.OutOK})
 		}},
 		{"an acquisition told a permit etcd never granted", CheckSemaphore, "never granted it", func(s *recipeScenario) {
 			s.op("c-1").Resource = permit1
@@ -210,7 +210,7 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 		{"a deposed leader's write landed after its successor's", CheckRecipeFencing, "1 writes of epoch 10 (a.s0) landed after write b-3 of epoch 15", func(s *recipeScenario) {
 			a5 := s.op("a-5")
 			a5.Outcome, a5.Current = model.OutOK, 0
-			s.fs.Writes = append(s.fs.Writes, recipeWrite{Key: recipeEffectPrefix + electionRes, Rev: 17, recipeEffect: recipeEffect{Resource: electionRes, Epoch: 10, Worker: "a.s0", Op: "a-5"}})
+			s.fs.Writes = append(s.fs.Writes, recipeWrite{Key: model.RecipeEffectPrefix + electionRes, Rev: 17, RecipeEffect: model.RecipeEffect{Resource: electionRes, Epoch: 10, Worker: "a.s0", Op: "a-5"}})
 		}},
 		{"a write of an epoch etcd never granted", CheckRecipeFencing, "which etcd never granted", func(s *recipeScenario) {
 			s.fs.Writes[1].Worker = "b.s0"
@@ -223,7 +223,7 @@ func TestCheckerCatchesRecipes(t *testing.T) {
 			s.fs.Writes = s.fs.Writes[:3]
 		}},
 		{"a write landed on another resource's key", CheckRecipeFencing, "not its resource's", func(s *recipeScenario) {
-			s.fs.Writes[1].Key = recipeEffectPrefix + permit1
+			s.fs.Writes[1].Key = model.RecipeEffectPrefix + permit1
 		}},
 		{"a write landed other than it was made", CheckRecipeFencing, "but was made as", func(s *recipeScenario) {
 			s.op("c-2").Epoch = 17

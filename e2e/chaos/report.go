@@ -124,7 +124,7 @@ func (r *Result) summarizeStores(s *summary) {
 	s.p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning; %d written by a late attempt of a successful completion after its done record was pruned",
 		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten, rf.LateRejections)
 	s.p("  skewed clocks: %d archived entries of the worker %v behind (%s*), %d of the worker %v ahead (%s*)",
-		rf.slowArchived, -clockBehind, slowClockWorker, rf.fastArchived, clockAhead, fastClockWorker)
+		rf.slowArchived, -model.ClockBehind, slowClockWorker, rf.fastArchived, model.ClockAhead, fastClockWorker)
 	s.p("downstream effects: sql %d, etcd %d", r.Effects[model.OpSQL], r.Effects[model.OpEtcd])
 	pr := r.Porcupine
 	s.p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",

@@ -21,71 +21,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Config is one chaos run. Zero fields take the defaults of DefaultConfig.
-type Config struct {
-	Seed uint64
-	// Contended runs the contended workload (contended.go) instead of the
-	// task workload: every thread on the same few open tasks (Window, at
-	// most maxContendedWindow), taken mostly with a blocking Acquire or
-	// AcquireMany and handed from waiter to waiter by Release, so that
-	// the waiting queue of docs/protocol.md §3.2 works under every fault.
-	// ControlUnfair implies it.
-	Contended bool
-	// Duration is the fault phase. Before it the workers start; after it
-	// every fault is healed, the workers run for Quiet, stop, and the
-	// sweeper completes what is left.
-	Duration time.Duration
-	Control  model.Control
-	// Helpers is the number of worker slots run as helper processes,
-	// InProcess the number run in this process; each worker runs Threads
-	// threads.
-	Helpers, InProcess, Threads int
-	// TTL is every session's lease TTL (etcd grants whole seconds).
-	TTL time.Duration
-	// Window is how many open tasks a worker chooses from: smaller means
-	// more contention.
-	Window int
-	// FaultGap is the mean time between fault starts; MaxFaults bounds the
-	// faults active at once.
-	FaultGap  time.Duration
-	MaxFaults int
-	Quiet     time.Duration
-	// CheckTimeout bounds porcupine's search over all partitions; each
-	// partition gets at most a tenth of it.
-	CheckTimeout time.Duration
-	// Retention is the recorders' audit.WithRetention: the entries of
-	// epochs that ended longer ago, and the done records of completed ones,
-	// move into the run's archive and out of etcd while the run goes on.
-	Retention time.Duration
-	// OutDir receives the artifacts of a run with violations, or with a
-	// liveness goal missed (liveness.go); empty:
-	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
-	OutDir string
-	// Recipes is the number of recipe workers (recipes.go): in-process
-	// workers, each in a slot of its own that the nemesis's faults of a
-	// worker and of a member reach, that campaign in one election and
-	// take permits of one semaphore of RecipeLimit permits (default 2),
-	// writing fenced effects while they lead or hold; 0: none.
-	Recipes, RecipeLimit int
-	// PoolWorkers is the number of pool workers (pool.go): in-process
-	// worker.Pools on the task workload's tasks, each in a slot of its
-	// own that the nemesis's faults of a worker and of a member reach,
-	// their claims, completions and releases recorded from their clients;
-	// 0: none.
-	PoolWorkers int
-	// Fleet is the number of pools of the fleet mode (fleet.go): in-process
-	// worker.Pools over one worker.Prefix, each with its own client and in
-	// a slot of its own that the nemesis's faults of a worker and of a
-	// member reach, killed as processes die and started again during the
-	// fault phase; 0: none. FleetTasks is the backlog: the task keys put
-	// before the pools start and kept up during the fault phase.
-	Fleet, FleetTasks int
-	// Faults, if set, are the only fault kinds the nemesis injects.
-	Faults []string
-	// Logf receives progress lines; nil discards them.
-	Logf func(format string, args ...any)
-}
-
 // DefaultConfig is the long pass's configuration.
 func DefaultConfig() Config {
 	return Config{
@@ -95,7 +30,7 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+func withDefaults(c Config) Config {
 	d := DefaultConfig()
 	set := func(v *int, def int) {
 		if *v == 0 {
@@ -148,20 +83,6 @@ func (c Config) withDefaults() Config {
 		c.Logf = func(string, ...any) {}
 	}
 	return c
-}
-
-// The members' raft ticks: e2e's defaults, set explicitly because the
-// liveness goals are computed from the election timeout (liveness.go),
-// which Run reads back from a member.
-const (
-	raftHeartbeat       = 10 * time.Millisecond
-	raftElectionTimeout = 100 * time.Millisecond
-)
-
-// grantedTTL is the TTL etcd grants for ttl: whole seconds, rounded up
-// (docs/protocol.md §4). The sessions renew every third of it.
-func grantedTTL(ttl time.Duration) time.Duration {
-	return (ttl + time.Second - 1).Truncate(time.Second)
 }
 
 // slot is one worker position: its proxies (one per member) and the
@@ -282,7 +203,7 @@ type runner struct {
 	direct  *clientv3.Client
 	reg     *lease.Registry // the operator's, for revocations
 	hist    *model.History
-	recipes *recipeHistory
+	recipes *model.RecipeHistory
 	slots   []*slot
 	pools   []*poolWorker
 	fleet   *fleet // the fleet mode's, nil without one
@@ -328,9 +249,9 @@ func (r *runner) clockSkew(s *slot) time.Duration {
 	case s.recipe || s.pool || s.fleet:
 		return 0
 	case s.helper && s.idx == 0:
-		return clockBehind
+		return model.ClockBehind
 	case !s.helper && s.idx == r.cfg.Helpers:
-		return clockAhead
+		return model.ClockAhead
 	}
 	return 0
 }
@@ -355,7 +276,7 @@ func (r *runner) restartHelper(s *slot) error {
 // itself cannot be carried out; violations are in the Result.
 func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
-	cfg = cfg.withDefaults()
+	cfg = withDefaults(cfg)
 	rs := &runState{begin: time.Now()}
 	r := newRunner(t, cfg)
 	rs.election = r.startCluster()
@@ -423,7 +344,7 @@ type runState struct {
 	election   time.Duration
 	faultsFrom int64 // when the nemesis began
 	faults     []model.Fault
-	drained    fleetDrain
+	drained    model.FleetDrain
 	stopAt     int64 // when the workers were told to stop
 	swept      int
 	// settled is when every worker had exited and every proxy was healed:
@@ -435,7 +356,7 @@ type runState struct {
 // history and the DSNs of its downstream store and its archive.
 func newRunner(t testing.TB, cfg Config) *runner {
 	t.Helper()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: model.NewHistory(), recipes: &recipeHistory{}, archived: model.NewArchiveLog()}
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: model.NewHistory(), recipes: &model.RecipeHistory{}, archived: model.NewArchiveLog()}
 	r.dsn = model.SQLiteDSN(filepath.Join(r.dir, "downstream.db"))
 	r.archive = model.ArchiveDSN(filepath.Join(r.dir, "archive.db"))
 	return r
@@ -445,7 +366,7 @@ func newRunner(t testing.TB, cfg Config) *runner {
 // coordinator's direct client on it, and returns etcd's election timeout.
 func (r *runner) startCluster() (election time.Duration) {
 	r.t.Helper()
-	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(raftHeartbeat, raftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
+	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(model.RaftHeartbeat, model.RaftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
 	r.direct = r.cluster.Client(r.t)
 	return time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
 }
@@ -645,7 +566,11 @@ func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	}
 	if cfg.PoolWorkers > 0 {
 		var vs []Violation
-		res.Pool, vs = r.checkPools(res, fs)
+		var pools []model.PoolRecord
+		for _, p := range r.pools {
+			pools = append(pools, p.record())
+		}
+		res.Pool, vs = checkPools(fs, r.hist.Ops(), pools)
 		res.Violations = append(res.Violations, vs...)
 	}
 	if r.fleet != nil {
@@ -657,7 +582,7 @@ func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	if cfg.Helpers+cfg.InProcess > 0 { // the task workload's; none in a run of recipe workers alone
 		res.Liveness = liveness(LivenessInput{
 			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(rs.faults), From: rs.faultsFrom, To: rs.stopAt,
-			TTL: grantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
+			TTL: model.GrantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: model.GrantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
 		})
 	}
 	res.Warnings = append(res.Warnings, r.warnings...)
@@ -687,13 +612,13 @@ func (r *runner) checkRecipeRun(res *Result) {
 func (r *runner) checkFleetRun(rs *runState, res *Result, fs model.FinalState) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	ff, err := readFleetFinal(ctx, r.direct)
+	ff, err := model.ReadFleetFinal(ctx, r.direct)
 	cancel()
 	if err != nil {
 		r.t.Fatalf("chaos: final read of the fleet: %v", err)
 	}
 	var vs []Violation
-	res.Fleet, vs = r.fleet.check(fs, ff, rs.faults, rs.drained)
+	res.Fleet, vs = checkFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.record())
 	res.Violations = append(res.Violations, vs...)
 }
 
@@ -1085,3 +1010,7 @@ func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 	}
 	return n, nil
 }
+
+// Config is one chaos run (model.Config, where the checks and the report
+// read it too). Zero fields take the defaults of DefaultConfig.
+type Config = model.Config

@@ -32,10 +32,6 @@ import (
 // etcd's lease expiry after the completion (docs/protocol.md §3.9).
 const redeliverable = 256
 
-// status is the terminal status every completion writes: a retry of the
-// same completion then compares equal.
-const status = "done"
-
 // Operation timeouts. A timed-out operation is an unknown outcome; its
 // request may still be applied later (a healed proxy delivers what it held).
 const (
@@ -562,7 +558,7 @@ func (w *worker) completeMany(ls []*lease.Lease) {
 		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
-		return lease.CompleteMany(ctx, ls, status)
+		return lease.CompleteMany(ctx, ls, model.DoneStatus)
 	})
 }
 
@@ -816,7 +812,7 @@ func (w *worker) complete(l *lease.Lease) model.Outcome {
 		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
 		}
-		return []error{ls[0].Complete(ctx, status)}, nil
+		return []error{ls[0].Complete(ctx, model.DoneStatus)}, nil
 	})[0]
 }
 
@@ -890,7 +886,7 @@ func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 	for _, l := range ls {
 		e := protocol.End{
 			Space: w.space, Resource: l.Resource(), Worker: l.Worker(), Epoch: l.Epoch(),
-			Attempted: audit.Completed, Status: status, Time: time.Now(),
+			Attempted: audit.Completed, Status: model.DoneStatus, Time: time.Now(),
 		}
 		then, err := e.Then()
 		if err != nil {

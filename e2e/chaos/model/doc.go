@@ -7,7 +7,10 @@
 // ArchiveLog), the final state read back from etcd's history, the archive
 // and SQLite (FinalState, ReadHistory), and the porcupine models the
 // histories must be linearizable against (DownstreamModel,
-// CompletionModel).
+// CompletionModel). It also holds the run's configuration (Config), which
+// every part reads, and what the recipe workload, the pools and the fleet
+// record for their checks (RecipeOp, RecipeHistory, PoolRecord,
+// FleetRecord, FleetFinal).
 //
 // It imports nothing of the chaos suite: every other package of it may
 // import it. The suite's overview is package chaos's documentation.

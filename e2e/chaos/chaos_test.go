@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"go.uber.org/goleak"
 )
@@ -120,7 +121,7 @@ func TestChaos(t *testing.T) {
 	// and tasks whose done record was pruned were taken again — those of
 	// the workers whose clocks are two days behind and two days ahead too,
 	// on etcd's clock (skew.go).
-	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.slowArchived == 0 || rf.fastArchived == 0 {
+	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.SlowArchived == 0 || rf.FastArchived == 0 {
 		t.Errorf("retention did not run its course: %+v", rf)
 	}
 	// And so did the recipes: leaders followed one another, permits were
@@ -200,22 +201,22 @@ func TestChaosControl(t *testing.T) {
 			// epoch expired is a forensics violation, whatever porcupine's
 			// partitions show).
 			files := []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt"}
-			if res.ViolationsByCheck()[CheckLinearizable] > 0 {
+			if res.ViolationsByCheck()[checks.CheckLinearizable] > 0 {
 				files = append(files, "porcupine-*.html")
 			}
-			if (c.control == model.ControlDeleteFirst || c.control == model.ControlWriterClocks) && res.ViolationsByCheck()[CheckRetention] == 0 {
-				t.Errorf("control %s: no %s violation", c.control, CheckRetention)
+			if (c.control == model.ControlDeleteFirst || c.control == model.ControlWriterClocks) && res.ViolationsByCheck()[checks.CheckRetention] == 0 {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckRetention)
 			}
-			if c.control == model.ControlWriterClocks && !slices.ContainsFunc(res.Violations, func(v Violation) bool {
-				return v.Check == CheckRetention && strings.Contains(v.Detail, "within the retention")
+			if c.control == model.ControlWriterClocks && !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool {
+				return v.Check == checks.CheckRetention && strings.Contains(v.Detail, "within the retention")
 			}) {
 				t.Errorf("control %s: no violation says something left etcd within the retention", c.control)
 			}
-			if c.control == model.ControlUnfair && (res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0) {
-				t.Errorf("control %s: no %s violation", c.control, CheckFairness)
+			if c.control == model.ControlUnfair && (res.ViolationsByCheck()[checks.CheckFairness] == 0 || res.Queue.Unfair == 0) {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckFairness)
 			}
-			if c.control == model.ControlStrand && (res.ViolationsByCheck()[CheckStranded] == 0 || res.Stranded.Over == 0) {
-				t.Errorf("control %s: no %s violation", c.control, CheckStranded)
+			if c.control == model.ControlStrand && (res.ViolationsByCheck()[checks.CheckStranded] == 0 || res.Stranded.Over == 0) {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckStranded)
 			}
 			for _, f := range files {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
@@ -85,8 +86,8 @@ func TestChaosFleetControl(t *testing.T) {
 		check   string
 		want    *regexp.Regexp
 	}{
-		{model.ControlFleetNoTakeover, 32, CheckFleetTakeover, regexp.MustCompile(`^f\d\.\d+ held epoch \d+ when it was killed; etcd ended it at revision \d+, and the next epoch, \d+ \(f\d\.\d+\), began .* after the kill .*: over the takeover bound`)},
-		{model.ControlFleetNoFencing, 33, CheckFleetEffects, regexp.MustCompile(`^a stale write landed: epoch \d+'s effect \([^)]*, f0\.\d+\) at revision \d+, after epoch \d+'s`)},
+		{model.ControlFleetNoTakeover, 32, checks.CheckFleetTakeover, regexp.MustCompile(`^f\d\.\d+ held epoch \d+ when it was killed; etcd ended it at revision \d+, and the next epoch, \d+ \(f\d\.\d+\), began .* after the kill .*: over the takeover bound`)},
+		{model.ControlFleetNoFencing, 33, checks.CheckFleetEffects, regexp.MustCompile(`^a stale write landed: epoch \d+'s effect \([^)]*, f0\.\d+\) at revision \d+, after epoch \d+'s`)},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			var res *Result
@@ -101,7 +102,7 @@ func TestChaosFleetControl(t *testing.T) {
 			}
 			summary := res.Summary()
 			t.Log("\n" + summary)
-			if !slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Check == c.check && c.want.MatchString(v.Detail) }) {
+			if !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool { return v.Check == c.check && c.want.MatchString(v.Detail) }) {
 				t.Fatalf("control %s: no %s violation matching %q", c.control, c.check, c.want)
 			}
 			if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {

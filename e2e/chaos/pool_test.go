@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
@@ -49,15 +50,15 @@ func TestChaosPoolControl(t *testing.T) {
 		cfg.Faults = []string{model.FaultFreeze, model.FaultBlackhole}
 		cfg.Quiet = time.Second
 		res = Run(t, cfg)
-		if res.ViolationsByCheck()[CheckDownstream] > 0 {
+		if res.ViolationsByCheck()[checks.CheckDownstream] > 0 {
 			break
 		}
 		t.Logf("seed %d: no downstream violation caught; next seed", cfg.Seed)
 	}
 	summary := res.Summary()
 	t.Log("\n" + summary)
-	if res.ViolationsByCheck()[CheckDownstream] == 0 {
-		t.Fatalf("control %s: the checker found no %s violation in three seeds", cfg.Control, CheckDownstream)
+	if res.ViolationsByCheck()[checks.CheckDownstream] == 0 {
+		t.Fatalf("control %s: the checker found no %s violation in three seeds", cfg.Control, checks.CheckDownstream)
 	}
 	// Only the pools write unfenced, so the order violations name a
 	// pool's write: a deposed pool epoch's landing after a higher one, or
@@ -66,10 +67,10 @@ func TestChaosPoolControl(t *testing.T) {
 	// (p1-97, order 87)").
 	pool := regexp.MustCompile(`admitted epoch \d+ \([^)]*\) after epoch \d+ \([^)]*\)`)
 	named := regexp.MustCompile(`\(p\d+-\d+, order \d+\)`)
-	if !slices.ContainsFunc(res.Violations, func(v Violation) bool {
-		return v.Check == CheckDownstream && pool.MatchString(v.Detail) && named.MatchString(v.Detail)
+	if !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool {
+		return v.Check == checks.CheckDownstream && pool.MatchString(v.Detail) && named.MatchString(v.Detail)
 	}) {
-		t.Errorf("control %s: no %s order violation names a pool's write", cfg.Control, CheckDownstream)
+		t.Errorf("control %s: no %s order violation names a pool's write", cfg.Control, checks.CheckDownstream)
 	}
 	if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 		t.Errorf("the summary does not end with the violations line")

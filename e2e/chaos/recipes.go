@@ -36,25 +36,6 @@ const (
 	lateWrites         = 3 * time.Second // how long a careless holder tries its late write
 )
 
-const (
-	// ControlOverLimit: a recipe worker holding a permit also claims the
-	// permit the limit leaves out, recipekeys.Permit(name, limit),
-	// through the registry's permit recipe, as a semaphore that misread
-	// its limit would: more than the limit of permits are live.
-	ControlOverLimit model.Control = "over-limit"
-	// ControlRecipeNoFencing: recipe workers write downstream with a
-	// plain put, without the guard, and every holder is careless: a
-	// deposed holder's late write lands after its successor's.
-	ControlRecipeNoFencing model.Control = "recipe-no-fencing"
-)
-
-const (
-	RecipeCampaign = "campaign" // election.Election.Campaign
-	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
-	RecipeWrite    = "write"    // a downstream write: fenceetcd.Guard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
-	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
-)
-
 // recipeWorker is one in-process worker of the recipe workload: a thread
 // that campaigns and a thread that takes permits, on one session at a
 // time (a new one after each is lost), through its slot's proxies.
@@ -64,7 +45,7 @@ type recipeWorker struct {
 	reg     *lease.Registry
 	elect   *election.Election
 	sem     *semaphore.Semaphore
-	permits *lease.Registry // a permit registry of reg: ControlOverLimit's extra permit
+	permits *lease.Registry // a permit registry of reg: model.ControlOverLimit's extra permit
 	guard   *fenceetcd.Guard
 	ttl     time.Duration
 	limit   int
@@ -186,7 +167,7 @@ func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
 		sleep(ctx, 50*time.Millisecond)
 		return
 	}
-	op := w.op(RecipeCampaign, nil)
+	op := w.op(model.RecipeCampaign, nil)
 	op.Resource, op.Worker = w.elect.Resource(), s.Worker()
 	cctx, cancel := context.WithTimeout(ctx, campaignTimeout)
 	l, err := w.elect.Campaign(cctx, s)
@@ -207,7 +188,7 @@ func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
 
 // semaphoreCycle takes a permit — with Acquire, bounded by
 // campaignTimeout, or one time in four with TryAcquire — writes while it
-// holds it (hold) and returns it. Under ControlOverLimit it also claims
+// holds it (hold) and returns it. Under model.ControlOverLimit it also claims
 // the permit beyond the limit while it holds one.
 func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	w.gate.wait()
@@ -216,7 +197,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 		sleep(ctx, 50*time.Millisecond)
 		return
 	}
-	op := w.op(RecipeAcquire, nil)
+	op := w.op(model.RecipeAcquire, nil)
 	op.Worker = s.Worker()
 	var l *lease.Lease
 	var err error
@@ -242,7 +223,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	op.Resource, op.Epoch = l.Resource(), l.Epoch()
 	w.done(op, model.OutOK, nil)
 	var extra *lease.Lease
-	if w.control == ControlOverLimit {
+	if w.control == model.ControlOverLimit {
 		extra = w.claimExtra(s)
 	}
 	w.hold(ctx, rng, l)
@@ -252,10 +233,10 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	w.release(l)
 }
 
-// claimExtra is ControlOverLimit's claim of the permit index the limit
+// claimExtra is model.ControlOverLimit's claim of the permit index the limit
 // excludes, with one write under it.
 func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
-	op := w.op(RecipeAcquire, nil)
+	op := w.op(model.RecipeAcquire, nil)
 	op.Worker, op.Resource = s.Worker(), recipekeys.Permit(model.RecipeName, w.limit)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
@@ -272,7 +253,7 @@ func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 
 // hold writes under l for a while: usually 50–550 ms, one time in four
 // two to four TTLs (it stays, and faults mostly depose it first). A
-// careless holder (two in three; every one under ControlRecipeNoFencing)
+// careless holder (two in three; every one under model.ControlRecipeNoFencing)
 // ignores l's context and writes until the hold is over, and once it
 // finds its holding ended by someone else (its session lost or expired)
 // it tries a late write until one is answered — admitted or refused —
@@ -280,7 +261,7 @@ func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 // at the end of l's context. Both stop at their first refusal: a newer
 // epoch wrote.
 func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease) {
-	careless := w.control == ControlRecipeNoFencing || rng.IntN(3) != 0
+	careless := w.control == model.ControlRecipeNoFencing || rng.IntN(3) != 0
 	d := time.Duration(50+rng.IntN(500)) * time.Millisecond
 	if rng.IntN(4) == 0 {
 		d = 2*w.ttl + time.Duration(rng.Int64N(int64(2*w.ttl)))
@@ -309,17 +290,17 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 }
 
 // write puts the resource's downstream key, admitted by the guard in the
-// same transaction (ControlRecipeNoFencing: a plain put). One attempt,
+// same transaction (model.ControlRecipeNoFencing: a plain put). One attempt,
 // bounded like the registry's.
 func (w *recipeWorker) write(l *lease.Lease, late bool) model.Outcome {
-	op := w.op(RecipeWrite, l)
+	op := w.op(model.RecipeWrite, l)
 	op.Late = late
 	val, _ := json.Marshal(model.RecipeEffect{Resource: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: op.ID})
 	put := clientv3.OpPut(model.RecipeEffectPrefix+l.Resource(), string(val))
 	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout(w.ttl))
 	defer cancel()
 	var err error
-	if w.control == ControlRecipeNoFencing {
+	if w.control == model.ControlRecipeNoFencing {
 		_, err = w.cli.Do(ctx, put)
 	} else {
 		_, err = w.guard.AdmitOps(ctx, l.Token(), put)
@@ -340,7 +321,7 @@ func (w *recipeWorker) write(l *lease.Lease, late bool) model.Outcome {
 
 // release resigns the leadership or returns the permit.
 func (w *recipeWorker) release(l *lease.Lease) {
-	op := w.op(RecipeRelease, l)
+	op := w.op(model.RecipeRelease, l)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	err := l.Release(ctx)
 	cancel()
@@ -438,7 +419,7 @@ func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, p
 		if err != nil {
 			continue
 		}
-		s := bySlot[slotOf(h.Worker)]
+		s := bySlot[model.SlotOf(h.Worker)]
 		if s == nil || n.busySlot[s.idx] {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
@@ -21,43 +22,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// DefaultConfig is the long pass's configuration.
-func DefaultConfig() Config {
-	return Config{
-		Duration: time.Minute, Helpers: 4, InProcess: 2, Threads: 4, TTL: time.Second, Window: 48,
-		FaultGap: 450 * time.Millisecond, MaxFaults: 4, Quiet: 3 * time.Second, CheckTimeout: 2 * time.Minute,
-		Retention: 2 * time.Second,
-	}
-}
+// DefaultConfig is the long pass's configuration (model.DefaultConfig).
+func DefaultConfig() Config { return model.DefaultConfig() }
 
+// withDefaults is c with the defaults of DefaultConfig in its zero fields
+// (model.Config.WithDefaults) and what its workload and its control imply.
 func withDefaults(c Config) Config {
-	d := DefaultConfig()
-	set := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	setD := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	set(&c.Helpers, d.Helpers)
-	set(&c.Threads, d.Threads)
-	set(&c.Window, d.Window)
-	set(&c.MaxFaults, d.MaxFaults)
-	setD(&c.Duration, d.Duration)
-	setD(&c.TTL, d.TTL)
-	setD(&c.FaultGap, d.FaultGap)
-	setD(&c.Quiet, d.Quiet)
-	setD(&c.CheckTimeout, d.CheckTimeout)
-	setD(&c.Retention, d.Retention)
-	if c.InProcess < 0 {
-		c.InProcess = 0
-	}
-	if c.Helpers < 0 { // no helper processes: a run of recipe workers alone
-		c.Helpers = 0
-	}
+	c = c.WithDefaults()
 	if c.Recipes > 0 && c.RecipeLimit == 0 {
 		c.RecipeLimit = defaultRecipeLimit
 	}
@@ -69,7 +40,7 @@ func withDefaults(c Config) Config {
 		// the last fault of a member counts against every worker — stays
 		// so past the bound, with a few seconds to spare, before the
 		// workers stop and the entry's session ends.
-		c.Quiet = max(c.Quiet, strandBound(c.TTL)+3*time.Second)
+		c.Quiet = max(c.Quiet, checks.StrandBound(c.TTL)+3*time.Second)
 	}
 	if c.Contended {
 		c.Window = min(c.Window, maxContendedWindow)
@@ -78,9 +49,6 @@ func withDefaults(c Config) Config {
 		// No fault of a worker: its heal would end the fleet's pauses of
 		// the unfenced pool early (fleet.pauseUnfenced).
 		c.Faults = []string{model.FaultMemberFreeze, model.FaultLeaderPause, model.FaultRevoke}
-	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
 	}
 	return c
 }
@@ -560,17 +528,17 @@ func (r *runner) settle(rs *runState) {
 func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	r.t.Helper()
 	cfg := r.cfg
-	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
+	res := checks.Check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
 	if cfg.Recipes > 0 {
 		r.checkRecipeRun(res)
 	}
 	if cfg.PoolWorkers > 0 {
-		var vs []Violation
+		var vs []checks.Violation
 		var pools []model.PoolRecord
 		for _, p := range r.pools {
 			pools = append(pools, p.record())
 		}
-		res.Pool, vs = checkPools(fs, r.hist.Ops(), pools)
+		res.Pool, vs = checks.CheckPools(fs, r.hist.Ops(), pools)
 		res.Violations = append(res.Violations, vs...)
 	}
 	if r.fleet != nil {
@@ -580,14 +548,14 @@ func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions
 	if cfg.Helpers+cfg.InProcess > 0 { // the task workload's; none in a run of recipe workers alone
-		res.Liveness = liveness(LivenessInput{
+		res.Liveness = checks.Liveness(checks.LivenessInput{
 			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(rs.faults), From: rs.faultsFrom, To: rs.stopAt,
 			TTL: model.GrantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: model.GrantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
 		})
 	}
 	res.Warnings = append(res.Warnings, r.warnings...)
 	for _, p := range r.hist.Problems() {
-		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
+		res.Violations = append(res.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	return res
 }
@@ -596,13 +564,13 @@ func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 // findings to res.
 func (r *runner) checkRecipeRun(res *Result) {
 	r.t.Helper()
-	final, err := readRecipes(r.direct)
+	final, err := checks.ReadRecipes(r.direct)
 	if err != nil {
 		r.t.Fatalf("chaos: final read of the recipes: %v", err)
 	}
 	res.RecipeOps = r.recipes.Ops()
-	var vs []Violation
-	res.Recipes, vs = checkRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
+	var vs []checks.Violation
+	res.Recipes, vs = checks.CheckRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
 	res.Recipes.Workers = r.cfg.Recipes
 	res.Violations = append(res.Violations, vs...)
 }
@@ -617,8 +585,8 @@ func (r *runner) checkFleetRun(rs *runState, res *Result, fs model.FinalState) {
 	if err != nil {
 		r.t.Fatalf("chaos: final read of the fleet: %v", err)
 	}
-	var vs []Violation
-	res.Fleet, vs = checkFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.record())
+	var vs []checks.Violation
+	res.Fleet, vs = checks.CheckFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.record())
 	res.Violations = append(res.Violations, vs...)
 }
 
@@ -628,7 +596,7 @@ func (r *runner) finish(rs *runState, res *Result) {
 	r.t.Helper()
 	res.Wall = time.Since(rs.begin)
 	if len(res.Violations) > 0 || res.Liveness.Missed() {
-		if err := res.writeArtifacts(r.cfg, r.hist.Ops()); err != nil {
+		if err := writeArtifacts(res, r.cfg, r.hist.Ops()); err != nil {
 			r.t.Errorf("chaos: writing artifacts: %v", err)
 		}
 	}
@@ -764,7 +732,7 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // in-process worker on a direct client: after healing, every task must be
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
-	cfgW := workerConfig{Name: sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	cfgW := workerConfig{Name: model.Sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
 	w, err := newWorker(cfgW, r.direct, r.hist.Record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
@@ -1014,3 +982,6 @@ func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 // Config is one chaos run (model.Config, where the checks and the report
 // read it too). Zero fields take the defaults of DefaultConfig.
 type Config = model.Config
+
+// Result is a checked run (checks.Result): what Run returns.
+type Result = checks.Result

@@ -121,3 +121,49 @@ const (
 // DoneStatus is the terminal status every completion writes: a retry of the
 // same completion then compares equal.
 const DoneStatus = "done"
+
+// DefaultConfig is the long pass's configuration.
+func DefaultConfig() Config {
+	return Config{
+		Duration: time.Minute, Helpers: 4, InProcess: 2, Threads: 4, TTL: time.Second, Window: 48,
+		FaultGap: 450 * time.Millisecond, MaxFaults: 4, Quiet: 3 * time.Second, CheckTimeout: 2 * time.Minute,
+		Retention: 2 * time.Second,
+	}
+}
+
+// WithDefaults returns c with the defaults of DefaultConfig in its zero
+// fields, no negative worker counts, and a Logf that discards; package
+// chaos adds what the workload and the control imply.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&c.Helpers, d.Helpers)
+	set(&c.Threads, d.Threads)
+	set(&c.Window, d.Window)
+	set(&c.MaxFaults, d.MaxFaults)
+	setD(&c.Duration, d.Duration)
+	setD(&c.TTL, d.TTL)
+	setD(&c.FaultGap, d.FaultGap)
+	setD(&c.Quiet, d.Quiet)
+	setD(&c.CheckTimeout, d.CheckTimeout)
+	setD(&c.Retention, d.Retention)
+	if c.InProcess < 0 {
+		c.InProcess = 0
+	}
+	if c.Helpers < 0 { // no helper processes: a run of recipe workers alone
+		c.Helpers = 0
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}

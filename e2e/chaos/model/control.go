@@ -66,3 +66,14 @@ const (
 )
 
 // The controls of the recipe workload.
+const (
+	// ControlOverLimit: a recipe worker holding a permit also claims the
+	// permit the limit leaves out, recipekeys.Permit(name, limit),
+	// through the registry's permit recipe, as a semaphore that misread
+	// its limit would: more than the limit of permits are live.
+	ControlOverLimit Control = "over-limit"
+	// ControlRecipeNoFencing: recipe workers write downstream with a
+	// plain put, without the guard, and every holder is careless: a
+	// deposed holder's late write lands after its successor's.
+	ControlRecipeNoFencing Control = "recipe-no-fencing"
+)

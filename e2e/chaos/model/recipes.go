@@ -17,6 +17,12 @@ const (
 )
 
 // The recipe operations (RecipeOp.Type).
+const (
+	RecipeCampaign = "campaign" // election.Election.Campaign
+	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
+	RecipeWrite    = "write"    // a downstream write: fenceetcd.Guard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
+	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
+)
 
 // RecipeOp is one operation of the recipe workload, recorded when it
 // returns. Resource and Epoch are the leadership's or permit's (a

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"cmp"
@@ -565,10 +565,10 @@ func doneEpochs(evs []model.DoneEvent) []int64 {
 	return out
 }
 
-// checkFleetRun runs the fleet mode's checks on the history ops, the
+// CheckFleetRun runs the fleet mode's checks on the history ops, the
 // final state, the fleet's own final read ff, the fault log and what the
 // pools drained, with rec, what the pools did.
-func checkFleetRun(cfg Config, ops []model.Op, fs model.FinalState, ff model.FleetFinal, faults []model.Fault, drain model.FleetDrain, rec model.FleetRecord) (*FleetFacts, []Violation) {
+func CheckFleetRun(cfg model.Config, ops []model.Op, fs model.FinalState, ff model.FleetFinal, faults []model.Fault, drain model.FleetDrain, rec model.FleetRecord) (*FleetFacts, []Violation) {
 	names := map[string]bool{}
 	for _, p := range rec.Pools {
 		names[p.Name] = true

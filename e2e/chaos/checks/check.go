@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"cmp"
@@ -19,6 +19,7 @@ type Violation struct {
 	Detail string `json:"detail"`
 }
 
+// String is the violation as the summary lists it.
 func (v Violation) String() string {
 	if v.Task == "" {
 		return v.Check + ": " + v.Detail
@@ -46,7 +47,7 @@ const (
 
 // Result is a checked run.
 type Result struct {
-	Config   Config
+	Config   model.Config
 	Wall     time.Duration
 	Ops      map[model.OpType]map[model.Outcome]int
 	Recorded int // operations recorded
@@ -124,7 +125,7 @@ type epochInfo struct {
 }
 
 type checker struct {
-	cfg     Config
+	cfg     model.Config
 	ops     []model.Op
 	byID    map[string]*model.Op
 	touched []string
@@ -156,10 +157,10 @@ func (c *checker) fail(check, task, format string, args ...any) {
 	c.res.Violations = append(c.res.Violations, Violation{Check: check, Task: task, Detail: fmt.Sprintf(format, args...)})
 }
 
-// check runs every check on a run's history, final state and fault log.
+// Check runs every check on a run's history, final state and fault log.
 // end is a time after which no operation can still take effect (it is
 // moved past every invocation and return if need be).
-func check(cfg Config, ops []model.Op, touched []string, fs model.FinalState, faults []model.Fault, end int64) *Result {
+func Check(cfg model.Config, ops []model.Op, touched []string, fs model.FinalState, faults []model.Fault, end int64) *Result {
 	ops = slices.Clone(ops) // resolveInternal fills epochs in
 	c := &checker{
 		cfg: cfg, ops: ops, byID: map[string]*model.Op{}, touched: touched, fs: fs, faults: faults, end: end,

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"fmt"
@@ -174,20 +174,11 @@ var workerFaults = map[string]bool{
 	model.FaultPause: true, model.FaultKill: true, model.FaultFreeze: true, model.FaultBlackhole: true, model.FaultDropReplies: true, model.FaultLatency: true,
 }
 
-// slotOf is the slot of a worker, session or process name: "h0" of
-// "h0.1.s3".
-func slotOf(name string) string {
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		return name[:i]
-	}
-	return name
-}
-
-// liveness computes the liveness figures.
-func liveness(in LivenessInput) LivenessFacts {
+// Liveness computes the liveness figures.
+func Liveness(in LivenessInput) LivenessFacts {
 	// The sweeper's sessions come after the run.
-	in.Sessions = slices.DeleteFunc(slices.Clone(in.Sessions), func(sr model.SessionRecord) bool { return slotOf(sr.Name) == sweeper })
-	in.Grants = slices.DeleteFunc(slices.Clone(in.Grants), func(g model.GrantFailure) bool { return slotOf(g.Name) == sweeper })
+	in.Sessions = slices.DeleteFunc(slices.Clone(in.Sessions), func(sr model.SessionRecord) bool { return model.SlotOf(sr.Name) == model.Sweeper })
+	in.Grants = slices.DeleteFunc(slices.Clone(in.Grants), func(g model.GrantFailure) bool { return model.SlotOf(g.Name) == model.Sweeper })
 	c := &livenessCheck{in: in, ttl: int64(in.TTL), lf: &LivenessFacts{
 		ElectionTimeout: in.ElectionTimeout, RenewInterval: in.RenewInterval,
 		StallBound: 2*in.ElectionTimeout + in.RenewInterval,
@@ -234,7 +225,7 @@ type livenessCheck struct {
 // to a TTL and a paused process sees its end only once it runs again.
 func (c *livenessCheck) targeted(name string, from, to int64) bool {
 	for _, f := range c.in.Faults {
-		if workerFaults[f.Kind] && f.Target == slotOf(name) && f.Overlaps(from-2*c.ttl, to) {
+		if workerFaults[f.Kind] && f.Target == model.SlotOf(name) && f.Overlaps(from-2*c.ttl, to) {
 			return true
 		}
 	}
@@ -317,11 +308,11 @@ func (c *livenessCheck) progress() {
 	c.doneBy = map[string][]int64{} // slot → its completions
 	for _, op := range in.Ops {
 		progress := op.Type == model.OpComplete || (in.Contended && op.Type == model.OpRelease)
-		if !progress || op.Outcome != model.OutOK || op.Internal || op.Return == 0 || slotOf(op.Worker) == sweeper {
+		if !progress || op.Outcome != model.OutOK || op.Internal || op.Return == 0 || model.SlotOf(op.Worker) == model.Sweeper {
 			continue
 		}
 		c.done = append(c.done, op.Return)
-		c.doneBy[slotOf(op.Worker)] = append(c.doneBy[slotOf(op.Worker)], op.Return)
+		c.doneBy[model.SlotOf(op.Worker)] = append(c.doneBy[model.SlotOf(op.Worker)], op.Return)
 		if op.Return >= in.From && op.Return <= in.To {
 			c.lf.Completions++
 		}
@@ -472,10 +463,6 @@ func aloneParts(s Stall, faults []model.Fault) []Stall {
 	}
 	return parts
 }
-
-// sweeper is the name of the worker that completes what is left after the
-// run (runner.sweep); it is no slot's.
-const sweeper = "sweeper"
 
 // lines is the liveness part of the summary.
 func (lf *LivenessFacts) lines() []string {

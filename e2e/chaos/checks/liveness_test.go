@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"fmt"
@@ -55,7 +55,7 @@ func newLivenessScenario() *livenessScenario {
 				{Name: "h2.1.s0", Worker: "h2.1", Start: at(500), End: at(10100), Cause: model.CauseClosed},
 				{Name: "h2.1.s9", Worker: "h2.1", Start: at(9000), End: at(9500), Deadline: at(9500), Cause: model.CauseLost},
 				// The sweeper's, after the run: not counted.
-				{Name: sweeper + ".s0", Worker: sweeper, Start: at(10200), End: at(10300), Deadline: at(10300), Cause: model.CauseLost},
+				{Name: model.Sweeper + ".s0", Worker: model.Sweeper, Start: at(10200), End: at(10300), Deadline: at(10300), Cause: model.CauseLost},
 			},
 			Grants: []model.GrantFailure{{Name: "h2.1.s5", Worker: "h2.1", Time: at(2500), Err: "context deadline exceeded"}},
 		},
@@ -68,7 +68,7 @@ func (s *livenessScenario) facts() LivenessFacts {
 	n := 0
 	complete := func(worker string, t int64) {
 		n++
-		in.Ops = append(in.Ops, model.Op{ID: fmt.Sprintf("%s-%d", worker, n), Type: model.OpComplete, Task: taskName(n), Worker: worker,
+		in.Ops = append(in.Ops, model.Op{ID: fmt.Sprintf("%s-%d", worker, n), Type: model.OpComplete, Task: fmt.Sprintf("t%06d", n), Worker: worker,
 			Invoke: at(t) - at(5), Return: at(t), Outcome: model.OutOK})
 	}
 next:
@@ -89,9 +89,9 @@ next:
 		model.Op{ID: "x1", Type: model.OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2400), Outcome: model.OutUnknown},
 		model.Op{ID: "x2", Type: model.OpComplete, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2500), Outcome: model.OutStale},
 		model.Op{ID: "x3", Type: model.OpRelease, Worker: "h2.1.s0", Invoke: at(2300), Return: at(2600), Outcome: model.OutOK},
-		model.Op{ID: "x4", Type: model.OpComplete, Worker: sweeper + ".s0", Invoke: at(10500), Return: at(10600), Outcome: model.OutOK},
+		model.Op{ID: "x4", Type: model.OpComplete, Worker: model.Sweeper + ".s0", Invoke: at(10500), Return: at(10600), Outcome: model.OutOK},
 	)
-	return liveness(in)
+	return Liveness(in)
 }
 
 func TestLivenessAccounting(t *testing.T) {
@@ -301,7 +301,7 @@ func TestLivenessLeaderPause(t *testing.T) {
 func TestLivenessNoProgress(t *testing.T) {
 	s := newLivenessScenario()
 	s.in.Ops = nil
-	lf := liveness(s.in)
+	lf := Liveness(s.in)
 	if lf.Longest.Len() != 9*time.Second || lf.Completions != 0 {
 		t.Errorf("longest stall %v, %d completions; want 9s, 0", lf.Longest.Len(), lf.Completions)
 	}

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"slices"
@@ -163,7 +163,7 @@ func TestCheckerCatchesFleet(t *testing.T) {
 			in.Final.KeysLeft = []string{fleetB}
 		}},
 		{"completed by the sweeper", CheckFleetComplete, "completed by sweeper (epoch 30), not by a pool of the fleet", func(in *fleetInput) {
-			in.Done[1].Worker = sweeper
+			in.Done[1].Worker = model.Sweeper
 		}},
 		{"a claim stranded until its session ended", CheckFleetComplete, "completed by sweeper (epoch 40), not by a pool of the fleet; its epochs: 30 (f1.0, lease c8) ended at revision 33, expired, its holder never acted with it; 40 (sweeper, lease 0) ended at revision 41, completed", func(in *fleetInput) {
 			// f1.0's claim of job-b had an unknown outcome, was applied
@@ -172,16 +172,16 @@ func TestCheckerCatchesFleet(t *testing.T) {
 			in.Ops = slices.DeleteFunc(in.Ops, func(op model.Op) bool { return op.Task == fleetB })
 			in.Ops = append(in.Ops,
 				model.Op{ID: "b1", Type: model.OpAcquire, Task: fleetB, Worker: "f1.0", Invoke: 4 * sec, Return: 4*sec + 1, Outcome: model.OutUnknown},
-				model.Op{ID: "sb", Type: model.OpAcquire, Task: fleetB, Worker: sweeper, Epoch: 40, Invoke: 9 * sec, Return: 9*sec + 1, Outcome: model.OutOK})
+				model.Op{ID: "sb", Type: model.OpAcquire, Task: fleetB, Worker: model.Sweeper, Epoch: 40, Invoke: 9 * sec, Return: 9*sec + 1, Outcome: model.OutOK})
 			in.Leases = append(slices.Delete(in.Leases, 4, 6),
 				model.LeaseEvent{Task: fleetB, Rev: 30, Put: true, CreateRev: 30, Worker: "f1.0", LeaseID: 200},
 				model.LeaseEvent{Task: fleetB, Rev: 33},
-				model.LeaseEvent{Task: fleetB, Rev: 40, Put: true, CreateRev: 40, Worker: sweeper},
+				model.LeaseEvent{Task: fleetB, Rev: 40, Put: true, CreateRev: 40, Worker: model.Sweeper},
 				model.LeaseEvent{Task: fleetB, Rev: 41})
 			in.Audit = append(in.Audit[:2],
 				audit.Entry{Kind: audit.Expired, Resource: fleetB, Worker: "f1.0", Epoch: 30, Revision: 34},
-				audit.Entry{Kind: audit.Completed, Resource: fleetB, Worker: sweeper, Epoch: 40, Revision: 41})
-			in.Done[1] = model.DoneEvent{Task: fleetB, Rev: 41, Put: true, Epoch: 40, Worker: sweeper}
+				audit.Entry{Kind: audit.Completed, Resource: fleetB, Worker: model.Sweeper, Epoch: 40, Revision: 41})
+			in.Done[1] = model.DoneEvent{Task: fleetB, Rev: 41, Put: true, Epoch: 40, Worker: model.Sweeper}
 			in.Final.TaskEvents = in.Final.TaskEvents[:3]
 			in.Final.KeysLeft = []string{fleetB}
 			in.Final.EffectEvents = in.Final.EffectEvents[:2]

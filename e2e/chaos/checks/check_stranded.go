@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"fmt"
@@ -24,8 +24,8 @@ import (
 // cluster, four workers and the race detector on two cores.
 const strandSlack = 3 * time.Second
 
-// strandBound is checkStranded's bound for sessions of TTL ttl.
-func strandBound(ttl time.Duration) time.Duration { return model.GrantedTTL(ttl) + strandSlack }
+// StrandBound is checkStranded's bound for sessions of TTL ttl.
+func StrandBound(ttl time.Duration) time.Duration { return model.GrantedTTL(ttl) + strandSlack }
 
 // StrandedFacts are the grants to sessions that had no Lease for them, and
 // what checkStranded found.
@@ -101,7 +101,7 @@ func (f *StrandedFacts) line() string {
 // before after(end).
 func (c *checker) checkStranded() {
 	f := &c.res.Stranded
-	f.Bound = strandBound(c.cfg.TTL)
+	f.Bound = StrandBound(c.cfg.TTL)
 	told := map[model.TaskEpoch]bool{}
 	for i := range c.ops {
 		if op := &c.ops[i]; op.Type == model.OpAcquire && op.Outcome == model.OutOK {
@@ -147,7 +147,7 @@ func (c *checker) checkStranded() {
 		}
 		from, last := grantBy, "none since the grant"
 		for _, ft := range c.faults {
-			mine := (workerFaults[ft.Kind] && ft.Target == slotOf(ei.Worker)) || model.IsMemberFault(ft.Kind)
+			mine := (workerFaults[ft.Kind] && ft.Target == model.SlotOf(ei.Worker)) || model.IsMemberFault(ft.Kind)
 			if mine && ft.Start <= endBy && ft.End > from {
 				from = ft.End
 				last = fmt.Sprintf("%s of %s, healed at least %v after the grant", ft.Kind, ft.Target, time.Duration(ft.End-grantBy).Round(time.Millisecond))

@@ -1,11 +1,7 @@
-package chaos
+package checks
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -124,7 +120,7 @@ func (r *Result) summarizeStores(s *summary) {
 	s.p("  %d epochs began on a task whose done record was pruned; %d reads of the log found the reader's task completed (by another epoch; the reader released it); %d rejection entries written again by a stale attempt retried after pruning; %d written by a late attempt of a successful completion after its done record was pruned",
 		rf.Reacquired, rf.FoundCompleted, rf.RejectionsRewritten, rf.LateRejections)
 	s.p("  skewed clocks: %d archived entries of the worker %v behind (%s*), %d of the worker %v ahead (%s*)",
-		rf.slowArchived, -model.ClockBehind, slowClockWorker, rf.fastArchived, model.ClockAhead, fastClockWorker)
+		rf.SlowArchived, -model.ClockBehind, slowClockWorker, rf.FastArchived, model.ClockAhead, fastClockWorker)
 	s.p("downstream effects: sql %d, etcd %d", r.Effects[model.OpSQL], r.Effects[model.OpEtcd])
 	pr := r.Porcupine
 	s.p("porcupine: %s — %d partitions (%d illegal, %d timed out, %d unchecked) in %v (bound %v, a tenth of it per partition)",
@@ -173,90 +169,4 @@ func (r *Result) summarizeFindings(s *summary) {
 		s.p("artifacts: %s", r.OutDir)
 	}
 	s.p("violations: %d", len(r.Violations))
-}
-
-// writeArtifacts writes the seed, the fault log, the history, the
-// workers' sessions, the violations and porcupine's visualisation of
-// illegal partitions.
-func (r *Result) writeArtifacts(cfg Config, ops []model.Op) error {
-	dir := cfg.OutDir
-	if dir == "" {
-		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")
-	}
-	var err error
-	if dir == "" {
-		dir, err = os.MkdirTemp("", fmt.Sprintf("leasehold-chaos-%d-", cfg.Seed))
-	} else {
-		dir = filepath.Join(dir, fmt.Sprintf("seed-%d-%s-%s", cfg.Seed, controlName(cfg.Control), time.Now().Format("20060102-150405")))
-		err = os.MkdirAll(dir, 0o755)
-	}
-	if err != nil {
-		return err
-	}
-	r.OutDir = dir
-	write := func(name string, fill func(*strings.Builder)) error {
-		var b strings.Builder
-		fill(&b)
-		return os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644)
-	}
-	errs := []error{
-		write("seed.txt", func(b *strings.Builder) {
-			fmt.Fprintf(b, "seed %d\ncontrol %s\ncontended %v\nduration %v\n", cfg.Seed, controlName(cfg.Control), cfg.Contended, cfg.Duration)
-		}),
-		write("faults.log", func(b *strings.Builder) {
-			fs := slices.Clone(r.Faults)
-			slices.SortFunc(fs, func(a, b model.Fault) int { return model.CompareInt(a.Start, b.Start) })
-			for _, f := range fs {
-				fmt.Fprintln(b, f)
-			}
-		}),
-		write("history.jsonl", func(b *strings.Builder) {
-			enc := json.NewEncoder(b)
-			for _, op := range ops {
-				_ = enc.Encode(op)
-			}
-		}),
-		write("sessions.jsonl", func(b *strings.Builder) {
-			enc := json.NewEncoder(b)
-			for _, sr := range r.Sessions {
-				_ = enc.Encode(sr)
-			}
-		}),
-		write("violations.txt", func(b *strings.Builder) {
-			for _, v := range r.Violations {
-				fmt.Fprintln(b, v)
-			}
-		}),
-		write("summary.txt", func(b *strings.Builder) { b.WriteString(r.Summary()) }),
-		write("recipes.jsonl", func(b *strings.Builder) {
-			enc := json.NewEncoder(b)
-			for _, op := range r.RecipeOps {
-				_ = enc.Encode(op)
-			}
-		}),
-	}
-	if r.Fleet != nil {
-		errs = append(errs, write("fleet-takeovers.jsonl", func(b *strings.Builder) {
-			enc := json.NewEncoder(b)
-			for _, t := range r.Fleet.Takeovers {
-				_ = enc.Encode(t)
-			}
-		}))
-	}
-	if _, err := r.Porcupine.Visualize(dir, 10); err != nil {
-		errs = append(errs, err)
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func controlName(c model.Control) string {
-	if c == model.ControlNone {
-		return "none"
-	}
-	return string(c)
 }

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"cmp"
@@ -53,8 +53,8 @@ type recipeState struct {
 	Writes []recipeWrite
 }
 
-// readRecipes reads the recipe workload's history from etcd.
-func readRecipes(cli *clientv3.Client) (recipeState, error) {
+// ReadRecipes reads the recipe workload's history from etcd.
+func ReadRecipes(cli *clientv3.Client) (recipeState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	space := keys.MustNew(model.RecipeNamespace)
@@ -147,11 +147,11 @@ func (c *recipeChecker) fail(check, res, format string, args ...any) {
 	c.vs = append(c.vs, Violation{Check: check, Task: res, Detail: fmt.Sprintf(format, args...)})
 }
 
-// checkRecipes runs the recipe checks on the workload's operations and
+// CheckRecipes runs the recipe checks on the workload's operations and
 // etcd's history, for a semaphore of limit permits. The checker decodes
 // the keys itself: the election's resource is "election/" + its name, a
 // permit is what semaphore.ParsePermit recognises.
-func checkRecipes(limit int, ops []model.RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
+func CheckRecipes(limit int, ops []model.RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
 	c := &recipeChecker{
 		limit: limit, ops: ops, fs: fs, space: keys.MustNew(model.RecipeNamespace),
 		facts:  &RecipeFacts{Limit: limit, Writes: map[model.Outcome]int{}, electionOrder: true},
@@ -216,7 +216,7 @@ func (c *recipeChecker) checkElection() {
 	}
 	told := map[int64][]string{}
 	for _, op := range c.ops {
-		if op.Type != RecipeCampaign || op.Outcome != model.OutOK {
+		if op.Type != model.RecipeCampaign || op.Outcome != model.OutOK {
 			continue
 		}
 		c.facts.Campaigns++
@@ -270,7 +270,7 @@ func (c *recipeChecker) checkSemaphore() {
 	}
 	told := map[permit][]string{}
 	for _, op := range c.ops {
-		if op.Type != RecipeAcquire || op.Outcome != model.OutOK {
+		if op.Type != model.RecipeAcquire || op.Outcome != model.OutOK {
 			continue
 		}
 		c.facts.Acquired++
@@ -293,7 +293,7 @@ func (c *recipeChecker) checkFencing() {
 	byID := map[string]*model.RecipeOp{}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != RecipeWrite {
+		if op.Type != model.RecipeWrite {
 			continue
 		}
 		byID[op.ID] = op
@@ -360,7 +360,7 @@ func (c *recipeChecker) checkFencing() {
 			len(ws), k.epoch, ws[0].Worker, h.Op, h.Epoch, h.Worker, h.Rev, strings.Join(ids, ", "))
 	}
 	for _, op := range c.ops {
-		if op.Type == RecipeWrite && op.Outcome == model.OutOK && landed[op.ID].Op == "" {
+		if op.Type == model.RecipeWrite && op.Outcome == model.OutOK && landed[op.ID].Op == "" {
 			c.fail(CheckRecipeFencing, op.Resource, "write %s of epoch %d was admitted, but never landed", op.ID, op.Epoch)
 		}
 	}

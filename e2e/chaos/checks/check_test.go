@@ -1,10 +1,8 @@
-package chaos
+package checks
 
 import (
 	"fmt"
 	"hash/fnv"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -144,8 +142,8 @@ func (s *scenario) op(id string) *model.Op {
 
 func (s *scenario) check(t *testing.T) *Result {
 	t.Helper()
-	cfg := withDefaults(Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second})
-	return check(cfg, s.ops, s.touched, s.fs, s.faults, 1000)
+	cfg := model.Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second}.WithDefaults()
+	return Check(cfg, s.ops, s.touched, s.fs, s.faults, 1000)
 }
 
 func TestCheckerPassesAGoodHistory(t *testing.T) {
@@ -334,25 +332,6 @@ func TestCompletionModelUnknowns(t *testing.T) {
 				t.Fatalf("linearizable = %v, want %v", got, c.want)
 			}
 		})
-	}
-}
-
-// TestArtifacts: a run with violations leaves the seed, the fault log, the
-// history and porcupine's visualisation.
-func TestArtifacts(t *testing.T) {
-	s := newScenario()
-	c1 := s.op("c1")
-	c1.Outcome, c1.Current = model.OutOK, 0
-	res := s.check(t)
-	res.Faults = []model.Fault{{Kind: model.FaultPause, Target: "h0", Start: 150, End: 290}}
-	cfg := Config{Seed: 42, OutDir: t.TempDir()}
-	if err := res.writeArtifacts(cfg, s.ops); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", "summary.txt", "porcupine-completion.html"} {
-		if fi, err := os.Stat(filepath.Join(res.OutDir, f)); err != nil || fi.Size() == 0 {
-			t.Errorf("%s: %v", f, err)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ type PoolWorkerFacts struct {
 	Completions int64
 }
 
-// checkPools gathers the pools' figures and checks them against the
+// CheckPools gathers the pools' figures and checks them against the
 // audit log (fs.Audit, etcd and the archive as one) and the history. Per
 // pool:
 //
@@ -61,7 +61,7 @@ type PoolWorkerFacts struct {
 //
 // It also counts the tasks the pools claimed that completed after the
 // faults were healed; check "incomplete" holds every task to that.
-func checkPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (*PoolFacts, []Violation) {
+func CheckPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (*PoolFacts, []Violation) {
 	pf := &PoolFacts{Workers: len(pools)}
 	var vs []Violation
 	fail := func(format string, args ...any) {

@@ -1,4 +1,4 @@
-package chaos
+package checks
 
 import (
 	"slices"
@@ -38,12 +38,12 @@ type RetentionFacts struct {
 	// succeeded, after retention deleted its done record (checkRejections).
 	RejectionsRewritten int
 	LateRejections      int
-	// slowArchived and fastArchived count the archived entries the
+	// SlowArchived and fastArchived count the archived entries the
 	// workers whose clocks are behind and ahead (skew.go) wrote themselves,
 	// with their clocks' times (not the expired and revoked entries of their
 	// epochs, which the recorder and the operator write): retention prunes
 	// both, whatever those times say.
-	slowArchived, fastArchived int
+	SlowArchived, FastArchived int
 }
 
 // The workers whose clocks are skewed (skew.go), by the prefix of their
@@ -148,9 +148,9 @@ func (c *checker) indexHistories() {
 		switch {
 		case e.Kind == audit.Expired || e.Kind == audit.Revoked:
 		case strings.HasPrefix(e.Worker, slowClockWorker):
-			c.res.Retention.slowArchived++
+			c.res.Retention.SlowArchived++
 		case strings.HasPrefix(e.Worker, fastClockWorker):
-			c.res.Retention.fastArchived++
+			c.res.Retention.FastArchived++
 		}
 	}
 	for _, ev := range c.fs.DoneEvents {

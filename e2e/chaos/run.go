@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/report"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -596,7 +597,7 @@ func (r *runner) finish(rs *runState, res *Result) {
 	r.t.Helper()
 	res.Wall = time.Since(rs.begin)
 	if len(res.Violations) > 0 || res.Liveness.Missed() {
-		if err := writeArtifacts(res, r.cfg, r.hist.Ops()); err != nil {
+		if err := report.WriteArtifacts(res, r.cfg, r.hist.Ops()); err != nil {
 			r.t.Errorf("chaos: writing artifacts: %v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package chaos
+package report
 
 import (
 	"encoding/json"
@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
-// writeArtifacts writes the seed, the fault log, the history, the
+// WriteArtifacts writes the seed, the fault log, the history, the
 // workers' sessions, the violations and porcupine's visualisation of
-// illegal partitions.
-func writeArtifacts(r *Result, cfg Config, ops []model.Op) error {
+// illegal partitions to a new folder, which it notes in r.OutDir.
+func WriteArtifacts(r *checks.Result, cfg model.Config, ops []model.Op) error {
 	dir := cfg.OutDir
 	if dir == "" {
 		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")

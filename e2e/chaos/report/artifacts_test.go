@@ -1,4 +1,4 @@
-package chaos
+package report
 
 import (
 	"os"
@@ -24,7 +24,7 @@ func TestArtifacts(t *testing.T) {
 	op := func(kind model.OpType, epoch, inv, ret int64, out model.CompletionOutput) porcupine.Operation {
 		return porcupine.Operation{Input: model.CompletionInput{Task: task, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
 	}
-	res := &Result{
+	res := &checks.Result{
 		Config:     model.Config{CheckTimeout: 10 * time.Second, Retention: 2 * time.Second}.WithDefaults(),
 		Faults:     []model.Fault{{Kind: model.FaultPause, Target: "h0", Start: 150, End: 290}},
 		Violations: []checks.Violation{{Check: checks.CheckCompletion, Task: task, Detail: "completed twice, by c1 and c2"}},
@@ -34,8 +34,8 @@ func TestArtifacts(t *testing.T) {
 			op(model.OpComplete, 5, 300, 310, model.CompletionOutput{Out: model.OutOK}),
 		}}},
 	}
-	cfg := Config{Seed: 42, OutDir: t.TempDir()}
-	if err := writeArtifacts(res, cfg, ops); err != nil {
+	cfg := model.Config{Seed: 42, OutDir: t.TempDir()}
+	if err := WriteArtifacts(res, cfg, ops); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", "summary.txt", "porcupine-completion.html"} {

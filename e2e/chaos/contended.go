@@ -59,7 +59,7 @@ func (w *worker) contendedCycle(ctx context.Context, rng *rand.Rand, s *session.
 	}
 	tasks := w.pickOpen(rng, n)
 	if len(tasks) < n {
-		sleep(ctx, 10*time.Millisecond)
+		model.Sleep(ctx, 10*time.Millisecond)
 		return
 	}
 	switch kind {
@@ -72,7 +72,7 @@ func (w *worker) contendedCycle(ctx context.Context, rng *rand.Rand, s *session.
 			w.hold(rng, l)
 		}
 	default:
-		if l, _ := w.acquire(ctx, s, tasks[0], queueTimeout); l != nil {
+		if l, _ := w.acquire(ctx, s, tasks[0], model.QueueTimeout); l != nil {
 			w.hold(rng, l)
 		}
 	}
@@ -105,7 +105,7 @@ func (w *worker) hold(rng *rand.Rand, l *lease.Lease) {
 	if w.checkCompletion(l) != checkOpen || !w.steps(rng, l) {
 		return
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	if rng.IntN(completeOneIn) == 0 {
 		w.complete(l)
 		return
@@ -132,7 +132,7 @@ func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []st
 		c.dropClaim = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: c.claim.id})
 		c.giveBack = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: c.acq.id})
 	}
-	ctx, cancel := context.WithTimeout(stop, queueTimeout)
+	ctx, cancel := context.WithTimeout(stop, model.QueueTimeout)
 	ls, err := w.reg.AcquireMany(ctx, s, tasks)
 	cancel()
 	inside := errors.New("AcquireMany may have claimed the task out of order and let it go")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
@@ -64,8 +65,8 @@ type fleet struct {
 	mu     sync.Mutex
 	closed bool // the workers are stopping: start no pool
 	wg     sync.WaitGroup
-	pools  []*fleetPool         // every pool started, in order
-	live   map[*slot]*fleetPool // the pool in each slot; nil while dead
+	pools  []*fleetPool                 // every pool started, in order
+	live   map[*nemesis.Slot]*fleetPool // the pool in each slot; nil while dead
 	kills  []model.FleetKill
 	pauses []model.Fault // ControlFleetNoFencing's pauses of slot f0
 	next   int           // the next task's number
@@ -105,27 +106,15 @@ type fleetPool struct {
 	injected, refused, unknown atomic.Int64
 }
 
-// addFleetSlots adds the fleet's slots, f0 … f<Fleet-1>, each with its
-// own proxies, so that the nemesis's faults of a worker and of a member
-// reach its pools.
-func (r *runner) addFleetSlots() {
-	if r.cfg.Fleet == 0 {
-		return
-	}
-	r.fleet = &fleet{r: r, live: map[*slot]*fleetPool{}}
+// newFleet returns the fleet of r's run, its log in a file of the run.
+func newFleet(r *runner) *fleet {
+	f := &fleet{r: r, live: map[*nemesis.Slot]*fleetPool{}}
 	lf, err := os.Create(filepath.Join(r.dir, fleetLog))
 	if err != nil {
 		r.t.Fatalf("chaos: fleet: %v", err)
 	}
-	r.fleet.logFile = lf
-	for i := range r.cfg.Fleet {
-		s := &slot{idx: len(r.slots), name: fmt.Sprintf("f%d", i), fleet: true, gate: &gate{}}
-		for _, m := range r.cluster.Members() {
-			s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
-		}
-		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
-		r.slots = append(r.slots, s)
-	}
+	f.logFile = lf
+	return f
 }
 
 // startFleet puts the backlog's task keys and starts a pool in every
@@ -144,9 +133,9 @@ func (f *fleet) startFleet(ctx context.Context) {
 	}
 	f.start = time.Now()
 	for _, s := range f.r.slots {
-		if s.fleet {
+		if s.Fleet {
 			if err := f.startPool(s); err != nil {
-				f.r.t.Fatalf("chaos: fleet pool %s: %v", s.name, err)
+				f.r.t.Fatalf("chaos: fleet pool %s: %v", s.Name, err)
 			}
 		}
 	}
@@ -182,35 +171,32 @@ func (f *fleet) feed(ctx context.Context, n int) (int, error) {
 
 // startPool fills s with a new pool: the slot's next generation, on a new
 // client. Once the workers are stopping it starts none.
-func (f *fleet) startPool(s *slot) error {
+func (f *fleet) startPool(s *nemesis.Slot) error {
 	f.mu.Lock()
 	closed := f.closed
 	f.mu.Unlock()
 	if closed || f.ctx.Err() != nil {
 		return nil
 	}
-	s.mu.Lock()
-	name := fmt.Sprintf("%s.%d", s.name, s.gen)
-	s.gen++
-	s.mu.Unlock()
+	name := fmt.Sprintf("%s.%d", s.Name, s.NewGeneration()-1)
 	r := f.r
-	cli, err := newWorkerClient(s.endpoints())
+	cli, err := newWorkerClient(s.Endpoints())
 	if err != nil {
 		return err
 	}
 	cfgW := workerConfig{
-		Name: name, Endpoints: s.endpoints(), SQLite: r.dsn, Archive: r.archive,
-		Seed: r.cfg.Seed*1000 + uint64(900+s.idx*10+len(f.pools)), Threads: 1, TTL: r.cfg.TTL, Window: 1,
+		Name: name, Endpoints: s.Endpoints(), SQLite: r.dsn, Archive: r.archive,
+		Seed: r.cfg.Seed*1000 + uint64(900+s.Idx*10+len(f.pools)), Threads: 1, TTL: r.cfg.TTL, Window: 1,
 	}
 	w, err := newWorker(cfgW, cli, r.hist.Record)
 	if err != nil {
 		_ = cli.Close()
 		return err
 	}
-	w.gate = s.gate
+	w.gate = s.Gate
 	p := &fleetPool{
 		name: name, w: w, cli: cli, born: time.Now(),
-		fenced: r.cfg.Control != model.ControlFleetNoFencing || s.name != "f0",
+		fenced: r.cfg.Control != model.ControlFleetNoFencing || s.Name != "f0",
 		rng:    rand.New(rand.NewPCG(cfgW.Seed, 2)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -266,7 +252,7 @@ func (f *fleet) startPool(s *slot) error {
 			// The pool gave up on its own: no fault of the suite's is
 			// one it should not outlast.
 			p.rec.problem(fmt.Sprintf("%s: Run returned %v", p.name, err))
-			sleep(rctx, 100*time.Millisecond)
+			model.Sleep(rctx, 100*time.Millisecond)
 		}
 	})
 	return nil
@@ -276,7 +262,7 @@ func (f *fleet) startPool(s *slot) error {
 // releases nothing and renews nothing, and its Run is cancelled; a
 // handler still running writes nothing more. It reports false when it
 // could not read the revision first (then nothing was killed).
-func (f *fleet) kill(s *slot) bool {
+func (f *fleet) kill(s *nemesis.Slot) bool {
 	f.mu.Lock()
 	p := f.live[s]
 	f.mu.Unlock()
@@ -292,7 +278,7 @@ func (f *fleet) kill(s *slot) bool {
 	f.mu.Lock()
 	rate := f.rate
 	f.mu.Unlock()
-	k := model.FleetKill{Slot: s.name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
+	k := model.FleetKill{Slot: s.Name, Pool: p.name, Rev: resp.Header.Revision, Backlog: resp.Count, Rate: rate}
 	k.At = model.Now()
 	p.dead.Store(true)
 	_ = p.cli.Close()
@@ -306,9 +292,9 @@ func (f *fleet) kill(s *slot) bool {
 }
 
 // restart starts a new pool in s, the slot of the kill at index i.
-func (f *fleet) restart(s *slot, i int) {
+func (f *fleet) restart(s *nemesis.Slot, i int) {
 	if err := f.startPool(s); err != nil {
-		f.r.warn("fleet: restarting %s: %v", s.name, err)
+		f.r.warn("fleet: restarting %s: %v", s.Name, err)
 		return
 	}
 	f.mu.Lock()
@@ -328,7 +314,7 @@ func (f *fleet) chaos(ctx context.Context) {
 	bg.Go(func() {
 		bound := model.TakeoverBound(f.r.cfg.TTL, 0, nil)
 		for {
-			if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			if model.Sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
 				return
 			}
 			f.mu.Lock()
@@ -357,7 +343,7 @@ func (f *fleet) chaos(ctx context.Context) {
 	var restarts sync.WaitGroup
 	wait := fleetKillGap/2 + time.Duration(rng.Int64N(int64(fleetKillGap)))
 	for {
-		if sleep(ctx, wait); ctx.Err() != nil {
+		if model.Sleep(ctx, wait); ctx.Err() != nil {
 			break
 		}
 		// No pool may be killed now (too early, too many dead, all too
@@ -366,12 +352,12 @@ func (f *fleet) chaos(ctx context.Context) {
 		wait = 100 * time.Millisecond
 		f.mu.Lock()
 		early := time.Since(f.start) < fleetFirstKill
-		var cands []*slot
+		var cands []*nemesis.Slot
 		dead := 0
 		for _, s := range f.r.slots {
 			switch p, ok := f.live[s]; {
-			case !s.fleet || !ok:
-			case f.r.cfg.Control == model.ControlFleetNoFencing && s.name == "f0":
+			case !s.Fleet || !ok:
+			case f.r.cfg.Control == model.ControlFleetNoFencing && s.Name == "f0":
 			case p == nil:
 				dead++
 			case time.Since(p.born) >= fleetMinAge:
@@ -392,7 +378,7 @@ func (f *fleet) chaos(ctx context.Context) {
 		f.mu.Unlock()
 		d := fleetRestartMin + time.Duration(rng.Int64N(int64(fleetRestartMax-fleetRestartMin)))
 		restarts.Go(func() {
-			sleep(ctx, d) // at once when the phase ends
+			model.Sleep(ctx, d) // at once when the phase ends
 			f.restart(s, i)
 		})
 	}
@@ -408,25 +394,25 @@ func (f *fleet) chaos(ctx context.Context) {
 // must inject no fault of a worker meanwhile: its heal would end the
 // pause early.
 func (f *fleet) pauseUnfenced(ctx context.Context) {
-	var s *slot
+	var s *nemesis.Slot
 	for _, sl := range f.r.slots {
-		if sl.fleet && sl.name == "f0" {
+		if sl.Fleet && sl.Name == "f0" {
 			s = sl
 		}
 	}
 	ttl := f.r.cfg.TTL
 	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x7061757365))
 	for {
-		if sleep(ctx, 300*time.Millisecond+time.Duration(rng.Int64N(int64(700*time.Millisecond)))); ctx.Err() != nil {
+		if model.Sleep(ctx, 300*time.Millisecond+time.Duration(rng.Int64N(int64(700*time.Millisecond)))); ctx.Err() != nil {
 			return
 		}
 		d := ttl*3/2 + time.Duration(rng.Int64N(int64(ttl)))
-		ft := model.Fault{Kind: model.FaultFreeze, Target: s.name, Detail: "the unfenced pool", Start: model.Now()}
-		s.gate.close()
-		s.blackhole()
-		sleep(ctx, d)
-		s.heal()
-		s.gate.open()
+		ft := model.Fault{Kind: model.FaultFreeze, Target: s.Name, Detail: "the unfenced pool", Start: model.Now()}
+		s.Gate.Close()
+		s.Blackhole()
+		model.Sleep(ctx, d)
+		s.Heal()
+		s.Gate.Open()
 		ft.End = model.Now()
 		f.mu.Lock()
 		f.pauses = append(f.pauses, ft)
@@ -552,7 +538,7 @@ func (f *fleet) pin(ctx context.Context) error {
 					}
 				}
 			}
-			sleep(ctx, 50*time.Millisecond)
+			model.Sleep(ctx, 50*time.Millisecond)
 		}
 	})
 	return nil
@@ -579,13 +565,13 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 		d = time.Duration(200+p.rng.IntN(600)) * time.Millisecond
 	}
 	p.rmu.Unlock()
-	w.gate.wait()
+	w.gate.Wait()
 	if careless {
 		time.Sleep(d)
 	} else {
-		sleep(ctx, d)
+		model.Sleep(ctx, d)
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	switch {
 	case p.dead.Load():
 		return "", errKilled
@@ -609,7 +595,7 @@ func (p *fleetPool) handle(ctx context.Context, l *lease.Lease) (string, error) 
 		p.unknown.Add(1)
 		return "", errEffectUnknown
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	switch {
 	case p.dead.Load():
 		return "", errKilled

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	wpool "github.com/leasehold/leasehold/worker"
@@ -67,28 +68,16 @@ type poolWorker struct {
 	injected, foundDone, fenced, unread atomic.Int64
 }
 
-// addPoolSlots adds the pools' slots, each with its own proxies.
-func (r *runner) addPoolSlots() {
-	for i := range r.cfg.PoolWorkers {
-		s := &slot{idx: len(r.slots), name: fmt.Sprintf("p%d", i), pool: true, gate: &gate{}}
-		for _, m := range r.cluster.Members() {
-			s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
-		}
-		s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
-		r.slots = append(r.slots, s)
-	}
-}
-
 // startPoolWorkers starts a pool in every pool slot; each runs until ctx
 // ends.
 func (r *runner) startPoolWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	for _, s := range r.slots {
-		if !s.pool {
+		if !s.Pool {
 			continue
 		}
 		p, cli, err := r.newPoolWorker(s)
 		if err != nil {
-			r.t.Fatalf("chaos: pool worker %s: %v", s.name, err)
+			r.t.Fatalf("chaos: pool worker %s: %v", s.Name, err)
 		}
 		r.pools = append(r.pools, p)
 		wg.Go(func() {
@@ -98,14 +87,14 @@ func (r *runner) startPoolWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
-	cli, err := newWorkerClient(s.endpoints())
+func (r *runner) newPoolWorker(s *nemesis.Slot) (*poolWorker, *clientv3.Client, error) {
+	cli, err := newWorkerClient(s.Endpoints())
 	if err != nil {
 		return nil, nil, err
 	}
 	cfgW := r.workerConfig(s)
-	cfgW.Name = s.name
-	cfgW.Seed = r.cfg.Seed*1000 + uint64(700+s.idx)
+	cfgW.Name = s.Name
+	cfgW.Seed = r.cfg.Seed*1000 + uint64(700+s.Idx)
 	if r.cfg.Control == model.ControlPoolNoFencing {
 		cfgW.Control = model.ControlNoFencing
 	} else {
@@ -116,9 +105,9 @@ func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
 		_ = cli.Close()
 		return nil, nil, err
 	}
-	w.gate = s.gate
+	w.gate = s.Gate
 	p := &poolWorker{
-		name: s.name, w: w, careful: r.cfg.Control != model.ControlPoolNoFencing,
+		name: s.Name, w: w, careful: r.cfg.Control != model.ControlPoolNoFencing,
 		rng: rand.New(rand.NewPCG(cfgW.Seed, 1)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -133,7 +122,7 @@ func (r *runner) newPoolWorker(s *slot) (*poolWorker, *clientv3.Client, error) {
 	}
 	p.reg = reg
 	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
-		wpool.WithSlots(poolSlots), wpool.WithWorker(s.name),
+		wpool.WithSlots(poolSlots), wpool.WithWorker(s.Name),
 		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
 		wpool.WithRetry(poolRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
@@ -168,7 +157,7 @@ func (p *poolWorker) run(ctx context.Context) {
 			// The pool gave up on its own: no fault of the suite's is
 			// one it should not outlast.
 			p.rec.problem(fmt.Sprintf("%s: Run returned %v", p.name, err))
-			sleep(ctx, 100*time.Millisecond)
+			model.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 	stopWatch()
@@ -181,7 +170,7 @@ func (p *poolWorker) run(ctx context.Context) {
 // completed, offered again every poolPoll.
 func (p *poolWorker) next(ctx context.Context) ([]string, error) {
 	if p.polled.Swap(true) {
-		sleep(ctx, poolPoll)
+		model.Sleep(ctx, poolPoll)
 	}
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
@@ -236,7 +225,7 @@ func (p *poolWorker) plan() handlerPlan {
 // and fencing must refuse them.
 func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
 	w, hp := p.w, p.plan()
-	w.gate.wait()
+	w.gate.Wait()
 	read := w.begin(model.OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
 	e, done, err := w.completion(l.Resource())
 	switch {
@@ -259,9 +248,9 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 		if hp.careless {
 			time.Sleep(d)
 		} else {
-			sleep(ctx, d)
+			model.Sleep(ctx, d)
 		}
-		w.gate.wait()
+		w.gate.Wait()
 		if !hp.careless && ctx.Err() != nil {
 			return "", context.Cause(ctx)
 		}
@@ -271,7 +260,7 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 		}
 		out := w.writeSQL(l)
 		if out != model.OutRefused {
-			w.gate.wait()
+			w.gate.Wait()
 			out = w.writeEtcd(l)
 		}
 		if out == model.OutRefused {
@@ -279,7 +268,7 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 			return "", errFenced
 		}
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	if hp.fail == hp.steps {
 		p.injected.Add(1)
 		return "", errInjected

@@ -147,7 +147,7 @@ func startHelper(cfg workerConfig, h *model.History, dir string) (*helperProc, e
 		for sc.Scan() {
 			var ev model.Event
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				h.Unreadable(fmt.Sprintf("%s: unreadable line %q", cfg.Name, truncate(sc.Text(), 200)))
+				h.Unreadable(fmt.Sprintf("%s: unreadable line %q", cfg.Name, model.Truncate(sc.Text(), 200)))
 				continue
 			}
 			h.Record(ev)
@@ -156,7 +156,11 @@ func startHelper(cfg workerConfig, h *model.History, dir string) (*helperProc, e
 	return p, nil
 }
 
-func (p *helperProc) signal(sig syscall.Signal) {
+// Name is the process's worker name, <slot>.<generation>.
+func (p *helperProc) Name() string { return p.name }
+
+// Signal sends sig to the process.
+func (p *helperProc) Signal(sig syscall.Signal) {
 	_ = p.cmd.Process.Signal(sig)
 }
 
@@ -173,26 +177,26 @@ func (p *helperProc) wait() error {
 	return p.err
 }
 
-// kill SIGKILLs the process and reaps it; a reaped process is left alone.
-func (p *helperProc) kill() {
+// Kill SIGKILLs the process and reaps it; a reaped process is left alone.
+func (p *helperProc) Kill() {
 	p.mu.Lock()
 	exited := p.exited
 	p.mu.Unlock()
 	if !exited {
-		p.signal(syscall.SIGKILL)
+		p.Signal(syscall.SIGKILL)
 	}
 	_ = p.wait()
 }
 
-// stop asks the process to finish (closes its stdin) and reaps it; after
-// timeout it is killed, and stop reports that.
-func (p *helperProc) stop(timeout time.Duration) error {
-	p.signal(syscall.SIGCONT)
+// Stop asks the process to finish (closes its stdin) and reaps it; after
+// timeout it is killed, and Stop reports that.
+func (p *helperProc) Stop(timeout time.Duration) error {
+	p.Signal(syscall.SIGCONT)
 	_ = p.stdin.Close()
 	select {
 	case <-p.readDone:
 	case <-time.After(timeout):
-		p.kill()
+		p.Kill()
 		return fmt.Errorf("helper %s did not stop within %v and was killed (stderr: %s)", p.name, timeout, p.stderr)
 	}
 	if err := p.wait(); err != nil {

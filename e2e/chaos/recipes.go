@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/election"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/internal/hook"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/recipekeys"
-	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/semaphore"
 	"github.com/leasehold/leasehold/session"
@@ -51,7 +50,7 @@ type recipeWorker struct {
 	limit   int
 	control model.Control
 	seed    uint64
-	gate    *gate
+	gate    *nemesis.Gate
 	hist    *model.RecipeHistory
 	seq     atomic.Int64
 
@@ -61,7 +60,7 @@ type recipeWorker struct {
 	nsess int
 }
 
-func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
+func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *nemesis.Gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
 	reg, err := lease.NewRegistry(cli, lease.WithNamespace(model.RecipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
 	if err != nil {
 		return nil, err
@@ -110,7 +109,7 @@ func (w *recipeWorker) run(ctx context.Context) {
 	s := w.sess
 	w.mu.Unlock()
 	if s != nil && s.Err() == nil {
-		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		cctx, cancel := context.WithTimeout(context.Background(), model.CloseTimeout)
 		_ = s.Close(cctx)
 		cancel()
 	}
@@ -153,7 +152,7 @@ func (w *recipeWorker) op(typ string, l *lease.Lease) model.RecipeOp {
 func (w *recipeWorker) done(op model.RecipeOp, out model.Outcome, err error) {
 	op.Return, op.Outcome = model.Now(), out
 	if err != nil {
-		op.Err = truncate(err.Error(), 300)
+		op.Err = model.Truncate(err.Error(), 300)
 	}
 	w.hist.Add(op)
 }
@@ -161,10 +160,10 @@ func (w *recipeWorker) done(op model.RecipeOp, out model.Outcome, err error) {
 // electionCycle campaigns (bounded by campaignTimeout) and, leading,
 // writes while it holds the leadership (hold), then resigns.
 func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
-	w.gate.wait()
+	w.gate.Wait()
 	s := w.session()
 	if s == nil {
-		sleep(ctx, 50*time.Millisecond)
+		model.Sleep(ctx, 50*time.Millisecond)
 		return
 	}
 	op := w.op(model.RecipeCampaign, nil)
@@ -177,7 +176,7 @@ func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
 		// leadership a handoff gave it meanwhile: nothing the checker
 		// needs is left of it.
 		w.done(op, model.OutUnknown, err)
-		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
+		model.Sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 		return
 	}
 	op.Epoch = l.Epoch()
@@ -191,10 +190,10 @@ func (w *recipeWorker) electionCycle(ctx context.Context, rng *rand.Rand) {
 // holds it (hold) and returns it. Under model.ControlOverLimit it also claims
 // the permit beyond the limit while it holds one.
 func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
-	w.gate.wait()
+	w.gate.Wait()
 	s := w.session()
 	if s == nil {
-		sleep(ctx, 50*time.Millisecond)
+		model.Sleep(ctx, 50*time.Millisecond)
 		return
 	}
 	op := w.op(model.RecipeAcquire, nil)
@@ -202,7 +201,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	var l *lease.Lease
 	var err error
 	if rng.IntN(4) == 0 {
-		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		actx, cancel := context.WithTimeout(ctx, model.OpTimeout)
 		l, err = w.sem.TryAcquire(actx, s)
 		cancel()
 	} else {
@@ -213,11 +212,11 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 	switch {
 	case errors.Is(err, semaphore.ErrFull):
 		w.done(op, model.OutHeld, err)
-		sleep(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
+		model.Sleep(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
 		return
 	case err != nil:
 		w.done(op, model.OutUnknown, err)
-		sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
+		model.Sleep(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 		return
 	}
 	op.Resource, op.Epoch = l.Resource(), l.Epoch()
@@ -238,7 +237,7 @@ func (w *recipeWorker) semaphoreCycle(ctx context.Context, rng *rand.Rand) {
 func (w *recipeWorker) claimExtra(s *session.Session) *lease.Lease {
 	op := w.op(model.RecipeAcquire, nil)
 	op.Worker, op.Resource = s.Worker(), recipekeys.Permit(model.RecipeName, w.limit)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	l, err := w.permits.TryAcquire(ctx, s, op.Resource)
 	cancel()
 	if err != nil {
@@ -268,20 +267,20 @@ func (w *recipeWorker) hold(ctx context.Context, rng *rand.Rand, l *lease.Lease)
 	}
 	until := time.Now().Add(d)
 	for time.Now().Before(until) && ctx.Err() == nil {
-		w.gate.wait()
+		w.gate.Wait()
 		if !careless && l.Context().Err() != nil {
 			return
 		}
 		if w.write(l, false) == model.OutRefused {
 			return
 		}
-		sleep(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
+		model.Sleep(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond)
 	}
 	if !careless || l.Context().Err() == nil || errors.Is(context.Cause(l.Context()), lease.ErrReleased) {
 		return
 	}
 	for end := time.Now().Add(lateWrites); time.Now().Before(end); {
-		w.gate.wait()
+		w.gate.Wait()
 		if out := w.write(l, true); out == model.OutOK || out == model.OutRefused {
 			return
 		}
@@ -322,7 +321,7 @@ func (w *recipeWorker) write(l *lease.Lease, late bool) model.Outcome {
 // release resigns the leadership or returns the permit.
 func (w *recipeWorker) release(l *lease.Lease) {
 	op := w.op(model.RecipeRelease, l)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	err := l.Release(ctx)
 	cancel()
 	out, cur := classifyEnd(err)
@@ -334,17 +333,17 @@ func (w *recipeWorker) release(l *lease.Lease) {
 // stops when ctx ends, and wg is done when it has closed its session.
 func (r *runner) startRecipeWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	for _, s := range r.slots {
-		if !s.recipe {
+		if !s.Recipe {
 			continue
 		}
-		cli, err := newWorkerClient(s.endpoints())
+		cli, err := newWorkerClient(s.Endpoints())
 		if err != nil {
-			r.t.Fatalf("chaos: recipe worker %s: %v", s.name, err)
+			r.t.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
 		}
-		w, err := newRecipeWorker(s.name, cli, r.cfg, s.gate, r.recipes, r.cfg.Seed*1000+uint64(500+s.idx))
+		w, err := newRecipeWorker(s.Name, cli, r.cfg, s.Gate, r.recipes, r.cfg.Seed*1000+uint64(500+s.Idx))
 		if err != nil {
 			_ = cli.Close()
-			r.t.Fatalf("chaos: recipe worker %s: %v", s.name, err)
+			r.t.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
 		}
 		wg.Go(func() {
 			defer cli.Close()
@@ -357,8 +356,8 @@ func (r *runner) startRecipeWorkers(ctx context.Context, wg *sync.WaitGroup) {
 func (r *runner) recipeSlots() map[string]bool {
 	out := map[string]bool{}
 	for _, s := range r.slots {
-		if s.recipe {
-			out[s.name] = true
+		if s.Recipe {
+			out[s.Name] = true
 		}
 	}
 	return out
@@ -375,99 +374,4 @@ func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
 		}
 	}
 	return out
-}
-
-// depose is FaultDepose: it reads who leads the election and who holds
-// permits, picks the leader or a permit holder among the recipe slots no
-// other fault targets, and blackholes that slot's proxies for d — or, one
-// time in three, revokes the holding as an operator would
-// (lease.Registry.Revoke through the recipes' namespace).
-func (n *nemesis) depose(ctx context.Context, f *model.Fault, d time.Duration, pick int) {
-	space := keys.MustNew(model.RecipeNamespace)
-	rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	resp, err := n.r.direct.Get(rctx, space.LeasePrefix(), clientv3.WithPrefix())
-	cancel()
-	f.Start = model.Now()
-	if err != nil {
-		f.Detail = "reading the holders: " + err.Error()
-		return
-	}
-	bySlot := map[string]*slot{}
-	for _, s := range n.r.slots {
-		if s.recipe {
-			bySlot[s.name] = s
-		}
-	}
-	type holding struct {
-		s     *slot
-		res   string
-		what  string
-		epoch int64
-	}
-	var leader, permits []holding
-	n.mu.Lock()
-	for _, kv := range resp.Kvs {
-		key := string(kv.Key)
-		if space.IsControl(key) {
-			continue
-		}
-		res, err := space.ResourceFromLease(key)
-		if err != nil {
-			continue
-		}
-		h, err := record.DecodeHolder(kv.Value)
-		if err != nil {
-			continue
-		}
-		s := bySlot[model.SlotOf(h.Worker)]
-		if s == nil || n.busySlot[s.idx] {
-			continue
-		}
-		hd := holding{s, res, fmt.Sprintf("%s (%s)", res, h.Worker), kv.ModRevision}
-		if res == recipekeys.Election(model.RecipeName) {
-			leader = append(leader, hd)
-		} else if _, _, ok := recipekeys.ParsePermit(res); ok {
-			permits = append(permits, hd)
-		}
-	}
-	cands := leader
-	if len(cands) == 0 || (len(permits) > 0 && pick%2 == 1) {
-		cands = permits
-	}
-	if len(cands) == 0 {
-		n.mu.Unlock()
-		f.Detail = "nothing held by a free recipe worker"
-		return
-	}
-	target := cands[pick%len(cands)]
-	n.busySlot[target.s.idx] = true
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		delete(n.busySlot, target.s.idx)
-		n.mu.Unlock()
-	}()
-	f.Target, f.Detail = target.s.name, fmt.Sprintf("%s epoch %d", target.what, target.epoch)
-	f.Start = model.Now()
-	if pick%3 == 2 {
-		// An operator's revocation instead: the holder's context ends
-		// with lease.ErrRevoked, and it is not cut off to write late.
-		reg, err := lease.NewRegistry(n.r.direct, lease.WithNamespace(model.RecipeNamespace))
-		if err != nil {
-			f.Detail = "revoke " + f.Detail + ": " + err.Error()
-			return
-		}
-		defer reg.Close()
-		rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err = reg.Revoke(rctx, target.res, "chaos: depose")
-		cancel()
-		f.Detail = "revoked " + f.Detail
-		if err != nil {
-			f.Detail += ": " + err.Error()
-		}
-		return
-	}
-	target.s.blackhole()
-	sleep(ctx, d)
-	target.s.heal()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/e2e/chaos/report"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
@@ -54,114 +55,6 @@ func withDefaults(c Config) Config {
 	return c
 }
 
-// slot is one worker position: its proxies (one per member) and the
-// worker currently filling it.
-type slot struct {
-	idx     int
-	name    string
-	helper  bool
-	recipe  bool // a recipe worker's (recipes.go)
-	pool    bool // a pool worker's (pool.go)
-	fleet   bool // the fleet mode's (fleet.go)
-	proxies []faultProxy
-	gate    *gate // in-process slots
-
-	mu   sync.Mutex
-	gen  int
-	proc *helperProc
-
-	// The faults on the proxies come in two layers: the slot's own
-	// (blackhole, drop-replies, latency) on all of them, and a member's
-	// (member-freeze) on the one to that member, each healed on its own.
-	fmu     sync.Mutex
-	fault   proxyFault   // the slot's own fault
-	held    []bool       // per proxy: its member is cut off from clients
-	applied []proxyFault // per proxy: what the proxy is doing now
-}
-
-// proxyFault is what a proxy does to its traffic.
-type proxyFault struct {
-	kind  proxyFaultKind
-	delay time.Duration // proxyDelay: each way, ± a quarter
-}
-
-type proxyFaultKind int
-
-const (
-	proxyHealthy proxyFaultKind = iota
-	proxyBlackhole
-	proxyDropReplies
-	proxyDelay
-)
-
-// setFault sets the slot's own fault on all its proxies.
-func (s *slot) setFault(f proxyFault) {
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
-	s.fault = f
-	for i := range s.proxies {
-		s.applyLocked(i)
-	}
-}
-
-// holdMember cuts the slot off from member i (all traffic held), or ends
-// that; the slot's own fault stays as it is.
-func (s *slot) holdMember(i int, on bool) {
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
-	s.held[i] = on
-	s.applyLocked(i)
-}
-
-// applyLocked brings proxy i to what both layers ask of it: a held member
-// holds everything, whatever the slot's own fault; s.fmu is held.
-func (s *slot) applyLocked(i int) {
-	want := s.fault
-	if s.held[i] {
-		want = proxyFault{kind: proxyBlackhole}
-	}
-	if want == s.applied[i] {
-		return
-	}
-	p := s.proxies[i]
-	p.Heal()
-	switch want.kind {
-	case proxyBlackhole:
-		p.Blackhole()
-	case proxyDropReplies:
-		p.BlackholeReplies()
-	case proxyDelay:
-		p.Delay(want.delay, want.delay/4)
-	}
-	s.applied[i] = want
-}
-
-func (s *slot) process() *helperProc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc
-}
-
-func (s *slot) endpoints() []string {
-	var eps []string
-	for _, p := range s.proxies {
-		eps = append(eps, p.Endpoint())
-	}
-	return eps
-}
-
-func (s *slot) blackhole() { s.setFault(proxyFault{kind: proxyBlackhole}) }
-
-func (s *slot) heal() { s.setFault(proxyFault{}) }
-
-// healAll ends both layers of faults.
-func (s *slot) healAll() {
-	for i := range s.proxies {
-		s.holdMember(i, false)
-	}
-	s.heal()
-}
-
 type runner struct {
 	t       testing.TB
 	cfg     Config
@@ -173,7 +66,7 @@ type runner struct {
 	reg     *lease.Registry // the operator's, for revocations
 	hist    *model.History
 	recipes *model.RecipeHistory
-	slots   []*slot
+	slots   []*nemesis.Slot
 	pools   []*poolWorker
 	fleet   *fleet // the fleet mode's, nil without one
 	revokes int
@@ -194,13 +87,14 @@ func (r *runner) warn(format string, args ...any) {
 	r.warnings = append(r.warnings, msg)
 }
 
-func (r *runner) workerConfig(s *slot) workerConfig {
+func (r *runner) workerConfig(s *nemesis.Slot) workerConfig {
+	gen := s.Generation()
 	return workerConfig{
-		Name:      fmt.Sprintf("%s.%d", s.name, s.gen),
-		Endpoints: s.endpoints(),
+		Name:      fmt.Sprintf("%s.%d", s.Name, gen),
+		Endpoints: s.Endpoints(),
 		SQLite:    r.dsn,
 		Archive:   r.archive,
-		Seed:      r.cfg.Seed*1000 + uint64(s.idx*100+s.gen),
+		Seed:      r.cfg.Seed*1000 + uint64(s.Idx*100+gen),
 		Threads:   r.cfg.Threads,
 		TTL:       r.cfg.TTL,
 		Window:    r.cfg.Window,
@@ -213,31 +107,27 @@ func (r *runner) workerConfig(s *slot) workerConfig {
 // clockSkew is how far slot s's wall clock is off (skew.go): the first
 // helper slot's is clockBehind, the first in-process slot's clockAhead,
 // the others' are true.
-func (r *runner) clockSkew(s *slot) time.Duration {
+func (r *runner) clockSkew(s *nemesis.Slot) time.Duration {
 	switch {
-	case s.recipe || s.pool || s.fleet:
+	case s.Recipe || s.Pool || s.Fleet:
 		return 0
-	case s.helper && s.idx == 0:
+	case s.Helper && s.Idx == 0:
 		return model.ClockBehind
-	case !s.helper && s.idx == r.cfg.Helpers:
+	case !s.Helper && s.Idx == r.cfg.Helpers:
 		return model.ClockAhead
 	}
 	return 0
 }
 
 // restartHelper fills s with a new helper process.
-func (r *runner) restartHelper(s *slot) error {
-	s.mu.Lock()
-	s.gen++
+func (r *runner) restartHelper(s *nemesis.Slot) error {
+	s.NewGeneration()
 	cfg := r.workerConfig(s)
-	s.mu.Unlock()
 	p, err := startHelper(cfg, r.hist, r.dir)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
+	s.SetProcess(p)
 	return nil
 }
 
@@ -347,32 +237,48 @@ func (r *runner) addSlots() {
 	r.t.Helper()
 	cfg := r.cfg
 	for i := range cfg.Helpers + cfg.InProcess {
-		s := &slot{idx: i, helper: i < cfg.Helpers}
-		if s.helper {
-			s.name = fmt.Sprintf("h%d", i)
+		s := &nemesis.Slot{Idx: i, Helper: i < cfg.Helpers}
+		if s.Helper {
+			s.Name = fmt.Sprintf("h%d", i)
 		} else {
-			s.name = fmt.Sprintf("i%d", i-cfg.Helpers)
-			s.gate = &gate{}
+			s.Name = fmt.Sprintf("i%d", i-cfg.Helpers)
+			s.Gate = &nemesis.Gate{}
 		}
 		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
 	for i := range cfg.Recipes {
-		s := &slot{idx: len(r.slots), name: fmt.Sprintf("r%d", i), recipe: true, gate: &gate{}}
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("r%d", i), Recipe: true, Gate: &nemesis.Gate{}}
 		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
-	r.addPoolSlots()
-	r.addFleetSlots()
+	// The pools' slots, each with its own proxies.
+	for i := range cfg.PoolWorkers {
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("p%d", i), Pool: true, Gate: &nemesis.Gate{}}
+		r.addProxies(s)
+		r.slots = append(r.slots, s)
+	}
+	// The fleet's slots, f0 … f<Fleet-1>, each with its own proxies, so
+	// that the nemesis's faults of a worker and of a member reach its
+	// pools.
+	if cfg.Fleet > 0 {
+		r.fleet = newFleet(r)
+	}
+	for i := range cfg.Fleet {
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("f%d", i), Fleet: true, Gate: &nemesis.Gate{}}
+		r.addProxies(s)
+		r.slots = append(r.slots, s)
+	}
 }
 
 // addProxies gives s a proxy to each member of the cluster.
-func (r *runner) addProxies(s *slot) {
+func (r *runner) addProxies(s *nemesis.Slot) {
 	r.t.Helper()
+	var eps []string
 	for _, m := range r.cluster.Members() {
-		s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
+		eps = append(eps, m.Endpoint())
 	}
-	s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+	s.AddProxies(r.t, eps)
 }
 
 // abandonWorkers, deferred by Run, makes sure no worker outlives the run
@@ -385,8 +291,8 @@ func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGrou
 		r.fleet.wait()
 	}
 	for _, s := range r.slots {
-		if p := s.process(); p != nil {
-			p.kill()
+		if p := s.Process(); p != nil {
+			p.Kill()
 		}
 	}
 }
@@ -397,10 +303,10 @@ func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGrou
 func (r *runner) startWorkers(ctx context.Context, inproc *sync.WaitGroup) {
 	r.t.Helper()
 	for _, s := range r.slots {
-		if s.recipe || s.pool || s.fleet {
+		if s.Recipe || s.Pool || s.Fleet {
 			continue
 		}
-		if s.helper {
+		if s.Helper {
 			if err := r.restartHelper(s); err != nil {
 				r.t.Fatalf("chaos: %v", err)
 			}
@@ -417,7 +323,7 @@ func (r *runner) startWorkers(ctx context.Context, inproc *sync.WaitGroup) {
 
 // startInProcess starts the in-process worker of s on ctx, counted in
 // inproc; under controlStrand the first one strands its grants.
-func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitGroup) {
+func (r *runner) startInProcess(ctx context.Context, s *nemesis.Slot, inproc *sync.WaitGroup) {
 	r.t.Helper()
 	cfgW := r.workerConfig(s)
 	cli, err := newWorkerClient(cfgW.Endpoints)
@@ -430,8 +336,8 @@ func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitG
 		_ = cli.Close()
 		r.t.Fatalf("chaos: %v", err)
 	}
-	w.gate = s.gate
-	if r.cfg.Control == model.ControlStrand && s.idx == r.cfg.Helpers {
+	w.gate = s.Gate
+	if r.cfg.Control == model.ControlStrand && s.Idx == r.cfg.Helpers {
 		scli, err := newWorkerClient(r.cluster.Endpoints())
 		if err != nil {
 			r.t.Fatalf("chaos: %v", err)
@@ -451,7 +357,10 @@ func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitG
 func (r *runner) injectFaults(rs *runState) {
 	r.t.Helper()
 	cfg := r.cfg
-	n := newNemesis(r)
+	n := nemesis.New(nemesis.Env{
+		T: r.t, Config: r.cfg, Cluster: r.cluster, Direct: r.direct, Slots: r.slots, Warn: r.warn,
+		RestartHelper: r.restartHelper, Revoke: r.revoke,
+	})
 	rs.faultsFrom = model.Now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
@@ -459,19 +368,19 @@ func (r *runner) injectFaults(rs *runState) {
 	if r.fleet != nil {
 		progress.Go(func() { r.fleet.chaos(nctx) })
 	}
-	n.run(nctx)
+	n.Run(nctx)
 	stopFaults()
 	progress.Wait()
 	for _, s := range r.slots {
-		s.healAll()
-		s.gate.open()
+		s.HealAll()
+		s.Gate.Open()
 	}
 	for _, m := range r.cluster.Members() {
 		if m.Server() == nil {
 			m.Restart(r.t)
 		}
 	}
-	rs.faults = n.log()
+	rs.faults = n.Log()
 	if r.fleet != nil {
 		rs.faults = append(rs.faults, r.fleet.faults()...)
 		rs.drained = r.fleet.drain()
@@ -491,11 +400,11 @@ func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sy
 	cancel()
 	var stopping sync.WaitGroup
 	for _, s := range r.slots {
-		if s.helper {
+		if s.Helper {
 			stopping.Go(func() {
 				// A helper that fails (a data race, a panic) or does not
 				// stop fails the test, though it breaks no guarantee.
-				if err := s.process().stop(30 * time.Second); err != nil {
+				if err := s.Process().Stop(30 * time.Second); err != nil {
 					t.Errorf("chaos: %v", err)
 				}
 			})
@@ -669,7 +578,7 @@ func (r *runner) startRecorders() (stop func()) {
 }
 
 // progress logs the operations recorded and the faults injected every 30 s.
-func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
+func (r *runner) progress(ctx context.Context, n *nemesis.Nemesis, begin time.Time) {
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	last := 0
@@ -680,9 +589,7 @@ func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
 		case <-tick.C:
 		}
 		ops := r.hist.Len()
-		n.mu.Lock()
-		faults, active := len(n.faults), n.active
-		n.mu.Unlock()
+		faults, active := n.Counts()
 		r.cfg.Logf("chaos: %v: %d operations (%d/s lately), %d faults done, %d active",
 			time.Since(begin).Round(time.Second), ops, (ops-last)/30, faults, active)
 		last = ops
@@ -694,7 +601,7 @@ func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
 // so its revoked entry can be found. It returns the task and what happened.
 func (r *runner) revoke(pick int) (task, detail string) {
 	space := keys.MustNew(keys.DefaultNamespace)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	defer cancel()
 	resp, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -723,7 +630,7 @@ func (r *runner) revoke(pick int) (task, detail string) {
 	}
 	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
 	if err != nil {
-		ev.Err = truncate(err.Error(), 300)
+		ev.Err = model.Truncate(err.Error(), 300)
 	}
 	r.hist.Record(ev)
 	return task, id + " " + string(out)

@@ -74,7 +74,7 @@ func newStrander(w *worker, cli *clientv3.Client) *strander {
 func (st *strander) run(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(st.w.cfg.Seed, 0x737472616e64))
 	for {
-		sleep(ctx, strandEvery)
+		model.Sleep(ctx, strandEvery)
 		if ctx.Err() != nil {
 			return
 		}
@@ -104,7 +104,7 @@ func (st *strander) leave(task string) {
 	}
 	q := c.NewQueued(st.space, task, protocol.NewID())
 	p := st.w.beginEvent(model.Event{Op: model.OpAcquire, Task: task, W: s.Worker(), Wait: true})
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	_, err = st.cli.Txn(ctx).If(q.If...).Then(q.Then...).Else(q.Else...).Commit()
 	cancel()
 	why := errors.New("control: the call gave up and left its first transaction's entry or claim in etcd, never to be removed")
@@ -120,7 +120,7 @@ func (st *strander) leave(task string) {
 // held.
 func (st *strander) tidy() {
 	for task, wt := range st.entries {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 		resp, err := st.cli.Txn(ctx).Then(
 			clientv3.OpGet(wt.Key),
 			clientv3.OpGet(st.space.Lease(task)),
@@ -163,7 +163,7 @@ func (st *strander) session() *session.Session {
 	if st.sess != nil && st.sess.Err() == nil {
 		return st.sess
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sessionTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.SessionTimeout)
 	defer cancel()
 	s, err := session.New(ctx, st.cli, session.WithWorker(fmt.Sprintf("%s.s%d", strandWorker, st.n)), session.WithTTL(st.w.cfg.TTL))
 	st.n++
@@ -180,7 +180,7 @@ func (st *strander) close() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.sess != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), model.CloseTimeout)
 		_ = st.sess.Close(ctx)
 		cancel()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fenceetcd"
 	"github.com/leasehold/leasehold/fence/fencesql"
@@ -31,16 +32,6 @@ import (
 // it pruned — which retention does only a retention, a pass or two and
 // etcd's lease expiry after the completion (docs/protocol.md §3.9).
 const redeliverable = 256
-
-// Operation timeouts. A timed-out operation is an unknown outcome; its
-// request may still be applied later (a healed proxy delivers what it held).
-const (
-	opTimeout      = 2 * time.Second
-	sessionTimeout = 3 * time.Second
-	closeTimeout   = 5 * time.Second
-	waitTimeout    = 1500 * time.Millisecond // a worker's Acquire
-	queueTimeout   = 3 * time.Second         // a contended worker's Acquire or AcquireMany (Config.Contended)
-)
 
 // attemptTimeout is the workers' lease.WithAttemptTimeout: a few hundred
 // milliseconds for the suite's one-second TTL, where the default
@@ -87,8 +78,8 @@ type worker struct {
 	adb       *sql.DB
 	log       *audit.Log // etcd and the archive as one log
 	emit      func(model.Event)
-	gate      *gate     // in-process freeze; nil for helper processes
-	strand    *strander // controlStrand's, in the first in-process worker; nil otherwise
+	gate      *nemesis.Gate // in-process freeze; nil for helper processes
+	strand    *strander     // controlStrand's, in the first in-process worker; nil otherwise
 	seq       atomic.Int64
 	stopping  atomic.Bool
 
@@ -191,7 +182,7 @@ func (w *worker) close() {
 				pending = append(pending, w.begin(model.OpRelease, l.Resource(), l.Worker(), l.Epoch()))
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), model.CloseTimeout)
 		_ = s.Close(ctx)
 		cancel()
 		for _, p := range pending {
@@ -238,16 +229,9 @@ func (w *worker) beginEvent(ev model.Event) *pendingOp {
 func (p *pendingOp) end(out model.Outcome, epoch, current int64, err error) {
 	ev := model.Event{K: "r", ID: p.id, T: model.Now(), Out: out, E: epoch, Cur: current}
 	if err != nil {
-		ev.Err = truncate(err.Error(), 300)
+		ev.Err = model.Truncate(err.Error(), 300)
 	}
 	p.w.emit(ev)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // session returns the worker's live session, starting a new one (with a
@@ -269,7 +253,7 @@ func (w *worker) session() *session.Session {
 	defer w.mu.Unlock()
 	w.nsess++ // a failed grant may still have created a lease: never reuse the name
 	if err != nil {
-		w.emit(model.Event{K: model.EventSessionFailed, ID: name, W: w.cfg.Name, T: model.Now(), Err: truncate(err.Error(), 300)})
+		w.emit(model.Event{K: model.EventSessionFailed, ID: name, W: w.cfg.Name, T: model.Now(), Err: model.Truncate(err.Error(), 300)})
 		return nil
 	}
 	w.sess = s
@@ -283,7 +267,7 @@ func (w *worker) session() *session.Session {
 // threads, sessionless, for all of sessionTimeout; the next try goes to the
 // next member.
 func grantTimeout(ttl time.Duration) time.Duration {
-	return min(sessionTimeout, max(ttl/2, 100*time.Millisecond))
+	return min(model.SessionTimeout, max(ttl/2, 100*time.Millisecond))
 }
 
 // recordSession records s's start, and its end — with its cause and,
@@ -311,7 +295,7 @@ func (w *worker) recordSession(s *session.Session) (recordEnd func()) {
 			case errors.Is(cause, session.ErrClosed):
 				ev.Err = model.CauseClosed
 			case cause != nil:
-				ev.Err = truncate(cause.Error(), 300)
+				ev.Err = model.Truncate(cause.Error(), 300)
 			}
 			w.emit(ev)
 		})
@@ -407,7 +391,7 @@ func (w *worker) watchDone(ctx context.Context) {
 	prefix := w.space.DonePrefix()
 	var since int64
 	for ctx.Err() == nil {
-		gctx, cancel := context.WithTimeout(ctx, opTimeout)
+		gctx, cancel := context.WithTimeout(ctx, model.OpTimeout)
 		resp, err := w.cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		var completed []audit.Entry
 		if err == nil {
@@ -415,7 +399,7 @@ func (w *worker) watchDone(ctx context.Context) {
 		}
 		cancel()
 		if err != nil {
-			sleep(ctx, 200*time.Millisecond)
+			model.Sleep(ctx, 200*time.Millisecond)
 			continue
 		}
 		since = resp.Header.Revision
@@ -435,16 +419,7 @@ func (w *worker) watchDone(ctx context.Context) {
 			}
 		}
 		cancel()
-		sleep(ctx, 50*time.Millisecond)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		model.Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
@@ -453,10 +428,10 @@ func sleep(ctx context.Context, d time.Duration) {
 // the lease's context — because a paused or partitioned process acts late
 // no matter what, and fencing must make that safe.
 func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
-	w.gate.wait()
+	w.gate.Wait()
 	s := w.session()
 	if s == nil {
-		sleep(ctx, 50*time.Millisecond)
+		model.Sleep(ctx, 50*time.Millisecond)
 		return
 	}
 	if w.cfg.Contended {
@@ -469,13 +444,13 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 	}
 	i, ok := w.pick(rng)
 	if !ok {
-		sleep(ctx, 10*time.Millisecond)
+		model.Sleep(ctx, 10*time.Millisecond)
 		return
 	}
 	defer w.unbusy(i)
 	l, out := w.acquire(context.Background(), s, taskName(i), 0)
 	if out == model.OutHeld && rng.IntN(8) == 0 {
-		l, _ = w.acquire(context.Background(), s, taskName(i), waitTimeout) // wait for the holder to go
+		l, _ = w.acquire(context.Background(), s, taskName(i), model.WaitTimeout) // wait for the holder to go
 	}
 	if l == nil || w.checkCompletion(l) != checkOpen {
 		return
@@ -497,7 +472,7 @@ func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Sess
 		tasks = append(tasks, taskName(i))
 	}
 	if len(tasks) == 0 {
-		sleep(ctx, 10*time.Millisecond)
+		model.Sleep(ctx, 10*time.Millisecond)
 		return
 	}
 	var finish []*lease.Lease
@@ -506,7 +481,7 @@ func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Sess
 			finish = append(finish, l)
 		}
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	w.completeMany(finish)
 }
 
@@ -519,7 +494,7 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 	for i, task := range tasks {
 		ps[i] = w.begin(model.OpAcquire, task, s.Worker(), 0)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	ls, err := w.reg.TryAcquireMany(ctx, s, tasks)
 	cancel()
 	if err != nil {
@@ -580,7 +555,7 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 		} else {
 			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
 		}
-		w.gate.wait()
+		w.gate.Wait()
 		if polite && l.Context().Err() != nil {
 			w.release(l)
 			return false
@@ -592,7 +567,7 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 		}
 		out := writes[0](l)
 		if out != model.OutRefused {
-			w.gate.wait()
+			w.gate.Wait()
 			out = writes[1](l)
 		}
 		if out == model.OutRefused { // fenced: a newer epoch wrote; give up, or try to complete anyway
@@ -604,7 +579,7 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 			return false
 		}
 	}
-	w.gate.wait()
+	w.gate.Wait()
 	if rng.IntN(20) == 0 {
 		w.release(l) // gives the task back; someone takes it again
 		return false
@@ -636,7 +611,7 @@ func (w *worker) acquire(stop context.Context, s *session.Session, task string, 
 		giveBack.end(gave, 0, 0, why)
 	} else {
 		p = w.begin(model.OpAcquire, task, s.Worker(), 0)
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 		l, err = w.reg.TryAcquire(ctx, s, task)
 		cancel()
 	}
@@ -713,7 +688,7 @@ func (w *worker) checkCompletion(l *lease.Lease) checkResult {
 // member that does not answer costs an attempt, not the whole opTimeout
 // (docs/protocol.md §7, the attempt timeout).
 func (w *worker) completion(task string) (e audit.Entry, done bool, err error) {
-	deadline := time.Now().Add(opTimeout)
+	deadline := time.Now().Add(model.OpTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), min(attemptTimeout(w.cfg.TTL), time.Until(deadline)))
 		e, done, err = w.log.Completion(ctx, task)
@@ -741,7 +716,7 @@ func (w *worker) settle(l *lease.Lease) {
 func (w *worker) writeSQL(l *lease.Lease) model.Outcome {
 	id := w.nextID()
 	p := w.beginID(id, model.OpSQL, l.Resource(), l.Worker(), l.Epoch())
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	defer cancel()
 	out, cur, err := w.sqlTx(ctx, id, l)
 	p.end(out, 0, cur, err)
@@ -834,7 +809,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 			l := ls[i]
 			batch[j], ps[j] = l, w.begin(model.OpComplete, l.Resource(), l.Worker(), l.Epoch())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 		results, err := send(ctx, batch)
 		cancel()
 		var again []int
@@ -860,7 +835,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 			return outs
 		}
 		pending = again
-		w.gate.wait()
+		w.gate.Wait()
 		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 	}
 }
@@ -902,7 +877,7 @@ func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 // or more wait (unfairRelease) — and records it.
 func (w *worker) release(l *lease.Lease) {
 	p := w.begin(model.OpRelease, l.Resource(), l.Worker(), l.Epoch())
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	var err error
 	raw := false
 	if w.cfg.Control == model.ControlUnfair {
@@ -935,46 +910,4 @@ func classifyEnd(err error) (model.Outcome, int64) {
 		return model.OutStale, se.CurrentEpoch
 	}
 	return model.OutUnknown, 0
-}
-
-// gate stops an in-process worker's threads at their next step while it is
-// closed: the in-process stand-in for SIGSTOP. A nil gate never closes.
-type gate struct {
-	mu     sync.Mutex
-	closed chan struct{} // non-nil while closed; closed when opened
-}
-
-func (g *gate) close() {
-	if g == nil {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed == nil {
-		g.closed = make(chan struct{})
-	}
-}
-
-func (g *gate) open() {
-	if g == nil {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed != nil {
-		close(g.closed)
-		g.closed = nil
-	}
-}
-
-func (g *gate) wait() {
-	if g == nil {
-		return
-	}
-	g.mu.Lock()
-	c := g.closed
-	g.mu.Unlock()
-	if c != nil {
-		<-c
-	}
 }

@@ -12,12 +12,13 @@ import (
 
 	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	if IsWorkerProcess() {
-		os.Exit(RunWorkerProcess())
+	if traffic.IsWorkerProcess() {
+		os.Exit(traffic.RunWorkerProcess())
 	}
 	code := m.Run()
 	if code == 0 {

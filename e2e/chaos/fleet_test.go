@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 )
 
 // fleetConfig is the short pass's fleet mode: 8 pools of 3 slots over one
@@ -108,7 +109,7 @@ func TestChaosFleetControl(t *testing.T) {
 			if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 				t.Errorf("the summary does not end with the violations line")
 			}
-			for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", fleetLog, "fleet-takeovers.jsonl"} {
+			for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", traffic.FleetLog, "fleet-takeovers.jsonl"} {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {
 					t.Errorf("no %s in %q", f, res.OutDir)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/e2e/chaos/report"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -32,7 +33,7 @@ func DefaultConfig() Config { return model.DefaultConfig() }
 func withDefaults(c Config) Config {
 	c = c.WithDefaults()
 	if c.Recipes > 0 && c.RecipeLimit == 0 {
-		c.RecipeLimit = defaultRecipeLimit
+		c.RecipeLimit = traffic.DefaultRecipeLimit
 	}
 	if c.Control == model.ControlUnfair || c.Control == model.ControlStrand {
 		c.Contended = true
@@ -45,7 +46,7 @@ func withDefaults(c Config) Config {
 		c.Quiet = max(c.Quiet, checks.StrandBound(c.TTL)+3*time.Second)
 	}
 	if c.Contended {
-		c.Window = min(c.Window, maxContendedWindow)
+		c.Window = min(c.Window, traffic.MaxContendedWindow)
 	}
 	if c.Control == model.ControlFleetNoFencing && len(c.Faults) == 0 {
 		// No fault of a worker: its heal would end the fleet's pauses of
@@ -67,8 +68,9 @@ type runner struct {
 	hist    *model.History
 	recipes *model.RecipeHistory
 	slots   []*nemesis.Slot
-	pools   []*poolWorker
-	fleet   *fleet // the fleet mode's, nil without one
+	pools   []*traffic.PoolWorker
+	fleet   *traffic.Fleet // the fleet mode's, nil without one
+	env     *traffic.Env   // the workload's, once the slots are added
 	revokes int
 	// archived records when the recorders archived each entry; log reads
 	// etcd and the archive as one log.
@@ -85,50 +87,6 @@ func (r *runner) warn(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.warnings = append(r.warnings, msg)
-}
-
-func (r *runner) workerConfig(s *nemesis.Slot) workerConfig {
-	gen := s.Generation()
-	return workerConfig{
-		Name:      fmt.Sprintf("%s.%d", s.Name, gen),
-		Endpoints: s.Endpoints(),
-		SQLite:    r.dsn,
-		Archive:   r.archive,
-		Seed:      r.cfg.Seed*1000 + uint64(s.Idx*100+gen),
-		Threads:   r.cfg.Threads,
-		TTL:       r.cfg.TTL,
-		Window:    r.cfg.Window,
-		Control:   r.cfg.Control,
-		Contended: r.cfg.Contended,
-		ClockSkew: r.clockSkew(s),
-	}
-}
-
-// clockSkew is how far slot s's wall clock is off (skew.go): the first
-// helper slot's is clockBehind, the first in-process slot's clockAhead,
-// the others' are true.
-func (r *runner) clockSkew(s *nemesis.Slot) time.Duration {
-	switch {
-	case s.Recipe || s.Pool || s.Fleet:
-		return 0
-	case s.Helper && s.Idx == 0:
-		return model.ClockBehind
-	case !s.Helper && s.Idx == r.cfg.Helpers:
-		return model.ClockAhead
-	}
-	return 0
-}
-
-// restartHelper fills s with a new helper process.
-func (r *runner) restartHelper(s *nemesis.Slot) error {
-	s.NewGeneration()
-	cfg := r.workerConfig(s)
-	p, err := startHelper(cfg, r.hist, r.dir)
-	if err != nil {
-		return err
-	}
-	s.SetProcess(p)
-	return nil
 }
 
 // Run runs one chaos pass and checks it. It fails t only when the run
@@ -168,6 +126,13 @@ func Run(t testing.TB, cfg Config) *Result {
 	defer stopRecorders()
 
 	r.addSlots()
+	r.env = &traffic.Env{
+		T: t, Config: cfg, Dir: r.dir, DSN: r.dsn, Archive: r.archive, Cluster: r.cluster, Direct: r.direct,
+		History: r.hist, Recipes: r.recipes, Slots: r.slots, Warn: r.warn,
+	}
+	if cfg.Fleet > 0 {
+		r.fleet = traffic.NewFleet(r.env)
+	}
 
 	// Workers. Should the run end early, none outlives it.
 	var inproc sync.WaitGroup
@@ -225,7 +190,7 @@ func newRunner(t testing.TB, cfg Config) *runner {
 // coordinator's direct client on it, and returns etcd's election timeout.
 func (r *runner) startCluster() (election time.Duration) {
 	r.t.Helper()
-	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(model.RaftHeartbeat, model.RaftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
+	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(model.RaftHeartbeat, model.RaftElectionTimeout), e2e.WithClientDialOptions(traffic.DialOptions...))
 	r.direct = r.cluster.Client(r.t)
 	return time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
 }
@@ -261,9 +226,6 @@ func (r *runner) addSlots() {
 	// The fleet's slots, f0 … f<Fleet-1>, each with its own proxies, so
 	// that the nemesis's faults of a worker and of a member reach its
 	// pools.
-	if cfg.Fleet > 0 {
-		r.fleet = newFleet(r)
-	}
 	for i := range cfg.Fleet {
 		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("f%d", i), Fleet: true, Gate: &nemesis.Gate{}}
 		r.addProxies(s)
@@ -288,7 +250,7 @@ func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGrou
 	cancel()
 	inproc.Wait()
 	if r.fleet != nil {
-		r.fleet.wait()
+		r.fleet.Wait()
 	}
 	for _, s := range r.slots {
 		if p := s.Process(); p != nil {
@@ -307,47 +269,18 @@ func (r *runner) startWorkers(ctx context.Context, inproc *sync.WaitGroup) {
 			continue
 		}
 		if s.Helper {
-			if err := r.restartHelper(s); err != nil {
+			if err := r.env.RestartHelper(s); err != nil {
 				r.t.Fatalf("chaos: %v", err)
 			}
 			continue
 		}
-		r.startInProcess(ctx, s, inproc)
+		r.env.StartInProcess(ctx, s, inproc)
 	}
-	r.startRecipeWorkers(ctx, inproc)
-	r.startPoolWorkers(ctx, inproc)
+	r.env.StartRecipeWorkers(ctx, inproc)
+	r.pools = r.env.StartPoolWorkers(ctx, inproc)
 	if r.fleet != nil {
-		r.fleet.startFleet(ctx)
+		r.fleet.StartFleet(ctx)
 	}
-}
-
-// startInProcess starts the in-process worker of s on ctx, counted in
-// inproc; under controlStrand the first one strands its grants.
-func (r *runner) startInProcess(ctx context.Context, s *nemesis.Slot, inproc *sync.WaitGroup) {
-	r.t.Helper()
-	cfgW := r.workerConfig(s)
-	cli, err := newWorkerClient(cfgW.Endpoints)
-	if err != nil {
-		r.t.Fatalf("chaos: %v", err)
-	}
-	skewClock(cli, cfgW.ClockSkew)
-	w, err := newWorker(cfgW, cli, r.hist.Record)
-	if err != nil {
-		_ = cli.Close()
-		r.t.Fatalf("chaos: %v", err)
-	}
-	w.gate = s.Gate
-	if r.cfg.Control == model.ControlStrand && s.Idx == r.cfg.Helpers {
-		scli, err := newWorkerClient(r.cluster.Endpoints())
-		if err != nil {
-			r.t.Fatalf("chaos: %v", err)
-		}
-		w.strand = newStrander(w, scli)
-	}
-	inproc.Go(func() {
-		defer cli.Close()
-		w.run(ctx)
-	})
 }
 
 // injectFaults runs the nemesis (and the fleet's kills) for the run's
@@ -359,14 +292,14 @@ func (r *runner) injectFaults(rs *runState) {
 	cfg := r.cfg
 	n := nemesis.New(nemesis.Env{
 		T: r.t, Config: r.cfg, Cluster: r.cluster, Direct: r.direct, Slots: r.slots, Warn: r.warn,
-		RestartHelper: r.restartHelper, Revoke: r.revoke,
+		RestartHelper: r.env.RestartHelper, Revoke: r.revoke,
 	})
 	rs.faultsFrom = model.Now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
 	progress.Go(func() { r.progress(nctx, n, rs.begin) })
 	if r.fleet != nil {
-		progress.Go(func() { r.fleet.chaos(nctx) })
+		progress.Go(func() { r.fleet.Chaos(nctx) })
 	}
 	n.Run(nctx)
 	stopFaults()
@@ -382,8 +315,8 @@ func (r *runner) injectFaults(rs *runState) {
 	}
 	rs.faults = n.Log()
 	if r.fleet != nil {
-		rs.faults = append(rs.faults, r.fleet.faults()...)
-		rs.drained = r.fleet.drain()
+		rs.faults = append(rs.faults, r.fleet.Faults()...)
+		rs.drained = r.fleet.Drain()
 		cfg.Logf("chaos: the fleet's backlog of %d task keys drained in %v (done: %v)", rs.drained.Keys, rs.drained.Took.Round(time.Millisecond), rs.drained.Done)
 	}
 	cfg.Logf("chaos: %d faults injected and healed; quiet for %v", len(rs.faults), cfg.Quiet)
@@ -413,7 +346,7 @@ func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sy
 	stopping.Wait()
 	inproc.Wait()
 	if r.fleet != nil {
-		r.fleet.wait()
+		r.fleet.Wait()
 	}
 	r.cfg.Logf("chaos: workers stopped (%v)", time.Since(rs.begin).Round(time.Millisecond))
 }
@@ -446,7 +379,7 @@ func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 		var vs []checks.Violation
 		var pools []model.PoolRecord
 		for _, p := range r.pools {
-			pools = append(pools, p.record())
+			pools = append(pools, p.Record())
 		}
 		res.Pool, vs = checks.CheckPools(fs, r.hist.Ops(), pools)
 		res.Violations = append(res.Violations, vs...)
@@ -496,7 +429,7 @@ func (r *runner) checkFleetRun(rs *runState, res *Result, fs model.FinalState) {
 		r.t.Fatalf("chaos: final read of the fleet: %v", err)
 	}
 	var vs []checks.Violation
-	res.Fleet, vs = checks.CheckFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.record())
+	res.Fleet, vs = checks.CheckFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.Record())
 	res.Violations = append(res.Violations, vs...)
 }
 
@@ -511,7 +444,7 @@ func (r *runner) finish(rs *runState, res *Result) {
 		}
 	}
 	if r.fleet != nil {
-		if err := r.fleet.saveLog(res.OutDir); err != nil {
+		if err := r.fleet.SaveLog(res.OutDir); err != nil {
 			r.t.Errorf("chaos: the fleet's log: %v", err)
 		}
 	}
@@ -541,9 +474,9 @@ func (r *runner) startRecorders() (stop func()) {
 		if r.cfg.Control != model.ControlDeleteFirst && r.cfg.Control != model.ControlWriterClocks {
 			opts = append(opts, audit.WithRetention(r.cfg.Retention))
 		} else if i == 0 {
-			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention,
-				archiveFirst: r.cfg.Control == model.ControlWriterClocks}
-			wg.Go(func() { p.run(ctx) })
+			p := &traffic.RawPruner{Client: cli, Space: keys.MustNew(keys.DefaultNamespace), Archive: rec, Retention: r.cfg.Retention,
+				ArchiveFirst: r.cfg.Control == model.ControlWriterClocks}
+			wg.Go(func() { p.Run(ctx) })
 		}
 		reg, err := lease.NewRegistry(cli)
 		if err != nil {
@@ -640,12 +573,12 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // in-process worker on a direct client: after healing, every task must be
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
-	cfgW := workerConfig{Name: model.Sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
-	w, err := newWorker(cfgW, r.direct, r.hist.Record)
+	cfgW := traffic.WorkerConfig{Name: model.Sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	w, err := traffic.NewWorker(cfgW, r.direct, r.hist.Record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
 	}
-	defer w.close()
+	defer w.Close()
 	// Done records are pruned: the log (etcd and the archive) says what
 	// was completed.
 	done, err := r.completedTasks()
@@ -667,7 +600,7 @@ func (r *runner) sweep() int {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if w.sweepTask(task) {
+			if w.SweepTask(task) {
 				mu.Lock()
 				completed++
 				mu.Unlock()
@@ -676,39 +609,6 @@ func (r *runner) sweep() int {
 	}
 	wg.Wait()
 	return completed
-}
-
-// sweepTask acquires task — waiting for a lost holder's lease to expire —
-// and, unless the log says it was completed (its done record pruned),
-// writes an effect to each downstream and completes it. It reports
-// whether this call completed it.
-func (w *worker) sweepTask(task string) bool {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		s := w.session()
-		if s == nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		l, out := w.acquire(context.Background(), s, task, 10*time.Second)
-		if out == model.OutCompleted {
-			return false
-		}
-		if l == nil {
-			continue
-		}
-		switch w.checkCompletion(l) {
-		case checkDone:
-			return false
-		case checkFailed:
-			continue
-		}
-		if w.writeSQL(l) == model.OutOK && w.writeEtcd(l) == model.OutOK && w.complete(l) == model.OutOK {
-			return true
-		}
-		w.release(l)
-	}
-	return false
 }
 
 // completedTasks returns the tasks with a completed entry in the log.
@@ -893,3 +793,27 @@ type Config = model.Config
 
 // Result is a checked run (checks.Result): what Run returns.
 type Result = checks.Result
+
+// recipeSlots returns the recipe slots' names.
+func (r *runner) recipeSlots() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range r.slots {
+		if s.Recipe {
+			out[s.Name] = true
+		}
+	}
+	return out
+}
+
+// taskFaults leaves out the faults of recipe slots: they do not stall the
+// task workload, whose liveness the summary reports.
+func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
+	recipe := r.recipeSlots()
+	var out []model.Fault
+	for _, f := range faults {
+		if !recipe[f.Target] {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -43,15 +43,15 @@ import (
 // epochs, porcupine to a few epochs per task rather than to one long
 // register — and the fairness check (checkFairness) has queues to judge.
 const (
-	// maxContendedWindow caps Config.Window in the contended workload.
-	maxContendedWindow = 4
+	// MaxContendedWindow caps Config.Window in the contended workload.
+	MaxContendedWindow = 4
 	// completeOneIn: a holder completes its task one time in
 	// completeOneIn, and releases it the other times.
 	completeOneIn = 6
 )
 
 // contendedCycle is one cycle of the contended workload.
-func (w *worker) contendedCycle(ctx context.Context, rng *rand.Rand, s *session.Session) {
+func (w *Worker) contendedCycle(ctx context.Context, rng *rand.Rand, s *session.Session) {
 	kind := rng.IntN(6)
 	n := 1
 	if kind == 0 {
@@ -80,7 +80,7 @@ func (w *worker) contendedCycle(ctx context.Context, rng *rand.Rand, s *session.
 
 // pickOpen chooses n distinct tasks among the first Window tasks not known
 // to be done, whatever this worker's other threads are on.
-func (w *worker) pickOpen(rng *rand.Rand, n int) []string {
+func (w *Worker) pickOpen(rng *rand.Rand, n int) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advanceLocked()
@@ -101,7 +101,7 @@ func (w *worker) pickOpen(rng *rand.Rand, n int) []string {
 // hold works on l as a contended holder: it asks the log whether the task
 // was ever completed, writes its effects, and releases the task to the
 // next waiter, or one time in completeOneIn completes it.
-func (w *worker) hold(rng *rand.Rand, l *lease.Lease) {
+func (w *Worker) hold(rng *rand.Rand, l *lease.Lease) {
 	if w.checkCompletion(l) != checkOpen || !w.steps(rng, l) {
 		return
 	}
@@ -122,7 +122,7 @@ func (w *worker) hold(rng *rand.Rand, l *lease.Lease) {
 // out of the global order), with its release, and the release of the
 // acquisition's own epoch when the call failed (given back before the
 // error returns).
-func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []string) []*lease.Lease {
+func (w *Worker) acquireAll(stop context.Context, s *session.Session, tasks []string) []*lease.Lease {
 	type calls struct{ acq, claim, dropClaim, giveBack *pendingOp }
 	cs := make([]calls, len(tasks))
 	for i, task := range tasks {
@@ -173,7 +173,7 @@ func (w *worker) acquireAll(stop context.Context, s *session.Session, tasks []st
 // CAS (the epoch is over), or etcd refusing it whole because the second
 // waiter's session is gone — nothing was applied and the caller releases
 // l as usual.
-func (w *worker) unfairRelease(ctx context.Context, l *lease.Lease) (raw bool, err error) {
+func (w *Worker) unfairRelease(ctx context.Context, l *lease.Lease) (raw bool, err error) {
 	resp, err := w.cli.Get(ctx, w.space.QueuePrefix(l.Resource()), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
 	if err != nil || len(resp.Kvs) < 2 {

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
 
 // txnRecorder records a pool's lease transactions in its worker's history.
 type txnRecorder struct {
-	w *worker
+	w *Worker
 
 	mu       sync.Mutex
 	problems []string

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -55,7 +55,7 @@ const strandWorker = "stranded"
 // strander is controlStrand's: the entries Acquire calls left behind and
 // the session they were left for.
 type strander struct {
-	w     *worker // records the calls
+	w     *Worker // records the calls
 	cli   *clientv3.Client
 	space keys.Space
 
@@ -65,7 +65,7 @@ type strander struct {
 	entries map[string]protocol.Waiter // task → the entry left behind, or granted
 }
 
-func newStrander(w *worker, cli *clientv3.Client) *strander {
+func newStrander(w *Worker, cli *clientv3.Client) *strander {
 	return &strander{w: w, cli: cli, space: w.space, entries: map[string]protocol.Waiter{}}
 }
 

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -47,9 +47,9 @@ func attemptTimeout(ttl time.Duration) time.Duration {
 	return min(lease.DefaultAttemptTimeout, max(ttl*3/10, 100*time.Millisecond))
 }
 
-// workerConfig is a worker's whole configuration; helper processes get it
+// WorkerConfig is a worker's whole configuration; helper processes get it
 // as JSON in their environment.
-type workerConfig struct {
+type WorkerConfig struct {
 	Name      string        `json:"name"`      // unique per process instance; prefixes sessions and op ids
 	Endpoints []string      `json:"endpoints"` // the worker's proxies
 	SQLite    string        `json:"sqlite"`    // DSN of the shared database
@@ -66,9 +66,9 @@ type workerConfig struct {
 	ClockSkew time.Duration `json:"clock_skew,omitempty"`
 }
 
-// worker runs threads that take tasks, write effects and complete them.
-type worker struct {
-	cfg       workerConfig
+// Worker runs threads that take tasks, write effects and complete them.
+type Worker struct {
+	cfg       WorkerConfig
 	cli       *clientv3.Client
 	reg       *lease.Registry
 	space     keys.Space
@@ -95,7 +95,9 @@ type worker struct {
 	inDoubt  map[*lease.Lease]bool // leases whose end is not settled
 }
 
-func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(model.Event)) (*worker, error) {
+// NewWorker returns a worker of cfg on cli that emits its history
+// events to emit.
+func NewWorker(cfg WorkerConfig, cli *clientv3.Client, emit func(model.Event)) (*Worker, error) {
 	db, g, err := model.OpenSQL(cfg.SQLite, cfg.Threads+1)
 	if err != nil {
 		return nil, err
@@ -125,7 +127,7 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(model.Event)) (
 		_ = adb.Close()
 		return nil, err
 	}
-	return &worker{
+	return &Worker{
 		cfg: cfg, cli: cli, reg: reg, space: keys.MustNew(keys.DefaultNamespace),
 		db: db, sqlGuard: g, etcdGuard: etcdGuard, emit: emit,
 		adb: adb, log: log,
@@ -135,7 +137,7 @@ func newWorker(cfg workerConfig, cli *clientv3.Client, emit func(model.Event)) (
 
 // run works until ctx is done, then lets every thread finish its task and
 // closes the worker's sessions and registry. The caller closes cli.
-func (w *worker) run(ctx context.Context) {
+func (w *Worker) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(context.Background())
 	wg.Go(func() { w.watchDone(wctx) })
@@ -154,10 +156,11 @@ func (w *worker) run(ctx context.Context) {
 	threads.Wait()
 	stopWatch()
 	wg.Wait()
-	w.close()
+	w.Close()
 }
 
-func (w *worker) close() {
+// Close ends the worker's sessions and closes what it opened.
+func (w *Worker) Close() {
 	w.stopping.Store(true)
 	if w.strand != nil {
 		w.strand.close()
@@ -199,25 +202,25 @@ func (w *worker) close() {
 
 // pendingOp is an invoked operation awaiting its return.
 type pendingOp struct {
-	w  *worker
+	w  *Worker
 	id string
 }
 
-func (w *worker) nextID() string {
+func (w *Worker) nextID() string {
 	return w.cfg.Name + "-" + strconv.FormatInt(w.seq.Add(1), 10)
 }
 
-func (w *worker) begin(typ model.OpType, task, worker string, epoch int64) *pendingOp {
+func (w *Worker) begin(typ model.OpType, task, worker string, epoch int64) *pendingOp {
 	return w.beginID(w.nextID(), typ, task, worker, epoch)
 }
 
-func (w *worker) beginID(id string, typ model.OpType, task, worker string, epoch int64) *pendingOp {
+func (w *Worker) beginID(id string, typ model.OpType, task, worker string, epoch int64) *pendingOp {
 	return w.beginEvent(model.Event{ID: id, Op: typ, Task: task, W: worker, E: epoch})
 }
 
 // beginEvent records the invocation ev describes (its kind, time and, if
 // unset, id are filled in).
-func (w *worker) beginEvent(ev model.Event) *pendingOp {
+func (w *Worker) beginEvent(ev model.Event) *pendingOp {
 	ev.K, ev.T = "i", model.Now()
 	if ev.ID == "" {
 		ev.ID = w.nextID()
@@ -236,7 +239,7 @@ func (p *pendingOp) end(out model.Outcome, epoch, current int64, err error) {
 
 // session returns the worker's live session, starting a new one (with a
 // new worker id) when the last one ended.
-func (w *worker) session() *session.Session {
+func (w *Worker) session() *session.Session {
 	w.smu.Lock()
 	defer w.smu.Unlock()
 	w.mu.Lock()
@@ -275,7 +278,7 @@ func grantTimeout(ttl time.Duration) time.Duration {
 // context is done, for the liveness figures (liveness.go). It returns a
 // function that records the end at once if it has not been recorded yet,
 // which close calls after Session.Close, before the process exits.
-func (w *worker) recordSession(s *session.Session) (recordEnd func()) {
+func (w *Worker) recordSession(s *session.Session) (recordEnd func()) {
 	w.emit(model.Event{K: model.EventSessionStart, ID: s.Worker(), W: w.cfg.Name, T: model.Now()})
 	var once sync.Once
 	recordEnd = func() {
@@ -318,7 +321,7 @@ func taskIndex(name string) (int, bool) {
 // a queue that delivers a task twice would — refused while its done record
 // lasts, acquirable once retention pruned it, and then found completed in
 // the log.
-func (w *worker) pick(rng *rand.Rand) (int, bool) {
+func (w *Worker) pick(rng *rand.Rand) (int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advanceLocked()
@@ -349,20 +352,20 @@ func (w *worker) pick(rng *rand.Rand) (int, bool) {
 }
 
 // advanceLocked moves lo past the tasks known to be done; w.mu is held.
-func (w *worker) advanceLocked() {
+func (w *Worker) advanceLocked() {
 	for w.done[w.lo] {
 		delete(w.done, w.lo)
 		w.lo++
 	}
 }
 
-func (w *worker) unbusy(i int) {
+func (w *Worker) unbusy(i int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.busy, i)
 }
 
-func (w *worker) markDone(task string) {
+func (w *Worker) markDone(task string) {
 	i, ok := taskIndex(task)
 	if !ok {
 		return
@@ -374,7 +377,7 @@ func (w *worker) markDone(task string) {
 	}
 }
 
-func (w *worker) cool(task string, d time.Duration) {
+func (w *Worker) cool(task string, d time.Duration) {
 	if i, ok := taskIndex(task); ok {
 		w.mu.Lock()
 		w.cooldown[i] = time.Now().Add(d)
@@ -387,7 +390,7 @@ func (w *worker) cool(task string, d time.Duration) {
 // prunes done records, so on every (re)start it also lists the completed
 // entries of the log — etcd and the archive — written since the last: a
 // replacement helper learns of every task completed before it started.
-func (w *worker) watchDone(ctx context.Context) {
+func (w *Worker) watchDone(ctx context.Context) {
 	prefix := w.space.DonePrefix()
 	var since int64
 	for ctx.Err() == nil {
@@ -427,7 +430,7 @@ func (w *worker) watchDone(ctx context.Context) {
 // thread carries on after its lease is lost — most threads never look at
 // the lease's context — because a paused or partitioned process acts late
 // no matter what, and fencing must make that safe.
-func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
+func (w *Worker) cycle(ctx context.Context, rng *rand.Rand) {
 	w.gate.Wait()
 	s := w.session()
 	if s == nil {
@@ -461,7 +464,7 @@ func (w *worker) cycle(ctx context.Context, rng *rand.Rand) {
 // batchCycle is cycle with batches: take two to five tasks with one
 // TryAcquireMany, write each one's effects, and complete together, with one
 // CompleteMany, those that get that far.
-func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Session) {
+func (w *Worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Session) {
 	var tasks []string
 	for range 2 + rng.IntN(4) {
 		i, ok := w.pick(rng)
@@ -489,7 +492,7 @@ func (w *worker) batchCycle(ctx context.Context, rng *rand.Rand, s *session.Sess
 // acquire operation: ok with its lease's epoch if claimed, fail if not
 // (certainly not applied: the batch skips what is held or done), and
 // unknown for every task when the transaction's outcome is.
-func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease {
+func (w *Worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease {
 	ps := make([]*pendingOp, len(tasks))
 	for i, task := range tasks {
 		ps[i] = w.begin(model.OpAcquire, task, s.Worker(), 0)
@@ -528,7 +531,7 @@ func (w *worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 
 // completeMany completes ls with one CompleteMany — ControlNoCAS: one
 // raw transaction without the compares — as complete does one lease.
-func (w *worker) completeMany(ls []*lease.Lease) {
+func (w *Worker) completeMany(ls []*lease.Lease) {
 	w.completeWith(ls, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
 		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
@@ -537,7 +540,7 @@ func (w *worker) completeMany(ls []*lease.Lease) {
 	})
 }
 
-func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
+func (w *Worker) work(rng *rand.Rand, l *lease.Lease) {
 	if w.steps(rng, l) {
 		w.complete(l)
 	}
@@ -546,7 +549,7 @@ func (w *worker) work(rng *rand.Rand, l *lease.Lease) {
 // steps writes l's effects in one to three steps and reports whether the
 // caller should complete l; when not, steps has released it, or completed
 // it after being fenced.
-func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
+func (w *Worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 	polite := rng.IntN(4) == 0 // stops when its lease's context ends
 	n := 1 + rng.IntN(3)
 	for range n {
@@ -594,7 +597,7 @@ func (w *worker) steps(rng *rand.Rand, l *lease.Lease) (complete bool) {
 // meanwhile, inside the call: that possible release is an internal
 // operation of the history, of unknown outcome when the call failed
 // (Op.Internal).
-func (w *worker) acquire(stop context.Context, s *session.Session, task string, wait time.Duration) (*lease.Lease, model.Outcome) {
+func (w *Worker) acquire(stop context.Context, s *session.Session, task string, wait time.Duration) (*lease.Lease, model.Outcome) {
 	var l *lease.Lease
 	var err error
 	var p, giveBack *pendingOp
@@ -662,7 +665,7 @@ const (
 // when the log cannot be read, since only a task known never to have been
 // completed may be worked on. The read is an operation of the history
 // (OpDoneRead): the checker holds it to the completions it can see.
-func (w *worker) checkCompletion(l *lease.Lease) checkResult {
+func (w *Worker) checkCompletion(l *lease.Lease) checkResult {
 	p := w.begin(model.OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
 	e, done, err := w.completion(l.Resource())
 	switch {
@@ -687,7 +690,7 @@ func (w *worker) checkCompletion(l *lease.Lease) checkResult {
 // next member, until opTimeout has passed — a read changes nothing — so a
 // member that does not answer costs an attempt, not the whole opTimeout
 // (docs/protocol.md §7, the attempt timeout).
-func (w *worker) completion(task string) (e audit.Entry, done bool, err error) {
+func (w *Worker) completion(task string) (e audit.Entry, done bool, err error) {
 	deadline := time.Now().Add(model.OpTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), min(attemptTimeout(w.cfg.TTL), time.Until(deadline)))
@@ -707,13 +710,13 @@ func sessionEnded(err error) bool {
 	return errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)
 }
 
-func (w *worker) settle(l *lease.Lease) {
+func (w *Worker) settle(l *lease.Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.inDoubt, l)
 }
 
-func (w *worker) writeSQL(l *lease.Lease) model.Outcome {
+func (w *Worker) writeSQL(l *lease.Lease) model.Outcome {
 	id := w.nextID()
 	p := w.beginID(id, model.OpSQL, l.Resource(), l.Worker(), l.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
@@ -726,7 +729,7 @@ func (w *worker) writeSQL(l *lease.Lease) model.Outcome {
 // sqlTx writes the effect row in the transaction that admits the token.
 // Any error but a refusal is an unknown outcome; the effects table tells
 // afterwards whether the transaction committed.
-func (w *worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (model.Outcome, int64, error) {
+func (w *Worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (model.Outcome, int64, error) {
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
 		return model.OutFail, 0, err // nothing ran
@@ -751,7 +754,7 @@ func (w *worker) sqlTx(ctx context.Context, id string, l *lease.Lease) (model.Ou
 	return model.OutOK, 0, nil
 }
 
-func (w *worker) writeEtcd(l *lease.Lease) model.Outcome {
+func (w *Worker) writeEtcd(l *lease.Lease) model.Outcome {
 	id := w.nextID()
 	p := w.beginID(id, model.OpEtcd, l.Resource(), l.Worker(), l.Epoch())
 	val, _ := json.Marshal(model.EffectValue{Task: l.Resource(), Epoch: l.Epoch(), Worker: l.Worker(), Op: id})
@@ -782,7 +785,7 @@ func (w *worker) writeEtcd(l *lease.Lease) model.Outcome {
 
 // complete completes l with Complete — ControlNoCAS: a raw transaction
 // without the compare — and returns its last outcome.
-func (w *worker) complete(l *lease.Lease) model.Outcome {
+func (w *Worker) complete(l *lease.Lease) model.Outcome {
 	return w.completeWith([]*lease.Lease{l}, func(ctx context.Context, ls []*lease.Lease) ([]error, error) {
 		if w.cfg.Control == model.ControlNoCAS {
 			return make([]error, len(ls)), w.rawCompleteMany(ctx, ls)
@@ -796,7 +799,7 @@ func (w *worker) complete(l *lease.Lease) model.Outcome {
 // Each lease is its own complete operation. The leases whose outcome is
 // unknown are sent again (the documented way to resolve one), up to five
 // attempts in all. It returns each lease's last outcome.
-func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, ls []*lease.Lease) ([]error, error)) []model.Outcome {
+func (w *Worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, ls []*lease.Lease) ([]error, error)) []model.Outcome {
 	outs := make([]model.Outcome, len(ls))
 	pending := make([]int, len(ls))
 	for i := range pending {
@@ -845,7 +848,7 @@ func (w *worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 // with its session — no watch tells it its key is gone (docs/protocol.md
 // §5) — so Session.Close would still release it: it stays in doubt, and
 // the worker goes on at once.
-func (w *worker) settleCompleted(l *lease.Lease) {
+func (w *Worker) settleCompleted(l *lease.Lease) {
 	if w.cfg.Control == model.ControlNoCAS {
 		return
 	}
@@ -856,7 +859,7 @@ func (w *worker) settleCompleted(l *lease.Lease) {
 // CompleteMany) writes for each lease — the SDK's own Then ops
 // (protocol.End) — in one transaction, without the compare that makes it a
 // CAS on the epoch.
-func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
+func (w *Worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 	var ops []clientv3.Op
 	for _, l := range ls {
 		e := protocol.End{
@@ -875,7 +878,7 @@ func (w *worker) rawCompleteMany(ctx context.Context, ls []*lease.Lease) error {
 
 // release releases l — under ControlUnfair, to the second waiter when two
 // or more wait (unfairRelease) — and records it.
-func (w *worker) release(l *lease.Lease) {
+func (w *Worker) release(l *lease.Lease) {
 	p := w.begin(model.OpRelease, l.Resource(), l.Worker(), l.Epoch())
 	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	var err error
@@ -910,4 +913,37 @@ func classifyEnd(err error) (model.Outcome, int64) {
 		return model.OutStale, se.CurrentEpoch
 	}
 	return model.OutUnknown, 0
+}
+
+// SweepTask acquires task — waiting for a lost holder's lease to expire —
+// and, unless the log says it was completed (its done record pruned),
+// writes an effect to each downstream and completes it. It reports
+// whether this call completed it.
+func (w *Worker) SweepTask(task string) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		s := w.session()
+		if s == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		l, out := w.acquire(context.Background(), s, task, 10*time.Second)
+		if out == model.OutCompleted {
+			return false
+		}
+		if l == nil {
+			continue
+		}
+		switch w.checkCompletion(l) {
+		case checkDone:
+			return false
+		case checkFailed:
+			continue
+		}
+		if w.writeSQL(l) == model.OutOK && w.writeEtcd(l) == model.OutOK && w.complete(l) == model.OutOK {
+			return true
+		}
+		w.release(l)
+	}
+	return false
 }

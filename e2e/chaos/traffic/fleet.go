@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // separate processes have, over one worker.Prefix, killed and started
 // again during the fault phase (docs/protocol.md §3.14, "A fleet").
 const (
-	fleetLog = "fleet.log"
+	FleetLog = "fleet.log"
 
 	fleetRetries = 8 // WithRetry's attempts: a pool gives a task up for the rest of a Run after as many failures
 	// The killer: a kill every fleetKillGap on average (half to one and a
@@ -57,10 +57,10 @@ func fleetTask(i int) string { return fmt.Sprintf("job-%06d", i) }
 
 func fleetEffectKey(task string) string { return model.FleetEffectPrefix + task }
 
-// fleet runs the fleet mode's pools, one per fleet slot at a time, its
+// Fleet runs the fleet mode's pools, one per fleet slot at a time, its
 // killer and its feeder.
-type fleet struct {
-	r *runner
+type Fleet struct {
+	env *Env
 
 	mu     sync.Mutex
 	closed bool // the workers are stopping: start no pool
@@ -90,7 +90,7 @@ type fleet struct {
 // (pool_record.go) through w, a worker that runs no threads.
 type fleetPool struct {
 	name    string
-	w       *worker
+	w       *Worker
 	cli     *clientv3.Client
 	reg     *lease.Registry
 	pool    *wpool.Pool
@@ -106,36 +106,36 @@ type fleetPool struct {
 	injected, refused, unknown atomic.Int64
 }
 
-// newFleet returns the fleet of r's run, its log in a file of the run.
-func newFleet(r *runner) *fleet {
-	f := &fleet{r: r, live: map[*nemesis.Slot]*fleetPool{}}
-	lf, err := os.Create(filepath.Join(r.dir, fleetLog))
+// NewFleet returns the fleet of a run, its log in a file of the run.
+func NewFleet(env *Env) *Fleet {
+	f := &Fleet{env: env, live: map[*nemesis.Slot]*fleetPool{}}
+	lf, err := os.Create(filepath.Join(env.Dir, FleetLog))
 	if err != nil {
-		r.t.Fatalf("chaos: fleet: %v", err)
+		env.T.Fatalf("chaos: fleet: %v", err)
 	}
 	f.logFile = lf
 	return f
 }
 
-// startFleet puts the backlog's task keys and starts a pool in every
+// StartFleet puts the backlog's task keys and starts a pool in every
 // fleet slot; they run until ctx ends. Under ControlFleetNoTakeover the
 // markers are pinned from before the first pool starts.
-func (f *fleet) startFleet(ctx context.Context) {
+func (f *Fleet) StartFleet(ctx context.Context) {
 	f.ctx = ctx
-	f.target, f.maxTarget = f.r.cfg.FleetTasks, f.r.cfg.FleetTasks
+	f.target, f.maxTarget = f.env.Config.FleetTasks, f.env.Config.FleetTasks
 	if _, err := f.feed(ctx, f.target); err != nil {
-		f.r.t.Fatalf("chaos: fleet: putting the tasks: %v", err)
+		f.env.T.Fatalf("chaos: fleet: putting the tasks: %v", err)
 	}
-	if f.r.cfg.Control == model.ControlFleetNoTakeover {
+	if f.env.Config.Control == model.ControlFleetNoTakeover {
 		if err := f.pin(ctx); err != nil {
-			f.r.t.Fatalf("chaos: fleet: %v", err)
+			f.env.T.Fatalf("chaos: fleet: %v", err)
 		}
 	}
 	f.start = time.Now()
-	for _, s := range f.r.slots {
+	for _, s := range f.env.Slots {
 		if s.Fleet {
 			if err := f.startPool(s); err != nil {
-				f.r.t.Fatalf("chaos: fleet pool %s: %v", s.Name, err)
+				f.env.T.Fatalf("chaos: fleet pool %s: %v", s.Name, err)
 			}
 		}
 	}
@@ -143,10 +143,10 @@ func (f *fleet) startFleet(ctx context.Context) {
 
 // feed puts task keys until the prefix holds at least n, in transactions
 // of at most 64 puts, and returns how many it holds then.
-func (f *fleet) feed(ctx context.Context, n int) (int, error) {
+func (f *Fleet) feed(ctx context.Context, n int) (int, error) {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := f.r.direct.Get(actx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.env.Direct.Get(actx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
@@ -161,7 +161,7 @@ func (f *fleet) feed(ctx context.Context, n int) (int, error) {
 		f.mu.Unlock()
 		// A failed put leaves a gap in the numbers, no task: the keys
 		// etcd holds are the tasks, whatever was sent.
-		if _, err := f.r.direct.Txn(actx).Then(ops...).Commit(); err != nil {
+		if _, err := f.env.Direct.Txn(actx).Then(ops...).Commit(); err != nil {
 			return 0, err
 		}
 		missing -= k
@@ -171,7 +171,7 @@ func (f *fleet) feed(ctx context.Context, n int) (int, error) {
 
 // startPool fills s with a new pool: the slot's next generation, on a new
 // client. Once the workers are stopping it starts none.
-func (f *fleet) startPool(s *nemesis.Slot) error {
+func (f *Fleet) startPool(s *nemesis.Slot) error {
 	f.mu.Lock()
 	closed := f.closed
 	f.mu.Unlock()
@@ -179,16 +179,16 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 		return nil
 	}
 	name := fmt.Sprintf("%s.%d", s.Name, s.NewGeneration()-1)
-	r := f.r
+	e := f.env
 	cli, err := newWorkerClient(s.Endpoints())
 	if err != nil {
 		return err
 	}
-	cfgW := workerConfig{
-		Name: name, Endpoints: s.Endpoints(), SQLite: r.dsn, Archive: r.archive,
-		Seed: r.cfg.Seed*1000 + uint64(900+s.Idx*10+len(f.pools)), Threads: 1, TTL: r.cfg.TTL, Window: 1,
+	cfgW := WorkerConfig{
+		Name: name, Endpoints: s.Endpoints(), SQLite: e.DSN, Archive: e.Archive,
+		Seed: e.Config.Seed*1000 + uint64(900+s.Idx*10+len(f.pools)), Threads: 1, TTL: e.Config.TTL, Window: 1,
 	}
-	w, err := newWorker(cfgW, cli, r.hist.Record)
+	w, err := NewWorker(cfgW, cli, e.History.Record)
 	if err != nil {
 		_ = cli.Close()
 		return err
@@ -196,7 +196,7 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 	w.gate = s.Gate
 	p := &fleetPool{
 		name: name, w: w, cli: cli, born: time.Now(),
-		fenced: r.cfg.Control != model.ControlFleetNoFencing || s.Name != "f0",
+		fenced: e.Config.Control != model.ControlFleetNoFencing || s.Name != "f0",
 		rng:    rand.New(rand.NewPCG(cfgW.Seed, 2)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -208,19 +208,19 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 		level = hclog.Info
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: f.logFile, Mutex: &f.logMu, Level: level, TimeFormat: "15:04:05.000"})
-	p.reg, err = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)), lease.WithLogger(log))
+	p.reg, err = lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(e.Config.TTL)), lease.WithLogger(log))
 	if err != nil {
-		w.close()
+		w.Close()
 		_ = cli.Close()
 		return err
 	}
 	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, model.FleetTaskPrefix), p.handle,
 		wpool.WithSlots(model.FleetSlots), wpool.WithWorker(name),
-		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
+		wpool.WithSessionOptions(session.WithTTL(e.Config.TTL)),
 		wpool.WithRetry(fleetRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
 		_ = p.reg.Close()
-		w.close()
+		w.Close()
 		_ = cli.Close()
 		return err
 	}
@@ -231,7 +231,7 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 	if f.closed { // wait has begun: no goroutine may join it
 		cancel()
 		_ = p.reg.Close()
-		w.close()
+		w.Close()
 		_ = cli.Close()
 		return nil
 	}
@@ -241,7 +241,7 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 		defer func() {
 			cancel()
 			_ = p.reg.Close()
-			p.w.close()
+			p.w.Close()
 			_ = p.cli.Close()
 		}()
 		for {
@@ -262,7 +262,7 @@ func (f *fleet) startPool(s *nemesis.Slot) error {
 // releases nothing and renews nothing, and its Run is cancelled; a
 // handler still running writes nothing more. It reports false when it
 // could not read the revision first (then nothing was killed).
-func (f *fleet) kill(s *nemesis.Slot) bool {
+func (f *Fleet) kill(s *nemesis.Slot) bool {
 	f.mu.Lock()
 	p := f.live[s]
 	f.mu.Unlock()
@@ -270,7 +270,7 @@ func (f *fleet) kill(s *nemesis.Slot) bool {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	resp, err := f.r.direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.env.Direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		return false
@@ -287,14 +287,14 @@ func (f *fleet) kill(s *nemesis.Slot) bool {
 	f.live[s] = nil
 	f.kills = append(f.kills, k)
 	f.mu.Unlock()
-	f.r.cfg.Logf("chaos: fleet: killed %s (%d task keys left)", p.name, k.Backlog)
+	f.env.Config.Logf("chaos: fleet: killed %s (%d task keys left)", p.name, k.Backlog)
 	return true
 }
 
 // restart starts a new pool in s, the slot of the kill at index i.
-func (f *fleet) restart(s *nemesis.Slot, i int) {
+func (f *Fleet) restart(s *nemesis.Slot, i int) {
 	if err := f.startPool(s); err != nil {
-		f.r.warn("fleet: restarting %s: %v", s.Name, err)
+		f.env.Warn("fleet: restarting %s: %v", s.Name, err)
 		return
 	}
 	f.mu.Lock()
@@ -304,15 +304,15 @@ func (f *fleet) restart(s *nemesis.Slot, i int) {
 	}
 }
 
-// chaos kills pools until ctx (the fault phase) ends, and keeps the
+// Chaos kills pools until ctx (the fault phase) ends, and keeps the
 // backlog meanwhile at Config.FleetTasks task keys, or more: fleetPasses
 // takeover bounds' worth of work at the rate the pools have completed
 // tasks since they started, so that a task left to the next pass waits
 // well past the bound. Then it starts a pool in every slot left empty.
-func (f *fleet) chaos(ctx context.Context) {
+func (f *Fleet) Chaos(ctx context.Context) {
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		bound := model.TakeoverBound(f.r.cfg.TTL, 0, nil)
+		bound := model.TakeoverBound(f.env.Config.TTL, 0, nil)
 		for {
 			if model.Sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
 				return
@@ -323,23 +323,23 @@ func (f *fleet) chaos(ctx context.Context) {
 			held, err := f.feed(ctx, target)
 			if err != nil {
 				if ctx.Err() == nil {
-					f.r.warn("fleet: feeding the backlog: %v", err)
+					f.env.Warn("fleet: feeding the backlog: %v", err)
 				}
 				continue
 			}
 			f.mu.Lock()
 			if since := time.Since(f.start); since >= fleetFirstKill {
 				f.rate = float64(f.next-held) / since.Seconds()
-				f.target = max(f.r.cfg.FleetTasks, min(int(f.rate*fleetPasses*bound.Seconds()), fleetMaxBacklog))
+				f.target = max(f.env.Config.FleetTasks, min(int(f.rate*fleetPasses*bound.Seconds()), fleetMaxBacklog))
 				f.maxTarget = max(f.maxTarget, f.target)
 			}
 			f.mu.Unlock()
 		}
 	})
-	if f.r.cfg.Control == model.ControlFleetNoFencing {
+	if f.env.Config.Control == model.ControlFleetNoFencing {
 		bg.Go(func() { f.pauseUnfenced(ctx) })
 	}
-	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x666c656574))
+	rng := rand.New(rand.NewPCG(f.env.Config.Seed, 0x666c656574))
 	var restarts sync.WaitGroup
 	wait := fleetKillGap/2 + time.Duration(rng.Int64N(int64(fleetKillGap)))
 	for {
@@ -354,10 +354,10 @@ func (f *fleet) chaos(ctx context.Context) {
 		early := time.Since(f.start) < fleetFirstKill
 		var cands []*nemesis.Slot
 		dead := 0
-		for _, s := range f.r.slots {
+		for _, s := range f.env.Slots {
 			switch p, ok := f.live[s]; {
 			case !s.Fleet || !ok:
-			case f.r.cfg.Control == model.ControlFleetNoFencing && s.Name == "f0":
+			case f.env.Config.Control == model.ControlFleetNoFencing && s.Name == "f0":
 			case p == nil:
 				dead++
 			case time.Since(p.born) >= fleetMinAge:
@@ -393,15 +393,15 @@ func (f *fleet) chaos(ctx context.Context) {
 // session, and its careless handlers write when it thaws. The nemesis
 // must inject no fault of a worker meanwhile: its heal would end the
 // pause early.
-func (f *fleet) pauseUnfenced(ctx context.Context) {
+func (f *Fleet) pauseUnfenced(ctx context.Context) {
 	var s *nemesis.Slot
-	for _, sl := range f.r.slots {
+	for _, sl := range f.env.Slots {
 		if sl.Fleet && sl.Name == "f0" {
 			s = sl
 		}
 	}
-	ttl := f.r.cfg.TTL
-	rng := rand.New(rand.NewPCG(f.r.cfg.Seed, 0x7061757365))
+	ttl := f.env.Config.TTL
+	rng := rand.New(rand.NewPCG(f.env.Config.Seed, 0x7061757365))
 	for {
 		if model.Sleep(ctx, 300*time.Millisecond+time.Duration(rng.Int64N(int64(700*time.Millisecond)))); ctx.Err() != nil {
 			return
@@ -420,9 +420,9 @@ func (f *fleet) pauseUnfenced(ctx context.Context) {
 	}
 }
 
-// faults returns the kills, and ControlFleetNoFencing's pauses, as faults
+// Faults returns the kills, and ControlFleetNoFencing's pauses, as faults
 // of the run's fault log.
-func (f *fleet) faults() []model.Fault {
+func (f *Fleet) Faults() []model.Fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := slices.Clone(f.pauses)
@@ -438,15 +438,15 @@ func (f *fleet) faults() []model.Fault {
 	return out
 }
 
-// drain waits, once the faults are healed, until the pools have emptied
+// Drain waits, once the faults are healed, until the pools have emptied
 // the prefix, or fleetDrainLimit. It returns how many task keys there
 // were when it began, and how long it took.
-func (f *fleet) drain() model.FleetDrain {
+func (f *Fleet) Drain() model.FleetDrain {
 	from := time.Now()
 	d := model.FleetDrain{Keys: -1}
 	for time.Since(from) < model.FleetDrainLimit {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := f.r.direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := f.env.Direct.Get(ctx, model.FleetTaskPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err == nil && d.Keys < 0 {
 			d.Keys = resp.Count
@@ -457,14 +457,14 @@ func (f *fleet) drain() model.FleetDrain {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	f.r.warn("fleet: task keys still left %v after the faults were healed", model.FleetDrainLimit)
+	f.env.Warn("fleet: task keys still left %v after the faults were healed", model.FleetDrainLimit)
 	d.Took = time.Since(from)
 	return d
 }
 
-// wait returns once every pool has stopped (the workers' context ended),
+// Wait returns once every pool has stopped (the workers' context ended),
 // and ends ControlFleetNoTakeover's lease.
-func (f *fleet) wait() {
+func (f *Fleet) Wait() {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
@@ -472,9 +472,9 @@ func (f *fleet) wait() {
 	f.waited.Do(f.unpin)
 }
 
-// saveLog closes the pools' log and, when dir is set (a run with
+// SaveLog closes the pools' log and, when dir is set (a run with
 // violations), copies it there.
-func (f *fleet) saveLog(dir string) error {
+func (f *Fleet) SaveLog(dir string) error {
 	if dir == "" && os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG") != "" && os.Getenv("LEASEHOLD_CHAOS_OUT") != "" {
 		dir = os.Getenv("LEASEHOLD_CHAOS_OUT")
 	}
@@ -485,17 +485,17 @@ func (f *fleet) saveLog(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, fleetLog), b, 0o644)
+	return os.WriteFile(filepath.Join(dir, FleetLog), b, 0o644)
 }
 
 // unpin revokes ControlFleetNoTakeover's lease, deleting the markers it
 // kept.
-func (f *fleet) unpin() {
+func (f *Fleet) unpin() {
 	if f.pinned != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := f.r.direct.Revoke(ctx, clientv3.LeaseID(f.pinned)); err != nil {
-			f.r.warn("fleet: revoking the markers' lease: %v", err)
+		if _, err := f.env.Direct.Revoke(ctx, clientv3.LeaseID(f.pinned)); err != nil {
+			f.env.Warn("fleet: revoking the markers' lease: %v", err)
 		}
 	}
 }
@@ -504,23 +504,23 @@ func (f *fleet) unpin() {
 // now until ctx ends, puts every marker a pool puts again, attached to
 // that lease. etcd then deletes no marker when its session ends, and no
 // pool learns that a session ended.
-func (f *fleet) pin(ctx context.Context) error {
+func (f *Fleet) pin(ctx context.Context) error {
 	space := keys.MustNew(keys.DefaultNamespace)
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	g, err := f.r.direct.Grant(gctx, 3600)
+	g, err := f.env.Direct.Grant(gctx, 3600)
 	if err != nil {
 		return fmt.Errorf("granting the markers' lease: %w", err)
 	}
 	f.pinned = int64(g.ID)
-	resp, err := f.r.direct.Get(gctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := f.env.Direct.Get(gctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return err
 	}
 	rev := resp.Header.Revision + 1
 	f.wg.Go(func() {
 		for ctx.Err() == nil {
-			wch := f.r.direct.Watch(ctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+			wch := f.env.Direct.Watch(ctx, space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
 			for wr := range wch {
 				if wr.Err() != nil {
 					break
@@ -531,10 +531,10 @@ func (f *fleet) pin(ctx context.Context) error {
 						continue
 					}
 					pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err := f.r.direct.Put(pctx, string(ev.Kv.Key), string(ev.Kv.Value), clientv3.WithLease(g.ID))
+					_, err := f.env.Direct.Put(pctx, string(ev.Kv.Key), string(ev.Kv.Value), clientv3.WithLease(g.ID))
 					cancel()
 					if err != nil && ctx.Err() == nil {
-						f.r.warn("fleet: pinning marker %s: %v", ev.Kv.Key, err)
+						f.env.Warn("fleet: pinning marker %s: %v", ev.Kv.Key, err)
 					}
 				}
 			}
@@ -667,11 +667,11 @@ func (p *fleetPool) writeEffect(l *lease.Lease) model.Outcome {
 	return out
 }
 
-// record is what the fleet's pools did, for its checks.
-func (f *fleet) record() model.FleetRecord {
+// Record is what the fleet's pools did, for its checks.
+func (f *Fleet) Record() model.FleetRecord {
 	f.mu.Lock()
 	pools := slices.Clone(f.pools)
-	rec := model.FleetRecord{Kills: slices.Clone(f.kills), Fleet: f.r.cfg.Fleet, Slots: model.FleetSlots, Backlog: f.maxTarget, Rate: f.rate}
+	rec := model.FleetRecord{Kills: slices.Clone(f.kills), Fleet: f.env.Config.Fleet, Slots: model.FleetSlots, Backlog: f.maxTarget, Rate: f.rate}
 	f.mu.Unlock()
 	for _, p := range pools {
 		rec.Pools = append(rec.Pools, model.FleetPoolRecord{

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ func IsWorkerProcess() bool { return os.Getenv(workerEnv) == "1" }
 // RunWorkerProcess runs a helper worker until its stdin is closed, writing
 // its history to stdout as JSON lines, and returns the exit code.
 func RunWorkerProcess() int {
-	var cfg workerConfig
+	var cfg WorkerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos worker: bad %s: %v\n", configEnv, err)
 		return 2
@@ -55,7 +55,7 @@ func RunWorkerProcess() int {
 	defer cli.Close()
 	skewClock(cli, cfg.ClockSkew)
 	sink := &model.LineSink{Out: os.Stdout}
-	w, err := newWorker(cfg, cli, sink.Emit)
+	w, err := NewWorker(cfg, cli, sink.Emit)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos worker %s: %v\n", cfg.Name, err)
 		return 1
@@ -78,18 +78,18 @@ func RunWorkerProcess() int {
 // replace the proxies with the members' own URLs and take the worker out
 // of reach of its faults.
 func newWorkerClient(endpoints []string) (*clientv3.Client, error) {
-	cfg, err := etcdclient.Config(endpoints, etcdclient.WithAutoSync(0), etcdclient.WithDialOptions(dialOptions...))
+	cfg, err := etcdclient.Config(endpoints, etcdclient.WithAutoSync(0), etcdclient.WithDialOptions(DialOptions...))
 	if err != nil {
 		return nil, err
 	}
 	return clientv3.New(cfg)
 }
 
-// dialOptions make every client of a run reconnect soon after a fault
+// DialOptions make every client of a run reconnect soon after a fault
 // heals: by default gRPC backs off for up to two minutes between attempts
 // and gives one attempt 20 s, so a worker whose member was down or whose
 // proxy was blackholed would sit out much of the run.
-var dialOptions = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+var DialOptions = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 	MinConnectTimeout: 2 * time.Second,
 })}
@@ -108,7 +108,7 @@ type helperProc struct {
 }
 
 // startHelper starts a helper process for cfg, recording its history in h.
-func startHelper(cfg workerConfig, h *model.History, dir string) (*helperProc, error) {
+func startHelper(cfg WorkerConfig, h *model.History, dir string) (*helperProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // namespace of their own, so that no check of the task workload sees a
 // recipe's lease key, nor the other way round.
 const (
-	defaultRecipeLimit = 2
+	DefaultRecipeLimit = 2
 	campaignTimeout    = 3 * time.Second // a Campaign, or a semaphore Acquire, gives up after it
 	lateWrites         = 3 * time.Second // how long a careless holder tries its late write
 )
@@ -60,7 +60,7 @@ type recipeWorker struct {
 	nsess int
 }
 
-func newRecipeWorker(name string, cli *clientv3.Client, cfg Config, g *nemesis.Gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
+func newRecipeWorker(name string, cli *clientv3.Client, cfg model.Config, g *nemesis.Gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
 	reg, err := lease.NewRegistry(cli, lease.WithNamespace(model.RecipeNamespace), lease.WithAttemptTimeout(attemptTimeout(cfg.TTL)))
 	if err != nil {
 		return nil, err
@@ -329,49 +329,25 @@ func (w *recipeWorker) release(l *lease.Lease) {
 	w.done(op, out, err)
 }
 
-// startRecipeWorkers starts a recipe worker in every recipe slot; each
+// StartRecipeWorkers starts a recipe worker in every recipe slot; each
 // stops when ctx ends, and wg is done when it has closed its session.
-func (r *runner) startRecipeWorkers(ctx context.Context, wg *sync.WaitGroup) {
-	for _, s := range r.slots {
+func (e *Env) StartRecipeWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, s := range e.Slots {
 		if !s.Recipe {
 			continue
 		}
 		cli, err := newWorkerClient(s.Endpoints())
 		if err != nil {
-			r.t.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
+			e.T.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
 		}
-		w, err := newRecipeWorker(s.Name, cli, r.cfg, s.Gate, r.recipes, r.cfg.Seed*1000+uint64(500+s.Idx))
+		w, err := newRecipeWorker(s.Name, cli, e.Config, s.Gate, e.Recipes, e.Config.Seed*1000+uint64(500+s.Idx))
 		if err != nil {
 			_ = cli.Close()
-			r.t.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
+			e.T.Fatalf("chaos: recipe worker %s: %v", s.Name, err)
 		}
 		wg.Go(func() {
 			defer cli.Close()
 			w.run(ctx)
 		})
 	}
-}
-
-// recipeSlots returns the recipe slots' names.
-func (r *runner) recipeSlots() map[string]bool {
-	out := map[string]bool{}
-	for _, s := range r.slots {
-		if s.Recipe {
-			out[s.Name] = true
-		}
-	}
-	return out
-}
-
-// taskFaults leaves out the faults of recipe slots: they do not stall the
-// task workload, whose liveness the summary reports.
-func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
-	recipe := r.recipeSlots()
-	var out []model.Fault
-	for _, f := range faults {
-		if !recipe[f.Target] {
-			out = append(out, f)
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -46,12 +46,12 @@ var (
 	errFenced    = errors.New("chaos: a downstream write was fenced")
 )
 
-// poolWorker is one pool of the workload: a worker.Pool whose handler
+// PoolWorker is one pool of the workload: a worker.Pool whose handler
 // takes the task workload's steps through w, the slot's task worker, which
 // records the handler's operations and follows the completed tasks.
-type poolWorker struct {
+type PoolWorker struct {
 	name    string
-	w       *worker
+	w       *Worker
 	reg     *lease.Registry // the pool's
 	pool    *wpool.Pool
 	rec     *txnRecorder
@@ -68,65 +68,68 @@ type poolWorker struct {
 	injected, foundDone, fenced, unread atomic.Int64
 }
 
-// startPoolWorkers starts a pool in every pool slot; each runs until ctx
-// ends.
-func (r *runner) startPoolWorkers(ctx context.Context, wg *sync.WaitGroup) {
-	for _, s := range r.slots {
+// StartPoolWorkers starts a pool in every pool slot, each running until
+// ctx ends, and returns them.
+func (e *Env) StartPoolWorkers(ctx context.Context, wg *sync.WaitGroup) []*PoolWorker {
+	var pools []*PoolWorker
+	for _, s := range e.Slots {
 		if !s.Pool {
 			continue
 		}
-		p, cli, err := r.newPoolWorker(s)
+		p, cli, err := e.newPoolWorker(s)
 		if err != nil {
-			r.t.Fatalf("chaos: pool worker %s: %v", s.Name, err)
+			e.T.Fatalf("chaos: pool worker %s: %v", s.Name, err)
 		}
-		r.pools = append(r.pools, p)
+		pools = append(pools, p)
 		wg.Go(func() {
 			defer cli.Close()
 			p.run(ctx)
 		})
 	}
+	return pools
 }
 
-func (r *runner) newPoolWorker(s *nemesis.Slot) (*poolWorker, *clientv3.Client, error) {
+// newPoolWorker returns the pool worker of slot s and its client.
+func (e *Env) newPoolWorker(s *nemesis.Slot) (*PoolWorker, *clientv3.Client, error) {
 	cli, err := newWorkerClient(s.Endpoints())
 	if err != nil {
 		return nil, nil, err
 	}
-	cfgW := r.workerConfig(s)
+	cfgW := e.workerConfig(s)
 	cfgW.Name = s.Name
-	cfgW.Seed = r.cfg.Seed*1000 + uint64(700+s.Idx)
-	if r.cfg.Control == model.ControlPoolNoFencing {
+	cfgW.Seed = e.Config.Seed*1000 + uint64(700+s.Idx)
+	if e.Config.Control == model.ControlPoolNoFencing {
 		cfgW.Control = model.ControlNoFencing
 	} else {
 		cfgW.Control = model.ControlNone
 	}
-	w, err := newWorker(cfgW, cli, r.hist.Record)
+	w, err := NewWorker(cfgW, cli, e.History.Record)
 	if err != nil {
 		_ = cli.Close()
 		return nil, nil, err
 	}
 	w.gate = s.Gate
-	p := &poolWorker{
-		name: s.Name, w: w, careful: r.cfg.Control != model.ControlPoolNoFencing,
+	p := &PoolWorker{
+		name: s.Name, w: w, careful: e.Config.Control != model.ControlPoolNoFencing,
 		rng: rand.New(rand.NewPCG(cfgW.Seed, 1)),
 	}
 	// Every transaction through this client is seen by the recorder; it
 	// records those of the lease protocol, which only the pool sends.
 	p.rec = &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: p.rec}
-	reg, err := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(r.cfg.TTL)))
+	reg, err := lease.NewRegistry(cli, lease.WithAttemptTimeout(attemptTimeout(e.Config.TTL)))
 	if err != nil {
-		w.close()
+		w.Close()
 		_ = cli.Close()
 		return nil, nil, err
 	}
 	p.reg = reg
 	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
 		wpool.WithSlots(poolSlots), wpool.WithWorker(s.Name),
-		wpool.WithSessionOptions(session.WithTTL(r.cfg.TTL)),
+		wpool.WithSessionOptions(session.WithTTL(e.Config.TTL)),
 		wpool.WithRetry(poolRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
-		w.close()
+		w.Close()
 		_ = reg.Close()
 		_ = cli.Close()
 		return nil, nil, err
@@ -138,7 +141,7 @@ func (r *runner) newPoolWorker(s *nemesis.Slot) (*poolWorker, *clientv3.Client, 
 // each cancelled and the pool started again, so that its shutdown — the
 // grace, the completions and releases of what its handlers held, its
 // sessions' close — happens under the faults too.
-func (p *poolWorker) run(ctx context.Context) {
+func (p *PoolWorker) run(ctx context.Context) {
 	var bg sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(context.Background())
 	bg.Go(func() { p.w.watchDone(wctx) })
@@ -163,12 +166,12 @@ func (p *poolWorker) run(ctx context.Context) {
 	stopWatch()
 	bg.Wait()
 	_ = p.reg.Close()
-	p.w.close()
+	p.w.Close()
 }
 
 // next is the pool's source: the worker's window of tasks not known to be
 // completed, offered again every poolPoll.
-func (p *poolWorker) next(ctx context.Context) ([]string, error) {
+func (p *PoolWorker) next(ctx context.Context) ([]string, error) {
 	if p.polled.Swap(true) {
 		model.Sleep(ctx, poolPoll)
 	}
@@ -179,7 +182,7 @@ func (p *poolWorker) next(ctx context.Context) ([]string, error) {
 }
 
 // window returns the first Window tasks not known to be completed.
-func (w *worker) window() []string {
+func (w *Worker) window() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.advanceLocked()
@@ -200,7 +203,7 @@ type handlerPlan struct {
 	long     []bool
 }
 
-func (p *poolWorker) plan() handlerPlan {
+func (p *PoolWorker) plan() handlerPlan {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
 	hp := handlerPlan{careless: !p.careful || p.rng.IntN(4) == 0, steps: 1 + p.rng.IntN(3), fail: -1}
@@ -223,7 +226,7 @@ func (p *poolWorker) plan() handlerPlan {
 // first such failure, before some step's writes or after the last. Three in four stop when the
 // lease's context ends; the others write on, as a careless worker does,
 // and fencing must refuse them.
-func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
+func (p *PoolWorker) handle(ctx context.Context, l *lease.Lease) (string, error) {
 	w, hp := p.w, p.plan()
 	w.gate.Wait()
 	read := w.begin(model.OpDoneRead, l.Resource(), l.Worker(), l.Epoch())
@@ -276,14 +279,14 @@ func (p *poolWorker) handle(ctx context.Context, l *lease.Lease) (string, error)
 	return model.DoneStatus, nil
 }
 
-func (p *poolWorker) randN(n int) int {
+func (p *PoolWorker) randN(n int) int {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
 	return p.rng.IntN(n)
 }
 
-// record is what p did, for check "pool".
-func (p *poolWorker) record() model.PoolRecord {
+// Record is what p did, for check "pool".
+func (p *PoolWorker) Record() model.PoolRecord {
 	return model.PoolRecord{
 		Name: p.name, Slots: poolSlots, Stats: p.pool.Stats(), Runs: p.runs.Load(), Restarts: p.restarts.Load(),
 		Injected: p.injected.Load(), FoundDone: p.foundDone.Load(), Fenced: p.fenced.Load(), Unread: p.unread.Load(), Problems: p.rec.Problems(),

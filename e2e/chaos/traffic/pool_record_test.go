@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestTxnRecorder(t *testing.T) {
 	}
 	defer cli.Close()
 	h := model.NewHistory()
-	w := &worker{cfg: workerConfig{Name: "p0"}, space: keys.MustNew(keys.DefaultNamespace), emit: h.Record}
+	w := &Worker{cfg: WorkerConfig{Name: "p0"}, space: keys.MustNew(keys.DefaultNamespace), emit: h.Record}
 	rec := &txnRecorder{w: w}
 	cli.KV = &recordingKV{KV: cli.KV, rec: rec}
 	reg := mustRegistry(t, cli)

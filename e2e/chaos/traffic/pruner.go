@@ -1,4 +1,4 @@
-package chaos
+package traffic
 
 import (
 	"cmp"
@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// rawPruner is the retention pass of two controls. It selects what
+// RawPruner is the retention pass of two controls. It selects what
 // audit's pass once selected — the epochs whose end entry's Time is older
 // than the retention, with their rejections and the done record of a
 // completed one; the rejections of epochs already pruned once all are
@@ -26,17 +26,18 @@ import (
 // as audit's pass does, and only its clock is wrong: the slow clock's
 // epochs (skew.go) are due the moment they end. Either way the checker
 // must catch it.
-type rawPruner struct {
-	cli          *clientv3.Client
-	space        keys.Space
-	archive      audit.Archive
-	retention    time.Duration
-	archiveFirst bool
+type RawPruner struct {
+	Client       *clientv3.Client
+	Space        keys.Space
+	Archive      audit.Archive
+	Retention    time.Duration
+	ArchiveFirst bool
 	passes       int
 }
 
-func (p *rawPruner) run(ctx context.Context) {
-	t := time.NewTicker(max(p.retention/2, 250*time.Millisecond))
+// Run prunes, a pass at a time, until ctx ends.
+func (p *RawPruner) Run(ctx context.Context) {
+	t := time.NewTicker(max(p.Retention/2, 250*time.Millisecond))
 	defer t.Stop()
 	for {
 		_ = p.pass(ctx) // a failed pass is retried at the next tick, as audit's
@@ -48,13 +49,13 @@ func (p *rawPruner) run(ctx context.Context) {
 	}
 }
 
-func (p *rawPruner) pass(ctx context.Context) error {
-	cutoff := time.Now().Add(-p.retention)
-	resp, err := p.cli.Get(ctx, p.space.AuditPrefix(), clientv3.WithPrefix())
+func (p *RawPruner) pass(ctx context.Context) error {
+	cutoff := time.Now().Add(-p.Retention)
+	resp, err := p.Client.Get(ctx, p.Space.AuditPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
-	done, err := p.cli.Get(ctx, p.space.DonePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision))
+	done, err := p.Client.Get(ctx, p.Space.DonePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision))
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (p *rawPruner) pass(ctx context.Context) error {
 	}
 	groups := map[model.TaskEpoch]*group{}
 	for _, kv := range resp.Kvs {
-		e, err := record.DecodeEntry(p.space, kv)
+		e, err := record.DecodeEntry(p.Space, kv)
 		if err != nil {
 			continue
 		}
@@ -87,7 +88,7 @@ func (p *rawPruner) pass(ctx context.Context) error {
 		}
 	}
 	for _, kv := range done.Kvs {
-		res, err := p.space.ResourceFromDone(string(kv.Key))
+		res, err := p.Space.ResourceFromDone(string(kv.Key))
 		if err != nil {
 			continue
 		}
@@ -109,7 +110,7 @@ func (p *rawPruner) pass(ctx context.Context) error {
 		return nil
 	}
 	p.passes++
-	if p.archiveFirst {
+	if p.ArchiveFirst {
 		var archive []audit.Entry
 		for _, g := range due {
 			archive = append(archive, g.entries...)
@@ -129,24 +130,24 @@ func (p *rawPruner) pass(ctx context.Context) error {
 			ops = append(ops, g.done.delete())
 		}
 		for chunk := range slices.Chunk(ops, 120) {
-			if _, err := p.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
+			if _, err := p.Client.Txn(ctx).Then(chunk...).Commit(); err != nil {
 				return err
 			}
 		}
 		archive = append(archive, g.entries...)
 	}
-	if p.archiveFirst || p.passes%3 == 0 {
+	if p.ArchiveFirst || p.passes%3 == 0 {
 		return nil // archived already; or the crash between deleting and archiving
 	}
 	return p.append(ctx, archive)
 }
 
 // append archives entries in revision order.
-func (p *rawPruner) append(ctx context.Context, entries []audit.Entry) error {
+func (p *RawPruner) append(ctx context.Context, entries []audit.Entry) error {
 	slices.SortFunc(entries, func(a, b audit.Entry) int {
 		return cmp.Or(cmp.Compare(a.Revision, b.Revision), cmp.Compare(a.Key, b.Key))
 	})
-	return p.archive.Append(ctx, p.space.Namespace(), entries)
+	return p.Archive.Append(ctx, p.Space.Namespace(), entries)
 }
 
 // guarded is a key with the mod revision it must still have to be deleted.

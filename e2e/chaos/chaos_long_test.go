@@ -45,7 +45,7 @@ func envSeed(t *testing.T) uint64 {
 // TestChaosLong is `make chaos`: LEASEHOLD_CHAOS_DURATION of faults
 // (default 10m, as make's DURATION) with LEASEHOLD_CHAOS_SEED (random if
 // unset), printing the summary. LEASEHOLD_CHAOS_CONTENDED=1 runs the
-// contended workload (Config.Contended) on maxContendedWindow tasks;
+// contended workload (Config.Contended) on traffic.MaxContendedWindow tasks;
 // LEASEHOLD_CHAOS_FLEET=1 the fleet mode alone (Config.FleetMode: 8 pools,
 // a backlog of at least LEASEHOLD_CHAOS_FLEET_TASKS task keys, default
 // 500), which fails unless pools were killed and every killed pool's

@@ -121,7 +121,7 @@ func TestChaos(t *testing.T) {
 	// So did retention: entries and done records moved to the archive,
 	// and tasks whose done record was pruned were taken again — those of
 	// the workers whose clocks are two days behind and two days ahead too,
-	// on etcd's clock (skew.go).
+	// on etcd's clock (traffic/skew.go).
 	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.SlowArchived == 0 || rf.FastArchived == 0 {
 		t.Errorf("retention did not run its course: %+v", rf)
 	}

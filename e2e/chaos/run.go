@@ -453,8 +453,8 @@ func (r *runner) finish(rs *runState, res *Result) {
 // startRecorders starts the run's two recorders, each on its own client
 // and its own handle on the archive, and returns the function that stops
 // them (idempotent). They prune with the run's retention, concurrently;
-// under ControlDeleteFirst and controlWriterClocks they do not, and a
-// rawPruner prunes instead.
+// under ControlDeleteFirst and model.ControlWriterClocks they do not, and a
+// traffic.RawPruner prunes instead.
 func (r *runner) startRecorders() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

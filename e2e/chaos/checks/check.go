@@ -42,7 +42,7 @@ const (
 	CheckRejectionsCurrent = "rejections-current" // a rejection names the epoch that held then
 	CheckRetention         = "retention"          // archive first, delete second; nothing lost, nothing early
 	CheckFairness          = "unfair-grant"       // every grant goes to a direct claim on an empty queue, or to the queue's first entry
-	CheckStranded          = "stranded-grant"     // no grant stays with a session that has no Lease for it past strandBound
+	CheckStranded          = "stranded-grant"     // no grant stays with a session that has no Lease for it past StrandBound
 )
 
 // Result is a checked run.

@@ -39,14 +39,14 @@ type RetentionFacts struct {
 	RejectionsRewritten int
 	LateRejections      int
 	// SlowArchived and fastArchived count the archived entries the
-	// workers whose clocks are behind and ahead (skew.go) wrote themselves,
+	// workers whose clocks are behind and ahead (traffic/skew.go) wrote themselves,
 	// with their clocks' times (not the expired and revoked entries of their
 	// epochs, which the recorder and the operator write): retention prunes
 	// both, whatever those times say.
 	SlowArchived, FastArchived int
 }
 
-// The workers whose clocks are skewed (skew.go), by the prefix of their
+// The workers whose clocks are skewed (traffic/skew.go), by the prefix of their
 // names: the slot, then its generation.
 const (
 	slowClockWorker = "h0."
@@ -180,14 +180,14 @@ func (c *checker) indexHistories() {
 //     and nothing etcd never held; so does the archive.
 //   - Every entry deleted from etcd is in the archive, and was archived
 //     before it was deleted: a recorder's Append of it returned before the
-//     revision of the deletion (recordingArchive).
+//     revision of the deletion (model.RecordingArchive).
 //   - Nothing is archived early: an entry is archived only once its
 //     epoch's end entry is older than the retention (for the rejections of
 //     an epoch whose end is not in the log, once the entry itself is) on
 //     the run's one clock — the pass that archived it began at least the
 //     retention after etcd committed that entry (commitBounds.after). An
 //     entry's Time is its writer's wall clock, and some writers' are days
-//     off (skew.go): it plays no part.
+//     off (traffic/skew.go): it plays no part.
 //   - An epoch leaves etcd whole: its start and end entries are deleted at
 //     one revision, and a done record only at the revision that deletes
 //     the completed entry of the epoch it names.

@@ -48,7 +48,7 @@ type StrandedFacts struct {
 	// PastFaultGrant names it.
 	PastFault      time.Duration
 	PastFaultGrant string
-	// Bound is strandBound: the TTL and strandSlack.
+	// Bound is StrandBound: the TTL and strandSlack.
 	Bound time.Duration
 	// Over counts the stranded grants that outlived Bound.
 	Over int
@@ -72,7 +72,7 @@ func (f *StrandedFacts) line() string {
 
 // checkStranded checks that no resource stays granted to a session with no
 // Lease for it (docs/protocol.md §3.2, the invariant of giving up) for
-// longer than strandBound after the later of its grant and the end of the
+// longer than StrandBound after the later of its grant and the end of the
 // last fault that could keep it there.
 //
 // A stranded grant is an epoch whose holder record carries an Acquire

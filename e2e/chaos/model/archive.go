@@ -18,7 +18,7 @@ import (
 // reader — the workers' Completion checks, the sweeper, the final read —
 // goes through audit.Log with the archive, as one log.
 //
-// The recorders' archive is wrapped (recordingArchive) to learn, for every
+// The recorders' archive is wrapped (RecordingArchive) to learn, for every
 // entry, when it was first archived: the time the Append began on the
 // run's one clock, CLOCK_MONOTONIC (the retention pass chose its entries
 // before that), and an etcd revision read after the Append returned (the
@@ -74,7 +74,7 @@ type ArchiveRecord struct {
 	Began int64
 }
 
-// ArchiveLog collects what every recordingArchive of a run archived.
+// ArchiveLog collects what every RecordingArchive of a run archived.
 type ArchiveLog struct {
 	mu      sync.Mutex
 	first   map[EntryID]ArchiveRecord

@@ -8,9 +8,9 @@ import (
 // chaos.DefaultConfig.
 type Config struct {
 	Seed uint64
-	// Contended runs the contended workload (contended.go) instead of the
+	// Contended runs the contended workload (traffic/contended.go) instead of the
 	// task workload: every thread on the same few open tasks (Window, at
-	// most maxContendedWindow), taken mostly with a blocking Acquire or
+	// most traffic.MaxContendedWindow), taken mostly with a blocking Acquire or
 	// AcquireMany and handed from waiter to waiter by Release, so that
 	// the waiting queue of docs/protocol.md §3.2 works under every fault.
 	// ControlUnfair implies it.
@@ -42,22 +42,22 @@ type Config struct {
 	// move into the run's archive and out of etcd while the run goes on.
 	Retention time.Duration
 	// OutDir receives the artifacts of a run with violations, or with a
-	// liveness goal missed (liveness.go); empty:
+	// liveness goal missed (checks/liveness.go); empty:
 	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
 	OutDir string
-	// Recipes is the number of recipe workers (recipes.go): in-process
+	// Recipes is the number of recipe workers (traffic/recipes.go): in-process
 	// workers, each in a slot of its own that the nemesis's faults of a
 	// worker and of a member reach, that campaign in one election and
 	// take permits of one semaphore of RecipeLimit permits (default 2),
 	// writing fenced effects while they lead or hold; 0: none.
 	Recipes, RecipeLimit int
-	// PoolWorkers is the number of pool workers (pool.go): in-process
+	// PoolWorkers is the number of pool workers (traffic/pool.go): in-process
 	// worker.Pools on the task workload's tasks, each in a slot of its
 	// own that the nemesis's faults of a worker and of a member reach,
 	// their claims, completions and releases recorded from their clients;
 	// 0: none.
 	PoolWorkers int
-	// Fleet is the number of pools of the fleet mode (fleet.go): in-process
+	// Fleet is the number of pools of the fleet mode (traffic/fleet.go): in-process
 	// worker.Pools over one worker.Prefix, each with its own client and in
 	// a slot of its own that the nemesis's faults of a worker and of a
 	// member reach, killed as processes die and started again during the
@@ -71,7 +71,7 @@ type Config struct {
 }
 
 // The members' raft ticks: e2e's defaults, set explicitly because the
-// liveness goals are computed from the election timeout (liveness.go),
+// liveness goals are computed from the election timeout (checks/liveness.go),
 // which Run reads back from a member.
 const (
 	RaftHeartbeat       = 10 * time.Millisecond
@@ -111,7 +111,7 @@ func (c Config) FleetMode(pools, tasks int) Config {
 // prefix, in puts and value compares alike, nested transactions included,
 // so that a retried call still compares equal to what its first try
 // wrote. With retention on etcd's clock the run is as any other; with
-// retention on the writers' clocks (controlWriterClocks) the slow clock's
+// retention on the writers' clocks (ControlWriterClocks) the slow clock's
 // epochs are pruned at once, and check "retention" must say so.
 const (
 	ClockBehind = -48 * time.Hour

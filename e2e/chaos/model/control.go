@@ -15,7 +15,7 @@ const (
 	ControlNoCAS Control = "no-cas"
 	// ControlDeleteFirst: retention deletes an epoch's keys before it
 	// archives them, and now and then never archives them, as a pruner
-	// that crashed between the two steps would (rawPruner).
+	// that crashed between the two steps would (traffic.RawPruner).
 	ControlDeleteFirst Control = "delete-first"
 	// ControlUnfair: a Release hands the lease to the second Acquire
 	// waiting in the resource's queue instead of the first — a raw
@@ -26,14 +26,14 @@ const (
 	// ControlWriterClocks: retention ages entries on their writers' wall
 	// clocks — an epoch is due once its end entry's Time is older than the
 	// retention — as audit's pass did before it used etcd's clock;
-	// archive first, delete second, as audit's (rawPruner). The slow
-	// clock's epochs (skew.go) are then pruned at once. Only this suite's
+	// archive first, delete second, as audit's (traffic.RawPruner). The slow
+	// clock's epochs (traffic/skew.go) are then pruned at once. Only this suite's
 	// tests run it.
 	ControlWriterClocks Control = "writer-clocks"
 	// ControlStrand: now and then an Acquire that gave up leaves its
 	// queue entry behind for a session that lives on, as Acquire did when
 	// it tried to leave the queue only once, and the holder's next Release
-	// hands the task to it (strand.go). It implies Config.Contended.
+	// hands the task to it (traffic/strand.go). It implies Config.Contended.
 	// Only this suite's tests run it.
 	ControlStrand Control = "strand"
 )

@@ -33,13 +33,13 @@ const (
 	FaultLeaderPause = "leader-pause"
 )
 
-// FaultPoolKill is the fleet mode's (fleet.go), which the nemesis never
+// FaultPoolKill is the fleet mode's (traffic/fleet.go), which the nemesis never
 // picks.
 var FaultKinds = []string{FaultPause, FaultKill, FaultFreeze, FaultBlackhole, FaultDropReplies, FaultLatency, FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause, FaultRevoke, FaultDepose, FaultPoolKill}
 
 // MemberFaults are the faults of one etcd member, which end no session of
 // a worker that was not itself faulted and stall progress for at most a
-// bounded time (liveness.go).
+// bounded time (checks/liveness.go).
 var MemberFaults = []string{FaultMemberStop, FaultLeaderStop, FaultMemberFreeze, FaultLeaderPause}
 
 // IsMemberFault reports whether kind is a fault of one etcd member; one

@@ -82,7 +82,7 @@ type FinalState struct {
 	// AuditEvents and DoneEvents are every change of the audit keys and
 	// of the done records since revision 1, read after the recorders
 	// stopped; Archive is the archive's content then, and Archived when
-	// the recorders archived each entry (recordingArchive), in Appends
+	// the recorders archived each entry (RecordingArchive), in Appends
 	// calls.
 	AuditEvents []AuditEvent
 	DoneEvents  []DoneEvent
@@ -197,8 +197,8 @@ func ReadDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space
 // notification says it has caught up with a revision taken before it
 // started. The embedded cluster compacts only revisions older than an
 // hour (e2e.DefaultAutoCompactionRetention); should etcd have compacted
-// revision 1 away all the same, the history is incomplete and readHistory
-// fails with a *compactedError — the checks that need it, the epochs and
+// revision 1 away all the same, the history is incomplete and ReadHistory
+// fails with a *CompactedError — the checks that need it, the epochs and
 // the unfair grants among them, cannot be made, and the run says so
 // rather than pass on part of the history.
 func ReadHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn func(*clientv3.Event) error) error {
@@ -241,7 +241,7 @@ func ReadHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn fu
 	}
 }
 
-// compactedError is readHistory's failure when etcd compacted part of the
+// CompactedError is ReadHistory's failure when etcd compacted part of the
 // history it needs.
 type compactedError struct {
 	Prefix string

@@ -13,9 +13,9 @@ type Slot struct {
 	Idx     int
 	Name    string
 	Helper  bool
-	Recipe  bool // a recipe worker's (recipes.go)
-	Pool    bool // a pool worker's (pool.go)
-	Fleet   bool // the fleet mode's (fleet.go)
+	Recipe  bool // a recipe worker's (traffic/recipes.go)
+	Pool    bool // a pool worker's (traffic/pool.go)
+	Fleet   bool // the fleet mode's (traffic/fleet.go)
 	proxies []faultProxy
 	Gate    *Gate // in-process slots
 

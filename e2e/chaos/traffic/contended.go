@@ -21,7 +21,7 @@ import (
 //
 // Every thread of every worker chooses among the same few open tasks —
 // the first Window of them not known to be done, at most
-// maxContendedWindow — and ignores which tasks its own worker is on, so
+// MaxContendedWindow — and ignores which tasks its own worker is on, so
 // several threads of one session may wait for one task. A cycle takes one
 // task with Acquire (four in six), or with TryAcquire (one in six: it
 // never goes ahead of the queue, so under contention it is mostly refused

@@ -77,7 +77,7 @@ func (e *Env) RestartHelper(s *nemesis.Slot) error {
 }
 
 // StartInProcess starts the in-process worker of s on ctx, counted in
-// inproc; under controlStrand the first one strands its grants.
+// inproc; under model.ControlStrand the first one strands its grants.
 func (e *Env) StartInProcess(ctx context.Context, s *nemesis.Slot, inproc *sync.WaitGroup) {
 	e.T.Helper()
 	cfgW := e.workerConfig(s)

@@ -22,7 +22,7 @@ import (
 // Under ControlDeleteFirst it deletes before it archives, and every third
 // pass "crashes" between the two steps, so what it deleted is never
 // archived: the order §3.9 of the protocol rules out. Under
-// controlWriterClocks (archiveFirst) it archives first and deletes second,
+// model.ControlWriterClocks (archiveFirst) it archives first and deletes second,
 // as audit's pass does, and only its clock is wrong: the slow clock's
 // epochs (skew.go) are due the moment they end. Either way the checker
 // must catch it.

@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// controlStrand (contended) emulates Acquire as it was when it tried to
+// model.ControlStrand (contended) emulates Acquire as it was when it tried to
 // leave the queue only once: an Acquire call that gives up leaves its queue
 // entry behind, for a session that lives on, and nobody ever removes it.
 // The holder's next Release hands the task to that entry — a grant to a
@@ -52,7 +52,7 @@ const (
 // ("stranded") is none of the nemesis's targets.
 const strandWorker = "stranded"
 
-// strander is controlStrand's: the entries Acquire calls left behind and
+// strander is model.ControlStrand's: the entries Acquire calls left behind and
 // the session they were left for.
 type strander struct {
 	w     *Worker // records the calls

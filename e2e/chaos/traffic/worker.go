@@ -79,7 +79,7 @@ type Worker struct {
 	log       *audit.Log // etcd and the archive as one log
 	emit      func(model.Event)
 	gate      *nemesis.Gate // in-process freeze; nil for helper processes
-	strand    *strander     // controlStrand's, in the first in-process worker; nil otherwise
+	strand    *strander     // model.ControlStrand's, in the first in-process worker; nil otherwise
 	seq       atomic.Int64
 	stopping  atomic.Bool
 
@@ -275,7 +275,7 @@ func grantTimeout(ttl time.Duration) time.Duration {
 
 // recordSession records s's start, and its end — with its cause and,
 // when it was lost at its safe deadline, that deadline — as soon as its
-// context is done, for the liveness figures (liveness.go). It returns a
+// context is done, for the liveness figures (checks/liveness.go). It returns a
 // function that records the end at once if it has not been recorded yet,
 // which close calls after Session.Close, before the process exits.
 func (w *Worker) recordSession(s *session.Session) (recordEnd func()) {

@@ -291,50 +291,6 @@ func TestCheckerCatches(t *testing.T) {
 	}
 }
 
-// TestCompletionModelUnknowns: an unknown completion may have committed, so
-// a later retry that succeeds is legal, and a stale result after it is not.
-func TestCompletionModelUnknowns(t *testing.T) {
-	op := func(kind model.OpType, epoch, inv, ret int64, out model.CompletionOutput) porcupine.Operation {
-		return porcupine.Operation{Input: model.CompletionInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
-	}
-	acq := op(model.OpAcquire, 0, 0, 1, model.CompletionOutput{Out: model.OutOK, Epoch: 5})
-	for _, c := range []struct {
-		name string
-		ops  []porcupine.Operation
-		want porcupine.CheckResult
-	}{
-		{"retry after unknown", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}), op(model.OpComplete, 5, 3, 4, model.CompletionOutput{Out: model.OutOK})}, porcupine.Ok},
-		{"stale after own completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutStale})}, porcupine.Illegal},
-		{"completion after expiry and a new epoch", []porcupine.Operation{acq, op(model.OpAcquire, 0, 2, 3, model.CompletionOutput{Out: model.OutOK, Epoch: 7}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
-		{"stale after silent expiry", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutStale})}, porcupine.Ok},
-		{"revoked, then completed", []porcupine.Operation{acq, op(model.OpRevoke, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
-		// The seed-42 report: a completion's first try is cut short
-		// (unknown) and lands after e5 expired, rejected with no holder;
-		// e7 begins; the retry finds that rejection (no holder, then)
-		// while e7 holds, and e7 completes after it. Stale-earlier says
-		// nothing of the state during the retry.
-		{"retry finds an earlier try's rejection", []porcupine.Operation{acq,
-			op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}),
-			op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutOK, Epoch: 7}),
-			op(model.OpComplete, 5, 6, 7, model.CompletionOutput{Out: model.OutStaleEarlier, Current: 0}),
-			op(model.OpComplete, 7, 8, 9, model.CompletionOutput{Out: model.OutOK})}, porcupine.Ok},
-		// Control: the same result read as the state during the retry
-		// (plain stale, no holder) cannot be ordered.
-		{"the same as a plain stale", []porcupine.Operation{acq,
-			op(model.OpComplete, 5, 2, 100, model.CompletionOutput{Out: model.OutUnknown}),
-			op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutOK, Epoch: 7}),
-			op(model.OpComplete, 5, 6, 7, model.CompletionOutput{Out: model.OutStale, Current: 0}),
-			op(model.OpComplete, 7, 8, 9, model.CompletionOutput{Out: model.OutOK})}, porcupine.Illegal},
-		{"stale-earlier after its own completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), op(model.OpComplete, 5, 4, 5, model.CompletionOutput{Out: model.OutStaleEarlier})}, porcupine.Illegal},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := porcupine.CheckOperations(model.CompletionModel, c.ops); (got && c.want != porcupine.Ok) || (!got && c.want == porcupine.Ok) {
-				t.Fatalf("linearizable = %v, want %v", got, c.want)
-			}
-		})
-	}
-}
-
 // pruned is the scenario with retention (2 s) at work, 3 s after the
 // rest (later): epoch 10's entries are archived and deleted at revision
 // 15; epoch 14's, with the done record, at revision 20; then w3 takes the
@@ -666,32 +622,6 @@ func TestCheckerCatchesUnfairGrants(t *testing.T) {
 			t.Log(res.Violations)
 			if sum := res.Summary(); strings.Contains(sum, "\nunfair grants: 0\n") {
 				t.Fatalf("the summary says \"unfair grants: 0\":\n%s", sum)
-			}
-		})
-	}
-}
-
-// TestCompletionModelQueued: a TryAcquire refused because Acquire calls
-// wait while nobody holds the task (held, current 0) is legal after a
-// silent expiry, and not once the task is done.
-func TestCompletionModelQueued(t *testing.T) {
-	op := func(kind model.OpType, epoch, inv, ret int64, out model.CompletionOutput) porcupine.Operation {
-		return porcupine.Operation{Input: model.CompletionInput{Task: task0, Kind: kind, Epoch: epoch}, Call: inv, Output: out, Return: ret}
-	}
-	acq := op(model.OpAcquire, 0, 0, 1, model.CompletionOutput{Out: model.OutOK, Epoch: 5})
-	queued := op(model.OpAcquire, 0, 4, 5, model.CompletionOutput{Out: model.OutHeld})
-	for _, c := range []struct {
-		name string
-		ops  []porcupine.Operation
-		want bool
-	}{
-		{"queued after a silent expiry", []porcupine.Operation{acq, queued}, true},
-		{"queued, then a handoff", []porcupine.Operation{acq, queued, op(model.OpAcquire, 0, 6, 7, model.CompletionOutput{Out: model.OutOK, Epoch: 9})}, true},
-		{"queued after completion", []porcupine.Operation{acq, op(model.OpComplete, 5, 2, 3, model.CompletionOutput{Out: model.OutOK}), queued}, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := porcupine.CheckOperations(model.CompletionModel, c.ops); got != c.want {
-				t.Fatalf("linearizable = %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // envDuration reads a duration from the environment; ok is false when it
@@ -43,7 +45,7 @@ func envSeed(t *testing.T) uint64 {
 // TestChaosLong is `make chaos`: LEASEHOLD_CHAOS_DURATION of faults
 // (default 10m, as make's DURATION) with LEASEHOLD_CHAOS_SEED (random if
 // unset), printing the summary. LEASEHOLD_CHAOS_CONTENDED=1 runs the
-// contended workload (Config.Contended) on maxContendedWindow tasks;
+// contended workload (Config.Contended) on traffic.MaxContendedWindow tasks;
 // LEASEHOLD_CHAOS_FLEET=1 the fleet mode alone (Config.FleetMode: 8 pools,
 // a backlog of at least LEASEHOLD_CHAOS_FLEET_TASKS task keys, default
 // 500), which fails unless pools were killed and every killed pool's
@@ -92,8 +94,8 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []Control{ControlNoFencing, ControlNoCAS, ControlDeleteFirst, ControlUnfair, controlWriterClocks, controlStrand, ControlFleetNoTakeover, ControlFleetNoFencing}
-	runs, caught := map[Control]int{}, map[Control]int{}
+	controls := []model.Control{model.ControlNoFencing, model.ControlNoCAS, model.ControlDeleteFirst, model.ControlUnfair, model.ControlWriterClocks, model.ControlStrand, model.ControlFleetNoTakeover, model.ControlFleetNoFencing}
+	runs, caught := map[model.Control]int{}, map[model.Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)
 	for round := uint64(0); round == 0 || time.Now().Before(deadline); round++ {
@@ -101,7 +103,7 @@ func TestChaosControlLong(t *testing.T) {
 			s := seed + round
 			t.Run(fmt.Sprintf("%s/seed-%d", c, s), func(t *testing.T) {
 				cfg := DefaultConfig()
-				if c == ControlFleetNoTakeover || c == ControlFleetNoFencing {
+				if c == model.ControlFleetNoTakeover || c == model.ControlFleetNoFencing {
 					cfg = cfg.FleetMode(8, fleetBacklog(t))
 				}
 				cfg.Seed, cfg.Duration, cfg.Control, cfg.Logf = s, per, c, t.Logf

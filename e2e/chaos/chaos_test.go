@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	if IsWorkerProcess() {
-		os.Exit(RunWorkerProcess())
+	if traffic.IsWorkerProcess() {
+		os.Exit(traffic.RunWorkerProcess())
 	}
 	code := m.Run()
 	if code == 0 {
@@ -48,7 +51,7 @@ func verifyNoLeaks() int {
 // enough for two cores under the race detector. Its artifacts go to the
 // test's temporary directory, removed with it, unless LEASEHOLD_CHAOS_OUT
 // names a folder to keep them in.
-func shortConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+func shortConfig(t *testing.T, seed uint64, d time.Duration, control model.Control) Config {
 	out := os.Getenv("LEASEHOLD_CHAOS_OUT")
 	if out == "" {
 		out = t.TempDir()
@@ -63,7 +66,7 @@ func shortConfig(t *testing.T, seed uint64, d time.Duration, control Control) Co
 
 // contendedConfig is shortConfig with the contended workload: 12 threads
 // on 3 open tasks.
-func contendedConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+func contendedConfig(t *testing.T, seed uint64, d time.Duration, control model.Control) Config {
 	cfg := shortConfig(t, seed, d, control)
 	cfg.Contended, cfg.Threads, cfg.Window = true, 3, 3
 	return cfg
@@ -92,7 +95,7 @@ func shortSeed(t *testing.T, def uint64) uint64 {
 // and each is printed — met, not met or not evaluated — but none is a
 // test.
 func TestChaos(t *testing.T) {
-	cfg := shortConfig(t, shortSeed(t, 24), 12*time.Second, ControlNone)
+	cfg := shortConfig(t, shortSeed(t, 24), 12*time.Second, model.ControlNone)
 	cfg.Recipes = 3
 	cfg.PoolWorkers = 2
 	res := Run(t, cfg)
@@ -106,7 +109,7 @@ func TestChaos(t *testing.T) {
 	if lf.Sessions == 0 || lf.Completions == 0 || len(lf.Kinds) == 0 || lf.StallBound == 0 {
 		t.Errorf("no liveness figures: %d sessions, %d completions, %d fault kinds, stall bound %v", lf.Sessions, lf.Completions, len(lf.Kinds), lf.StallBound)
 	}
-	for _, kind := range memberFaults {
+	for _, kind := range model.MemberFaults {
 		if !strings.Contains(summary, "\n  goal "+kind+": ") {
 			t.Errorf("the summary has no goal line for %s", kind)
 		}
@@ -118,8 +121,8 @@ func TestChaos(t *testing.T) {
 	// So did retention: entries and done records moved to the archive,
 	// and tasks whose done record was pruned were taken again — those of
 	// the workers whose clocks are two days behind and two days ahead too,
-	// on etcd's clock (skew.go).
-	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.slowArchived == 0 || rf.fastArchived == 0 {
+	// on etcd's clock (traffic/skew.go).
+	if rf := res.Retention; rf.Archived == 0 || rf.PrunedAudit == 0 || rf.PrunedDone == 0 || rf.Reacquired == 0 || rf.SlowArchived == 0 || rf.FastArchived == 0 {
 		t.Errorf("retention did not run its course: %+v", rf)
 	}
 	// And so did the recipes: leaders followed one another, permits were
@@ -138,7 +141,7 @@ func TestChaos(t *testing.T) {
 // no stranded one among them — with the queue's paths taken: handoffs,
 // direct grants, blocking Acquire and AcquireMany calls granted.
 func TestChaosContended(t *testing.T) {
-	res := Run(t, contendedConfig(t, shortSeed(t, 11), 5*time.Second, ControlNone))
+	res := Run(t, contendedConfig(t, shortSeed(t, 11), 5*time.Second, model.ControlNone))
 	summary := res.Summary()
 	t.Log("\n" + summary)
 	if len(res.Violations) > 0 {
@@ -170,17 +173,17 @@ func TestChaosContended(t *testing.T) {
 // ends), it must report violations.
 func TestChaosControl(t *testing.T) {
 	for _, c := range []struct {
-		control Control
+		control model.Control
 		seed    uint64
-	}{{ControlNoFencing, 2}, {ControlNoCAS, 3}, {ControlDeleteFirst, 4}, {ControlUnfair, 5}, {controlWriterClocks, 6}, {controlStrand, 7}} {
+	}{{model.ControlNoFencing, 2}, {model.ControlNoCAS, 3}, {model.ControlDeleteFirst, 4}, {model.ControlUnfair, 5}, {model.ControlWriterClocks, 6}, {model.ControlStrand, 7}} {
 		t.Run(string(c.control), func(t *testing.T) {
 			cfg := shortConfig(t, c.seed, 8*time.Second, c.control)
 			switch c.control {
-			case ControlUnfair:
+			case model.ControlUnfair:
 				cfg = contendedConfig(t, c.seed, 4*time.Second, c.control)
-			case controlWriterClocks:
+			case model.ControlWriterClocks:
 				cfg = shortConfig(t, c.seed, 3*time.Second, c.control)
-			case controlStrand:
+			case model.ControlStrand:
 				// Its quiet time is raised past the bound (withDefaults).
 				cfg = contendedConfig(t, c.seed, 6*time.Second, c.control)
 			}
@@ -199,22 +202,22 @@ func TestChaosControl(t *testing.T) {
 			// epoch expired is a forensics violation, whatever porcupine's
 			// partitions show).
 			files := []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt"}
-			if res.ViolationsByCheck()[CheckLinearizable] > 0 {
+			if res.ViolationsByCheck()[checks.CheckLinearizable] > 0 {
 				files = append(files, "porcupine-*.html")
 			}
-			if (c.control == ControlDeleteFirst || c.control == controlWriterClocks) && res.ViolationsByCheck()[CheckRetention] == 0 {
-				t.Errorf("control %s: no %s violation", c.control, CheckRetention)
+			if (c.control == model.ControlDeleteFirst || c.control == model.ControlWriterClocks) && res.ViolationsByCheck()[checks.CheckRetention] == 0 {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckRetention)
 			}
-			if c.control == controlWriterClocks && !slices.ContainsFunc(res.Violations, func(v Violation) bool {
-				return v.Check == CheckRetention && strings.Contains(v.Detail, "within the retention")
+			if c.control == model.ControlWriterClocks && !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool {
+				return v.Check == checks.CheckRetention && strings.Contains(v.Detail, "within the retention")
 			}) {
 				t.Errorf("control %s: no violation says something left etcd within the retention", c.control)
 			}
-			if c.control == ControlUnfair && (res.ViolationsByCheck()[CheckFairness] == 0 || res.Queue.Unfair == 0) {
-				t.Errorf("control %s: no %s violation", c.control, CheckFairness)
+			if c.control == model.ControlUnfair && (res.ViolationsByCheck()[checks.CheckFairness] == 0 || res.Queue.Unfair == 0) {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckFairness)
 			}
-			if c.control == controlStrand && (res.ViolationsByCheck()[CheckStranded] == 0 || res.Stranded.Over == 0) {
-				t.Errorf("control %s: no %s violation", c.control, CheckStranded)
+			if c.control == model.ControlStrand && (res.ViolationsByCheck()[checks.CheckStranded] == 0 || res.Stranded.Over == 0) {
+				t.Errorf("control %s: no %s violation", c.control, checks.CheckStranded)
 			}
 			for _, f := range files {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {

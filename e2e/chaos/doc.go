@@ -38,7 +38,7 @@
 // fenced effects and releases the task — handing it to the first waiter in
 // the releasing transaction — or, one time in six, completes it, so each
 // task passes through a few epochs, handed from waiter to waiter, before
-// the window moves on. Tasks still complete once, so every check below
+// the window moves on. Tasks still complete once, so every check (package checks)
 // applies unchanged. What Acquire and AcquireMany may do unseen inside a
 // call — claim a task out of order and let it go, release an epoch a
 // handoff gave them as they give up — is recorded as internal operations
@@ -57,7 +57,7 @@
 // # Recipes
 //
 // Config.Recipes (TestChaos runs three) adds the recipe workload
-// (recipes.go): in-process workers, each in a slot of its own with its
+// (traffic/recipes.go): in-process workers, each in a slot of its own with its
 // own proxies, so that the nemesis's faults of a worker (blackhole,
 // drop-replies, latency, freeze) and of a member reach them as they reach
 // the task workers. Each runs two threads on one session at a time (a new
@@ -101,7 +101,7 @@
 //
 // # Pool workload
 //
-// Config.PoolWorkers (TestChaos runs two) adds the pool workload (pool.go):
+// Config.PoolWorkers (TestChaos runs two) adds the pool workload (traffic/pool.go):
 // in-process workers, each a worker.Pool of three slots in a slot of its
 // own with its own proxies, so that the nemesis's faults of a worker and
 // of a member reach it, on the task workload's tasks beside the
@@ -123,14 +123,14 @@
 //
 // A pool claims, completes and releases by itself, so its worker cannot
 // record those calls around them as a hand-written worker does. Its
-// client's KV records them instead (pool_record.go): every transaction of
+// client's KV records them instead (traffic/pool_record.go): every transaction of
 // the lease protocol it sends is an operation of the history, invoked
 // before the transaction is sent and returned with its response — a claim
 // an acquisition (ok with its epoch, held, completed, or fail: it applied
 // nothing), the first transaction of a Complete or Release and each of
 // its stale path's follow-ups a completion or release (ok, stale naming
 // the current epoch its rejection entry records, or fail), any
-// transaction that fails an unknown outcome. Every check below applies to
+// transaction that fails an unknown outcome. Every check (package checks) applies to
 // the pools' operations as to the others. Check "pool" adds, per pool,
 // that its stale completions (worker.Stats) are as many as the rejection
 // entries of its Complete attempts in the log, one per epoch, leaving out
@@ -171,8 +171,8 @@
 // unknown outcome; one handler in four writes on after its lease's context
 // ended. The pools' claims, completions and releases are recorded from
 // their clients as the pool workload's are, and their writes as operations
-// of their own (fleet-effect), so every check above applies to them, and
-// three more, from etcd's history of the task and effect keys (check_fleet.go):
+// of their own (fleet-effect), so every check applies to them, and
+// three more, from etcd's history of the task and effect keys (checks/check_fleet.go):
 // "fleet-effects" — along each effect key's history the writes are
 // admitted writes of epochs etcd granted their writers, in strictly
 // increasing epochs (at most one per epoch, no stale write landed), and
@@ -207,124 +207,40 @@
 //
 // Retention ages entries on etcd's clock, not on the wall clocks of the
 // workers that wrote them (docs/protocol.md §3.9), so two workers' clocks
-// are skewed by far more than the retention (skew.go): the first helper
+// are skewed by far more than the retention (traffic/skew.go): the first helper
 // slot's two days behind, the first in-process slot's two days ahead.
-// Their audit entries carry those times; the checks below never read an
+// Their audit entries carry those times; the checks never read an
 // entry's time, and the summary counts both workers' entries archived.
 //
 // # Nemesis
 //
-// Faults are drawn from a seeded random source: SIGSTOP a helper past its
-// session's TTL, then SIGCONT; SIGKILL a helper and start a replacement;
-// freeze an in-process worker (its threads stop at the next operation and
-// its proxies blackhole, so its renewals stop too); blackhole a worker's
-// proxies; drop etcd's replies to a worker (requests still apply); add
-// latency; stop an etcd member or the leader, then restart it; cut one
-// member off from every worker (member-freeze: every worker's proxy to it
-// holds all traffic, so to the workers it is a frozen member, while it
-// keeps its peers); and pause the leader (leader-pause: a member-freeze of
-// the leader that also cuts it off from its raft peers, e2e's
-// Cluster.Isolate, which is what a SIGSTOP of the leader's process looks
-// like to everyone else — the two others elect a new leader once their
-// election timeout has passed, a real election; the fault's detail says
-// which member led and how soon). A worker's own fault and a member-freeze
-// or leader-pause are two layers on the worker's proxies, each healed on
-// its own. A stop is e2e's Member.Stop: the member takes no new request
-// from then on, drains its open streams for up to etcd's request timeout
-// (5.2 s here), and only then leaves raft — a leader handing its
-// leadership to a peer as it goes, so a leader stop costs a transfer, not
-// an election (a leader-pause is the fault that costs one). No stop
-// begins with less than that drain left of the fault phase, which it
-// would hold up. Each fault is logged with its window. Timing still depends on
-// the scheduler, so one seed reproduces the fault schedule, not the
-// interleaving.
-//
-// Every worker's client is the one package etcdclient recommends
-// (keepalive, dial timeout), to all three members, each through the
-// worker's own proxy, without auto-sync (which would swap the proxies for
-// the members' own addresses). Its registry bounds every request by an
-// attempt timeout of three tenths of the TTL, 300 ms
-// (lease.WithAttemptTimeout, docs/protocol.md §7), where the default, 2 s,
-// is twice the suite's TTL; the worker bounds its reads of the log and its
-// guarded etcd writes, which have no attempt timeout of their own, the same
-// way, and tries a read again.
+// Faults are drawn from a seeded random source, each applied for its
+// window and healed: pauses, kills, freezes, blackholes, dropped replies
+// and latency of a worker; stops, freezes and pauses of an etcd member or
+// the leader; revocations and depositions. Package nemesis says what
+// each does and how the workers reach etcd through it.
 //
 // # Checker
 //
-// After the fault phase every fault is healed, the workers run a little
-// longer, stop, a sweeper completes every task still open, and the suite
-// reads back the lease keys', audit keys' and done records' whole history
-// (a watch from revision 1), the audit log (etcd and the archive), the
-// archive and both downstreams. It then checks that epochs
-// strictly increase and at most one epoch of a task is live at a time
-// (epochs are per task: a batch grants one revision to several tasks);
-// that each task completed at most once and every task completed; that
-// every stale completion a worker saw has exactly one rejection entry and
-// every rejection entry one attempt (a second only if written after
-// retention pruned the first; one of a completion that succeeded only if
-// written after retention deleted its done record, by a late attempt of
-// it, which Complete sends again after an attempt timeout); that every
-// epoch has one start and one
-// end entry; that no downstream admitted a lower epoch after a higher one
-// or holds an effect of an epoch written after that epoch was fenced; and,
-// with porcupine, that the downstream histories (a max-register per task
-// and guard) and the lease histories (a compare-and-swap register per task,
-// with retention's deletions of done records and the workers' reads of the
-// log) are linearizable. From the history of the queue entries, read with
-// the lease keys', it checks that every grant was fair (check
-// "unfair-grant"): a direct claim while the task's queue was empty, or the
-// first waiter's, whose entry went in the same transaction; the summary
-// counts handoffs, grants to queued and to direct claims, the longest
-// granted wait, and "unfair grants: N". From the same history it checks
-// that no task stays granted to a session with no Lease for it (check
-// "stranded-grant", docs/protocol.md §3.2): an epoch whose holder record
-// carries an Acquire call's ticket, which no acquisition was told it
-// holds — Acquire gave up as it was granted, or an entry it left behind
-// was handed the task — must end within the TTL and 3 s after the later
-// of its grant and the last fault of its worker or of an etcd member
-// (check_stranded.go says why), certainly, on the run's one clock; the
-// summary prints "stranded grants: N" with the longest, at least and at
-// most. A history that etcd compacted
-// fails the run: no check passes on part of it. The audit checks read the log as one (etcd and the
-// archive), and etcd's history of the audit keys and done records, with
-// the time each entry was archived, adds the retention checks: no entry
-// lost, listed twice or rewritten in place; every pruned entry archived
-// before its deletion and only once its epoch's end was older than the
-// retention; an epoch's start and end entries, and its done record, deleted
-// in one transaction; no epoch begun while a done record stood, nor within
-// the retention after the completion whose record was pruned (completed
-// stays completed within the window); and no task completed twice, even
-// after its done record was pruned. "Older" is on the run's one clock:
-// when etcd committed a revision is bounded by the acquisitions whose
-// replies named their epochs (invoked before it, returned after), and the
-// porcupine model lets retention delete a done record only from the
-// retention after its completion. On a violation
-// the seed, fault log, history, the workers' sessions, violations and
-// porcupine's HTML visualisation are written to a folder; so they are when
-// a liveness goal is missed (below), to find out why.
+// After the fault phase every fault is healed, the workers stop, a
+// sweeper completes every task still open, and the suite reads back
+// etcd's history, the audit log, the archive and both downstreams;
+// package checks says what it then checks, and what the summary says of
+// liveness — what the faults cost in progress, which no check judges.
+// On a violation, or a liveness goal missed, package report writes the
+// seed, fault log, history, sessions, violations and porcupine's
+// visualisation to a folder.
 //
-// # Liveness
+// # Packages
 //
-// The summary also says what the faults cost in progress (liveness.go),
-// which no check judges: per fault kind, the sessions that ended other
-// than by Close (lost, expired, killed with their process; each worker
-// records its sessions' starts and ends with their causes), split into
-// those of workers that were themselves the target of a fault near the
-// end and those of workers that were not; the longest stall — a time in
-// which no worker completed anything (in the contended workload, nor
-// released anything) — attributed to the faults active during it, and
-// the longest part of one during which a fault of the kind was the only
-// one active (or, none being active, the one healed last); and the
-// longest time from a heal to the next completion (by the faulted worker,
-// for a worker's fault). For the faults of one member (member-stop,
-// leader-stop, member-freeze, leader-pause) it prints goals as met, NOT
-// met or undetermined (every stall shared with other faults): no session of a
-// worker not itself faulted ends, and no stall alone with such a fault
-// lasts longer than 2 × the members' election timeout + the sessions'
-// renew interval (TTL/3, docs/protocol.md §4) — 533 ms with e2e's 100 ms
-// election timeout and the suite's 1 s TTL. They are
-// measured, not asserted: timing on a loaded machine is not
-// deterministic.
+// Package chaos runs a pass (Run, Config) and holds the tests. Its parts,
+// split as etcd's tests/robustness is: model (the recorded history, the
+// fault log, the final state and the porcupine models), traffic (the
+// workload), nemesis (the faults and the worker slots they hit), checks
+// (every check, the liveness figures and the summary) and report (the
+// artifacts). model imports nothing of the suite; nemesis, traffic and
+// checks import model (traffic also nemesis, for the slots), report
+// imports checks and model, and package chaos all of them.
 //
 // # Controls
 //
@@ -335,13 +251,13 @@
 // retention with a pass that deletes before it archives and now and then
 // never archives, as one that crashed between the two steps would, or
 // with one that archives first but ages entries on their writers' clocks
-// (controlWriterClocks, run by the tests only: the slow clock's epochs are
+// (model.ControlWriterClocks, run by the tests only: the slow clock's epochs are
 // pruned within a pass of their end), or (ControlUnfair, contended)
 // releases with a raw handoff to the second waiter instead of the first,
-// or (controlStrand, contended, run by the tests only) leaves queue entries
+// or (model.ControlStrand, contended, run by the tests only) leaves queue entries
 // behind as Acquire calls that gave up did when they tried to leave only
 // once, for a session that lives until the workers stop, so that a
-// Release hands a task to one and it stays there (strand.go);
+// Release hands a task to one and it stays there (traffic/strand.go);
 // the checker must then report violations.
 // The recipe workload has two controls, run with recipe workers alone and
 // depositions as the only fault (TestChaosRecipeControl): ControlOverLimit

@@ -10,11 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 )
 
 // fleetConfig is the short pass's fleet mode: 8 pools of 3 slots over one
 // Prefix, alone, with a backlog of at least fleetBacklog task keys.
-func fleetConfig(t *testing.T, seed uint64, d time.Duration, control Control) Config {
+func fleetConfig(t *testing.T, seed uint64, d time.Duration, control model.Control) Config {
 	return shortConfig(t, seed, d, control).FleetMode(8, fleetBacklog(t))
 }
 
@@ -39,7 +43,7 @@ func fleetBacklog(t *testing.T) int {
 // over within the bound, and a backlog that a pass takes clearly longer
 // than the bound to go through.
 func TestChaosFleet(t *testing.T) {
-	cfg := fleetConfig(t, shortSeed(t, 31), 8*time.Second, ControlNone)
+	cfg := fleetConfig(t, shortSeed(t, 31), 8*time.Second, model.ControlNone)
 	res := Run(t, cfg)
 	summary := res.Summary()
 	t.Log("\n" + summary)
@@ -78,13 +82,13 @@ func TestChaosFleet(t *testing.T) {
 // which must be caught.
 func TestChaosFleetControl(t *testing.T) {
 	for _, c := range []struct {
-		control Control
+		control model.Control
 		seed    uint64
 		check   string
 		want    *regexp.Regexp
 	}{
-		{ControlFleetNoTakeover, 32, CheckFleetTakeover, regexp.MustCompile(`^f\d\.\d+ held epoch \d+ when it was killed; etcd ended it at revision \d+, and the next epoch, \d+ \(f\d\.\d+\), began .* after the kill .*: over the takeover bound`)},
-		{ControlFleetNoFencing, 33, CheckFleetEffects, regexp.MustCompile(`^a stale write landed: epoch \d+'s effect \([^)]*, f0\.\d+\) at revision \d+, after epoch \d+'s`)},
+		{model.ControlFleetNoTakeover, 32, checks.CheckFleetTakeover, regexp.MustCompile(`^f\d\.\d+ held epoch \d+ when it was killed; etcd ended it at revision \d+, and the next epoch, \d+ \(f\d\.\d+\), began .* after the kill .*: over the takeover bound`)},
+		{model.ControlFleetNoFencing, 33, checks.CheckFleetEffects, regexp.MustCompile(`^a stale write landed: epoch \d+'s effect \([^)]*, f0\.\d+\) at revision \d+, after epoch \d+'s`)},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			var res *Result
@@ -99,13 +103,13 @@ func TestChaosFleetControl(t *testing.T) {
 			}
 			summary := res.Summary()
 			t.Log("\n" + summary)
-			if !slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Check == c.check && c.want.MatchString(v.Detail) }) {
+			if !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool { return v.Check == c.check && c.want.MatchString(v.Detail) }) {
 				t.Fatalf("control %s: no %s violation matching %q", c.control, c.check, c.want)
 			}
 			if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 				t.Errorf("the summary does not end with the violations line")
 			}
-			for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", fleetLog, "fleet-takeovers.jsonl"} {
+			for _, f := range []string{"seed.txt", "faults.log", "history.jsonl", "violations.txt", traffic.FleetLog, "fleet-takeovers.jsonl"} {
 				if m, _ := filepath.Glob(filepath.Join(res.OutDir, f)); len(m) == 0 {
 					t.Errorf("no %s in %q", f, res.OutDir)
 				}

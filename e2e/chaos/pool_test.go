@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
 )
 
 // checkPoolRan fails t unless the pool workload ran its course: its Runs
@@ -42,20 +45,20 @@ func TestChaosPoolControl(t *testing.T) {
 	var res *Result
 	var cfg Config
 	for attempt := range 3 {
-		cfg = shortConfig(t, shortSeed(t, 8)+uint64(attempt), 6*time.Second, ControlPoolNoFencing)
+		cfg = shortConfig(t, shortSeed(t, 8)+uint64(attempt), 6*time.Second, model.ControlPoolNoFencing)
 		cfg.Helpers, cfg.InProcess, cfg.PoolWorkers = -1, 1, 2
-		cfg.Faults = []string{FaultFreeze, FaultBlackhole}
+		cfg.Faults = []string{model.FaultFreeze, model.FaultBlackhole}
 		cfg.Quiet = time.Second
 		res = Run(t, cfg)
-		if res.ViolationsByCheck()[CheckDownstream] > 0 {
+		if res.ViolationsByCheck()[checks.CheckDownstream] > 0 {
 			break
 		}
 		t.Logf("seed %d: no downstream violation caught; next seed", cfg.Seed)
 	}
 	summary := res.Summary()
 	t.Log("\n" + summary)
-	if res.ViolationsByCheck()[CheckDownstream] == 0 {
-		t.Fatalf("control %s: the checker found no %s violation in three seeds", cfg.Control, CheckDownstream)
+	if res.ViolationsByCheck()[checks.CheckDownstream] == 0 {
+		t.Fatalf("control %s: the checker found no %s violation in three seeds", cfg.Control, checks.CheckDownstream)
 	}
 	// Only the pools write unfenced, so the order violations name a
 	// pool's write: a deposed pool epoch's landing after a higher one, or
@@ -64,10 +67,10 @@ func TestChaosPoolControl(t *testing.T) {
 	// (p1-97, order 87)").
 	pool := regexp.MustCompile(`admitted epoch \d+ \([^)]*\) after epoch \d+ \([^)]*\)`)
 	named := regexp.MustCompile(`\(p\d+-\d+, order \d+\)`)
-	if !slices.ContainsFunc(res.Violations, func(v Violation) bool {
-		return v.Check == CheckDownstream && pool.MatchString(v.Detail) && named.MatchString(v.Detail)
+	if !slices.ContainsFunc(res.Violations, func(v checks.Violation) bool {
+		return v.Check == checks.CheckDownstream && pool.MatchString(v.Detail) && named.MatchString(v.Detail)
 	}) {
-		t.Errorf("control %s: no %s order violation names a pool's write", cfg.Control, CheckDownstream)
+		t.Errorf("control %s: no %s order violation names a pool's write", cfg.Control, checks.CheckDownstream)
 	}
 	if !strings.HasSuffix(summary, fmt.Sprintf("violations: %d\n", len(res.Violations))) {
 		t.Errorf("the summary does not end with the violations line")

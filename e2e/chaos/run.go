@@ -13,6 +13,11 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
+	"github.com/leasehold/leasehold/e2e/chaos/report"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -20,255 +25,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Config is one chaos run. Zero fields take the defaults of DefaultConfig.
-type Config struct {
-	Seed uint64
-	// Contended runs the contended workload (contended.go) instead of the
-	// task workload: every thread on the same few open tasks (Window, at
-	// most maxContendedWindow), taken mostly with a blocking Acquire or
-	// AcquireMany and handed from waiter to waiter by Release, so that
-	// the waiting queue of docs/protocol.md §3.2 works under every fault.
-	// ControlUnfair implies it.
-	Contended bool
-	// Duration is the fault phase. Before it the workers start; after it
-	// every fault is healed, the workers run for Quiet, stop, and the
-	// sweeper completes what is left.
-	Duration time.Duration
-	Control  Control
-	// Helpers is the number of worker slots run as helper processes,
-	// InProcess the number run in this process; each worker runs Threads
-	// threads.
-	Helpers, InProcess, Threads int
-	// TTL is every session's lease TTL (etcd grants whole seconds).
-	TTL time.Duration
-	// Window is how many open tasks a worker chooses from: smaller means
-	// more contention.
-	Window int
-	// FaultGap is the mean time between fault starts; MaxFaults bounds the
-	// faults active at once.
-	FaultGap  time.Duration
-	MaxFaults int
-	Quiet     time.Duration
-	// CheckTimeout bounds porcupine's search over all partitions; each
-	// partition gets at most a tenth of it.
-	CheckTimeout time.Duration
-	// Retention is the recorders' audit.WithRetention: the entries of
-	// epochs that ended longer ago, and the done records of completed ones,
-	// move into the run's archive and out of etcd while the run goes on.
-	Retention time.Duration
-	// OutDir receives the artifacts of a run with violations, or with a
-	// liveness goal missed (liveness.go); empty:
-	// $LEASEHOLD_CHAOS_OUT, or else a new directory under os.TempDir.
-	OutDir string
-	// Recipes is the number of recipe workers (recipes.go): in-process
-	// workers, each in a slot of its own that the nemesis's faults of a
-	// worker and of a member reach, that campaign in one election and
-	// take permits of one semaphore of RecipeLimit permits (default 2),
-	// writing fenced effects while they lead or hold; 0: none.
-	Recipes, RecipeLimit int
-	// PoolWorkers is the number of pool workers (pool.go): in-process
-	// worker.Pools on the task workload's tasks, each in a slot of its
-	// own that the nemesis's faults of a worker and of a member reach,
-	// their claims, completions and releases recorded from their clients;
-	// 0: none.
-	PoolWorkers int
-	// Fleet is the number of pools of the fleet mode (fleet.go): in-process
-	// worker.Pools over one worker.Prefix, each with its own client and in
-	// a slot of its own that the nemesis's faults of a worker and of a
-	// member reach, killed as processes die and started again during the
-	// fault phase; 0: none. FleetTasks is the backlog: the task keys put
-	// before the pools start and kept up during the fault phase.
-	Fleet, FleetTasks int
-	// Faults, if set, are the only fault kinds the nemesis injects.
-	Faults []string
-	// Logf receives progress lines; nil discards them.
-	Logf func(format string, args ...any)
-}
+// DefaultConfig is the long pass's configuration (model.DefaultConfig).
+func DefaultConfig() Config { return model.DefaultConfig() }
 
-// DefaultConfig is the long pass's configuration.
-func DefaultConfig() Config {
-	return Config{
-		Duration: time.Minute, Helpers: 4, InProcess: 2, Threads: 4, TTL: time.Second, Window: 48,
-		FaultGap: 450 * time.Millisecond, MaxFaults: 4, Quiet: 3 * time.Second, CheckTimeout: 2 * time.Minute,
-		Retention: 2 * time.Second,
-	}
-}
-
-func (c Config) withDefaults() Config {
-	d := DefaultConfig()
-	set := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	setD := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	set(&c.Helpers, d.Helpers)
-	set(&c.Threads, d.Threads)
-	set(&c.Window, d.Window)
-	set(&c.MaxFaults, d.MaxFaults)
-	setD(&c.Duration, d.Duration)
-	setD(&c.TTL, d.TTL)
-	setD(&c.FaultGap, d.FaultGap)
-	setD(&c.Quiet, d.Quiet)
-	setD(&c.CheckTimeout, d.CheckTimeout)
-	setD(&c.Retention, d.Retention)
-	if c.InProcess < 0 {
-		c.InProcess = 0
-	}
-	if c.Helpers < 0 { // no helper processes: a run of recipe workers alone
-		c.Helpers = 0
-	}
+// withDefaults is c with the defaults of DefaultConfig in its zero fields
+// (model.Config.WithDefaults) and what its workload and its control imply.
+func withDefaults(c Config) Config {
+	c = c.WithDefaults()
 	if c.Recipes > 0 && c.RecipeLimit == 0 {
-		c.RecipeLimit = defaultRecipeLimit
+		c.RecipeLimit = traffic.DefaultRecipeLimit
 	}
-	if c.Control == ControlUnfair || c.Control == controlStrand {
+	if c.Control == model.ControlUnfair || c.Control == model.ControlStrand {
 		c.Contended = true
 	}
-	if c.Control == controlStrand {
+	if c.Control == model.ControlStrand {
 		// A task handed to a stranded entry by the time the faults end —
 		// the last fault of a member counts against every worker — stays
 		// so past the bound, with a few seconds to spare, before the
 		// workers stop and the entry's session ends.
-		c.Quiet = max(c.Quiet, strandBound(c.TTL)+3*time.Second)
+		c.Quiet = max(c.Quiet, checks.StrandBound(c.TTL)+3*time.Second)
 	}
 	if c.Contended {
-		c.Window = min(c.Window, maxContendedWindow)
+		c.Window = min(c.Window, traffic.MaxContendedWindow)
 	}
-	if c.Control == ControlFleetNoFencing && len(c.Faults) == 0 {
+	if c.Control == model.ControlFleetNoFencing && len(c.Faults) == 0 {
 		// No fault of a worker: its heal would end the fleet's pauses of
 		// the unfenced pool early (fleet.pauseUnfenced).
-		c.Faults = []string{FaultMemberFreeze, FaultLeaderPause, FaultRevoke}
-	}
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
+		c.Faults = []string{model.FaultMemberFreeze, model.FaultLeaderPause, model.FaultRevoke}
 	}
 	return c
-}
-
-// The members' raft ticks: e2e's defaults, set explicitly because the
-// liveness goals are computed from the election timeout (liveness.go),
-// which Run reads back from a member.
-const (
-	raftHeartbeat       = 10 * time.Millisecond
-	raftElectionTimeout = 100 * time.Millisecond
-)
-
-// grantedTTL is the TTL etcd grants for ttl: whole seconds, rounded up
-// (docs/protocol.md §4). The sessions renew every third of it.
-func grantedTTL(ttl time.Duration) time.Duration {
-	return (ttl + time.Second - 1).Truncate(time.Second)
-}
-
-// slot is one worker position: its proxies (one per member) and the
-// worker currently filling it.
-type slot struct {
-	idx     int
-	name    string
-	helper  bool
-	recipe  bool // a recipe worker's (recipes.go)
-	pool    bool // a pool worker's (pool.go)
-	fleet   bool // the fleet mode's (fleet.go)
-	proxies []faultProxy
-	gate    *gate // in-process slots
-
-	mu   sync.Mutex
-	gen  int
-	proc *helperProc
-
-	// The faults on the proxies come in two layers: the slot's own
-	// (blackhole, drop-replies, latency) on all of them, and a member's
-	// (member-freeze) on the one to that member, each healed on its own.
-	fmu     sync.Mutex
-	fault   proxyFault   // the slot's own fault
-	held    []bool       // per proxy: its member is cut off from clients
-	applied []proxyFault // per proxy: what the proxy is doing now
-}
-
-// proxyFault is what a proxy does to its traffic.
-type proxyFault struct {
-	kind  proxyFaultKind
-	delay time.Duration // proxyDelay: each way, ± a quarter
-}
-
-type proxyFaultKind int
-
-const (
-	proxyHealthy proxyFaultKind = iota
-	proxyBlackhole
-	proxyDropReplies
-	proxyDelay
-)
-
-// setFault sets the slot's own fault on all its proxies.
-func (s *slot) setFault(f proxyFault) {
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
-	s.fault = f
-	for i := range s.proxies {
-		s.applyLocked(i)
-	}
-}
-
-// holdMember cuts the slot off from member i (all traffic held), or ends
-// that; the slot's own fault stays as it is.
-func (s *slot) holdMember(i int, on bool) {
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
-	s.held[i] = on
-	s.applyLocked(i)
-}
-
-// applyLocked brings proxy i to what both layers ask of it: a held member
-// holds everything, whatever the slot's own fault; s.fmu is held.
-func (s *slot) applyLocked(i int) {
-	want := s.fault
-	if s.held[i] {
-		want = proxyFault{kind: proxyBlackhole}
-	}
-	if want == s.applied[i] {
-		return
-	}
-	p := s.proxies[i]
-	p.Heal()
-	switch want.kind {
-	case proxyBlackhole:
-		p.Blackhole()
-	case proxyDropReplies:
-		p.BlackholeReplies()
-	case proxyDelay:
-		p.Delay(want.delay, want.delay/4)
-	}
-	s.applied[i] = want
-}
-
-func (s *slot) process() *helperProc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc
-}
-
-func (s *slot) endpoints() []string {
-	var eps []string
-	for _, p := range s.proxies {
-		eps = append(eps, p.Endpoint())
-	}
-	return eps
-}
-
-func (s *slot) blackhole() { s.setFault(proxyFault{kind: proxyBlackhole}) }
-
-func (s *slot) heal() { s.setFault(proxyFault{}) }
-
-// healAll ends both layers of faults.
-func (s *slot) healAll() {
-	for i := range s.proxies {
-		s.holdMember(i, false)
-	}
-	s.heal()
 }
 
 type runner struct {
@@ -280,15 +65,16 @@ type runner struct {
 	cluster *e2e.Cluster
 	direct  *clientv3.Client
 	reg     *lease.Registry // the operator's, for revocations
-	hist    *History
-	recipes *recipeHistory
-	slots   []*slot
-	pools   []*poolWorker
-	fleet   *fleet // the fleet mode's, nil without one
+	hist    *model.History
+	recipes *model.RecipeHistory
+	slots   []*nemesis.Slot
+	pools   []*traffic.PoolWorker
+	fleet   *traffic.Fleet // the fleet mode's, nil without one
+	env     *traffic.Env   // the workload's, once the slots are added
 	revokes int
 	// archived records when the recorders archived each entry; log reads
 	// etcd and the archive as one log.
-	archived *archiveLog
+	archived *model.ArchiveLog
 	log      *audit.Log
 
 	mu       sync.Mutex
@@ -303,58 +89,11 @@ func (r *runner) warn(format string, args ...any) {
 	r.warnings = append(r.warnings, msg)
 }
 
-func (r *runner) workerConfig(s *slot) workerConfig {
-	return workerConfig{
-		Name:      fmt.Sprintf("%s.%d", s.name, s.gen),
-		Endpoints: s.endpoints(),
-		SQLite:    r.dsn,
-		Archive:   r.archive,
-		Seed:      r.cfg.Seed*1000 + uint64(s.idx*100+s.gen),
-		Threads:   r.cfg.Threads,
-		TTL:       r.cfg.TTL,
-		Window:    r.cfg.Window,
-		Control:   r.cfg.Control,
-		Contended: r.cfg.Contended,
-		ClockSkew: r.clockSkew(s),
-	}
-}
-
-// clockSkew is how far slot s's wall clock is off (skew.go): the first
-// helper slot's is clockBehind, the first in-process slot's clockAhead,
-// the others' are true.
-func (r *runner) clockSkew(s *slot) time.Duration {
-	switch {
-	case s.recipe || s.pool || s.fleet:
-		return 0
-	case s.helper && s.idx == 0:
-		return clockBehind
-	case !s.helper && s.idx == r.cfg.Helpers:
-		return clockAhead
-	}
-	return 0
-}
-
-// restartHelper fills s with a new helper process.
-func (r *runner) restartHelper(s *slot) error {
-	s.mu.Lock()
-	s.gen++
-	cfg := r.workerConfig(s)
-	s.mu.Unlock()
-	p, err := startHelper(cfg, r.hist, r.dir)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-	return nil
-}
-
 // Run runs one chaos pass and checks it. It fails t only when the run
 // itself cannot be carried out; violations are in the Result.
 func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
-	cfg = cfg.withDefaults()
+	cfg = withDefaults(cfg)
 	rs := &runState{begin: time.Now()}
 	r := newRunner(t, cfg)
 	rs.election = r.startCluster()
@@ -367,12 +106,12 @@ func Run(t testing.TB, cfg Config) *Result {
 
 	// The coordinator's own handles on the downstream and the archive
 	// create the tables before any worker or recorder opens the databases.
-	db, _, err := openSQL(r.dsn, 1)
+	db, _, err := model.OpenSQL(r.dsn, 1)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
 	defer db.Close()
-	adb, archive, err := openArchive(r.archive, 2)
+	adb, archive, err := model.OpenArchive(r.archive, 2)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
@@ -387,6 +126,13 @@ func Run(t testing.TB, cfg Config) *Result {
 	defer stopRecorders()
 
 	r.addSlots()
+	r.env = &traffic.Env{
+		T: t, Config: cfg, Dir: r.dir, DSN: r.dsn, Archive: r.archive, Cluster: r.cluster, Direct: r.direct,
+		History: r.hist, Recipes: r.recipes, Slots: r.slots, Warn: r.warn,
+	}
+	if cfg.Fleet > 0 {
+		r.fleet = traffic.NewFleet(r.env)
+	}
 
 	// Workers. Should the run end early, none outlives it.
 	var inproc sync.WaitGroup
@@ -421,8 +167,8 @@ type runState struct {
 	begin      time.Time
 	election   time.Duration
 	faultsFrom int64 // when the nemesis began
-	faults     []Fault
-	drained    fleetDrain
+	faults     []model.Fault
+	drained    model.FleetDrain
 	stopAt     int64 // when the workers were told to stop
 	swept      int
 	// settled is when every worker had exited and every proxy was healed:
@@ -434,9 +180,9 @@ type runState struct {
 // history and the DSNs of its downstream store and its archive.
 func newRunner(t testing.TB, cfg Config) *runner {
 	t.Helper()
-	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: newHistory(), recipes: &recipeHistory{}, archived: newArchiveLog()}
-	r.dsn = sqliteDSN(filepath.Join(r.dir, "downstream.db"))
-	r.archive = archiveDSN(filepath.Join(r.dir, "archive.db"))
+	r := &runner{t: t, cfg: cfg, dir: t.TempDir(), hist: model.NewHistory(), recipes: &model.RecipeHistory{}, archived: model.NewArchiveLog()}
+	r.dsn = model.SQLiteDSN(filepath.Join(r.dir, "downstream.db"))
+	r.archive = model.ArchiveDSN(filepath.Join(r.dir, "archive.db"))
 	return r
 }
 
@@ -444,7 +190,7 @@ func newRunner(t testing.TB, cfg Config) *runner {
 // coordinator's direct client on it, and returns etcd's election timeout.
 func (r *runner) startCluster() (election time.Duration) {
 	r.t.Helper()
-	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(raftHeartbeat, raftElectionTimeout), e2e.WithClientDialOptions(dialOptions...))
+	r.cluster = e2e.NewCluster(r.t, e2e.WithMembers(3), e2e.WithTicks(model.RaftHeartbeat, model.RaftElectionTimeout), e2e.WithClientDialOptions(traffic.DialOptions...))
 	r.direct = r.cluster.Client(r.t)
 	return time.Duration(r.cluster.Members()[0].Server().Config().ElectionMs) * time.Millisecond
 }
@@ -456,32 +202,45 @@ func (r *runner) addSlots() {
 	r.t.Helper()
 	cfg := r.cfg
 	for i := range cfg.Helpers + cfg.InProcess {
-		s := &slot{idx: i, helper: i < cfg.Helpers}
-		if s.helper {
-			s.name = fmt.Sprintf("h%d", i)
+		s := &nemesis.Slot{Idx: i, Helper: i < cfg.Helpers}
+		if s.Helper {
+			s.Name = fmt.Sprintf("h%d", i)
 		} else {
-			s.name = fmt.Sprintf("i%d", i-cfg.Helpers)
-			s.gate = &gate{}
+			s.Name = fmt.Sprintf("i%d", i-cfg.Helpers)
+			s.Gate = &nemesis.Gate{}
 		}
 		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
 	for i := range cfg.Recipes {
-		s := &slot{idx: len(r.slots), name: fmt.Sprintf("r%d", i), recipe: true, gate: &gate{}}
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("r%d", i), Recipe: true, Gate: &nemesis.Gate{}}
 		r.addProxies(s)
 		r.slots = append(r.slots, s)
 	}
-	r.addPoolSlots()
-	r.addFleetSlots()
+	// The pools' slots, each with its own proxies.
+	for i := range cfg.PoolWorkers {
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("p%d", i), Pool: true, Gate: &nemesis.Gate{}}
+		r.addProxies(s)
+		r.slots = append(r.slots, s)
+	}
+	// The fleet's slots, f0 … f<Fleet-1>, each with its own proxies, so
+	// that the nemesis's faults of a worker and of a member reach its
+	// pools.
+	for i := range cfg.Fleet {
+		s := &nemesis.Slot{Idx: len(r.slots), Name: fmt.Sprintf("f%d", i), Fleet: true, Gate: &nemesis.Gate{}}
+		r.addProxies(s)
+		r.slots = append(r.slots, s)
+	}
 }
 
 // addProxies gives s a proxy to each member of the cluster.
-func (r *runner) addProxies(s *slot) {
+func (r *runner) addProxies(s *nemesis.Slot) {
 	r.t.Helper()
+	var eps []string
 	for _, m := range r.cluster.Members() {
-		s.proxies = append(s.proxies, newProxy(r.t, m.Endpoint()))
+		eps = append(eps, m.Endpoint())
 	}
-	s.held, s.applied = make([]bool, len(s.proxies)), make([]proxyFault, len(s.proxies))
+	s.AddProxies(r.t, eps)
 }
 
 // abandonWorkers, deferred by Run, makes sure no worker outlives the run
@@ -491,11 +250,11 @@ func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGrou
 	cancel()
 	inproc.Wait()
 	if r.fleet != nil {
-		r.fleet.wait()
+		r.fleet.Wait()
 	}
 	for _, s := range r.slots {
-		if p := s.process(); p != nil {
-			p.kill()
+		if p := s.Process(); p != nil {
+			p.Kill()
 		}
 	}
 }
@@ -506,51 +265,22 @@ func (r *runner) abandonWorkers(cancel context.CancelFunc, inproc *sync.WaitGrou
 func (r *runner) startWorkers(ctx context.Context, inproc *sync.WaitGroup) {
 	r.t.Helper()
 	for _, s := range r.slots {
-		if s.recipe || s.pool || s.fleet {
+		if s.Recipe || s.Pool || s.Fleet {
 			continue
 		}
-		if s.helper {
-			if err := r.restartHelper(s); err != nil {
+		if s.Helper {
+			if err := r.env.RestartHelper(s); err != nil {
 				r.t.Fatalf("chaos: %v", err)
 			}
 			continue
 		}
-		r.startInProcess(ctx, s, inproc)
+		r.env.StartInProcess(ctx, s, inproc)
 	}
-	r.startRecipeWorkers(ctx, inproc)
-	r.startPoolWorkers(ctx, inproc)
+	r.env.StartRecipeWorkers(ctx, inproc)
+	r.pools = r.env.StartPoolWorkers(ctx, inproc)
 	if r.fleet != nil {
-		r.fleet.startFleet(ctx)
+		r.fleet.StartFleet(ctx)
 	}
-}
-
-// startInProcess starts the in-process worker of s on ctx, counted in
-// inproc; under controlStrand the first one strands its grants.
-func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitGroup) {
-	r.t.Helper()
-	cfgW := r.workerConfig(s)
-	cli, err := newWorkerClient(cfgW.Endpoints)
-	if err != nil {
-		r.t.Fatalf("chaos: %v", err)
-	}
-	skewClock(cli, cfgW.ClockSkew)
-	w, err := newWorker(cfgW, cli, r.hist.record)
-	if err != nil {
-		_ = cli.Close()
-		r.t.Fatalf("chaos: %v", err)
-	}
-	w.gate = s.gate
-	if r.cfg.Control == controlStrand && s.idx == r.cfg.Helpers {
-		scli, err := newWorkerClient(r.cluster.Endpoints())
-		if err != nil {
-			r.t.Fatalf("chaos: %v", err)
-		}
-		w.strand = newStrander(w, scli)
-	}
-	inproc.Go(func() {
-		defer cli.Close()
-		w.run(ctx)
-	})
 }
 
 // injectFaults runs the nemesis (and the fleet's kills) for the run's
@@ -560,30 +290,33 @@ func (r *runner) startInProcess(ctx context.Context, s *slot, inproc *sync.WaitG
 func (r *runner) injectFaults(rs *runState) {
 	r.t.Helper()
 	cfg := r.cfg
-	n := newNemesis(r)
-	rs.faultsFrom = now()
+	n := nemesis.New(nemesis.Env{
+		T: r.t, Config: r.cfg, Cluster: r.cluster, Direct: r.direct, Slots: r.slots, Warn: r.warn,
+		RestartHelper: r.env.RestartHelper, Revoke: r.revoke,
+	})
+	rs.faultsFrom = model.Now()
 	nctx, stopFaults := context.WithTimeout(context.Background(), cfg.Duration)
 	var progress sync.WaitGroup
 	progress.Go(func() { r.progress(nctx, n, rs.begin) })
 	if r.fleet != nil {
-		progress.Go(func() { r.fleet.chaos(nctx) })
+		progress.Go(func() { r.fleet.Chaos(nctx) })
 	}
-	n.run(nctx)
+	n.Run(nctx)
 	stopFaults()
 	progress.Wait()
 	for _, s := range r.slots {
-		s.healAll()
-		s.gate.open()
+		s.HealAll()
+		s.Gate.Open()
 	}
 	for _, m := range r.cluster.Members() {
 		if m.Server() == nil {
 			m.Restart(r.t)
 		}
 	}
-	rs.faults = n.log()
+	rs.faults = n.Log()
 	if r.fleet != nil {
-		rs.faults = append(rs.faults, r.fleet.faults()...)
-		rs.drained = r.fleet.drain()
+		rs.faults = append(rs.faults, r.fleet.Faults()...)
+		rs.drained = r.fleet.Drain()
 		cfg.Logf("chaos: the fleet's backlog of %d task keys drained in %v (done: %v)", rs.drained.Keys, rs.drained.Took.Round(time.Millisecond), rs.drained.Done)
 	}
 	cfg.Logf("chaos: %d faults injected and healed; quiet for %v", len(rs.faults), cfg.Quiet)
@@ -596,15 +329,15 @@ func (r *runner) injectFaults(rs *runState) {
 // notes in rs when it began.
 func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sync.WaitGroup) {
 	t := r.t
-	rs.stopAt = now()
+	rs.stopAt = model.Now()
 	cancel()
 	var stopping sync.WaitGroup
 	for _, s := range r.slots {
-		if s.helper {
+		if s.Helper {
 			stopping.Go(func() {
 				// A helper that fails (a data race, a panic) or does not
 				// stop fails the test, though it breaks no guarantee.
-				if err := s.process().stop(30 * time.Second); err != nil {
+				if err := s.Process().Stop(30 * time.Second); err != nil {
 					t.Errorf("chaos: %v", err)
 				}
 			})
@@ -613,7 +346,7 @@ func (r *runner) stopWorkers(rs *runState, cancel context.CancelFunc, inproc *sy
 	stopping.Wait()
 	inproc.Wait()
 	if r.fleet != nil {
-		r.fleet.wait()
+		r.fleet.Wait()
 	}
 	r.cfg.Logf("chaos: workers stopped (%v)", time.Since(rs.begin).Round(time.Millisecond))
 }
@@ -629,22 +362,26 @@ func (r *runner) settle(rs *runState) {
 	r.cfg.Logf("chaos: quiescent (%v)", time.Since(rs.begin).Round(time.Millisecond))
 	// Every worker has exited and every proxy is healed: nothing sent can
 	// take effect after this.
-	rs.settled = now()
+	rs.settled = model.Now()
 }
 
 // checkRun runs every check of the run on its history and its final
 // state fs: the task workload's, the recipes', the pools', the fleet's
 // and liveness.
-func (r *runner) checkRun(rs *runState, fs finalState) *Result {
+func (r *runner) checkRun(rs *runState, fs model.FinalState) *Result {
 	r.t.Helper()
 	cfg := r.cfg
-	res := check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
+	res := checks.Check(cfg, r.hist.Ops(), r.hist.Touched(), fs, rs.faults, rs.settled)
 	if cfg.Recipes > 0 {
 		r.checkRecipeRun(res)
 	}
 	if cfg.PoolWorkers > 0 {
-		var vs []Violation
-		res.Pool, vs = r.checkPools(res, fs)
+		var vs []checks.Violation
+		var pools []model.PoolRecord
+		for _, p := range r.pools {
+			pools = append(pools, p.Record())
+		}
+		res.Pool, vs = checks.CheckPools(fs, r.hist.Ops(), pools)
 		res.Violations = append(res.Violations, vs...)
 	}
 	if r.fleet != nil {
@@ -654,14 +391,14 @@ func (r *runner) checkRun(rs *runState, fs finalState) *Result {
 	sessions, grants := r.hist.Sessions()
 	res.Sessions = sessions
 	if cfg.Helpers+cfg.InProcess > 0 { // the task workload's; none in a run of recipe workers alone
-		res.Liveness = liveness(LivenessInput{
+		res.Liveness = checks.Liveness(checks.LivenessInput{
 			Ops: r.hist.Ops(), Sessions: sessions, Grants: grants, Faults: r.taskFaults(rs.faults), From: rs.faultsFrom, To: rs.stopAt,
-			TTL: grantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: grantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
+			TTL: model.GrantedTTL(cfg.TTL), ElectionTimeout: rs.election, RenewInterval: model.GrantedTTL(cfg.TTL) / 3, Contended: cfg.Contended,
 		})
 	}
 	res.Warnings = append(res.Warnings, r.warnings...)
-	for _, p := range r.hist.problems() {
-		res.Violations = append(res.Violations, Violation{Check: "history", Detail: p})
+	for _, p := range r.hist.Problems() {
+		res.Violations = append(res.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	return res
 }
@@ -670,29 +407,29 @@ func (r *runner) checkRun(rs *runState, fs finalState) *Result {
 // findings to res.
 func (r *runner) checkRecipeRun(res *Result) {
 	r.t.Helper()
-	final, err := readRecipes(r.direct)
+	final, err := checks.ReadRecipes(r.direct)
 	if err != nil {
 		r.t.Fatalf("chaos: final read of the recipes: %v", err)
 	}
 	res.RecipeOps = r.recipes.Ops()
-	var vs []Violation
-	res.Recipes, vs = checkRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
+	var vs []checks.Violation
+	res.Recipes, vs = checks.CheckRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
 	res.Recipes.Workers = r.cfg.Recipes
 	res.Violations = append(res.Violations, vs...)
 }
 
 // checkFleetRun reads the fleet's final state and adds its checks'
 // findings to res.
-func (r *runner) checkFleetRun(rs *runState, res *Result, fs finalState) {
+func (r *runner) checkFleetRun(rs *runState, res *Result, fs model.FinalState) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	ff, err := readFleetFinal(ctx, r.direct)
+	ff, err := model.ReadFleetFinal(ctx, r.direct)
 	cancel()
 	if err != nil {
 		r.t.Fatalf("chaos: final read of the fleet: %v", err)
 	}
-	var vs []Violation
-	res.Fleet, vs = r.fleet.check(fs, ff, rs.faults, rs.drained)
+	var vs []checks.Violation
+	res.Fleet, vs = checks.CheckFleetRun(r.cfg, r.hist.Ops(), fs, ff, rs.faults, rs.drained, r.fleet.Record())
 	res.Violations = append(res.Violations, vs...)
 }
 
@@ -702,12 +439,12 @@ func (r *runner) finish(rs *runState, res *Result) {
 	r.t.Helper()
 	res.Wall = time.Since(rs.begin)
 	if len(res.Violations) > 0 || res.Liveness.Missed() {
-		if err := res.writeArtifacts(r.cfg, r.hist.Ops()); err != nil {
+		if err := report.WriteArtifacts(res, r.cfg, r.hist.Ops()); err != nil {
 			r.t.Errorf("chaos: writing artifacts: %v", err)
 		}
 	}
 	if r.fleet != nil {
-		if err := r.fleet.saveLog(res.OutDir); err != nil {
+		if err := r.fleet.SaveLog(res.OutDir); err != nil {
 			r.t.Errorf("chaos: the fleet's log: %v", err)
 		}
 	}
@@ -716,8 +453,8 @@ func (r *runner) finish(rs *runState, res *Result) {
 // startRecorders starts the run's two recorders, each on its own client
 // and its own handle on the archive, and returns the function that stops
 // them (idempotent). They prune with the run's retention, concurrently;
-// under ControlDeleteFirst and controlWriterClocks they do not, and a
-// rawPruner prunes instead.
+// under ControlDeleteFirst and model.ControlWriterClocks they do not, and a
+// traffic.RawPruner prunes instead.
 func (r *runner) startRecorders() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -727,19 +464,19 @@ func (r *runner) startRecorders() (stop func()) {
 		if err != nil {
 			r.t.Fatalf("chaos: recorder client: %v", err)
 		}
-		db, archive, err := openArchive(r.archive, 2)
+		db, archive, err := model.OpenArchive(r.archive, 2)
 		if err != nil {
 			_ = cli.Close()
 			r.t.Fatalf("chaos: %v", err)
 		}
-		rec := &recordingArchive{inner: archive, cli: cli, log: r.archived}
+		rec := &model.RecordingArchive{Inner: archive, Client: cli, Log: r.archived}
 		opts := []audit.Option{audit.WithArchive(rec)}
-		if r.cfg.Control != ControlDeleteFirst && r.cfg.Control != controlWriterClocks {
+		if r.cfg.Control != model.ControlDeleteFirst && r.cfg.Control != model.ControlWriterClocks {
 			opts = append(opts, audit.WithRetention(r.cfg.Retention))
 		} else if i == 0 {
-			p := &rawPruner{cli: cli, space: keys.MustNew(keys.DefaultNamespace), archive: rec, retention: r.cfg.Retention,
-				archiveFirst: r.cfg.Control == controlWriterClocks}
-			wg.Go(func() { p.run(ctx) })
+			p := &traffic.RawPruner{Client: cli, Space: keys.MustNew(keys.DefaultNamespace), Archive: rec, Retention: r.cfg.Retention,
+				ArchiveFirst: r.cfg.Control == model.ControlWriterClocks}
+			wg.Go(func() { p.Run(ctx) })
 		}
 		reg, err := lease.NewRegistry(cli)
 		if err != nil {
@@ -774,7 +511,7 @@ func (r *runner) startRecorders() (stop func()) {
 }
 
 // progress logs the operations recorded and the faults injected every 30 s.
-func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
+func (r *runner) progress(ctx context.Context, n *nemesis.Nemesis, begin time.Time) {
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	last := 0
@@ -784,12 +521,8 @@ func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
 			return
 		case <-tick.C:
 		}
-		r.hist.mu.Lock()
-		ops := len(r.hist.order)
-		r.hist.mu.Unlock()
-		n.mu.Lock()
-		faults, active := len(n.faults), n.active
-		n.mu.Unlock()
+		ops := r.hist.Len()
+		faults, active := n.Counts()
 		r.cfg.Logf("chaos: %v: %d operations (%d/s lately), %d faults done, %d active",
 			time.Since(begin).Round(time.Second), ops, (ops-last)/30, faults, active)
 		last = ops
@@ -801,7 +534,7 @@ func (r *runner) progress(ctx context.Context, n *nemesis, begin time.Time) {
 // so its revoked entry can be found. It returns the task and what happened.
 func (r *runner) revoke(pick int) (task, detail string) {
 	space := keys.MustNew(keys.DefaultNamespace)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	defer cancel()
 	resp, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -817,22 +550,22 @@ func (r *runner) revoke(pick int) (task, detail string) {
 	}
 	r.mu.Lock()
 	r.revokes++
-	id := fmt.Sprintf("%s-%d", operator, r.revokes)
+	id := fmt.Sprintf("%s-%d", model.Operator, r.revokes)
 	r.mu.Unlock()
-	r.hist.record(event{K: "i", ID: id, T: now(), Op: OpRevoke, Task: task, W: operator})
+	r.hist.Record(model.Event{K: "i", ID: id, T: model.Now(), Op: model.OpRevoke, Task: task, W: model.Operator})
 	err = r.reg.Revoke(ctx, task, id)
-	out := OutOK
+	out := model.OutOK
 	switch {
 	case errors.Is(err, lease.ErrNotHeld):
-		out = OutFail
+		out = model.OutFail
 	case err != nil:
-		out = OutUnknown
+		out = model.OutUnknown
 	}
-	ev := event{K: "r", ID: id, T: now(), Out: out}
+	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
 	if err != nil {
-		ev.Err = truncate(err.Error(), 300)
+		ev.Err = model.Truncate(err.Error(), 300)
 	}
-	r.hist.record(ev)
+	r.hist.Record(ev)
 	return task, id + " " + string(out)
 }
 
@@ -840,12 +573,12 @@ func (r *runner) revoke(pick int) (task, detail string) {
 // in-process worker on a direct client: after healing, every task must be
 // able to complete. It returns how many tasks it completed.
 func (r *runner) sweep() int {
-	cfgW := workerConfig{Name: sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
-	w, err := newWorker(cfgW, r.direct, r.hist.record)
+	cfgW := traffic.WorkerConfig{Name: model.Sweeper, SQLite: r.dsn, Archive: r.archive, Seed: r.cfg.Seed, Threads: 8, TTL: r.cfg.TTL, Window: 1, Control: r.cfg.Control}
+	w, err := traffic.NewWorker(cfgW, r.direct, r.hist.Record)
 	if err != nil {
 		r.t.Fatalf("chaos: sweeper: %v", err)
 	}
-	defer w.close()
+	defer w.Close()
 	// Done records are pruned: the log (etcd and the archive) says what
 	// was completed.
 	done, err := r.completedTasks()
@@ -867,7 +600,7 @@ func (r *runner) sweep() int {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if w.sweepTask(task) {
+			if w.SweepTask(task) {
 				mu.Lock()
 				completed++
 				mu.Unlock()
@@ -876,39 +609,6 @@ func (r *runner) sweep() int {
 	}
 	wg.Wait()
 	return completed
-}
-
-// sweepTask acquires task — waiting for a lost holder's lease to expire —
-// and, unless the log says it was completed (its done record pruned),
-// writes an effect to each downstream and completes it. It reports
-// whether this call completed it.
-func (w *worker) sweepTask(task string) bool {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		s := w.session()
-		if s == nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		l, out := w.acquire(context.Background(), s, task, 10*time.Second)
-		if out == OutCompleted {
-			return false
-		}
-		if l == nil {
-			continue
-		}
-		switch w.checkCompletion(l) {
-		case checkDone:
-			return false
-		case checkFailed:
-			continue
-		}
-		if w.writeSQL(l) == OutOK && w.writeEtcd(l) == OutOK && w.complete(l) == OutOK {
-			return true
-		}
-		w.release(l)
-	}
-	return false
 }
 
 // completedTasks returns the tasks with a completed entry in the log.
@@ -996,101 +696,14 @@ func (r *runner) quiesce() {
 	r.warn("not quiescent after 30s: lease keys or queue entries remain, or epochs lack their end entries")
 }
 
-// leaseEvent is one change of a lease key, from etcd's history.
-type leaseEvent struct {
-	Task      string
-	Rev       int64 // the change's revision; for a put, the epoch
-	Put       bool
-	CreateRev int64
-	Worker    string // the holder a put recorded
-	// LeaseID and Ticket are the put holder record's session lease and
-	// ticket: a grant to a queued Acquire call carries its ticket, a
-	// direct claim none (docs/protocol.md §3.2).
-	LeaseID int64
-	Ticket  string
-}
-
-// queueEvent is one change of a queue entry N/lease/%queue/<res>/<ticket>
-// (docs/protocol.md §3.2), from etcd's history: a put enqueues an Acquire
-// call, a delete removes its entry — granted, given up, dropped with a
-// completed task, or gone with the waiter's session.
-type queueEvent struct {
-	Task   string
-	Ticket string // from the key
-	Rev    int64
-	Put    bool
-	// CreateRev is the entry's place in the queue: its create revision
-	// (a deletion's, from the deleted key-value).
-	CreateRev int64
-	// Worker, LeaseID and ValueTicket are the entry's holder record (a
-	// deletion's, the deleted one): what a handoff writes into the lease
-	// key. ValueTicket must equal Ticket.
-	Worker      string
-	LeaseID     int64
-	ValueTicket string
-}
-
-// auditEvent is one change of an audit key, from etcd's history: a put
-// writes an entry (create-only, so CreateRev = Rev), a delete is
-// retention's.
-type auditEvent struct {
-	Key       string
-	Rev       int64
-	Put       bool
-	CreateRev int64
-}
-
-// doneEvent is one change of a done record, from etcd's history. Epoch
-// and Worker are a put's record; a delete carries the record it deleted.
-type doneEvent struct {
-	Task   string
-	Rev    int64
-	Put    bool
-	Epoch  int64
-	Worker string
-}
-
-// finalState is what the run left in etcd, the archive and SQLite.
-type finalState struct {
-	LeaseEvents []leaseEvent
-	// QueueEvents is every change of a queue entry since revision 1, read
-	// with LeaseEvents (one watch of the lease prefix, which holds the
-	// queues); QueueLeft the entries etcd still held at the end.
-	QueueEvents []queueEvent
-	QueueLeft   int64
-	// Audit is the log — etcd and the archive as one (audit.Log.List with
-	// the archive), read while the recorders still pruned; AuditRev is a
-	// revision read before it, so every entry written up to AuditRev is in
-	// it.
-	Audit    []audit.Entry
-	AuditRev int64
-	// AuditEvents and DoneEvents are every change of the audit keys and
-	// of the done records since revision 1, read after the recorders
-	// stopped; Archive is the archive's content then, and Archived when
-	// the recorders archived each entry (recordingArchive), in Appends
-	// calls.
-	AuditEvents []auditEvent
-	DoneEvents  []doneEvent
-	Archive     []audit.Entry
-	Archived    map[entryID]archiveRecord
-	Appends     int
-	// AuditKeysLeft counts the audit keys etcd held at the end; Done is
-	// the done records it held.
-	AuditKeysLeft int64
-	Done          map[string]record.Done
-	Effects       []Effect
-	Fenced        map[OpType]map[string]int64
-	LiveLeases    int64
-}
-
 // readFinal reads the final state. The log is listed while the recorders
 // still prune, so the listing races with retention; stopRecorders then
 // stops them, and the rest is read from a still etcd and archive.
-func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (finalState, error) {
+func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (model.FinalState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	space := keys.MustNew(keys.DefaultNamespace)
-	var fs finalState
+	var fs model.FinalState
 	head, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fs, err
@@ -1101,19 +714,19 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	}
 	stopRecorders()
 
-	if fs.LeaseEvents, fs.QueueEvents, err = readLeaseHistory(ctx, r.direct, space); err != nil {
+	if fs.LeaseEvents, fs.QueueEvents, err = model.ReadLeaseHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = readAuditHistory(ctx, r.direct, space); err != nil {
+	if fs.AuditEvents, err = model.ReadAuditHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = readDoneHistory(ctx, r.direct, space); err != nil {
+	if fs.DoneEvents, err = model.ReadDoneHistory(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
 	if fs.Archive, err = archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {
 		return fs, err
 	}
-	fs.Archived, fs.Appends = r.archived.snapshot()
+	fs.Archived, fs.Appends = r.archived.Snapshot()
 	left, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fs, err
@@ -1130,16 +743,16 @@ func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func
 	if fs.QueueLeft, err = countQueued(ctx, r.direct, space); err != nil {
 		return fs, err
 	}
-	sqlEffects, sqlFenced, err := readSQL(ctx, db)
+	sqlEffects, sqlFenced, err := model.ReadSQL(ctx, db)
 	if err != nil {
 		return fs, err
 	}
-	etcdEffects, etcdFenced, err := readEtcdEffects(ctx, r.direct, space.FencePrefix())
+	etcdEffects, etcdFenced, err := model.ReadEtcdEffects(ctx, r.direct, space.FencePrefix())
 	if err != nil {
 		return fs, err
 	}
 	fs.Effects = append(sqlEffects, etcdEffects...)
-	fs.Fenced = map[OpType]map[string]int64{OpSQL: sqlFenced, OpEtcd: etcdFenced}
+	fs.Fenced = map[model.OpType]map[string]int64{model.OpSQL: sqlFenced, model.OpEtcd: etcdFenced}
 	return fs, nil
 }
 
@@ -1174,156 +787,33 @@ func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (i
 	return n, nil
 }
 
-// readLeaseHistory reads every change of every lease key and of every
-// queue entry since revision 1, with one watch of the lease prefix.
-func readLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]leaseEvent, []queueEvent, error) {
-	var out []leaseEvent
-	var queue []queueEvent
-	err := readHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
-		key := string(ev.Kv.Key)
-		if space.IsQueue(key) {
-			qe, err := readQueueEvent(space, ev)
-			if err != nil {
-				return err
-			}
-			queue = append(queue, qe)
-			return nil
-		}
-		if space.IsControl(key) {
-			return nil // a revocation signal to the holder's session, not a lease key
-		}
-		task, err := space.ResourceFromLease(key)
-		if err != nil {
-			return err
-		}
-		le := leaseEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision}
-		if le.Put {
-			if h, err := record.DecodeHolder(ev.Kv.Value); err == nil {
-				le.Worker, le.LeaseID, le.Ticket = h.Worker, h.LeaseID, h.Ticket
-			}
-		}
-		out = append(out, le)
-		return nil
-	})
-	return out, queue, err
-}
+// Config is one chaos run (model.Config, where the checks and the report
+// read it too). Zero fields take the defaults of DefaultConfig.
+type Config = model.Config
 
-// readQueueEvent reads one change of a queue entry; a deletion's facts
-// come from the deleted key-value (the watch's previous value).
-func readQueueEvent(space keys.Space, ev *clientv3.Event) (queueEvent, error) {
-	task, ticket, err := space.ParseQueue(string(ev.Kv.Key))
-	if err != nil {
-		return queueEvent{}, err
-	}
-	qe := queueEvent{Task: task, Ticket: ticket, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-	kv := ev.Kv
-	if !qe.Put {
-		kv = ev.PrevKv
-	}
-	if kv == nil {
-		return qe, fmt.Errorf("chaos: deletion of queue entry %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
-	}
-	qe.CreateRev = kv.CreateRevision
-	if h, err := record.DecodeHolder(kv.Value); err == nil {
-		qe.Worker, qe.LeaseID, qe.ValueTicket = h.Worker, h.LeaseID, h.Ticket
-	}
-	return qe, nil
-}
+// Result is a checked run (checks.Result): what Run returns.
+type Result = checks.Result
 
-// readAuditHistory reads every change of every audit key since revision 1.
-func readAuditHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]auditEvent, error) {
-	var out []auditEvent
-	err := readHistory(ctx, cli, space.AuditPrefix(), func(ev *clientv3.Event) error {
-		out = append(out, auditEvent{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision})
-		return nil
-	})
-	return out, err
-}
-
-// readDoneHistory reads every change of every done record since revision
-// 1; a deletion carries the record it deleted.
-func readDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]doneEvent, error) {
-	var out []doneEvent
-	err := readHistory(ctx, cli, space.DonePrefix(), func(ev *clientv3.Event) error {
-		task, err := space.ResourceFromDone(string(ev.Kv.Key))
-		if err != nil {
-			return err
-		}
-		de := doneEvent{Task: task, Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut}
-		kv := ev.Kv
-		if !de.Put {
-			kv = ev.PrevKv
-		}
-		if kv == nil {
-			return fmt.Errorf("chaos: deletion of %q at revision %d without its previous value", ev.Kv.Key, ev.Kv.ModRevision)
-		}
-		d, err := record.DecodeDone(kv.Value)
-		if err != nil {
-			return fmt.Errorf("chaos: done record %q: %w", kv.Key, err)
-		}
-		de.Epoch, de.Worker = d.Epoch, d.Worker
-		out = append(out, de)
-		return nil
-	})
-	return out, err
-}
-
-// readHistory calls fn for every change under prefix since revision 1, in
-// revision order: a watch from revision 1, read until a progress
-// notification says it has caught up with a revision taken before it
-// started. The embedded cluster compacts only revisions older than an
-// hour (e2e.DefaultAutoCompactionRetention); should etcd have compacted
-// revision 1 away all the same, the history is incomplete and readHistory
-// fails with a *compactedError — the checks that need it, the epochs and
-// the unfair grants among them, cannot be made, and the run says so
-// rather than pass on part of the history.
-func readHistory(ctx context.Context, cli *clientv3.Client, prefix string, fn func(*clientv3.Event) error) error {
-	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return err
-	}
-	upTo := resp.Header.Revision
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: reading the history of %q: %w", prefix, ctx.Err())
-		case <-tick.C:
-			// Answered only once the watch has caught up.
-			_ = cli.RequestProgress(wctx)
-		case wr, ok := <-wch:
-			if !ok {
-				return fmt.Errorf("chaos: history watch of %q closed", prefix)
-			}
-			if wr.CompactRevision != 0 {
-				return &compactedError{Prefix: prefix, Rev: wr.CompactRevision}
-			}
-			if err := wr.Err(); err != nil {
-				return fmt.Errorf("chaos: history watch of %q: %w", prefix, err)
-			}
-			if wr.IsProgressNotify() && wr.Header.Revision >= upTo {
-				return nil
-			}
-			for _, ev := range wr.Events {
-				if err := fn(ev); err != nil {
-					return err
-				}
-			}
+// recipeSlots returns the recipe slots' names.
+func (r *runner) recipeSlots() map[string]bool {
+	out := map[string]bool{}
+	for _, s := range r.slots {
+		if s.Recipe {
+			out[s.Name] = true
 		}
 	}
+	return out
 }
 
-// compactedError is readHistory's failure when etcd compacted part of the
-// history it needs.
-type compactedError struct {
-	Prefix string
-	Rev    int64 // etcd's compact revision: no event before it is kept
-}
-
-func (e *compactedError) Error() string {
-	return fmt.Sprintf("chaos: the history of %q is compacted up to revision %d: the checks that need every change since revision 1 (epochs, handoffs, unfair grants, retention) cannot be made", e.Prefix, e.Rev)
+// taskFaults leaves out the faults of recipe slots: they do not stall the
+// task workload, whose liveness the summary reports.
+func (r *runner) taskFaults(faults []model.Fault) []model.Fault {
+	recipe := r.recipeSlots()
+	var out []model.Fault
+	for _, f := range faults {
+		if !recipe[f.Target] {
+			out = append(out, f)
+		}
+	}
+	return out
 }

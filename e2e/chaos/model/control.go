@@ -1,0 +1,79 @@
+package model
+
+// Control selects a control run: a deliberately broken workload the checker
+// must catch. It is a switch of this suite only; the SDK has none.
+type Control string
+
+// The controls.
+const (
+	ControlNone Control = ""
+	// ControlNoFencing: downstream writes bypass both guards.
+	ControlNoFencing Control = "no-fencing"
+	// ControlNoCAS: completion is a raw transaction — put the done record,
+	// delete the lease key, write the completed entry — without the
+	// compare on the epoch.
+	ControlNoCAS Control = "no-cas"
+	// ControlDeleteFirst: retention deletes an epoch's keys before it
+	// archives them, and now and then never archives them, as a pruner
+	// that crashed between the two steps would (traffic.RawPruner).
+	ControlDeleteFirst Control = "delete-first"
+	// ControlUnfair: a Release hands the lease to the second Acquire
+	// waiting in the resource's queue instead of the first — a raw
+	// transaction built from the SDK's own ops (protocol.End with Next set
+	// to the second entry) — whenever two or more wait. It implies
+	// Config.Contended, so that queues form (unfairRelease).
+	ControlUnfair Control = "unfair"
+	// ControlWriterClocks: retention ages entries on their writers' wall
+	// clocks — an epoch is due once its end entry's Time is older than the
+	// retention — as audit's pass did before it used etcd's clock;
+	// archive first, delete second, as audit's (traffic.RawPruner). The slow
+	// clock's epochs (traffic/skew.go) are then pruned at once. Only this suite's
+	// tests run it.
+	ControlWriterClocks Control = "writer-clocks"
+	// ControlStrand: now and then an Acquire that gave up leaves its
+	// queue entry behind for a session that lives on, as Acquire did when
+	// it tried to leave the queue only once, and the holder's next Release
+	// hands the task to it (traffic/strand.go). It implies Config.Contended.
+	// Only this suite's tests run it.
+	ControlStrand Control = "strand"
+)
+
+// The controls of the fleet mode (Config.Fleet).
+const (
+	// ControlFleetNoTakeover: a fleet whose pools never learn that a
+	// session ended. Every marker N/lease/%live/<id> a pool puts is put
+	// again at once, attached to a lease of the suite's own that lives
+	// until the pools stop, so etcd never deletes it with the session:
+	// no pool takes a killed pool's tasks over, and they come back only
+	// when some pool's pass over the prefix reaches them again, behind
+	// the backlog.
+	ControlFleetNoTakeover Control = "fleet-no-takeover"
+	// ControlFleetNoFencing: the pools in slot f0 write their effects
+	// with a plain put, not through the guard, and every handler of
+	// theirs writes on after its lease's context ended; the fleet pauses
+	// that slot (freezes it, as the nemesis's freeze does) for 1.5 to 2.5
+	// TTLs every second or so, past its session's TTL, and kills the
+	// other slots' pools only.
+	ControlFleetNoFencing Control = "fleet-no-fencing"
+)
+
+// The control of the pool workload.
+const (
+	// ControlPoolNoFencing: the pools' handlers write downstream without
+	// either guard and ignore their lease's context: a deposed epoch's
+	// write lands after its successor's.
+	ControlPoolNoFencing Control = "pool-no-fencing"
+)
+
+// The controls of the recipe workload.
+const (
+	// ControlOverLimit: a recipe worker holding a permit also claims the
+	// permit the limit leaves out, recipekeys.Permit(name, limit),
+	// through the registry's permit recipe, as a semaphore that misread
+	// its limit would: more than the limit of permits are live.
+	ControlOverLimit Control = "over-limit"
+	// ControlRecipeNoFencing: recipe workers write downstream with a
+	// plain put, without the guard, and every holder is careless: a
+	// deposed holder's late write lands after its successor's.
+	ControlRecipeNoFencing Control = "recipe-no-fencing"
+)

@@ -1,0 +1,106 @@
+package traffic
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Env is what the workload runs in: the run's configuration, its
+// directory and the DSNs of its downstream and its archive, its cluster
+// and the coordinator's client on it, the histories its workers record
+// into, its worker slots, and its warnings.
+type Env struct {
+	T       testing.TB
+	Config  model.Config
+	Dir     string
+	DSN     string
+	Archive string
+	Cluster *e2e.Cluster
+	Direct  *clientv3.Client
+	History *model.History
+	Recipes *model.RecipeHistory
+	Slots   []*nemesis.Slot
+	Warn    func(format string, args ...any)
+}
+
+// workerConfig is the configuration of the worker filling s now.
+func (e *Env) workerConfig(s *nemesis.Slot) WorkerConfig {
+	gen := s.Generation()
+	return WorkerConfig{
+		Name:      fmt.Sprintf("%s.%d", s.Name, gen),
+		Endpoints: s.Endpoints(),
+		SQLite:    e.DSN,
+		Archive:   e.Archive,
+		Seed:      e.Config.Seed*1000 + uint64(s.Idx*100+gen),
+		Threads:   e.Config.Threads,
+		TTL:       e.Config.TTL,
+		Window:    e.Config.Window,
+		Control:   e.Config.Control,
+		Contended: e.Config.Contended,
+		ClockSkew: e.clockSkew(s),
+	}
+}
+
+// clockSkew is how far slot s's wall clock is off (skew.go): the first
+// helper slot's is clockBehind, the first in-process slot's clockAhead,
+// the others' are true.
+func (e *Env) clockSkew(s *nemesis.Slot) time.Duration {
+	switch {
+	case s.Recipe || s.Pool || s.Fleet:
+		return 0
+	case s.Helper && s.Idx == 0:
+		return model.ClockBehind
+	case !s.Helper && s.Idx == e.Config.Helpers:
+		return model.ClockAhead
+	}
+	return 0
+}
+
+// RestartHelper fills s with a new helper process.
+func (e *Env) RestartHelper(s *nemesis.Slot) error {
+	s.NewGeneration()
+	cfg := e.workerConfig(s)
+	p, err := startHelper(cfg, e.History, e.Dir)
+	if err != nil {
+		return err
+	}
+	s.SetProcess(p)
+	return nil
+}
+
+// StartInProcess starts the in-process worker of s on ctx, counted in
+// inproc; under model.ControlStrand the first one strands its grants.
+func (e *Env) StartInProcess(ctx context.Context, s *nemesis.Slot, inproc *sync.WaitGroup) {
+	e.T.Helper()
+	cfgW := e.workerConfig(s)
+	cli, err := newWorkerClient(cfgW.Endpoints)
+	if err != nil {
+		e.T.Fatalf("chaos: %v", err)
+	}
+	skewClock(cli, cfgW.ClockSkew)
+	w, err := NewWorker(cfgW, cli, e.History.Record)
+	if err != nil {
+		_ = cli.Close()
+		e.T.Fatalf("chaos: %v", err)
+	}
+	w.gate = s.Gate
+	if e.Config.Control == model.ControlStrand && s.Idx == e.Config.Helpers {
+		scli, err := newWorkerClient(e.Cluster.Endpoints())
+		if err != nil {
+			e.T.Fatalf("chaos: %v", err)
+		}
+		w.strand = newStrander(w, scli)
+	}
+	inproc.Go(func() {
+		defer cli.Close()
+		w.run(ctx)
+	})
+}

@@ -1,0 +1,309 @@
+package traffic
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/record"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A pool sends its claims, completions and releases itself, so its
+// worker cannot record them around the calls as a hand-written worker
+// does. Its client's KV records them instead, one operation per
+// transaction of the lease protocol (internal/protocol), invoked before
+// the transaction is sent and returned with its response:
+//
+//   - a claim (TryAcquire: If CreateRev(lease) = 0, Then Put lease) is an
+//     acquisition: ok with the response's revision as its epoch, held
+//     (the holder's epoch) or completed (the done record's epoch) from the
+//     Else's reads, otherwise fail — it applied nothing;
+//   - a transaction with a rejection entry's create-only put — the first
+//     of a Complete or Release (If ModRev(lease) = epoch, Then the end,
+//     Else the stale path) and each follow-up of its stale path — is a
+//     complete or release of the rejected entry's epoch: ok when the CAS
+//     held, or when a retried Complete found its own done record; stale,
+//     naming the entry's current epoch, when the put applied; otherwise
+//     fail, for it applied nothing (an earlier try wrote the entry, or
+//     the guess of the current epoch was wrong).
+//
+// A transaction that fails is of unknown outcome. Any other transaction
+// that writes a lease key, a done record or an audit entry is a problem
+// of the recording, reported as a violation: nothing the pool sends may
+// go unrecorded.
+
+// recordingKV is a client's KV whose transactions txnRecorder sees.
+type recordingKV struct {
+	clientv3.KV
+	rec *txnRecorder
+}
+
+func (k *recordingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &recordingTxn{inner: k.KV.Txn(ctx), rec: k.rec}
+}
+
+type recordingTxn struct {
+	inner     clientv3.Txn
+	rec       *txnRecorder
+	cmps      []clientv3.Cmp
+	then, els []clientv3.Op
+}
+
+func (t *recordingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cmps = append(t.cmps, cs...)
+	t.inner = t.inner.If(cs...)
+	return t
+}
+
+func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.then = append(t.then, ops...)
+	t.inner = t.inner.Then(ops...)
+	return t
+}
+
+func (t *recordingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.els = append(t.els, ops...)
+	t.inner = t.inner.Else(ops...)
+	return t
+}
+
+func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
+	p, kind := t.rec.begin(t)
+	resp, err := t.inner.Commit()
+	if p != nil {
+		t.rec.end(p, kind, t, resp, err)
+	}
+	return resp, err
+}
+
+// txnRecorder records a pool's lease transactions in its worker's history.
+type txnRecorder struct {
+	w *Worker
+
+	mu       sync.Mutex
+	problems []string
+}
+
+func (r *txnRecorder) problem(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problems = append(r.problems, msg)
+}
+
+func (r *txnRecorder) Problems() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.problems...)
+}
+
+type txnKind int
+
+const (
+	txnOther txnKind = iota
+	txnClaim
+	txnEnd
+)
+
+// recordedTxn is a transaction's operation: its kind and facts.
+type recordedTxn struct {
+	p        *pendingOp
+	task     string
+	leaseKey string
+	rejected audit.Entry // txnEnd: the entry its stale path would write
+}
+
+// begin classifies t and records its invocation; nil: not a lease
+// transaction.
+func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
+	space := r.w.space
+	// A claim: If CreateRev(lease) = 0, Then Put lease.
+	for _, c := range t.cmps {
+		pc := c.GetCompare()
+		key := string(pc.Key)
+		if pc.Target != pb.Compare_CREATE || pc.Result != pb.Compare_EQUAL || pc.GetCreateRevision() != 0 || !isLeaseKey(space, key) {
+			continue
+		}
+		for _, op := range t.then {
+			if op.IsPut() && string(op.KeyBytes()) == key {
+				task, _ := space.ResourceFromLease(key)
+				worker := r.w.cfg.Name
+				if h, err := record.DecodeHolder(op.ValueBytes()); err == nil {
+					worker = h.Worker
+				}
+				p := r.w.begin(model.OpAcquire, task, worker, 0)
+				return &recordedTxn{p: p, task: task, leaseKey: key}, txnClaim
+			}
+		}
+	}
+	// A Complete or Release: its stale path's rejection entry.
+	var rej *audit.Entry
+	walkOps(append(append([]clientv3.Op(nil), t.then...), t.els...), func(op clientv3.Op) {
+		if rej != nil || !op.IsPut() || !strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()) {
+			return
+		}
+		e, err := record.DecodeEntry(space, &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
+		if err == nil && e.Kind == audit.Rejected {
+			rej = &e
+		}
+	})
+	if rej != nil {
+		typ := model.OpRelease
+		if rej.Attempted == audit.Completed {
+			typ = model.OpComplete
+		}
+		p := r.w.begin(typ, rej.Resource, rej.Worker, rej.Epoch)
+		return &recordedTxn{p: p, task: rej.Resource, leaseKey: space.Lease(rej.Resource), rejected: *rej}, txnEnd
+	}
+	// Anything else must not write what the lease protocol writes.
+	walkOps(append(append([]clientv3.Op(nil), t.then...), t.els...), func(op clientv3.Op) {
+		if !op.IsPut() && !op.IsDelete() {
+			return
+		}
+		key := string(op.KeyBytes())
+		if strings.HasPrefix(key, space.LeasePrefix()) || strings.HasPrefix(key, space.DonePrefix()) || strings.HasPrefix(key, space.AuditPrefix()) {
+			r.problem("a pool sent a transaction the recorder does not know, writing " + key)
+		}
+	})
+	return nil, txnOther
+}
+
+func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *clientv3.TxnResponse, err error) {
+	if err != nil {
+		rt.p.end(model.OutUnknown, 0, 0, err)
+		return
+	}
+	switch kind {
+	case txnClaim:
+		if resp.Succeeded {
+			rt.p.end(model.OutOK, resp.Header.Revision, 0, nil)
+			return
+		}
+		// The Else reads the lease key and the done record first
+		// (protocol.Claim).
+		var lkv, dkv *mvccpb.KeyValue
+		if len(resp.Responses) > protocol.ClaimDone {
+			lkv, dkv = firstKV(resp.Responses[protocol.ClaimLease]), firstKV(resp.Responses[protocol.ClaimDone])
+		}
+		switch {
+		case lkv != nil:
+			rt.p.end(model.OutHeld, 0, lkv.ModRevision, nil)
+		case dkv != nil:
+			d, derr := record.DecodeDone(dkv.Value)
+			if derr != nil {
+				rt.p.end(model.OutFail, 0, 0, derr)
+				return
+			}
+			rt.p.end(model.OutCompleted, 0, d.Epoch, nil)
+		default:
+			rt.p.end(model.OutFail, 0, 0, nil)
+		}
+	case txnEnd:
+		// The CAS held: the end committed.
+		if resp.Succeeded && hasEpochCompare(t.cmps, rt.leaseKey, rt.rejected.Epoch) {
+			rt.p.end(model.OutOK, 0, 0, nil)
+			return
+		}
+		ops := t.then
+		if !resp.Succeeded {
+			ops = t.els
+		}
+		space := r.w.space
+		same, rejected := false, false
+		walkRan(ops, resp.Responses, func(op clientv3.Op, ro *pb.ResponseOp) {
+			switch {
+			case op.IsTxn():
+				// Complete's idempotency compare: the done record is
+				// this attempt's own.
+				cmps, _, _ := op.Txn()
+				for _, c := range cmps {
+					pc := c.GetCompare()
+					if pc.Target == pb.Compare_VALUE && string(pc.Key) == space.Done(rt.task) && ro.GetResponseTxn().GetSucceeded() {
+						same = true
+					}
+				}
+			case op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()):
+				rejected = true
+			}
+		})
+		switch {
+		case same:
+			rt.p.end(model.OutOK, 0, 0, nil)
+		case rejected:
+			rt.p.end(model.OutStale, 0, rt.rejected.CurrentEpoch, nil)
+		default:
+			rt.p.end(model.OutFail, 0, 0, nil)
+		}
+	}
+}
+
+func firstKV(op *pb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := op.GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// isLeaseKey reports whether key is a resource's lease key, not a queue
+// entry or a revocation signal under the same prefix.
+func isLeaseKey(space keys.Space, key string) bool {
+	if !strings.HasPrefix(key, space.LeasePrefix()) || space.IsControl(key) || space.IsQueue(key) {
+		return false
+	}
+	_, err := space.ResourceFromLease(key)
+	return err == nil
+}
+
+// hasEpochCompare reports whether cmps hold the CAS on the epoch:
+// ModRev(leaseKey) = epoch.
+func hasEpochCompare(cmps []clientv3.Cmp, leaseKey string, epoch int64) bool {
+	for _, c := range cmps {
+		pc := c.GetCompare()
+		if pc.Target == pb.Compare_MOD && pc.Result == pb.Compare_EQUAL && string(pc.Key) == leaseKey && pc.GetModRevision() == epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// walkOps calls fn on every op of ops, and of their nested transactions'
+// branches, whether it ran or not.
+func walkOps(ops []clientv3.Op, fn func(clientv3.Op)) {
+	for _, op := range ops {
+		fn(op)
+		if op.IsTxn() {
+			_, then, els := op.Txn()
+			walkOps(then, fn)
+			walkOps(els, fn)
+		}
+	}
+}
+
+// walkRan calls fn on every op of ops that ran, with its response, and
+// on those of the branches their nested transactions ran.
+func walkRan(ops []clientv3.Op, resps []*pb.ResponseOp, fn func(clientv3.Op, *pb.ResponseOp)) {
+	for i, op := range ops {
+		if i >= len(resps) {
+			return
+		}
+		fn(op, resps[i])
+		if op.IsTxn() {
+			tr := resps[i].GetResponseTxn()
+			if tr == nil {
+				continue
+			}
+			_, then, els := op.Txn()
+			branch := els
+			if tr.Succeeded {
+				branch = then
+			}
+			walkRan(branch, tr.Responses, fn)
+		}
+	}
+}

@@ -322,13 +322,12 @@ type batchCAS struct {
 }
 
 // build makes each lease's CAS, decided by its own compare only, with its
-// stale path as of this try: a try after one whose outcome was unknown
-// carries the idempotency compare (protocol.End.Stale).
+// stale path (protocol.End.Stale), which recognises a committed try.
 func (b *batchCAS) build() error {
 	b.attempts = make([]*staleAttempt, len(b.leases))
 	b.cas = make([]clientv3.Op, len(b.leases))
 	for i, l := range b.leases {
-		e := l.newEnd(record.Completed, b.status, b.now)
+		e := l.newEnd(record.Completed, b.status, l.completionTime(b.status, b.now))
 		then, err := e.Then()
 		if err != nil {
 			return err
@@ -354,7 +353,7 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 		err = outcome.Classify(err)
 		if errors.Is(err, outcome.ErrUnknown) {
 			for _, a := range attempts {
-				a.l.mayHaveCommitted()
+				a.l.mayHaveCommitted(a.e)
 			}
 		}
 		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), err)
@@ -364,7 +363,7 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 	for i, a := range attempts {
 		lresp := resp.Responses[i].GetResponseTxn()
 		if lresp.Succeeded {
-			a.l.mayHaveCommitted() // a later call recognises it (idempotency)
+			a.l.mayHaveCommitted(a.e) // a later call recognises it (idempotency)
 			continue
 		}
 		if finished, err := a.read(lresp, 1); finished {

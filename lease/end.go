@@ -68,7 +68,7 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 		return err
 	}
 	l.beginEnd()
-	e := l.newEnd(record.Completed, status, time.Now())
+	e := l.newEnd(record.Completed, status, l.completionTime(status, time.Now()))
 	e.Extra = protocol.CompletionOps(ctx) // a source's own ops (package worker's Prefix)
 	err = retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
@@ -228,7 +228,7 @@ func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
 		return a.unknown(err)
 	}
 	if resp.Succeeded {
-		l.mayHaveCommitted() // a later call recognises it (idempotency)
+		l.mayHaveCommitted(e) // a later call recognises it (idempotency)
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
@@ -258,21 +258,15 @@ type staleAttempt struct {
 	op    string
 	e     protocol.End
 	guess int64 // the epoch believed to hold the resource (0: none)
-	// retry: an earlier end transaction of the lease may have committed;
-	// the ops carry the idempotency compare (protocol.End.Stale).
-	retry bool
 }
 
 func (l *Lease) newStaleAttempt(op string, e protocol.End) *staleAttempt {
-	l.mu.Lock()
-	retry := l.maybeCommitted
-	l.mu.Unlock()
-	return &staleAttempt{l: l, op: op, e: e, guess: l.guess(), retry: retry}
+	return &staleAttempt{l: l, op: op, e: e, guess: l.guess()}
 }
 
 // ops is the stale path's ops with the current guess (protocol.End.Stale).
 func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) {
-	return a.e.Stale(a.guess, guarded, a.retry)
+	return a.e.Stale(a.guess, guarded)
 }
 
 // read interprets the response to ops (the transaction's stale branch:
@@ -284,13 +278,12 @@ func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) {
 func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, err error) {
 	l := a.l
 	first := resp.Responses[protocol.StaleReject].GetResponseTxn()
-	if a.retry && a.e.Same() != nil {
-		if first.Succeeded {
-			l.log.Debug("retried call found its own committed result", "op", a.op)
-			return true, nil
-		}
-		first = first.Responses[0].GetResponseTxn()
+	if first.Succeeded { // the idempotency compare held
+		l.log.Debug("found its own committed end", "op", a.op)
+		l.mayHaveCommitted(a.e)
+		return true, nil
 	}
+	first = first.Responses[0].GetResponseTxn()
 	// A read after a write in one etcd transaction sees the write, so the
 	// entry at the rejection key is this try's when its put applied (both
 	// compares held: the key was free, the guess right), and otherwise an
@@ -323,18 +316,34 @@ func (a *staleAttempt) read(resp *pb.TxnResponse, attempt int) (finished bool, e
 func (a *staleAttempt) unknown(err error) error {
 	err = outcome.Classify(err)
 	if errors.Is(err, outcome.ErrUnknown) {
-		a.l.mayHaveCommitted()
+		a.l.mayHaveCommitted(a.e)
 	}
 	return fmt.Errorf("lease: %s %q epoch %d: %w", a.op, a.l.resource, a.l.epoch, err)
 }
 
-// mayHaveCommitted records that an end transaction of the lease with the
-// CAS committed or had an unknown outcome: later ends carry the
-// idempotency compare, so that they recognise it.
-func (l *Lease) mayHaveCommitted() {
+// mayHaveCommitted records that e, an end of the lease, committed or had
+// an unknown outcome: a later Complete with e's status sends e's end entry
+// again (completionTime), so that it recognises that commit.
+func (l *Lease) mayHaveCommitted(e protocol.End) {
+	if e.Attempted != record.Completed {
+		return
+	}
 	l.mu.Lock()
-	l.maybeCommitted = true
+	l.completedAt, l.completedStatus = e.Time, e.Status
 	l.mu.Unlock()
+}
+
+// completionTime is the time a Complete with status writes in its end
+// entry: that of the lease's earlier Complete with the same status that
+// committed or may have, so that this call is that completion sent again;
+// otherwise now.
+func (l *Lease) completionTime(status string, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.completedAt.IsZero() && l.completedStatus == status {
+		return l.completedAt
+	}
+	return now
 }
 
 // staleUnknown wraps a failure of a follow-up transaction: the CAS is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/fence"
@@ -46,12 +47,14 @@ type Lease struct {
 	// unsure names the last Complete or Release of this lease whose
 	// outcome was unknown: a deletion seen after it may have been its own.
 	unsure string
-	// maybeCommitted: an end transaction of this lease carrying the CAS
-	// committed, or had an unknown outcome and may have. Every later end
-	// then carries the idempotency compare (protocol.End.Stale's retry),
-	// so that a retry or a repeated call recognises that commit; before
-	// that, a failed CAS cannot be a commit of this lease's own.
-	maybeCommitted bool
+	// completedAt and completedStatus are the time and status of the last
+	// Complete of this lease whose end transaction committed or had an
+	// unknown outcome (zero before any): a later Complete with that status
+	// sends the same end entry again, byte for byte, so that the stale
+	// path's idempotency compare recognises the commit
+	// (protocol.End.Stale).
+	completedAt     time.Time
+	completedStatus string
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {

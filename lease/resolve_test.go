@@ -219,3 +219,59 @@ func TestTryAcquireLateFirstTryWritesItsOwnEntry(t *testing.T) {
 		t.Fatalf("audit: %v; want %v", got, want)
 	}
 }
+
+// TestEndLateFirstTryWritesNoRejection: the first try of a Complete (or a
+// Release) is held back, its outcome unknown; the resend ends the lease;
+// then etcd applies the first try after all. That try finds the lease
+// ended — by its own call — and must not record a rejection of it: the
+// call succeeded, and the audit log says so once. Without the idempotency
+// compare in the first try's stale path, the late try wrote a Rejected
+// entry of a completion that committed (the chaos suite's "rejection entry
+// matches no attempt").
+func TestEndLateFirstTryWritesNoRejection(t *testing.T) {
+	for _, op := range []string{"complete", "release"} {
+		t.Run(op, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			cli := f.c.Client(t)
+			kv := &holdingKV{KV: cli.KV}
+			cli.KV = kv
+			reg := mustRegistry(t, cli)
+			t.Cleanup(func() { _ = reg.Close() })
+			l, err := reg.TryAcquire(ctx, f.session("w1"), "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv.mu.Lock()
+			kv.armed = true
+			kv.mu.Unlock()
+			if op == "complete" {
+				err = l.Complete(ctx, "done")
+			} else {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				t.Fatalf("%s with its first try held back: %v", op, err)
+			}
+			if kv.held == nil {
+				t.Fatal("no transaction was held back")
+			}
+			late, err := kv.held.kv.Txn(ctx).If(kv.held.ifs...).Then(kv.held.thens...).Else(kv.held.elses...).Commit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late.Succeeded {
+				t.Fatal("the late first try ended the lease again; the test shows nothing")
+			}
+			end := "completed"
+			if op == "release" {
+				end = "released"
+			}
+			epoch := strconv.FormatInt(l.Epoch(), 10)
+			want := []string{"acquired:w1:" + epoch, end + ":w1:" + epoch}
+			if got := f.kinds("r"); !slices.Equal(got, want) {
+				t.Fatalf("audit: %v; want %v", got, want)
+			}
+		})
+	}
+}

@@ -284,25 +284,19 @@ func (e End) endEntry() (string, error) {
 	return record.EncodeEntry(record.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
 }
 
-// Same is the idempotency compare of the stale path: it holds when the
-// call being retried committed. For Complete the done record is this
-// call's own (its bytes are a function of status, epoch and worker, so a
-// second Complete with the same status is recognised too). For Release
-// the epoch's end entry is this call's own, byte for byte: a Release
-// leaves no done record, and its end entry carries the call's time, so
-// only a retry of the same call matches — a second Release of the epoch
-// is stale, as before (docs/protocol.md §3.4).
-func (e End) Same() *clientv3.Cmp {
-	if e.Attempted == record.Completed {
-		c := clientv3.Compare(clientv3.Value(e.Space.Done(e.Resource)), "=", e.done())
-		return &c
-	}
+// same is the idempotency compare of the stale path: it holds when a try
+// of this end committed — the epoch's end entry is this end's own, byte
+// for byte. The entry carries the end's time, so a try of the same call
+// matches, and a Complete that sends an earlier call's End again (a
+// Lease completing with the status of its own end that committed or may
+// have) matches too; another Lease's end of the same epoch does not
+// (docs/protocol.md §3.3, §3.10).
+func (e End) same() (clientv3.Cmp, error) {
 	entry, err := e.endEntry()
 	if err != nil {
-		return nil // Then fails with the same error
+		return clientv3.Cmp{}, err
 	}
-	c := clientv3.Compare(clientv3.Value(e.Space.AuditEnd(e.Resource, e.Epoch)), "=", entry)
-	return &c
+	return clientv3.Compare(clientv3.Value(e.Space.AuditEnd(e.Resource, e.Epoch)), "=", entry), nil
 }
 
 // RejectionKey is the key of the one Rejected entry of this end:
@@ -326,24 +320,25 @@ const (
 // Stale is the stale path's ops: the first transaction's Else, and the
 // whole of each follow-up transaction (docs/protocol.md §3.3):
 //
-//	[Txn( If(same) Then()                                   // retry only: did a try of this lease commit?
-//	      Else(] Txn( If(CreateRev(rejKey) = 0,             // one rejection per attempt
-//	                     ModRev(lease) = guess)             // guarded: the guess of the current epoch
-//	                  Then( Put rejKey rejected{current_epoch: guess} ) ) [) ),]
+//	Txn( If(same) Then()                                    // did a try of this end commit?
+//	     Else( Txn( If(CreateRev(rejKey) = 0,               // one rejection per attempt
+//	                   ModRev(lease) = guess)               // guarded: the guess of the current epoch
+//	                Then( Put rejKey rejected{current_epoch: guess} ) ) ) ),
 //	Get lease,                                              // the current epoch, for the next guess
 //	Get rejKey                                              // already rejected by an earlier try?
 //
 // Unguarded (the last try), the put stands without the guess compare and
 // always writes unless the key exists.
 //
-// The idempotency compare (Same) is in the ops of a retry only: a lease
-// none of whose end transactions may have committed — every one sent so
-// far was decided — has no committed try to recognise, so on the first
-// try (nearly every call) a failed CAS is stale, and the compare and its
-// level of nesting would be paid for nothing. The guess compare and the
-// create-only compare share one nested transaction: which of them failed
-// is read from the two gets (the rejection key's entry, the lease key).
-func (e End) Stale(guess int64, guarded, retry bool) ([]clientv3.Op, error) {
+// The idempotency compare (same) is in every try, the first included. A
+// try is not applied when it is sent but when etcd gets to it: a first try
+// whose outcome was unknown may be applied after the resend that
+// committed, and without the compare its stale branch would reject the
+// call that had just succeeded (TestEndLateFirstTryWritesNoRejection). The
+// guess compare and the create-only compare share one nested transaction:
+// which of them failed is read from the two gets (the rejection key's
+// entry, the lease key).
+func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
 	val, err := record.EncodeEntry(record.Entry{
 		Kind: record.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: guess, Attempted: e.Attempted, Time: e.Time,
@@ -357,11 +352,11 @@ func (e End) Stale(guess int64, guarded, retry bool) ([]clientv3.Op, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", guess))
 	}
 	reject := clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpPut(rejKey, val)}, nil)
-	if retry {
-		if same := e.Same(); same != nil {
-			reject = clientv3.OpTxn([]clientv3.Cmp{*same}, nil, []clientv3.Op{reject})
-		}
+	same, err := e.same()
+	if err != nil {
+		return nil, err
 	}
+	reject = clientv3.OpTxn([]clientv3.Cmp{same}, nil, []clientv3.Op{reject})
 	return []clientv3.Op{reject, clientv3.OpGet(e.LeaseKey()), clientv3.OpGet(rejKey)}, nil
 }
 

@@ -60,14 +60,10 @@ func TestOpsShape(t *testing.T) {
 	for _, tc := range []struct {
 		e    protocol.End
 		then int
-		same bool
-	}{{end(record.Completed, "ok", 7), 3, true}, {end(record.Released, "", 7), 2, true}} {
+	}{{end(record.Completed, "ok", 7), 3}, {end(record.Released, "", 7), 2}} {
 		then, err := tc.e.Then()
 		if err != nil || len(then) != tc.then {
 			t.Errorf("%s: %d then ops, %v; want %d", tc.e.Attempted, len(then), err, tc.then)
-		}
-		if (tc.e.Same() != nil) != tc.same {
-			t.Errorf("%s: idempotency compare %v, want %v", tc.e.Attempted, tc.e.Same() != nil, tc.same)
 		}
 		if tc.e.Attempted == record.Released {
 			handoff := tc.e
@@ -82,25 +78,22 @@ func TestOpsShape(t *testing.T) {
 		if then, err := plain.Then(); err != nil || then[len(then)-2].IsTxn() || !then[len(then)-2].IsDelete() {
 			t.Errorf("%s of an epoch without lock-delay: %v, %v; want the lease key's delete alone, no nested delete of a delay key", tc.e.Attempted, then, err)
 		}
-		stale, err := tc.e.Stale(0, true, false)
+		stale, err := tc.e.Stale(0, true)
 		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {
 			t.Errorf("%s: stale ops %v, %v", tc.e.Attempted, stale, err)
 		}
-		// A first try: the rejection's put under its two compares, one
-		// level deep, no idempotency compare.
-		if cmps, then, els := stale[protocol.StaleReject].Txn(); len(cmps) != 2 || len(then) != 1 || !then[0].IsPut() || len(els) != 0 {
-			t.Errorf("%s, first try: the rejection is %d compares, %d then, %d else; want 2, the put, none", tc.e.Attempted, len(cmps), len(then), len(els))
+		// Every try, the first included: the idempotency compare, with the
+		// rejection in its else — the put under its two compares.
+		cmps, then, els := stale[protocol.StaleReject].Txn()
+		if len(cmps) != 1 || len(then) != 0 || len(els) != 1 || !els[0].IsTxn() {
+			t.Fatalf("%s: %d compares, %d then, %d else; want the idempotency compare with the rejection in its else", tc.e.Attempted, len(cmps), len(then), len(els))
 		}
-		// A retry: the idempotency compare around it.
-		retried, err := tc.e.Stale(0, true, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cmps, then, els := retried[protocol.StaleReject].Txn(); len(cmps) != 1 || len(then) != 0 || len(els) != 1 || !els[0].IsTxn() {
-			t.Errorf("%s, retry: %d compares, %d then, %d else; want the idempotency compare with the rejection in its else", tc.e.Attempted, len(cmps), len(then), len(els))
+		if cmps, then, els := els[0].Txn(); len(cmps) != 2 || len(then) != 1 || !then[0].IsPut() || len(els) != 0 {
+			t.Errorf("%s: the rejection is %d compares, %d then, %d else; want 2, the put, none", tc.e.Attempted, len(cmps), len(then), len(els))
 		}
 		// The last try: the put with the create-only compare alone.
-		if cmps, _, _ := mustStale(t, tc.e, false)[protocol.StaleReject].Txn(); len(cmps) != 1 {
+		_, _, els = mustStale(t, tc.e, false)[protocol.StaleReject].Txn()
+		if cmps, _, _ := els[0].Txn(); len(cmps) != 1 {
 			t.Errorf("%s, unguarded: %d compares, want the create-only compare alone", tc.e.Attempted, len(cmps))
 		}
 	}
@@ -108,7 +101,7 @@ func TestOpsShape(t *testing.T) {
 
 func mustStale(t *testing.T, e protocol.End, guarded bool) []clientv3.Op {
 	t.Helper()
-	ops, err := e.Stale(0, guarded, false)
+	ops, err := e.Stale(0, guarded)
 	if err != nil {
 		t.Fatal(err)
 	}

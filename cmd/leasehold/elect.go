@@ -175,6 +175,13 @@ func (g *globals) elect(ctx context.Context, cmd *cobra.Command, cli *clientv3.C
 	cancel()
 	fmt.Fprintf(errOut, "elect: leading %q at epoch %d\n", name, l.Epoch())
 
+	return g.lead(ctx, cmd, l, name, argv, o, out, errOut)
+}
+
+// lead runs while the process leads name: the command of argv (none: until
+// ctx ends or the leadership is lost), then resigns unless the leadership
+// was lost meanwhile.
+func (g *globals) lead(ctx context.Context, cmd *cobra.Command, l *lease.Lease, name string, argv []string, o electOptions, out, errOut io.Writer) error {
 	var code int
 	var runErr error
 	if len(argv) == 0 {

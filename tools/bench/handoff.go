@@ -187,61 +187,14 @@ func (b *bench) handoffCrash(ctx context.Context, cfg config) ([]*section, error
 	var samples []time.Duration
 	var ttl time.Duration
 	sample := func(i int) error {
-		cli, err := b.cluster.NewClient()
+		took, t, err := b.crashSample(ctx, cfg, reg, waiter, i)
 		if err != nil {
 			return err
-		}
-		crashed := false
-		defer func() {
-			if !crashed {
-				_ = cli.Close()
-			}
-		}()
-		hreg, err := lease.NewRegistry(cli, lease.WithNamespace(nsCrash))
-		if err != nil {
-			return err
-		}
-		defer hreg.Close()
-		holder, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("crasher-%d", i)), session.WithTTL(cfg.crashTTL))
-		if err != nil {
-			return err
-		}
-		// After the crash, Close only stops the session's loop: its
-		// release and revoke fail on the closed client.
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			_ = holder.Close(cctx)
-			cancel()
-		}()
-		res := fmt.Sprintf("c%d", i)
-		if _, err := hreg.TryAcquire(ctx, holder, res); err != nil {
-			return err
-		}
-		type result struct {
-			l   *lease.Lease
-			at  time.Time
-			err error
-		}
-		got := make(chan result, 1)
-		actx, cancel := context.WithTimeout(ctx, 3*holder.TTL()+5*time.Second)
-		defer cancel()
-		go func() {
-			l, err := reg.Acquire(actx, waiter, res)
-			got <- result{l, time.Now(), err}
-		}()
-		// Crash somewhere in the holder's renewal interval.
-		time.Sleep(waiterBlocked + rand.N(holder.TTL()/3))
-		crash := time.Now()
-		crashed = true
-		_ = cli.Close()
-		r := <-got
-		if r.err != nil {
-			return fmt.Errorf("waiter after crash: %w", r.err)
 		}
 		mu.Lock()
-		samples, ttl = append(samples, r.at.Sub(crash)), holder.TTL()
+		samples, ttl = append(samples, took), t
 		mu.Unlock()
-		return r.l.Release(ctx)
+		return nil
 	}
 	for start := 0; start < cfg.crashes; start += cfg.crashGroup {
 		var wg sync.WaitGroup
@@ -273,6 +226,65 @@ func (b *bench) handoffCrash(ctx context.Context, cfg config) ([]*section, error
 	s.metric("crash handoff p99", "latency", p99.Seconds())
 	s.goal("crash handoff p99 ≤ TTL + 1 s", p99 <= ttl+time.Second, fmt.Sprintf("%s vs %v", ms(p99), ttl+time.Second))
 	return []*section{s}, nil
+}
+
+// crashSample is one sample of handoffCrash: a holder on a client of its
+// own takes resource c<i>, waiter queues for it, and the holder's client
+// closes (a crash) somewhere in its renewal interval. It returns the time
+// from the crash to the waiter's Acquire and the holder's TTL.
+func (b *bench) crashSample(ctx context.Context, cfg config, reg *lease.Registry, waiter *session.Session, i int) (took, ttl time.Duration, err error) {
+	cli, err := b.cluster.NewClient()
+	if err != nil {
+		return 0, 0, err
+	}
+	crashed := false
+	defer func() {
+		if !crashed {
+			_ = cli.Close()
+		}
+	}()
+	hreg, err := lease.NewRegistry(cli, lease.WithNamespace(nsCrash))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer hreg.Close()
+	holder, err := session.New(ctx, cli, session.WithWorker(fmt.Sprintf("crasher-%d", i)), session.WithTTL(cfg.crashTTL))
+	if err != nil {
+		return 0, 0, err
+	}
+	// After the crash, Close only stops the session's loop: its
+	// release and revoke fail on the closed client.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = holder.Close(cctx)
+		cancel()
+	}()
+	res := fmt.Sprintf("c%d", i)
+	if _, err := hreg.TryAcquire(ctx, holder, res); err != nil {
+		return 0, 0, err
+	}
+	type result struct {
+		l   *lease.Lease
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	actx, cancel := context.WithTimeout(ctx, 3*holder.TTL()+5*time.Second)
+	defer cancel()
+	go func() {
+		l, err := reg.Acquire(actx, waiter, res)
+		got <- result{l, time.Now(), err}
+	}()
+	// Crash somewhere in the holder's renewal interval.
+	time.Sleep(waiterBlocked + rand.N(holder.TTL()/3))
+	crash := time.Now()
+	crashed = true
+	_ = cli.Close()
+	r := <-got
+	if r.err != nil {
+		return 0, 0, fmt.Errorf("waiter after crash: %w", r.err)
+	}
+	return r.at.Sub(crash), holder.TTL(), r.l.Release(ctx)
 }
 
 func collect(errc <-chan error) []error {

@@ -488,11 +488,12 @@ type rejKey struct {
 // A Complete that returned nil may have sent its transaction more than
 // once: it sends it again when an attempt times out (docs/protocol.md §7),
 // and the first may still arrive later — held by a member cut off from
-// its clients, say. Arriving while the done record stands, it matches the
-// idempotency compare and writes nothing (§3.3); arriving after retention
-// deleted the record, it is a stale call after the retention (§3.9) and
-// writes a rejection. An entry of a successful completion is accepted
-// only so: written after its epoch's done record was deleted.
+// its clients, say. Arriving while the epoch's end entry stands, it matches
+// the idempotency compare every try carries and writes nothing (§3.3);
+// arriving after retention deleted the entry (with the done record, in one
+// transaction), it is a stale call after the retention (§3.9) and writes a
+// rejection. An entry of a successful completion is accepted only so:
+// written after its epoch's done record was deleted.
 func (c *checker) checkRejections() {
 	seen := map[rejKey][]int64{}
 	maybe := map[rejKey]int{}

@@ -219,12 +219,12 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 		walkRan(ops, resp.Responses, func(op clientv3.Op, ro *pb.ResponseOp) {
 			switch {
 			case op.IsTxn():
-				// Complete's idempotency compare: the done record is
-				// this attempt's own.
+				// The end's idempotency compare: the epoch's end entry
+				// is this call's own (docs/protocol.md §3.3).
 				cmps, _, _ := op.Txn()
 				for _, c := range cmps {
 					pc := c.GetCompare()
-					if pc.Target == pb.Compare_VALUE && string(pc.Key) == space.Done(rt.task) && ro.GetResponseTxn().GetSucceeded() {
+					if pc.Target == pb.Compare_VALUE && string(pc.Key) == space.AuditEnd(rt.task, rt.rejected.Epoch) && ro.GetResponseTxn().GetSucceeded() {
 						same = true
 					}
 				}

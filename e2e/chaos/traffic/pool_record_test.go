@@ -89,7 +89,7 @@ func TestTxnRecorder(t *testing.T) {
 		{model.OpAcquire, "t1", l1.Epoch(), model.OutOK, 0},
 		{model.OpAcquire, "t1", 0, model.OutHeld, l1.Epoch()},
 		{model.OpComplete, "t1", l1.Epoch(), model.OutOK, 0},
-		{model.OpComplete, "t1", l1.Epoch(), model.OutOK, 0}, // the retry finds its own done record
+		{model.OpComplete, "t1", l1.Epoch(), model.OutOK, 0}, // the retry finds its own end entry
 		{model.OpAcquire, "t1", 0, model.OutCompleted, l1.Epoch()},
 		{model.OpAcquire, "t2", l2.Epoch(), model.OutOK, 0},
 		{model.OpRelease, "t2", l2.Epoch(), model.OutOK, 0},

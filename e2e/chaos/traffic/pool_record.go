@@ -29,7 +29,7 @@ import (
 //     of a Complete or Release (If ModRev(lease) = epoch, Then the end,
 //     Else the stale path) and each follow-up of its stale path — is a
 //     complete or release of the rejected entry's epoch: ok when the CAS
-//     held, or when a retried Complete found its own done record; stale,
+//     held, or when a retried Complete found its own end entry; stale,
 //     naming the entry's current epoch, when the put applied; otherwise
 //     fail, for it applied nothing (an earlier try wrote the entry, or
 //     the guess of the current epoch was wrong).
@@ -220,7 +220,15 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 			switch {
 			case op.IsTxn():
 				// The end's idempotency compare: the epoch's end entry
-				// is this call's own (docs/protocol.md §3.3).
+				// is this call's own (docs/protocol.md §3.3). Only a
+				// Complete's counts as ok: the model recognises a
+				// completion found again (the task's done epoch), not a
+				// release, so a Release's try that found its own commit
+				// applied nothing and fails, its effect being an earlier
+				// try's, which is unknown or ok.
+				if rt.rejected.Attempted != audit.Completed {
+					return
+				}
 				cmps, _, _ := op.Txn()
 				for _, c := range cmps {
 					pc := c.GetCompare()

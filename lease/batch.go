@@ -328,12 +328,8 @@ func (b *batchCAS) build() error {
 	b.cas = make([]clientv3.Op, len(b.leases))
 	for i, l := range b.leases {
 		e := l.newEnd(record.Completed, b.status, l.completionTime(b.status, b.now))
-		then, err := e.Then()
-		if err != nil {
-			return err
-		}
 		b.attempts[i] = l.newStaleAttempt("complete", e)
-		reject, err := b.attempts[i].ops(true)
+		then, reject, err := b.attempts[i].first()
 		if err != nil {
 			return err
 		}

@@ -212,12 +212,8 @@ func (l *Lease) newEnd(attempted record.Kind, status string, now time.Time) prot
 // attempt's one Rejected entry is written, guarded by a guess of the
 // current epoch, re-read and retried while the guess is wrong.
 func (l *Lease) end(ctx context.Context, op string, e protocol.End) error {
-	then, err := e.Then()
-	if err != nil {
-		return err
-	}
 	a := l.newStaleAttempt(op, e)
-	elseOps, err := a.ops(true)
+	then, elseOps, err := a.first()
 	if err != nil {
 		return err
 	}
@@ -264,7 +260,14 @@ func (l *Lease) newStaleAttempt(op string, e protocol.End) *staleAttempt {
 	return &staleAttempt{l: l, op: op, e: e, guess: l.guess()}
 }
 
-// ops is the stale path's ops with the current guess (protocol.End.Stale).
+// first is the first transaction's Then and Else, the stale path guarded
+// by the current guess (protocol.End.First).
+func (a *staleAttempt) first() (then, els []clientv3.Op, err error) {
+	return a.e.First(a.guess)
+}
+
+// ops is the stale path's ops with the current guess (protocol.End.Stale),
+// for the follow-up transactions.
 func (a *staleAttempt) ops(guarded bool) ([]clientv3.Op, error) {
 	return a.e.Stale(a.guess, guarded)
 }

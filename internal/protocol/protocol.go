@@ -245,7 +245,31 @@ func (e End) Then() ([]clientv3.Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.then(entry)
+}
+
+// First is the first transaction's Then and Else — Then() and
+// Stale(guess, true) — with the end entry encoded once: both carry it,
+// the put of the one and the idempotency compare of the other, and every
+// Complete and Release sends both.
+func (e End) First(guess int64) (then, els []clientv3.Op, err error) {
+	entry, err := e.endEntry()
+	if err != nil {
+		return nil, nil, err
+	}
+	if then, err = e.then(entry); err != nil {
+		return nil, nil, err
+	}
+	if els, err = e.stale(entry, guess, true); err != nil {
+		return nil, nil, err
+	}
+	return then, els, nil
+}
+
+// then is Then with the end entry already encoded.
+func (e End) then(entry string) ([]clientv3.Op, error) {
 	release := e.deleteKeys()
+	var err error
 	switch {
 	case e.KeepDelay && e.Attempted == record.Released:
 		release = clientv3.OpDelete(e.LeaseKey())
@@ -284,19 +308,15 @@ func (e End) endEntry() (string, error) {
 	return record.EncodeEntry(record.Entry{Kind: e.Attempted, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status, Time: e.Time})
 }
 
-// same is the idempotency compare of the stale path: it holds when a try
-// of this end committed — the epoch's end entry is this end's own, byte
-// for byte. The entry carries the end's time, so a try of the same call
-// matches, and a Complete that sends an earlier call's End again (a
-// Lease completing with the status of its own end that committed or may
-// have) matches too; another Lease's end of the same epoch does not
-// (docs/protocol.md §3.3, §3.10).
-func (e End) same() (clientv3.Cmp, error) {
-	entry, err := e.endEntry()
-	if err != nil {
-		return clientv3.Cmp{}, err
-	}
-	return clientv3.Compare(clientv3.Value(e.Space.AuditEnd(e.Resource, e.Epoch)), "=", entry), nil
+// same is the idempotency compare of the stale path, given the end
+// entry: it holds when a try of this end committed — the epoch's end entry
+// is this end's own, byte for byte. The entry carries the end's time, so a
+// try of the same call matches, and a Complete that sends an earlier
+// call's End again (a Lease completing with the status of its own end that
+// committed or may have) matches too; another Lease's end of the same
+// epoch does not (docs/protocol.md §3.3, §3.10).
+func (e End) same(entry string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(e.Space.AuditEnd(e.Resource, e.Epoch)), "=", entry)
 }
 
 // RejectionKey is the key of the one Rejected entry of this end:
@@ -339,6 +359,15 @@ const (
 // which of them failed is read from the two gets (the rejection key's
 // entry, the lease key).
 func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
+	entry, err := e.endEntry()
+	if err != nil {
+		return nil, err
+	}
+	return e.stale(entry, guess, guarded)
+}
+
+// stale is Stale with the end entry already encoded.
+func (e End) stale(entry string, guess int64, guarded bool) ([]clientv3.Op, error) {
 	val, err := record.EncodeEntry(record.Entry{
 		Kind: record.Rejected, Worker: e.Worker, Epoch: e.Epoch, Status: e.Status,
 		CurrentEpoch: guess, Attempted: e.Attempted, Time: e.Time,
@@ -352,11 +381,7 @@ func (e End) Stale(guess int64, guarded bool) ([]clientv3.Op, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(e.LeaseKey()), "=", guess))
 	}
 	reject := clientv3.OpTxn(cmps, []clientv3.Op{clientv3.OpPut(rejKey, val)}, nil)
-	same, err := e.same()
-	if err != nil {
-		return nil, err
-	}
-	reject = clientv3.OpTxn([]clientv3.Cmp{same}, nil, []clientv3.Op{reject})
+	reject = clientv3.OpTxn([]clientv3.Cmp{e.same(entry)}, nil, []clientv3.Op{reject})
 	return []clientv3.Op{reject, clientv3.OpGet(e.LeaseKey()), clientv3.OpGet(rejKey)}, nil
 }
 

@@ -2,6 +2,7 @@ package protocol_test
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -79,6 +80,9 @@ func TestOpsShape(t *testing.T) {
 			t.Errorf("%s of an epoch without lock-delay: %v, %v; want the lease key's delete alone, no nested delete of a delay key", tc.e.Attempted, then, err)
 		}
 		stale, err := tc.e.Stale(0, true)
+		if ft, fe, ferr := tc.e.First(0); ferr != nil || !reflect.DeepEqual(ft, then) || !reflect.DeepEqual(fe, stale) {
+			t.Errorf("%s: First(0) = %v, %v, %v; want Then() and Stale(0, true)", tc.e.Attempted, ft, fe, ferr)
+		}
 		if err != nil || len(stale) != 3 || !stale[protocol.StaleReject].IsTxn() || !stale[protocol.StaleLease].IsGet() || !stale[protocol.StaleEntry].IsGet() {
 			t.Errorf("%s: stale ops %v, %v", tc.e.Attempted, stale, err)
 		}

@@ -65,10 +65,7 @@ func (c *cycler) leasehold(ctx context.Context, w int) (int, error) {
 //	Else(Txn(If(Value(end) = end) Else(Txn(If(CreateRev(rejected) = 0, ModRev(lease) = 0) Then(Put rejected)))), Get lease, Get rejected)
 func bareComplete(sp keys.Space, s *session.Session, res string, epoch int64, now time.Time) (held clientv3.Cmp, then, els []clientv3.Op, err error) {
 	e := protocol.End{Space: sp, Resource: res, Worker: s.Worker(), Epoch: epoch, Attempted: audit.Completed, Status: "ok", Time: now}
-	if then, err = e.Then(); err != nil {
-		return held, nil, nil, err
-	}
-	if els, err = e.Stale(0, true); err != nil {
+	if then, els, err = e.First(0); err != nil {
 		return held, nil, nil, err
 	}
 	return e.Held(), then, els, nil

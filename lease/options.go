@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/observe"
+	"github.com/leasehold/leasehold/session"
 )
 
 // Option configures a Registry.
@@ -44,13 +44,9 @@ func WithLogger(l hclog.Logger) Option {
 	}
 }
 
-// Observer is what WithObserver takes: a *metrics.Metrics. The events it
-// receives are the module's own contract (they grow with the SDK), so no
-// other type outside the module implements it.
-type Observer interface {
-	// Events returns the receiver of the SDK's events.
-	Events() observe.Events
-}
+// Observer is what WithObserver takes: a *metrics.Metrics. It is
+// session.Observer: one observer serves a registry and its sessions.
+type Observer = session.Observer
 
 // WithObserver sets the observer of the registry's acquisitions, endings
 // and waits, and of everything built on it: the worker pools and the

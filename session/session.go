@@ -126,8 +126,10 @@ type config struct {
 	observer observe.Events
 }
 
-// Observer is what WithObserver takes: a *metrics.Metrics (see
-// lease.Observer). A session's events are reported one at a time from its
+// Observer is what WithObserver (and lease.WithObserver) takes: a
+// *metrics.Metrics. The events it receives are the module's own contract
+// (they grow with the SDK), so no other type outside the module
+// implements it. A session's events are reported one at a time from its
 // renewal goroutine; metrics records them without blocking, so renewals and
 // Close are not delayed, and the cancellation at the safe deadline never
 // waits for them.

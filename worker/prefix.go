@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/keys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -67,12 +68,22 @@ type prefixSource struct {
 }
 
 // validate reports what makes the source unusable, for New to refuse it
-// when the pool is built rather than on every Next.
+// when the pool is built rather than on every Next. A prefix that
+// overlaps the registry's namespace (keys.Space.Overlaps: either is under
+// the other) is refused: the pool would offer the namespace's keys as
+// tasks, and its Complete would delete one — a fence key, say, after
+// which a stale token is admitted. For the namespace "/" that is a
+// prefix over "/lease/", "/done/", "/audit/" or "/fence/"; a prefix such
+// as "/jobs/" is the caller's.
 func (p *prefixSource) validate(namespace string) error {
 	if err := p.usable(); err != nil {
 		return err
 	}
-	if strings.HasPrefix(p.prefix, namespace+"/") || strings.HasPrefix(namespace+"/", p.prefix) {
+	space, err := keys.New(namespace)
+	if err != nil {
+		return fmt.Errorf("worker: Prefix: %w", err)
+	}
+	if space.Overlaps(p.prefix) {
 		return fmt.Errorf("worker: Prefix: %q overlaps the registry's namespace %q: task keys are the caller's, outside it", p.prefix, namespace)
 	}
 	return nil

@@ -217,6 +217,37 @@ func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
 // the highest epoch admitted per resource).
 func (s Space) FencePrefix() string { return s.ns + "/fence/" }
 
+// claimed returns the prefixes whose keys a namespace claims. A namespace
+// N other than "/" claims its whole directory, "N/": its own keys, and
+// those of any namespace nested in it (such as `leasehold drill`'s
+// scratch namespaces). The root namespace's directory would be the whole
+// keyspace, where callers keep keys of their own, so it claims the
+// prefixes its keys are spelled under: "/lease/", "/done/", "/audit/",
+// "/fence/". Every key this package spells is under one of them.
+func (s Space) claimed() []string {
+	if s.ns != "" {
+		return []string{s.ns + "/"}
+	}
+	return []string{s.LeasePrefix(), s.DonePrefix(), s.AuditPrefix(), s.FencePrefix()}
+}
+
+// Overlaps reports whether the keys under prefix — a range a caller lists,
+// watches or deletes, such as a worker pool's task prefix — and the keys
+// the namespace claims share a key: either prefix is under one of the
+// namespace's prefixes ("N/…"; for "/", "/lease/…", "/done/…",
+// "/audit/…", "/fence/…"), or one of those is under prefix. So for the
+// namespace "/a", "/a/x", "/a" and "/" overlap and "/ab/" does not; for
+// "/", "/fence/x", "/l" and "/" overlap and "/jobs/" and "/leases/" do
+// not. The empty prefix overlaps every namespace.
+func (s Space) Overlaps(prefix string) bool {
+	for _, p := range s.claimed() {
+		if strings.HasPrefix(prefix, p) || strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // fenceFloorSegment is the last segment of the fence floor's key. Escape
 // writes '%' only as "%25" or "%2F", so no resource name escapes to it (and
 // Unescape refuses it): the floor is never a resource's fence key.

@@ -129,7 +129,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		return nil, false, err
 	}
 	if resp.Succeeded {
-		return r.acquired(s, resource, resp.Header.Revision, "claimed"), false, nil
+		return r.acquired(s, resource, resp.Header.Revision, "claimed", nil), false, nil
 	}
 	p := position{
 		lease: first(resp.Responses[protocol.QueuedLease]),
@@ -179,7 +179,7 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 	for {
 		switch {
 		case wt.granted(p.lease):
-			return r.acquired(wt.s, wt.resource, p.lease.ModRevision, "handed over"), false, nil
+			return r.acquired(wt.s, wt.resource, p.lease.ModRevision, "handed over", nil), false, nil
 		case p.done != nil:
 			// Empty the queue, so that the others learn it at once; if
 			// that fails, this waiter's own entry must still go, or a
@@ -223,7 +223,7 @@ func (wt *waiter) wait(ctx context.Context, p position) (*Lease, bool, error) {
 			case err != nil:
 				return nil, false, fmt.Errorf("lease: acquire %q: %w", wt.resource, err)
 			case kv != nil:
-				return r.acquired(wt.s, wt.resource, kv.ModRevision, "handed over"), false, nil
+				return r.acquired(wt.s, wt.resource, kv.ModRevision, "handed over", nil), false, nil
 			case deleted:
 				// Straight to the claim: its compares check the rest,
 				// and its Else reads the position if they fail.
@@ -299,7 +299,7 @@ func (wt *waiter) claim(ctx context.Context) (*Lease, position, error) {
 		return nil, position{}, fmt.Errorf("lease: acquire %q: %w", wt.resource, claimError(err))
 	}
 	if resp.Succeeded {
-		return r.acquired(wt.s, wt.resource, resp.Header.Revision, "first in the queue"), position{}, nil
+		return r.acquired(wt.s, wt.resource, resp.Header.Revision, "first in the queue", nil), position{}, nil
 	}
 	return nil, positionOf(resp.Responses, resp.Header.Revision), nil
 }
@@ -382,7 +382,7 @@ func (lv *leaver) try(ctx context.Context) error {
 		if !wt.granted(kv) {
 			return nil
 		}
-		lv.held = r.newLease(wt.s, wt.resource, kv.ModRevision)
+		lv.held = r.newLease(wt.s, wt.resource, kv.ModRevision, nil)
 		lv.held.log.Debug("granted while giving up; releasing", "why", lv.why)
 	}
 	// Release resolves its own unknown outcome while ctx lasts; a stale

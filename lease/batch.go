@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
@@ -67,7 +68,7 @@ var (
 // transaction, TryAcquire's compares and Then ops:
 //
 //	Txn() Then(
-//	    Txn(If(CreateRev(lease_i) = 0, CreateRev(done_i) = 0, CreateRev(start_i) = 0,
+//	    Txn(If(CreateRev(lease_i) = 0, CreateRev(done_i) = 0,
 //	           CreateRev(queue_i/…) = 0, CreateRev(delay_i) = 0)
 //	        Then(Put lease_i WithLease(session), Put start_i acquired,
 //	             [Put delay_i WithLease(trailing lease)])),   // with lock-delay only
@@ -95,7 +96,16 @@ var (
 // refused it whole — permissions, a limit — which applies nothing):
 // resources it claimed stay held by the session, with no Lease, until the
 // session's etcd lease ends.
-func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) (leases []*Lease, err error) {
+func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) ([]*Lease, error) {
+	return r.tryAcquireMany(ctx, s, resources, nil)
+}
+
+// tryAcquireMany is TryAcquireMany with each member under the terms
+// termsFor gives its resource (nil: none): the terms' compares in the
+// member's nested If, their Complete ops carried by its Lease — exactly
+// as the single claim (tryAcquire) takes them. Package worker reaches it
+// through internal/hook.
+func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resources []string, termsFor func(resource string) protocol.Terms) (leases []*Lease, err error) {
 	ctx, sp := r.startSpan(ctx, "lease.TryAcquireMany", "", s, telemetry.AttrBatch.Int(len(resources)))
 	defer func() {
 		sp.SetAttributes(telemetry.AttrClaimed.Int(len(leases)))
@@ -132,12 +142,22 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
 	}
 	claims := make([]clientv3.Op, len(resources))
-	size := 0
+	complete := make([][]clientv3.Op, len(resources))
+	size, depth := 0, 0
 	for i, res := range resources {
-		// This resource's claim, decided by its own compares only.
-		c := claimant.NewClaim(r.space, res)
-		claims[i] = c.Nested()
+		// This resource's claim, under its terms, decided by its own
+		// compares only.
+		var t protocol.Terms
+		if termsFor != nil {
+			t = termsFor(res)
+		}
+		c := claimant.NewClaim(r.space, res).Require(t)
+		claims[i], complete[i] = c.Nested(), t.Complete
 		size += c.Size
+		depth = max(depth, len(c.If), len(c.Then))
+	}
+	if len(resources)+depth > maxTxnOps {
+		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
 	}
 	if size > maxBatchBytes {
 		return nil, fmt.Errorf("lease: acquire batch of %d: about %d bytes, the limit is %d: %w", len(resources), size, maxBatchBytes, ErrBatchTooLarge)
@@ -155,7 +175,7 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 		if !resp.Responses[i].GetResponseTxn().Succeeded {
 			continue
 		}
-		l := r.newLease(s, res, resp.Header.Revision)
+		l := r.newLease(s, res, resp.Header.Revision, complete[i])
 		r.observer.LeaseAcquired(res)
 		l.log.Debug("acquired", "batch", len(resources))
 		out = append(out, l)
@@ -178,9 +198,10 @@ func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resou
 //	Txn() Then(
 //	    Txn(If(ModRev(lease_i) = epoch_i)
 //	        Then(Put done_i {status, epoch_i, worker_i}, Txn() Then(Delete lease_i, Delete delay_i),
-//	             CreateOnly(end_i, completed))
-//	        Else(Txn(If(Value(done_i) = same record) Then()
-//	                 Else(Txn(If(ModRev(lease_i) = guess_i) Then(CreateOnly(rejected_i, rejected))))),
+//	             Put end_i completed, [lease i's terms' Complete ops])
+//	        Else(Txn(If(Value(end_i) = this call's end entry) Then()
+//	                 Else(Txn(If(CreateRev(rejected_i) = 0, ModRev(lease_i) = guess_i)
+//	                          Then(Put rejected_i rejected)))),
 //	             Get lease_i, Get rejected_i)),
 //	    …)
 //
@@ -235,9 +256,15 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	if err := b.build(); err != nil {
 		return nil, err
 	}
-	size := 0
+	size, extra := 0, 0
 	for _, a := range b.attempts {
 		size += a.e.Size()
+		extra = max(extra, len(a.e.Extra))
+	}
+	// A member's Complete ops lengthen its Then, and with it the deepest
+	// path (maxTxnOps): N + 6 + the most Complete ops of one member.
+	if len(leases)+6+extra > maxTxnOps {
+		return nil, fmt.Errorf("lease: complete batch of %d: with %d Complete ops on a member it exceeds etcd's %d operations per transaction: %w", len(leases), extra, maxTxnOps, ErrBatchTooLarge)
 	}
 	if size > maxBatchBytes {
 		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), size, maxBatchBytes, ErrBatchTooLarge)

@@ -27,16 +27,19 @@ const maxGuesses = 8
 // the epoch, in one transaction (protocol.End, docs/protocol.md §3.3):
 //
 //	If(ModRev(lease) = epoch)
-//	Then(Put done{status, epoch, worker}, Txn() Then(Delete lease, Delete delay), CreateOnly(end, completed))
-//	Else(Txn(If(Value(done) = same record) Then() Else(<reject>)), Get lease, Get rejection)
+//	Then(Put done{status, epoch, worker}, Txn() Then(Delete lease, Delete delay), Put end completed,
+//	     [the Complete ops of the claim's terms])
+//	Else(Txn(If(Value(end) = this call's end entry) Then() Else(<reject>)), Get lease, Get rejection)
 //
 // The delay key goes with the lease key: a Complete imposes no lock-delay
-// (WithLockDelay).
+// (WithLockDelay). The end entry is a plain put: every writer of an
+// epoch's end key excludes the others (docs/protocol.md §3.3).
 //
-// The done record's bytes are a pure function of (status, epoch, worker),
-// so a retry after an unknown outcome — the reply was lost but the first
-// attempt committed — or a second call with the same status finds its own
-// record and returns nil without writing a rejection.
+// The end entry's bytes are a function of the call (status, epoch,
+// worker, and the call's time), so a retry after an unknown outcome — the
+// reply was lost but the first attempt committed — or a later Complete of
+// this Lease with the status of its own end that committed or may have
+// finds its own entry and returns nil without writing a rejection.
 //
 // Otherwise the attempt is stale: it returns a *StaleError, and the
 // attempt's one Rejected entry — naming the worker, epoch, status and the
@@ -69,7 +72,6 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 	}
 	l.beginEnd()
 	e := l.newEnd(record.Completed, status, l.completionTime(status, time.Now()))
-	e.Extra = protocol.CompletionOps(ctx) // a source's own ops (package worker's Prefix)
 	err = retryUnknown(ctx, l.log, func() error { return l.end(ctx, "complete", e) })
 	l.endDone("complete", ErrCompleted, err)
 	if err == nil {
@@ -81,7 +83,7 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 // Release ends the epoch without a terminal status, so the resource can be
 // acquired again, in one transaction (docs/protocol.md §3.4):
 //
-//	If(ModRev(lease) = epoch) Then(<hand over, or delete the lease and delay keys>, CreateOnly(end, released))
+//	If(ModRev(lease) = epoch) Then(<hand over, or delete the lease and delay keys>, Put end released)
 //	Else(<reject>, Get lease, Get rejection)
 //
 // When Acquire calls wait for the resource, the transaction hands it to
@@ -104,14 +106,14 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 // Like Complete, Release resolves an unknown outcome itself: it sends the
 // same release again until it is decided or ctx ends. A retry whose first
 // try committed finds the epoch's end entry to be its own, byte for byte
-// (protocol.End.Same), and returns nil — so a Release that committed a
-// handoff is not left looking undecided, with the old holder's context
-// live. A stale Release — including a second Release of the epoch —
-// returns a *StaleError and is audited as a rejection, once per epoch
-// however often it is retried. Errors are classified as for Complete:
-// with ctx ended first, outcome.ErrUnknown (a later Release of the Lease
-// then returns nil if this one turned out not to commit, a *StaleError if
-// it did).
+// (the idempotency compare, protocol.End.Stale), and returns nil — so a
+// Release that committed a handoff is not left looking undecided, with
+// the old holder's context live. A stale Release — including a second
+// Release of the epoch after one that returned — returns a *StaleError
+// and is audited as a rejection, once per epoch however often it is
+// retried. Errors are classified as for Complete: with ctx ended first,
+// outcome.ErrUnknown (a later Release of the Lease then returns nil if
+// this one turned out not to commit, a *StaleError if it did).
 func (l *Lease) Release(ctx context.Context) (err error) {
 	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, telemetry.AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
@@ -200,11 +202,18 @@ func hintBudget(ctx context.Context) time.Duration {
 	return maxHintWait
 }
 
+// newEnd is the lease's end: a completion commits the Complete ops of
+// the terms the epoch was claimed under (protocol.Terms), whichever call
+// sends it.
 func (l *Lease) newEnd(attempted record.Kind, status string, now time.Time) protocol.End {
-	return protocol.End{
+	e := protocol.End{
 		Space: l.r.space, Resource: l.resource, Worker: l.Worker(), Epoch: l.epoch,
 		Attempted: attempted, Status: status, Time: now, NoDelay: !l.delayed,
 	}
+	if attempted == record.Completed {
+		e.Extra = l.complete
+	}
+	return e
 }
 
 // end runs the CAS on the epoch. On failure it runs the stale path: when

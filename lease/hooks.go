@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/observe"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/session"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -28,5 +30,28 @@ func init() {
 	}
 	hook.HoldersWithPrefix = func(ctx context.Context, reg any, prefix string) (any, error) {
 		return reg.(*Registry).holdersWithPrefix(ctx, prefix)
+	}
+	// The claims under Terms return a nil any, not a nil *Lease, with an
+	// error.
+	hook.TryAcquire = func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error) {
+		l, err := reg.(*Registry).tryAcquire(ctx, s.(*session.Session), resource, t)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	hook.TryAcquireMany = func(ctx context.Context, reg, s any, resources []string, termsFor func(string) protocol.Terms) (any, error) {
+		ls, err := reg.(*Registry).tryAcquireMany(ctx, s.(*session.Session), resources, termsFor)
+		if err != nil {
+			return nil, err
+		}
+		return ls, nil
+	}
+	hook.Reclaim = func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error) {
+		l, err := reg.(*Registry).reclaim(ctx, s.(*session.Session), resource, t)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Lease is one epoch of a resource held by a session. Its methods are safe
@@ -27,7 +28,11 @@ type Lease struct {
 	// lease), so the resource may have a delay key while it holds; without
 	// it, the end has no delay key to delete.
 	delayed bool
-	log     hclog.Logger
+	// complete are the Complete ops of the Terms the epoch was claimed
+	// under (protocol.Terms): every completion of the lease — Complete,
+	// CompleteMany — commits them with its CAS. Nil for a claim without.
+	complete []clientv3.Op
+	log      hclog.Logger
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -57,19 +62,19 @@ type Lease struct {
 	completedStatus string
 }
 
-func (r *Registry) newLease(s *session.Session, resource string, epoch int64) *Lease {
-	l, _ := r.trackLease(s, resource, epoch, r.lockDelay > 0, false)
+func (r *Registry) newLease(s *session.Session, resource string, epoch int64, complete []clientv3.Op) *Lease {
+	l, _ := r.trackLease(s, resource, epoch, r.lockDelay > 0, false, complete)
 	return l
 }
 
 // trackLease makes and tracks the Lease of an epoch of the session, begun
 // with lock-delay or not (delayed). With unique it makes none, and reports
 // false, when a live Lease of the registry already serves that epoch
-// (Reclaim).
-func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, delayed, unique bool) (*Lease, bool) {
+// (Reclaim). complete are the Complete ops of the claim's Terms.
+func (r *Registry) trackLease(s *session.Session, resource string, epoch int64, delayed, unique bool, complete []clientv3.Op) (*Lease, bool) {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	l := &Lease{
-		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind, delayed: delayed,
+		r: r, s: s, resource: resource, epoch: epoch, leaseKey: r.space.Lease(resource), kind: r.kind, delayed: delayed, complete: complete,
 		log:     r.log.With("resource", resource, "epoch", epoch, "worker", s.Worker()),
 		ctx:     ctx,
 		cancel:  cancel,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,15 @@ var ErrAlreadyTracked = errors.New("the epoch already has a Lease in this regist
 // CAS on its epoch, and it ends with the session. Two registries over the
 // same session can each reclaim the epoch; only one of the Leases can
 // complete it, the other's Complete is stale.
-func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
+func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+	return r.reclaim(ctx, s, resource, protocol.Terms{})
+}
+
+// reclaim is Reclaim of a claim made under terms t: the Lease carries
+// t's Complete ops, as the claim's own Lease would have. (t's compares
+// were the claim's; a read has none to check.) Package worker reaches it
+// through internal/hook.
+func (r *Registry) reclaim(ctx context.Context, s *session.Session, resource string, t protocol.Terms) (l *Lease, err error) {
 	ctx, sp := r.startSpan(ctx, "lease.Reclaim", resource, s)
 	defer func() { sp.finish(epochOf(l), err) }()
 	if err := r.check("reclaim", s, resource); err != nil {
@@ -72,7 +81,7 @@ func (r *Registry) Reclaim(ctx context.Context, s *session.Session, resource str
 	}
 	// The holder record says whether the epoch began with lock-delay,
 	// whatever this registry's option.
-	l, ok := r.trackLease(s, resource, lkv.ModRevision, r.lockDelay > 0 || h.LockDelayLease != 0, true)
+	l, ok := r.trackLease(s, resource, lkv.ModRevision, r.lockDelay > 0 || h.LockDelayLease != 0, true, t.Complete)
 	if !ok {
 		return nil, fmt.Errorf("lease: reclaim %q at epoch %d: %w", resource, lkv.ModRevision, ErrAlreadyTracked)
 	}

@@ -139,7 +139,14 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // the audit log, until the session's etcd lease ends — Session.Close
 // revokes it at once, and a running audit.RunRecorder then writes its
 // Expired entry.
-func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (l *Lease, err error) {
+func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
+	return r.tryAcquire(ctx, s, resource, protocol.Terms{})
+}
+
+// tryAcquire is TryAcquire under terms t (protocol.Terms): its compares
+// in every try's If, its Complete ops carried by the Lease. Package
+// worker and package semaphore reach it through internal/hook.
+func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource string, t protocol.Terms) (l *Lease, err error) {
 	ctx, sp := r.startSpan(ctx, "lease.TryAcquire", resource, s)
 	defer func() { sp.finish(epochOf(l), err) }()
 	if err := r.check("acquire", s, resource); err != nil {
@@ -149,9 +156,8 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
-	c := claimant.NewClaim(r.space, resource)
-	cond := protocol.Condition(ctx) // a recipe's own compares (protocol.WithCondition)
-	resp, err := r.claim(ctx, c, cond, nil)
+	c := claimant.NewClaim(r.space, resource).Require(t)
+	resp, err := r.claim(ctx, c, nil)
 	var earlier []string // the start keys of the tries whose outcome was unknown
 	if errors.Is(err, outcome.ErrUnknown) {
 		earlier = []string{c.StartKey}
@@ -163,9 +169,9 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 				stop()
 				return last
 			}
-			c = claimant.NewClaim(r.space, resource)
+			c = claimant.NewClaim(r.space, resource).Require(t)
 			var terr error
-			resp, terr = r.claim(ctx, c, cond, earlier)
+			resp, terr = r.claim(ctx, c, earlier)
 			if errors.Is(terr, outcome.ErrUnknown) {
 				earlier, last = append(earlier, c.StartKey), terr
 			}
@@ -176,17 +182,17 @@ func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource 
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	if resp.Succeeded {
-		return r.acquired(s, resource, resp.Header.Revision, "claimed"), nil
+		return r.acquired(s, resource, resp.Header.Revision, "claimed", t.Complete), nil
 	}
 	if len(earlier) > 0 {
-		if l, err := r.appliedEarlier(s, resource, resp.Responses, len(earlier)); l != nil || err != nil {
+		if l, err := r.appliedEarlier(s, resource, resp.Responses, len(earlier), t.Complete); l != nil || err != nil {
 			return l, err
 		}
 	}
 	if _, err := r.whyNot(ctx, resource, resp.Responses); err != nil {
 		return nil, err
 	}
-	if len(cond) > 0 {
+	if len(t.If) > 0 {
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, protocol.ErrConditionFailed)
 	}
 	// The Else reads at the compares' revision, so one of them shows why;
@@ -204,9 +210,10 @@ const maxClaimTries = 32
 // also requires that none of those keys exists, and reads them at the end
 // of its Else: a start key is its own try's, so its existence says that
 // try applied (and the resend must not begin a second epoch). A failed
-// transaction's error is classified (claimError).
-func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.Cmp, earlier []string) (*clientv3.TxnResponse, error) {
-	ifs, els := append(c.If, cond...), c.Else
+// transaction's error is classified (claimError). c carries the caller's
+// Terms already (Claim.Require).
+func (r *Registry) claim(ctx context.Context, c protocol.Claim, earlier []string) (*clientv3.TxnResponse, error) {
+	ifs, els := c.If, c.Else
 	if len(earlier) > 0 {
 		ifs, els = slices.Clip(ifs), slices.Clip(els)
 		for _, k := range earlier {
@@ -228,7 +235,7 @@ func (r *Registry) claim(ctx context.Context, c protocol.Claim, cond []clientv3.
 // key's revision — the epoch. The Lease is returned when the session still
 // holds that epoch; an error when it has already ended (revoked, or the
 // session's etcd lease gone). Nil, nil: no earlier try applied.
-func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp, earlier int) (*Lease, error) {
+func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp, earlier int, complete []clientv3.Op) (*Lease, error) {
 	var start *mvccpb.KeyValue
 	for _, op := range els[len(els)-earlier:] {
 		if kv := first(op); kv != nil {
@@ -240,7 +247,7 @@ func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb
 	}
 	epoch := start.ModRevision
 	if kv := first(els[protocol.ClaimLease]); kv != nil && kv.ModRevision == epoch && clientv3.LeaseID(kv.Lease) == s.LeaseID() {
-		return r.acquired(s, resource, epoch, "claimed (resolved after an unknown outcome)"), nil
+		return r.acquired(s, resource, epoch, "claimed (resolved after an unknown outcome)", complete), nil
 	}
 	return nil, fmt.Errorf("lease: acquire %q: the claim applied at epoch %d, which has already ended: %w", resource, epoch, ErrNotHeld)
 }
@@ -260,9 +267,10 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 	return c.WithLockDelay(trailing, r.lockDelay), nil
 }
 
-// acquired makes the Lease of an epoch the session just began.
-func (r *Registry) acquired(s *session.Session, resource string, epoch int64, how string) *Lease {
-	l := r.newLease(s, resource, epoch)
+// acquired makes the Lease of an epoch the session just began, carrying
+// the Complete ops of the claim's terms.
+func (r *Registry) acquired(s *session.Session, resource string, epoch int64, how string, complete []clientv3.Op) *Lease {
+	l := r.newLease(s, resource, epoch, complete)
 	r.noteAcquired(l, how)
 	return l
 }
@@ -277,7 +285,7 @@ func (r *Registry) noteAcquired(l *Lease, how string) {
 // the holder; a *CompletedError; a *LockDelayError when nobody holds the
 // resource but a lock-delay runs; or a *HeldError naming the first waiter
 // when Acquire calls wait for it. None (nil, nil): the claim failed on a
-// condition of its caller's (protocol.WithCondition).
+// compare of its caller's Terms.
 func (r *Registry) whyNot(ctx context.Context, resource string, els []*pb.ResponseOp) (*HeldError, error) {
 	lease, done, head, delay := els[protocol.ClaimLease], els[protocol.ClaimDone], els[protocol.ClaimHead], els[protocol.ClaimDelay]
 	if kvs := lease.GetResponseRange().Kvs; len(kvs) > 0 {
@@ -331,7 +339,7 @@ func claimError(err error) error {
 //
 //	Txn() Then(Get lease, Get delay)
 //	[Grant(delay)]                             // the epoch has a lock-delay
-//	If(ModRev(lease) = read) Then(Delete lease, CreateOnly(end, revoked), Put revocation WithLease(holder),
+//	If(ModRev(lease) = read) Then(Delete lease, Put end revoked, Put revocation WithLease(holder),
 //	                              [Put delay WithLease(granted)])
 //
 // The same transaction puts a revocation signal addressed to the holder's

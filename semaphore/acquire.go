@@ -377,7 +377,7 @@ func (m *Semaphore) claimAny(ctx context.Context, s *session.Session, free []int
 func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*lease.Lease, *lease.LockDelayError, error) {
 	res := recipekeys.Permit(m.name, i)
 	for range maxRounds {
-		l, err := m.permits.TryAcquire(protocol.WithCondition(ctx, m.limitHeld...), s, res)
+		l, err := m.claimPermit(ctx, s, res)
 		var delay *lease.LockDelayError
 		switch {
 		case err == nil:
@@ -398,6 +398,17 @@ func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*leas
 		return nil, nil, fmt.Errorf("semaphore %q: take permit %d: %w", m.name, i, err)
 	}
 	return nil, nil, fmt.Errorf("semaphore %q: take permit %d: the stored limit changed under %d claims in a row", m.name, i, maxRounds)
+}
+
+// claimPermit is lease's TryAcquire of the permit res under the terms
+// that require the stored limit (limitHeld): a parameter of the claim,
+// which every try of it carries.
+func (m *Semaphore) claimPermit(ctx context.Context, s *session.Session, res string) (*lease.Lease, error) {
+	l, err := hook.TryAcquire(ctx, m.permits, s, res, protocol.Terms{If: m.limitHeld})
+	if err != nil {
+		return nil, err
+	}
+	return l.(*lease.Lease), nil
 }
 
 // reclaim resolves a claim of res whose outcome was unknown with lease's

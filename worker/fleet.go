@@ -435,7 +435,7 @@ func (r *run) adopt(s *session.Session, name string, epoch int64) (free bool) {
 		r.giveBack(name)
 		return false
 	}
-	l, err := r.p.reg.Reclaim(r.ctx, s, name)
+	l, err := r.reclaim(r.ctx, s, name)
 	switch {
 	case err == nil:
 		r.p.stats.reclaimed.Add(1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -226,17 +227,15 @@ func (p *prefixSource) takeFresh() []string {
 func (p *prefixSource) Finished(string) {}
 
 // owns reports that a name may be one of the prefix's tasks: the claim's
-// condition (claimCondition) checks that its key exists.
+// terms (terms) require that its key exists.
 func (p *prefixSource) owns(string) bool { return true }
 
-// claimCondition is the compare a claim of a Prefix task carries: its
-// task key exists. A task that left the source is never claimed.
-func (p *prefixSource) claimCondition(resource string) []clientv3.Cmp {
-	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.prefix+resource), ">", 0)}
-}
-
-// completionOps is what the pool commits in a task's Complete
-// (protocol.WithCompletionOps): the deletion of its task key.
-func (p *prefixSource) completionOps(resource string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpDelete(p.prefix + resource)}
+// terms are a Prefix task's claim and completion terms (termsSource): the
+// claim requires the task key to exist, and the completion deletes it.
+func (p *prefixSource) terms(resource string) protocol.Terms {
+	key := p.prefix + resource
+	return protocol.Terms{
+		If:       []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), ">", 0)},
+		Complete: []clientv3.Op{clientv3.OpDelete(key)},
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -412,7 +413,7 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 		return nil, false
 	}
 	if len(batch) > 1 {
-		ls, err := r.p.reg.TryAcquireMany(r.ctx, s, batch)
+		ls, err := r.tryAcquireMany(s, batch)
 		if err == nil {
 			got := make(map[string]bool, len(ls))
 			for _, l := range ls {
@@ -454,13 +455,48 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 	return leases, t
 }
 
+// terms are the source's terms for name (termsSource), none for a source
+// without: every claim of the pool, single or batched, and every Reclaim
+// of one, takes them, and the Lease carries their Complete ops into its
+// completion.
+func (r *run) terms(name string) protocol.Terms {
+	if ts, ok := r.p.src.(termsSource); ok {
+		return ts.terms(name)
+	}
+	return protocol.Terms{}
+}
+
+// tryAcquire claims name for s under the source's terms.
+func (r *run) tryAcquire(s *session.Session, name string) (*lease.Lease, error) {
+	l, err := hook.TryAcquire(r.ctx, r.p.reg, s, name, r.terms(name))
+	if err != nil {
+		return nil, err
+	}
+	return l.(*lease.Lease), nil
+}
+
+// tryAcquireMany claims the batch for s, each member under the source's
+// terms.
+func (r *run) tryAcquireMany(s *session.Session, batch []string) ([]*lease.Lease, error) {
+	ls, err := hook.TryAcquireMany(r.ctx, r.p.reg, s, batch, r.terms)
+	if err != nil {
+		return nil, err
+	}
+	return ls.([]*lease.Lease), nil
+}
+
+// reclaim is Reclaim of a claim of name by s, under the source's terms.
+func (r *run) reclaim(ctx context.Context, s *session.Session, name string) (*lease.Lease, error) {
+	l, err := hook.Reclaim(ctx, r.p.reg, s, name, r.terms(name))
+	if err != nil {
+		return nil, err
+	}
+	return l.(*lease.Lease), nil
+}
+
 // claimOne tries TryAcquire once and classifies its failure.
 func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
-	ctx := r.ctx
-	if c, ok := r.p.src.(claimConditioner); ok {
-		ctx = protocol.WithCondition(ctx, c.claimCondition(name)...)
-	}
-	l, err := r.p.reg.TryAcquire(ctx, s, name)
+	l, err := r.tryAcquire(s, name)
 	var (
 		held      *lease.HeldError
 		completed *lease.CompletedError
@@ -524,7 +560,7 @@ func (r *run) noteClaimError(s *session.Session, err error) {
 func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 	backoff := time.Duration(0)
 	for s.Err() == nil && r.stop.Err() == nil {
-		l, err := r.p.reg.Reclaim(r.stop, s, name)
+		l, err := r.reclaim(r.stop, s, name)
 		switch {
 		case err == nil:
 			r.p.stats.reclaimed.Add(1)
@@ -645,11 +681,8 @@ func (h *handling) end(res Result, level hclog.Level, msg string, args ...any) {
 // policy, rather than hold the resource.
 func (h *handling) complete(status string) (err error, done bool) {
 	r := h.r
-	cctx := h.spanned(r.stop)
-	if cs, ok := r.p.src.(completingSource); ok {
-		cctx = protocol.WithCompletionOps(cctx, cs.completionOps(h.name)...)
-	}
-	err = h.l.Complete(cctx, status)
+	// The Lease carries the source's Complete ops (terms).
+	err = h.l.Complete(h.spanned(r.stop), status)
 	var stale *lease.StaleError
 	switch {
 	case err == nil:

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/leasehold/leasehold/internal/protocol"
 )
 
 // ErrExhausted is returned by a Source's Next when no resource will come
@@ -57,21 +57,15 @@ type validatingSource interface {
 	validate(namespace string) error
 }
 
-// claimConditioner is a Source whose claims carry a condition of its own,
-// checked in the claim's transaction (protocol.WithCondition): Prefix
-// requires the task key to exist, so a task that left the source — its
+// termsSource is a Source whose tasks are claimed and completed under
+// terms of its own (protocol.Terms): Prefix requires the task key in
+// every claim, single or batched, so a task that left the source — its
 // key deleted with its completion — is never claimed from an old page,
-// whatever retention has pruned since.
-type claimConditioner interface {
-	claimCondition(resource string) []clientv3.Cmp
-}
-
-// completingSource is a Source that takes part in a task's completion:
-// the pool commits its ops in the Complete's own transaction, so the task
-// leaves the source exactly when it is completed (Prefix deletes the task
-// key).
-type completingSource interface {
-	completionOps(resource string) []clientv3.Op
+// whatever retention has pruned since; and it deletes the task key in
+// every completion of the Lease, so the task leaves the source exactly
+// when it is completed.
+type termsSource interface {
+	terms(resource string) protocol.Terms
 }
 
 // Idle waits of the Static and Func sources: after a pass that finished

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/observe"
+	"github.com/leasehold/leasehold/internal/protocol"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -39,6 +40,17 @@ var (
 	// HoldersWithPrefix returns the holders ([]lease.Holder) of the
 	// resources whose names begin with prefix (lease/holder.go).
 	HoldersWithPrefix func(ctx context.Context, reg any, prefix string) (any, error)
+	// TryAcquire is reg's TryAcquire of resource for s (a
+	// *session.Session) under the terms t, returning a *lease.Lease
+	// (lease/registry.go). Terms are a parameter, not a context value, so
+	// that no claim path can drop them (protocol.Terms).
+	TryAcquire func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error)
+	// TryAcquireMany is reg's TryAcquireMany with each member under the
+	// terms termsFor gives it, returning a []*lease.Lease (lease/batch.go).
+	TryAcquireMany func(ctx context.Context, reg, s any, resources []string, termsFor func(resource string) protocol.Terms) (any, error)
+	// Reclaim is reg's Reclaim of a claim made under the terms t,
+	// returning a *lease.Lease carrying t's Complete ops (lease/reclaim.go).
+	Reclaim func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error)
 )
 
 // Set by package session; s is a *session.Session.

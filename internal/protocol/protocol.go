@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/keys"
@@ -158,6 +159,20 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 	return claim
 }
 
+// Require returns the claim with the terms' compares added to its If: a
+// claim under Terms (docs/protocol.md §3.1). Its Else is unchanged, so a
+// failed claim whose reads show no other reason failed on one of them
+// (ErrConditionFailed).
+func (c Claim) Require(t Terms) Claim {
+	if len(t.If) == 0 {
+		return c
+	}
+	c.If = append(slices.Clip(c.If), t.If...)
+	n, _ := t.Size()
+	c.Size += n
+	return c
+}
+
 // The positions of the responses of a claim's Else.
 const (
 	ClaimLease = iota // Get lease
@@ -202,8 +217,9 @@ type End struct {
 	// the end deletes the lease key alone, not a delay key that cannot
 	// exist (docs/protocol.md §3.3).
 	NoDelay bool
-	// Extra are ops a Complete commits with the completion, in its Then
-	// (WithCompletionOps): nil for Release, and for a Complete with none.
+	// Extra are ops a Complete commits with the completion, in its Then:
+	// the Complete ops of the Terms the epoch was claimed under, which
+	// the Lease carries. Nil for Release, and for a Complete with none.
 	Extra []clientv3.Op
 }
 
@@ -391,7 +407,8 @@ func (e End) Size() int {
 	lk, dk := e.LeaseKey(), e.Space.Done(e.Resource)
 	ek := e.Space.AuditEnd(e.Resource, e.Epoch)
 	entry := 128 + len(e.Worker) + len(e.Status)
-	return 5*len(lk) + 2*len(dk) + len(e.Space.Delay(e.Resource)) + 2*len(e.done()) + 2*len(ek) + 2*entry + 3*len(e.RejectionKey()) + 15*OpOverhead
+	_, extra := Terms{Complete: e.Extra}.Size()
+	return extra + 5*len(lk) + 2*len(dk) + len(e.Space.Delay(e.Resource)) + 2*len(e.done()) + 2*len(ek) + 2*entry + 3*len(e.RejectionKey()) + 15*OpOverhead
 }
 
 // The positions of RevokeRead's responses.

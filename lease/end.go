@@ -112,13 +112,14 @@ func (l *Lease) Complete(ctx context.Context, status string) (err error) {
 // Release of the epoch after one that returned — returns a *StaleError
 // and is audited as a rejection, once per epoch however often it is
 // retried. Errors are classified as for Complete: with ctx ended first,
-// outcome.ErrUnknown (a later Release of the Lease then returns nil if
-// this one turned out not to commit, a *StaleError if it did).
+// outcome.ErrUnknown; a later Release of the Lease then sends the same
+// release again, and returns nil whether or not this one turned out to
+// commit (docs/protocol.md §3.4).
 func (l *Lease) Release(ctx context.Context) (err error) {
 	ctx, sp := l.r.startSpan(ctx, "lease.Release", l.resource, l.s, telemetry.AttrEpoch.Int64(l.epoch))
 	defer func() { sp.finish(l.epoch, err) }()
 	l.beginEnd()
-	e := l.newEnd(record.Released, "", time.Now())
+	e := l.newEnd(record.Released, "", l.releaseTime(time.Now()))
 	if l.r.lockDelay > 0 && errors.Is(l.s.Err(), session.ErrLost) {
 		e.KeepDelay = true
 		l.log.Debug("releasing the lease of a lost session: its lock-delay stays")
@@ -329,6 +330,7 @@ func (a *staleAttempt) unknown(err error) error {
 	err = outcome.Classify(err)
 	if errors.Is(err, outcome.ErrUnknown) {
 		a.l.mayHaveCommitted(a.e)
+		a.l.mayHaveReleased(a.e)
 	}
 	return fmt.Errorf("lease: %s %q epoch %d: %w", a.op, a.l.resource, a.l.epoch, err)
 }
@@ -343,6 +345,31 @@ func (l *Lease) mayHaveCommitted(e protocol.End) {
 	l.mu.Lock()
 	l.completedAt, l.completedStatus = e.Time, e.Status
 	l.mu.Unlock()
+}
+
+// mayHaveReleased records that e, a Release of the lease, had an unknown
+// outcome: a later Release sends e's end entry again (releaseTime), so
+// that it recognises that release's commit. (A Release that returned nil
+// records nothing: a second Release after it is stale, §3.4.)
+func (l *Lease) mayHaveReleased(e protocol.End) {
+	if e.Attempted != record.Released {
+		return
+	}
+	l.mu.Lock()
+	l.releasedAt = e.Time
+	l.mu.Unlock()
+}
+
+// releaseTime is the time a Release writes in its end entry: that of the
+// lease's earlier Release whose outcome was unknown, so that this call is
+// that release sent again; otherwise now.
+func (l *Lease) releaseTime(now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.releasedAt.IsZero() {
+		return l.releasedAt
+	}
+	return now
 }
 
 // completionTime is the time a Complete with status writes in its end

@@ -60,6 +60,12 @@ type Lease struct {
 	// (protocol.End.Stale).
 	completedAt     time.Time
 	completedStatus string
+	// releasedAt is the time of the last Release of this lease whose
+	// outcome was unknown (zero before any): a later Release sends the
+	// same end entry again, so that it recognises that release's commit
+	// rather than reject it (the worker pool retries a release left
+	// undecided).
+	releasedAt time.Time
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64, complete []clientv3.Op) *Lease {

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/outcome"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -273,5 +274,72 @@ func TestEndLateFirstTryWritesNoRejection(t *testing.T) {
 				t.Fatalf("audit: %v; want %v", got, want)
 			}
 		})
+	}
+}
+
+// stallingKV answers every transaction sent while stalled with an unknown
+// outcome without sending it, and keeps the first, to be applied later.
+type stallingKV struct {
+	clientv3.KV
+	mu      sync.Mutex
+	stalled bool
+	first   *heldTxn
+}
+
+func (k *stallingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &heldTxn{kv: k.KV, ctx: ctx, hold: func(t *heldTxn) bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if !k.stalled {
+			return false
+		}
+		if k.first == nil {
+			k.first = t
+		}
+		return true
+	}}
+}
+
+// TestReleaseAfterUnknownRecognisesItsCommit: a Release whose outcome
+// stayed unknown (its context ended) committed after all; a later Release
+// of the same Lease — the worker pool's adoption retrying a release left
+// undecided — sends the same end entry, finds it committed and returns
+// nil, writing no rejection of its own release.
+func TestReleaseAfterUnknownRecognisesItsCommit(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cli := f.c.Client(t)
+	kv := &stallingKV{KV: cli.KV}
+	cli.KV = kv
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	l, err := reg.TryAcquire(ctx, f.session("w1"), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.mu.Lock()
+	kv.stalled = true
+	kv.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Release(short)
+	cancel()
+	if !errors.Is(err, outcome.ErrUnknown) {
+		t.Fatalf("Release with every try stalled: %v; want an unknown outcome", err)
+	}
+	kv.mu.Lock()
+	kv.stalled = false
+	held := kv.first
+	kv.mu.Unlock()
+	late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+	if err != nil || !late.Succeeded {
+		t.Fatalf("the stalled release applied late: %v, %v; want it to commit", late, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release again after the first committed: %v; want nil (its own commit)", err)
+	}
+	epoch := strconv.FormatInt(l.Epoch(), 10)
+	want := []string{"acquired:w1:" + epoch, "released:w1:" + epoch}
+	if got := f.kinds("r"); !slices.Equal(got, want) {
+		t.Fatalf("audit: %v; want %v", got, want)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -98,8 +97,8 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // TryAcquire takes the resource for the session if it is free, in one
 // transaction (protocol.Claim, docs/protocol.md §3.1):
 //
-//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(start) = 0, CreateRev(queue/<res>/…) = 0,
-//	   CreateRev(delay) = 0)
+//	If(CreateRev(lease) = 0, CreateRev(done) = 0, CreateRev(queue/<res>/…) = 0,
+//	   CreateRev(delay) = 0, CreateRev(gone) = 0)
 //	Then(Put lease WithLease(session), Put start acquired, [Put delay WithLease(trailing lease)])
 //	Else(Get lease, Get done, Get the queue's first entry, Get delay)
 //
@@ -121,24 +120,27 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // An unknown outcome (a timeout, a broken connection) is resolved by
 // TryAcquire itself, as Complete resolves its own: it claims again, with
 // its backoff, until etcd decides it or ctx ends (at most maxClaimTries
-// tries). Each try has a start key of its own, and a resend also requires
-// that no earlier try's start key exists, and reads them:
+// tries). Each try has a start key of its own and a marker key it requires
+// absent (protocol.Try); a resend also requires that no earlier try's
+// start key exists, reads them, and puts the earlier tries' markers:
 //
-//	If(…the claim's compares…, CreateRev(start_1) = 0, …) Then(…) Else(…, Get start_1, …)
+//	If(…the claim's compares…, CreateRev(gone_k) = 0, CreateRev(start_1) = 0, …)
+//	Then(…, Put gone_1, …) Else(…, Get start_1, …, Put gone_1, …)
 //
-// so a claim that an earlier try applied gives its Lease at that epoch
-// (or ErrNotHeld, if that epoch has already ended), and no two tries share
-// an entry: an earlier try that etcd applies late, after a later one, writes
-// its own start entry (docs/protocol.md §3.1).
+// So the call stands on the try that holds the resource — its Lease at
+// that epoch, or ErrNotHeld if the try that applied has an epoch that has
+// already ended — and once the call has returned, no try of it can still
+// begin an epoch (docs/protocol.md §3.1).
 //
 // An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
 // etcd lease gone — which also matches session.ErrExpired): nothing was
-// applied. Unknown only when ctx ended before etcd decided: the resource
-// may then be held by the session, with no Lease and an Acquired entry in
-// the audit log, until the session's etcd lease ends — Session.Close
-// revokes it at once, and a running audit.RunRecorder then writes its
-// Expired entry.
+// applied. Unknown only when ctx ended (or maxClaimTries tries stayed
+// unknown) before etcd decided: the call then settles its tries in the
+// background while the session lives and the registry is open — it puts
+// every try's marker, so none can apply any more, and releases, audited,
+// an epoch one of them began that no Lease serves. Until then Reclaim
+// returns that epoch's Lease; Session.Close ends it too.
 func (r *Registry) TryAcquire(ctx context.Context, s *session.Session, resource string) (*Lease, error) {
 	return r.tryAcquire(ctx, s, resource, protocol.Terms{})
 }
@@ -157,10 +159,10 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	c := claimant.NewClaim(r.space, resource).Require(t)
-	resp, err := r.claim(ctx, c, nil)
-	var earlier []string // the start keys of the tries whose outcome was unknown
+	resp, err := r.claim(ctx, s, c, nil)
+	var earlier []string // the ids of the tries whose outcome was unknown
 	if errors.Is(err, outcome.ErrUnknown) {
-		earlier = []string{c.StartKey}
+		earlier = []string{c.ID}
 		rctx, stop := context.WithCancel(ctx) // stopped after maxClaimTries
 		defer stop()
 		last := err
@@ -171,21 +173,25 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 			}
 			c = claimant.NewClaim(r.space, resource).Require(t)
 			var terr error
-			resp, terr = r.claim(ctx, c, earlier)
+			resp, terr = r.claim(ctx, s, c, earlier)
 			if errors.Is(terr, outcome.ErrUnknown) {
-				earlier, last = append(earlier, c.StartKey), terr
+				earlier, last = append(earlier, c.ID), terr
 			}
 			return terr
 		})
 	}
 	if err != nil {
+		if errors.Is(err, outcome.ErrUnknown) {
+			// Some try may still apply: settle them (protocol.Settle).
+			r.settleLater(s, resource, earlier, t.Complete)
+		}
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	if resp.Succeeded {
 		return r.acquired(s, resource, resp.Header.Revision, "claimed", t.Complete), nil
 	}
 	if len(earlier) > 0 {
-		if l, err := r.appliedEarlier(s, resource, resp.Responses, len(earlier), t.Complete); l != nil || err != nil {
+		if l, err := r.appliedEarlier(s, resource, resp.Responses[len(c.Else):len(c.Else)+len(earlier)], first(resp.Responses[protocol.ClaimLease]), t.Complete); l != nil || err != nil {
 			return l, err
 		}
 	}
@@ -205,51 +211,51 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 // well within etcd's 128 operations per transaction.
 const maxClaimTries = 32
 
-// claim sends the claim c with the caller's compares cond. A resend — a
-// try after ones whose outcome was unknown, whose start keys are earlier —
-// also requires that none of those keys exists, and reads them at the end
-// of its Else: a start key is its own try's, so its existence says that
-// try applied (and the resend must not begin a second epoch). A failed
-// transaction's error is classified (claimError). c carries the caller's
-// Terms already (Claim.Require).
-func (r *Registry) claim(ctx context.Context, c protocol.Claim, earlier []string) (*clientv3.TxnResponse, error) {
-	ifs, els := c.If, c.Else
-	if len(earlier) > 0 {
-		ifs, els = slices.Clip(ifs), slices.Clip(els)
-		for _, k := range earlier {
-			ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
-			els = append(els, clientv3.OpGet(k))
-		}
-	}
+// claim sends the claim c — carrying the caller's Terms already
+// (Claim.Require) — as a try of a TryAcquire call after the tries whose
+// ids are earlier (protocol.Try): it requires that none of their start
+// keys exists and reads them (a start key is its own try's, so its
+// existence says that try applied, and the resend must not begin a second
+// epoch), and it puts their markers, so that none of them can apply once
+// this one has. Every try requires its own marker absent. A failed
+// transaction's error is classified (claimError).
+func (r *Registry) claim(ctx context.Context, s *session.Session, c protocol.Claim, earlier []string) (*clientv3.TxnResponse, error) {
+	ifs, then, els := protocol.Try(r.space, c, s.LeaseID(), earlier)
 	actx, cancel := r.attemptCtx(ctx)
 	defer cancel()
-	resp, err := r.cli.Txn(actx).If(ifs...).Then(c.Then...).Else(els...).Commit()
+	resp, err := r.cli.Txn(actx).If(ifs...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return nil, claimError(err)
 	}
 	return resp, nil
 }
 
-// appliedEarlier reads the earlier tries' start keys, the last earlier
-// responses of a failed resend's Else (claim): when one exists, that try applied, at the
-// key's revision — the epoch. The Lease is returned when the session still
-// holds that epoch; an error when it has already ended (revoked, or the
-// session's etcd lease gone). Nil, nil: no earlier try applied.
-func (r *Registry) appliedEarlier(s *session.Session, resource string, els []*pb.ResponseOp, earlier int, complete []clientv3.Op) (*Lease, error) {
-	var start *mvccpb.KeyValue
-	for _, op := range els[len(els)-earlier:] {
-		if kv := first(op); kv != nil {
-			start = kv
+// appliedEarlier reads the earlier tries' start keys (starts, the reads of
+// a failed resend's Else, protocol.Try) beside the lease key as that
+// resend read it: a start key whose revision is the lease key's mod
+// revision, with the key on the session's etcd lease, is the try that
+// holds the resource, and its Lease is returned. A start key with no such
+// match is a try that applied at an epoch that has already ended (revoked,
+// or the session's etcd lease gone): ErrNotHeld. Nil, nil: no earlier try
+// applied. The markers make at most one try of a call apply (protocol.Try),
+// but the rule does not rest on that: the try the call stands on is the
+// one that holds.
+func (r *Registry) appliedEarlier(s *session.Session, resource string, starts []*pb.ResponseOp, held *mvccpb.KeyValue, complete []clientv3.Op) (*Lease, error) {
+	var applied *mvccpb.KeyValue
+	for _, op := range starts {
+		kv := first(op)
+		if kv == nil {
+			continue
 		}
+		if held != nil && kv.ModRevision == held.ModRevision && clientv3.LeaseID(held.Lease) == s.LeaseID() {
+			return r.acquired(s, resource, kv.ModRevision, "claimed (resolved after an unknown outcome)", complete), nil
+		}
+		applied = kv
 	}
-	if start == nil {
+	if applied == nil {
 		return nil, nil
 	}
-	epoch := start.ModRevision
-	if kv := first(els[protocol.ClaimLease]); kv != nil && kv.ModRevision == epoch && clientv3.LeaseID(kv.Lease) == s.LeaseID() {
-		return r.acquired(s, resource, epoch, "claimed (resolved after an unknown outcome)", complete), nil
-	}
-	return nil, fmt.Errorf("lease: acquire %q: the claim applied at epoch %d, which has already ended: %w", resource, epoch, ErrNotHeld)
+	return nil, fmt.Errorf("lease: acquire %q: the claim applied at epoch %d, which has already ended: %w", resource, applied.ModRevision, ErrNotHeld)
 }
 
 // claimantFor is who claims through r for the session, with r's

@@ -129,6 +129,11 @@ type Claim struct {
 	// name it in advance, and the put needs no create-only compare
 	// (docs/protocol.md §3.1).
 	StartKey string
+	// Resource is the resource claimed.
+	Resource string
+	// ID is the start key's id, which also names the claim's marker key
+	// when the claim is a try of a TryAcquire call (Try).
+	ID string
 	// Size approximates the bytes the claim adds to a request.
 	Size int
 }
@@ -136,7 +141,8 @@ type Claim struct {
 // NewClaim builds the claim of resource by c.
 func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 	leaseKey, doneKey, delayKey := space.Lease(resource), space.Done(resource), space.Delay(resource)
-	startKey := space.AuditStart(resource, NewID())
+	id := NewID()
+	startKey := space.AuditStart(resource, id)
 	claim := Claim{
 		If: []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", 0),
@@ -150,6 +156,8 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 		},
 		Else:     []clientv3.Op{clientv3.OpGet(leaseKey), clientv3.OpGet(doneKey), firstGet(space, resource), clientv3.OpGet(delayKey)},
 		StartKey: startKey,
+		Resource: resource,
+		ID:       id,
 		Size:     2*len(leaseKey) + len(doneKey) + len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
 	}
 	if put := putDelay(space, resource, c.record("")); put != nil {

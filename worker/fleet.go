@@ -43,8 +43,9 @@ import (
 //   - When a marker is deleted, etcd ended that session's lease and
 //     deleted the session's lease keys at the same revision R. One read of
 //     the lease prefix at R − 1 (each key's etcd lease says whose it is)
-//     names the tasks the session held, and the
-//     pool offers those of its source at once (run.takeOver), whatever the
+//     names what the session held; recipes' holdings (a holder record
+//     with a kind) are never tasks, and the pool offers at once those of
+//     the rest that are its source's tasks (run.takeOver), whatever the
 //     backlog: a dead process's tasks are taken about when etcd expires
 //     its lease.
 type fleet struct {
@@ -262,8 +263,11 @@ func (f *fleet) watch(ctx context.Context) {
 
 // takeOver offers the tasks the sessions ids held just before rev, the
 // revision at which etcd ended them: one read of the lease prefix at
-// rev − 1, in pages of 1000 keys. A compacted revision skips the takeover:
-// the tasks come back on the sources' passes.
+// rev − 1, in pages of 1000 keys. A holding whose record has a kind — an
+// election's leadership, a semaphore's permit — is a recipe's, never a
+// task, and is left out; run.takeOver keeps, of the rest, the source's
+// own tasks. A compacted revision skips the takeover: the tasks come back
+// on the sources' passes.
 func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 	dead := make(map[int64]bool, len(ids))
 	for _, id := range ids {
@@ -300,6 +304,11 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 			if !dead[kv.Lease] || f.space.IsControl(string(kv.Key)) {
 				continue
 			}
+			// A recipe's holding: offering it would cost a claim that
+			// fails. A record that does not decode is left to the source.
+			if h, err := record.DecodeHolder(kv.Value); err == nil && h.Kind != "" {
+				continue
+			}
 			if name, err := f.space.ResourceFromLease(string(kv.Key)); err == nil {
 				names = append(names, name)
 			}
@@ -317,25 +326,30 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 // takeOverTries bounds the reads of what an ended session held.
 const takeOverTries = 5
 
-// taskOwner is a Source that can tell whether a name is one of its tasks,
-// so that a pool takes over only its own source's tasks from an ended
-// session. Func has no such knowledge: its tasks come back on its passes.
+// taskOwner is a Source that knows its tasks (Static, its list), so that
+// a pool takes over only its own source's tasks from an ended session.
 type taskOwner interface {
 	owns(name string) bool
 }
 
+// taskReader is a Source that reads which names are its tasks (Prefix:
+// those whose task key exists), in one read-only transaction for at most
+// ownsChunk names. Func is neither: its tasks come back on its passes.
+type taskReader interface {
+	owns(ctx context.Context, names []string) ([]string, error)
+}
+
+// ownsChunk bounds the names of one taskReader read: one get each, within
+// etcd's default of 128 operations per transaction.
+const ownsChunk = 128
+
 // takeOver offers, one by one and ahead of the source's backlog, the
-// names of an ended session that are this pool's source's tasks.
+// names of an ended session that are this pool's source's tasks (owned),
+// and only those: any other name the session held — a task of another
+// source — would cost a claim that fails, a raft write.
 func (r *run) takeOver(names []string) {
-	o, ok := r.p.src.(taskOwner)
-	if !ok {
-		return
-	}
 	offered := 0
-	for _, name := range names {
-		if !o.owns(name) {
-			continue
-		}
+	for _, name := range r.owned(names) {
 		// The dispatcher may have the name in hand (screening it as held
 		// a moment ago); it gives it back at once.
 		taken := false
@@ -355,6 +369,45 @@ func (r *run) takeOver(names []string) {
 	}
 	if offered > 0 {
 		r.log.Info("taking over the tasks of a session that ended", "tasks", offered)
+	}
+}
+
+// owned returns those of names that are the source's tasks: for Static,
+// those of its list not finished; for Prefix, those whose task key exists,
+// read with one read-only transaction of count-only gets per ownsChunk
+// names — no raft write. A read that fails offers its names all the same:
+// each claim still requires the task key, and a fault does not leave the
+// dead session's tasks to the source's next pass. Func owns none.
+func (r *run) owned(names []string) []string {
+	switch o := r.p.src.(type) {
+	case taskReader:
+		var owned []string
+		for len(names) > 0 {
+			n := min(len(names), ownsChunk)
+			actx, cancel := context.WithTimeout(r.ctx, hook.AttemptTimeout(r.p.reg))
+			got, err := o.owns(actx, names[:n])
+			cancel()
+			if err != nil {
+				if r.ctx.Err() != nil {
+					return nil
+				}
+				r.log.Debug("could not read which names of an ended session are tasks; offering them, their claims check", "names", n, "error", err)
+				got = names[:n]
+			}
+			owned = append(owned, got...)
+			names = names[n:]
+		}
+		return owned
+	case taskOwner:
+		var owned []string
+		for _, name := range names {
+			if o.owns(name) {
+				owned = append(owned, name)
+			}
+		}
+		return owned
+	default:
+		return nil
 	}
 }
 

@@ -226,9 +226,36 @@ func (p *prefixSource) takeFresh() []string {
 // So the source holds no per-task state beyond one page.
 func (p *prefixSource) Finished(string) {}
 
-// owns reports that a name may be one of the prefix's tasks: the claim's
-// terms (terms) require that its key exists.
-func (p *prefixSource) owns(string) bool { return true }
+// owns returns those of names whose task key exists under the prefix:
+// of the names an ended session held, the ones this source's pool takes
+// over (fleet.go). It reads them with one read-only transaction of
+// count-only, serializable gets — answered by the client's member, no
+// raft write — rather than a claim of each, which fails (a write) for a
+// name that is no task here: another source's task held by the same
+// session. names must fit in one transaction (ownsChunk). A stale answer
+// costs no more than before: a key deleted since is still refused by the
+// claim, which requires it, and a key the member has not seen leaves its
+// task to the next pass.
+func (p *prefixSource) owns(ctx context.Context, names []string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	ops := make([]clientv3.Op, len(names))
+	for i, name := range names {
+		ops[i] = clientv3.OpGet(p.prefix+name, clientv3.WithCountOnly(), clientv3.WithSerializable())
+	}
+	resp, err := p.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("worker: Prefix: read task keys under %q: %w", p.prefix, err)
+	}
+	var owned []string
+	for i, name := range names {
+		if resp.Responses[i].GetResponseRange().GetCount() > 0 {
+			owned = append(owned, name)
+		}
+	}
+	return owned, nil
+}
 
 // terms are a Prefix task's claim and completion terms (termsSource): the
 // claim requires the task key to exist, and the completion deletes it.

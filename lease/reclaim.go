@@ -27,8 +27,11 @@ var ErrAlreadyTracked = errors.New("the epoch already has a Lease in this regist
 // and its holder record names the session's worker; the epoch is the key's
 // mod revision, as when the claim returned. The claim's Acquired audit
 // entry was written by the claim itself, so nothing is missing from the
-// audit log. Without Reclaim such a claim stays held, with no Lease, until
-// the session ends.
+// audit log. A TryAcquire that returned an unknown outcome also settles
+// its own tries in the background and releases such an epoch, audited,
+// unless a Lease — Reclaim's — serves it first (docs/protocol.md §3.1);
+// an Acquire that gave up releases its own. Without either such a claim
+// stays held, with no Lease, until the session ends.
 //
 // It fails with ErrNotHeld when nobody holds the resource (the claim was
 // not applied: TryAcquire again), a *HeldError when another session holds

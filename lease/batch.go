@@ -29,7 +29,8 @@ import (
 // of CompleteMany's first transaction costs N (the outer Then) + 3 (a
 // lease's Then) + 1 (the idempotency compare) + 1 (the guess compare) + 1
 // (the create-only compare) = N + 6; its follow-up transactions cost N + 5
-// and TryAcquireMany's costs N + 5 (a claim's five compares). A lease's
+// and TryAcquireMany's costs N + 5 (a claim's four compares and its
+// marker, protocol.Try), N + 5 + k with k compares of its terms. A lease's
 // Then deletes the lease key and the delay key in one nested transaction
 // (N + 3 + 2) so that it stays three ops. Sibling nested transactions do
 // not add up. TestBatchAtMaxSize holds this against a real etcd.
@@ -94,8 +95,12 @@ var (
 // session live, the registry open. One round trip. An error from the
 // transaction is an unknown outcome, as for TryAcquire (unless etcd
 // refused it whole — permissions, a limit — which applies nothing):
-// resources it claimed stay held by the session, with no Lease, until the
-// session's etcd lease ends.
+// TryAcquireMany does not send it again. Each member carries a marker of
+// its own, as a try of TryAcquire does (docs/protocol.md §3.1), and the
+// call settles the members in the background while the session lives:
+// once settled, none can apply, and an epoch one began that no Lease
+// serves (Reclaim did not take it) is released, audited. Until then
+// Reclaim returns such an epoch's Lease.
 func (r *Registry) TryAcquireMany(ctx context.Context, s *session.Session, resources []string) ([]*Lease, error) {
 	return r.tryAcquireMany(ctx, s, resources, nil)
 }
@@ -143,6 +148,7 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 	}
 	claims := make([]clientv3.Op, len(resources))
 	complete := make([][]clientv3.Op, len(resources))
+	ids := make([]string, len(resources))
 	size, depth := 0, 0
 	for i, res := range resources {
 		// This resource's claim, under its terms, decided by its own
@@ -152,9 +158,12 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 			t = termsFor(res)
 		}
 		c := claimant.NewClaim(r.space, res).Require(t)
-		claims[i], complete[i] = c.Nested(), t.Complete
-		size += c.Size
-		depth = max(depth, len(c.If), len(c.Then))
+		// A try of its own, with its marker (protocol.Try): a member
+		// applied after the call returned unknown is settled.
+		ifs, then, _ := protocol.Try(r.space, c, s.LeaseID(), nil)
+		claims[i], complete[i], ids[i] = clientv3.OpTxn(ifs, then, nil), t.Complete, c.ID
+		size += c.Size + len(r.space.Gone(c.ID)) + protocol.OpOverhead
+		depth = max(depth, len(ifs), len(then))
 	}
 	if len(resources)+depth > maxTxnOps {
 		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
@@ -168,7 +177,12 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 	resp, err := r.cli.Txn(actx).Then(claims...).Commit()
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), claimError(err))
+		err = claimError(err)
+		if errors.Is(err, outcome.ErrUnknown) {
+			// Any member may still apply: settle each (protocol.Settle).
+			r.settleManyLater(s, resources, ids, complete)
+		}
+		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
 	}
 	var out []*Lease
 	for i, res := range resources {

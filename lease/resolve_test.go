@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
+	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -327,64 +328,86 @@ func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 	}
 }
 
-// TestTryAcquireUnknownIsSettled: a TryAcquire whose every try stays
-// unknown until its context ends returns outcome.ErrUnknown and settles
-// its tries in the background. A try applied before the settlement began
-// an epoch nobody serves: the settlement releases it, audited. A try
-// applied after it applies nothing.
+// TestTryAcquireUnknownIsSettled: a TryAcquire (or TryAcquireMany) whose
+// every try stays unknown until its context ends returns
+// outcome.ErrUnknown and settles its tries in the background. A try
+// applied before the settlement began an epoch nobody serves: the
+// settlement releases it, audited. A try applied after it applies nothing.
 func TestTryAcquireUnknownIsSettled(t *testing.T) {
-	for _, when := range []string{"before", "after"} {
-		t.Run(when, func(t *testing.T) {
-			f := newFixture(t)
-			ctx := context.Background()
-			cli := f.c.Client(t)
-			kv := &stallingKV{KV: cli.KV, stalled: true}
-			cli.KV = kv
-			reg := mustRegistry(t, cli)
-			t.Cleanup(func() { _ = reg.Close() })
-			s := f.session("w1")
-			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			_, err := reg.TryAcquire(short, s, "r")
-			cancel()
-			if !errors.Is(err, outcome.ErrUnknown) {
-				t.Fatalf("TryAcquire with every try stalled: %v; want an unknown outcome", err)
-			}
-			kv.mu.Lock()
-			held := kv.first
-			if when == "before" {
-				late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
-				if err != nil || !late.Succeeded {
-					t.Fatalf("the first try applied before the settlement: %v, %v; want it to claim", late, err)
+	calls := map[string]struct {
+		call func(ctx context.Context, reg *lease.Registry, s *session.Session) error
+		// claimed reads the held transaction's response: did it claim?
+		claimed func(*clientv3.TxnResponse) bool
+	}{
+		"one": {
+			call: func(ctx context.Context, reg *lease.Registry, s *session.Session) error {
+				_, err := reg.TryAcquire(ctx, s, "r")
+				return err
+			},
+			claimed: func(resp *clientv3.TxnResponse) bool { return resp.Succeeded },
+		},
+		"many": {
+			call: func(ctx context.Context, reg *lease.Registry, s *session.Session) error {
+				_, err := reg.TryAcquireMany(ctx, s, []string{"r"})
+				return err
+			},
+			claimed: func(resp *clientv3.TxnResponse) bool { return resp.Responses[0].GetResponseTxn().Succeeded },
+		},
+	}
+	for name, c := range calls {
+		for _, when := range []string{"before", "after"} {
+			t.Run(name+"/"+when, func(t *testing.T) {
+				f := newFixture(t)
+				ctx := context.Background()
+				cli := f.c.Client(t)
+				kv := &stallingKV{KV: cli.KV, stalled: true}
+				cli.KV = kv
+				reg := mustRegistry(t, cli)
+				t.Cleanup(func() { _ = reg.Close() })
+				s := f.session("w1")
+				short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				err := c.call(short, reg, s)
+				cancel()
+				if !errors.Is(err, outcome.ErrUnknown) {
+					t.Fatalf("a claim with every try stalled: %v; want an unknown outcome", err)
 				}
-			}
-			kv.stalled = false
-			kv.mu.Unlock()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got := f.kinds("r")
-				marker, err := f.cli.Get(ctx, "/leasehold/lease/%gone/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-				if err != nil {
-					t.Fatal(err)
+				kv.mu.Lock()
+				held := kv.first
+				if when == "before" {
+					late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+					if err != nil || !c.claimed(late) {
+						t.Fatalf("the first try applied before the settlement: %v, %v; want it to claim", late, err)
+					}
 				}
-				settled := marker.Count > 0 && (when == "after" || len(got) == 2 && strings.HasPrefix(got[1], "released:w1:"))
-				if _, herr := f.reg.Holder(ctx, "r"); errors.Is(herr, lease.ErrNotHeld) && settled {
-					break
+				kv.stalled = false
+				kv.mu.Unlock()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					got := f.kinds("r")
+					marker, err := f.cli.Get(ctx, "/leasehold/lease/%gone/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+					if err != nil {
+						t.Fatal(err)
+					}
+					settled := marker.Count > 0 && (when == "after" || len(got) == 2 && strings.HasPrefix(got[1], "released:w1:"))
+					if _, herr := f.reg.Holder(ctx, "r"); errors.Is(herr, lease.ErrNotHeld) && settled {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("not settled: audit %v, %d markers", got, marker.Count)
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not settled: audit %v, %d markers", got, marker.Count)
+				if when == "after" {
+					late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+					if err != nil || c.claimed(late) {
+						t.Fatalf("the first try applied after the settlement: %v, %v; want nothing", late, err)
+					}
+					if got := f.kinds("r"); len(got) != 0 {
+						t.Fatalf("audit: %v; want nothing", got)
+					}
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if when == "after" {
-				late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
-				if err != nil || late.Succeeded {
-					t.Fatalf("the first try applied after the settlement: %v, %v; want nothing", late, err)
-				}
-				if got := f.kinds("r"); len(got) != 0 {
-					t.Fatalf("audit: %v; want nothing", got)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -31,6 +31,22 @@ func (r *Registry) settleLater(s *session.Session, resource string, ids []string
 	})
 }
 
+// settleManyLater settles the members of a TryAcquireMany call that
+// returned with an unknown outcome, one after another, in one background
+// goroutine: each member is a call of one try (ids[i]), with its terms'
+// Complete ops.
+func (r *Registry) settleManyLater(s *session.Session, resources, ids []string, complete [][]clientv3.Op) {
+	r.tracker.goLeave(s, func(ctx context.Context) {
+		for i, res := range resources {
+			st := &settler{r: r, s: s, resource: res, ids: ids[i : i+1], complete: complete[i]}
+			keepTrying(ctx, func(ctx context.Context) bool { return st.try(ctx) == nil })
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	})
+}
+
 // settler is the settlement of one TryAcquire call's tries.
 type settler struct {
 	r        *Registry

@@ -135,9 +135,10 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
 // etcd lease gone — which also matches session.ErrExpired): nothing was
-// applied. Unknown only when ctx ended (or maxClaimTries tries stayed
-// unknown) before etcd decided: the call then settles its tries in the
-// background while the session lives and the registry is open — it puts
+// applied by that try (after an earlier try whose outcome was unknown,
+// the call settles its tries, as below). Unknown only when ctx ended (or
+// maxClaimTries tries stayed unknown) before etcd decided: the call then
+// settles its tries in the background while the session lives and the registry is open — it puts
 // every try's marker, so none can apply any more, and releases, audited,
 // an epoch one of them began that no Lease serves. Until then Reclaim
 // returns that epoch's Lease; Session.Close ends it too.
@@ -181,8 +182,10 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 		})
 	}
 	if err != nil {
-		if errors.Is(err, outcome.ErrUnknown) {
-			// Some try may still apply: settle them (protocol.Settle).
+		if len(earlier) > 0 {
+			// A try whose outcome was unknown may still apply — after
+			// an unknown last try, or a resend etcd refused whole:
+			// settle them all (protocol.Settle).
 			r.settleLater(s, resource, earlier, t.Complete)
 		}
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -225,7 +226,9 @@ type scriptedKV struct {
 	mu   sync.Mutex
 	n    int
 	step func(n int) (send, lose bool)
-	held []*heldTxn
+	// refuse, when set, answers transaction n with this error, unsent.
+	refuse func(n int) error
+	held   []*heldTxn
 	// after runs once a lost reply's transaction has been applied,
 	// before the call is told.
 	after func(n int)
@@ -257,10 +260,17 @@ func (t *scriptedTxn) Commit() (*clientv3.TxnResponse, error) {
 	if t.k.step != nil {
 		send, lose = t.k.step(n)
 	}
-	if !send {
+	var refused error
+	if t.k.refuse != nil {
+		refused = t.k.refuse(n)
+	}
+	if !send && refused == nil {
 		t.k.held = append(t.k.held, &t.heldTxn)
 	}
 	t.k.mu.Unlock()
+	if refused != nil {
+		return nil, refused
+	}
 	if !send {
 		return nil, context.DeadlineExceeded
 	}
@@ -325,6 +335,50 @@ func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 	}
 	if h, err := f.reg.Holder(ctx, "r"); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("Holder after the call: %+v, %v; want nobody (no epoch the caller has no Lease for)", h, err)
+	}
+}
+
+// TestTryAcquireRefusedResendIsSettled: try 1 of a TryAcquire is held
+// (outcome unknown) and etcd refuses the resend whole (a permission
+// revoked meanwhile). The call returns the refusal, but try 1 may still
+// apply: the call settles it, and once its marker is in, try 1 applied
+// late claims nothing.
+func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cli := f.c.Client(t)
+	kv := &scriptedKV{KV: cli.KV}
+	kv.step = func(n int) (bool, bool) { return n != 1, false }
+	kv.refuse = func(n int) error {
+		if n == 2 {
+			return rpctypes.ErrPermissionDenied
+		}
+		return nil
+	}
+	cli.KV = kv
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	if _, err := reg.TryAcquire(ctx, f.session("w1"), "r"); !errors.Is(err, outcome.ErrRefused) {
+		t.Fatalf("TryAcquire whose resend was refused: %v; want outcome.ErrRefused", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		marker, err := f.cli.Get(ctx, "/leasehold/lease/%gone/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if marker.Count > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call's tries were not settled: no marker")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h := kv.held[0]
+	late, err := h.kv.Txn(ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit()
+	if err != nil || late.Succeeded {
+		t.Fatalf("try 1 applied after the settlement: %v, %v; want nothing", late, err)
 	}
 }
 

@@ -427,7 +427,9 @@ func (m *Semaphore) reclaim(ctx context.Context, s *session.Session, res string,
 		return l, nil
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("semaphore %q: %w", m.name, context.Cause(ctx))
-	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, lease.ErrHeld):
+	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrAlreadyTracked):
+		// Not landed, another's, or landed and being settled by the
+		// claim itself, which releases it (docs/protocol.md §3.1).
 		return nil, nil
 	}
 	return nil, fmt.Errorf("semaphore %q: %w; reading whether it landed failed: %w", m.name, unknown, err)

@@ -6,3 +6,6 @@ const DefaultAttemptTimeout = defaultAttemptTimeout
 
 // MaxLockDelay is the longest delay WithLockDelay accepts.
 const MaxLockDelay = maxLockDelay
+
+// MaxClaimTries bounds the tries of one TryAcquire.
+const MaxClaimTries = maxClaimTries

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/hook"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -164,5 +166,72 @@ func TestCompletionCommitsTheTerms(t *testing.T) {
 	}
 	if exists("/task/re") {
 		t.Error("the reclaimed Lease's Complete left the task key of its terms")
+	}
+}
+
+// TestBatchUnderTermsAtMaxSize: a batch whose members carry terms (a
+// compare and a Complete op each, as a worker.Prefix task's) stays within
+// etcd's default 128 operations per transaction at its largest: MaxBatch
+// claims, and MaxBatch − 1 completions (each Complete op lengthens a
+// member's Then by one, §3.8). One completion more is refused before
+// anything is sent.
+func TestBatchUnderTermsAtMaxSize(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.session("w")
+	if _, err := f.cli.Put(ctx, "/cond", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	res := names("t", lease.MaxBatch)
+	got, err := hook.TryAcquireMany(ctx, f.reg, s, res, cond("yes"))
+	if err != nil {
+		t.Fatalf("TryAcquireMany of %d under terms: %v", len(res), err)
+	}
+	ls := got.([]*lease.Lease)
+	if len(ls) != lease.MaxBatch {
+		t.Fatalf("claimed %d of %d", len(ls), lease.MaxBatch)
+	}
+	if _, err := lease.CompleteMany(ctx, ls, "ok"); !errors.Is(err, lease.ErrBatchTooLarge) {
+		t.Fatalf("CompleteMany of %d leases with a Complete op each: %v; want ErrBatchTooLarge", len(ls), err)
+	}
+	errs, err := lease.CompleteMany(ctx, ls[:lease.MaxBatch-1], "ok")
+	if err != nil {
+		t.Fatalf("CompleteMany of %d leases with a Complete op each: %v", lease.MaxBatch-1, err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("lease %d: %v", i, e)
+		}
+	}
+}
+
+// TestTryAcquireLastResendWithinLimits: the last resend TryAcquire can
+// send — maxClaimTries − 1 earlier tries, each with a compare, a read and
+// a marker put in its Then and its Else — under terms, is accepted by
+// etcd's default limits and claims.
+func TestTryAcquireLastResendWithinLimits(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.session("w")
+	if _, err := f.cli.Put(ctx, "/cond", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	space, err := keys.New(keys.DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimant, err := protocol.NewClaimant("w", s.LeaseID(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier := make([]string, lease.MaxClaimTries-1)
+	for i := range earlier {
+		earlier[i] = protocol.NewID()
+	}
+	c := claimant.NewClaim(space, "r").Require(cond("yes")("r"))
+	ifs, then, els := protocol.Try(space, c, s.LeaseID(), earlier)
+	resp, err := f.cli.Txn(ctx).If(ifs...).Then(then...).Else(els...).Commit()
+	if err != nil || !resp.Succeeded {
+		t.Fatalf("the last resend: %v, %v; want it to claim", resp, err)
 	}
 }

@@ -91,10 +91,12 @@ func WithSlots(n int) Option {
 }
 
 // WithBatch makes a slot that needs work claim up to n free resources in
-// one TryAcquireMany transaction (docs/protocol.md §3.1) instead of one
+// one TryAcquireMany transaction (docs/protocol.md §3.8) instead of one
 // TryAcquire per resource; the leases it does not run at once wait, held,
-// for the next free slot. n is at most the number of slots and lease.MaxBatch;
-// 1, the default, claims with TryAcquire.
+// for the next free slot. Every member carries the source's claim terms,
+// as a single claim does (a Prefix task's key must exist, §3.14). n is at
+// most the number of slots and lease.MaxBatch; 1, the default, claims
+// with TryAcquire.
 func WithBatch(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > lease.MaxBatch {

@@ -127,11 +127,15 @@
 // the lease protocol it sends is an operation of the history, invoked
 // before the transaction is sent and returned with its response — a claim
 // an acquisition (ok with its epoch, held, completed, or fail: it applied
-// nothing), the first transaction of a Complete or Release and each of
-// its stale path's follow-ups a completion or release (ok, stale naming
-// the current epoch its rejection entry records, or fail), any
-// transaction that fails an unknown outcome. Every check (package checks) applies to
-// the pools' operations as to the others. Check "pool" adds, per pool,
+// nothing), each member of a batch's claim an acquisition of its own (ok
+// with the batch's revision, or fail), the first transaction of a
+// Complete or Release and each of its stale path's follow-ups a
+// completion or release (ok, stale naming the current epoch its rejection
+// entry records, or fail), any transaction that fails an unknown outcome.
+// A settlement of claims whose outcome was unknown (protocol.Settle) only
+// puts the tries' markers and is no operation. Every check (package
+// checks) applies to the pools' operations as to the others. Check
+// "pool" adds, per pool,
 // that its stale completions (worker.Stats) are as many as the rejection
 // entries of its Complete attempts in the log, one per epoch, leaving out
 // late ones of completed epochs — or more entries by at most its

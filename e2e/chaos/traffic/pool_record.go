@@ -25,6 +25,17 @@ import (
 //     acquisition: ok with the response's revision as its epoch, held
 //     (the holder's epoch) or completed (the done record's epoch) from the
 //     Else's reads, otherwise fail — it applied nothing;
+//   - a batch of claims (TryAcquireMany, WithBatch: a compare-free
+//     transaction whose Then holds one nested claim per resource) is one
+//     acquisition per member: ok with the response's revision as its epoch
+//     if its nested transaction succeeded, otherwise fail — a member has
+//     no Else, and applied nothing (as a hand-written worker records the
+//     members its TryAcquireMany did not claim);
+//   - a settlement of claims whose outcome was unknown (protocol.Settle:
+//     compare-free, putting the tries' markers N/lease/%gone/<id> and
+//     reading) is no operation: a marker only keeps a try from applying,
+//     and writes no lease key, done record or audit entry; an epoch a
+//     try began is released by a Release, recorded as below;
 //   - a transaction with a rejection entry's create-only put — the first
 //     of a Complete or Release (If ModRev(lease) = epoch, Then the end,
 //     Else the stale path) and each follow-up of its stale path — is a
@@ -108,6 +119,7 @@ type txnKind int
 const (
 	txnOther txnKind = iota
 	txnClaim
+	txnClaimMany
 	txnEnd
 )
 
@@ -117,6 +129,42 @@ type recordedTxn struct {
 	task     string
 	leaseKey string
 	rejected audit.Entry // txnEnd: the entry its stale path would write
+	// members are a batch's claims (txnClaimMany): each member's
+	// operation, and its position in the Then.
+	members []batchMember
+}
+
+// batchMember is one claim of a batch: its operation and its nested
+// transaction's position in the batch's Then (and so in its responses).
+type batchMember struct {
+	p  *pendingOp
+	at int
+}
+
+// claimOf reports whether cmps and then are a claim — If CreateRev(lease)
+// = 0, Then Put lease — and returns the claimed task and lease key, and
+// the worker its holder record names (the recorder's worker if it names
+// none).
+func (r *txnRecorder) claimOf(cmps []clientv3.Cmp, then []clientv3.Op) (task, key, worker string, ok bool) {
+	space := r.w.space
+	for _, c := range cmps {
+		pc := c.GetCompare()
+		key := string(pc.Key)
+		if pc.Target != pb.Compare_CREATE || pc.Result != pb.Compare_EQUAL || pc.GetCreateRevision() != 0 || !isLeaseKey(space, key) {
+			continue
+		}
+		for _, op := range then {
+			if op.IsPut() && string(op.KeyBytes()) == key {
+				task, _ := space.ResourceFromLease(key)
+				worker := r.w.cfg.Name
+				if h, err := record.DecodeHolder(op.ValueBytes()); err == nil {
+					worker = h.Worker
+				}
+				return task, key, worker, true
+			}
+		}
+	}
+	return "", "", "", false
 }
 
 // begin classifies t and records its invocation; nil: not a lease
@@ -124,22 +172,24 @@ type recordedTxn struct {
 func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 	space := r.w.space
 	// A claim: If CreateRev(lease) = 0, Then Put lease.
-	for _, c := range t.cmps {
-		pc := c.GetCompare()
-		key := string(pc.Key)
-		if pc.Target != pb.Compare_CREATE || pc.Result != pb.Compare_EQUAL || pc.GetCreateRevision() != 0 || !isLeaseKey(space, key) {
-			continue
-		}
-		for _, op := range t.then {
-			if op.IsPut() && string(op.KeyBytes()) == key {
-				task, _ := space.ResourceFromLease(key)
-				worker := r.w.cfg.Name
-				if h, err := record.DecodeHolder(op.ValueBytes()); err == nil {
-					worker = h.Worker
-				}
-				p := r.w.begin(model.OpAcquire, task, worker, 0)
-				return &recordedTxn{p: p, task: task, leaseKey: key}, txnClaim
+	if task, key, worker, ok := r.claimOf(t.cmps, t.then); ok {
+		p := r.w.begin(model.OpAcquire, task, worker, 0)
+		return &recordedTxn{p: p, task: task, leaseKey: key}, txnClaim
+	}
+	// A batch of claims: no compare, each member a nested claim.
+	if len(t.cmps) == 0 {
+		var members []batchMember
+		for i, op := range t.then {
+			if !op.IsTxn() {
+				continue
 			}
+			cmps, then, _ := op.Txn()
+			if task, _, worker, ok := r.claimOf(cmps, then); ok {
+				members = append(members, batchMember{p: r.w.begin(model.OpAcquire, task, worker, 0), at: i})
+			}
+		}
+		if len(members) > 0 {
+			return &recordedTxn{members: members}, txnClaimMany
 		}
 	}
 	// A Complete or Release: its stale path's rejection entry.
@@ -161,12 +211,17 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		p := r.w.begin(typ, rej.Resource, rej.Worker, rej.Epoch)
 		return &recordedTxn{p: p, task: rej.Resource, leaseKey: space.Lease(rej.Resource), rejected: *rej}, txnEnd
 	}
-	// Anything else must not write what the lease protocol writes.
+	// Anything else must not write what the lease protocol writes; a
+	// settlement's markers of tries (protocol.Settle) change none of it.
+	gone := space.Gone("")
 	walkOps(append(append([]clientv3.Op(nil), t.then...), t.els...), func(op clientv3.Op) {
 		if !op.IsPut() && !op.IsDelete() {
 			return
 		}
 		key := string(op.KeyBytes())
+		if op.IsPut() && strings.HasPrefix(key, gone) {
+			return
+		}
 		if strings.HasPrefix(key, space.LeasePrefix()) || strings.HasPrefix(key, space.DonePrefix()) || strings.HasPrefix(key, space.AuditPrefix()) {
 			r.problem("a pool sent a transaction the recorder does not know, writing " + key)
 		}
@@ -175,6 +230,19 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 }
 
 func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *clientv3.TxnResponse, err error) {
+	if kind == txnClaimMany {
+		for _, m := range rt.members {
+			switch {
+			case err != nil:
+				m.p.end(model.OutUnknown, 0, 0, err)
+			case m.at < len(resp.Responses) && resp.Responses[m.at].GetResponseTxn().GetSucceeded():
+				m.p.end(model.OutOK, resp.Header.Revision, 0, nil)
+			default:
+				m.p.end(model.OutFail, 0, 0, nil)
+			}
+		}
+		return
+	}
 	if err != nil {
 		rt.p.end(model.OutUnknown, 0, 0, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 )
@@ -113,6 +114,89 @@ func TestTxnRecorder(t *testing.T) {
 		last := i == len(rest)-1
 		if o.Type != model.OpComplete || o.Task != "t3" || o.Epoch != l3.Epoch() || (last && (o.Outcome != model.OutStale || o.Current != 0)) || (!last && o.Outcome != model.OutFail) {
 			t.Errorf("stale completion's transaction %d: %v", i, &o)
+		}
+	}
+	if p := rec.Problems(); len(p) > 0 {
+		t.Errorf("problems: %v", p)
+	}
+}
+
+// TestTxnRecorderBatch: a pool with WithBatch claims with TryAcquireMany,
+// and the recorder makes each member an acquisition — ok with the
+// batch's revision if claimed, fail if not (held, completed) — and a
+// settlement of unknown claims (protocol.Settle), which only puts the
+// tries' markers, neither an operation nor a problem.
+func TestTxnRecorderBatch(t *testing.T) {
+	c := e2e.NewCluster(t, e2e.WithMembers(1))
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	h := model.NewHistory()
+	space := keys.MustNew(keys.DefaultNamespace)
+	w := &Worker{cfg: WorkerConfig{Name: "p0"}, space: space, emit: h.Record}
+	rec := &txnRecorder{w: w}
+	cli.KV = &recordingKV{KV: cli.KV, rec: rec}
+	reg := mustRegistry(t, cli)
+	defer reg.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := session.New(ctx, cli, session.WithWorker("p0"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	l1, err := reg.TryAcquire(ctx, s, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Complete(ctx, model.DoneStatus); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := reg.TryAcquire(ctx, s, "t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := reg.TryAcquireMany(ctx, s, []string{"t1", "t2", "t3"})
+	if err != nil || len(ls) != 1 || ls[0].Resource() != "t3" {
+		t.Fatalf("TryAcquireMany: %v, %v", ls, err)
+	}
+	n := len(h.Ops())
+	if _, err := cli.Txn(ctx).Then(protocol.Settle(space, "t4", s.LeaseID(), []string{"try-1"})...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if ops := h.Ops(); len(ops) != n {
+		t.Errorf("a settlement was recorded: %v", ops[n:])
+	}
+
+	type want struct {
+		task  string
+		epoch int64
+		out   model.Outcome
+	}
+	wants := []want{
+		{"t1", l1.Epoch(), model.OutOK},
+		{"t2", l2.Epoch(), model.OutOK},
+		{"t1", 0, model.OutFail},
+		{"t2", 0, model.OutFail},
+		{"t3", ls[0].Epoch(), model.OutOK},
+	}
+	var acqs []model.Op
+	for _, o := range h.Ops() {
+		if o.Type == model.OpAcquire {
+			acqs = append(acqs, o)
+		}
+	}
+	if len(acqs) != len(wants) {
+		t.Fatalf("%d acquisitions recorded, want %d: %v", len(acqs), len(wants), acqs)
+	}
+	for i, wt := range wants {
+		o := acqs[i]
+		if o.Task != wt.task || o.Epoch != wt.epoch || o.Outcome != wt.out || o.Worker != "p0" {
+			t.Errorf("acquisition %d: %v, want %s epoch %d → %s by p0", i, &o, wt.task, wt.epoch, wt.out)
 		}
 	}
 	if p := rec.Problems(); len(p) > 0 {

@@ -105,10 +105,14 @@
 // in-process workers, each a worker.Pool of three slots in a slot of its
 // own with its own proxies, so that the nemesis's faults of a worker and
 // of a member reach it, on the task workload's tasks beside the
-// hand-written workers. Its source offers the window of tasks its worker
-// does not know to be completed, every 50 ms; its sessions have the
-// suite's TTL; it retries a failed handler up to four times (WithRetry,
-// 50 ms doubling) and gives its handlers a grace of 300 ms (WithGrace).
+// hand-written workers. The first pool claims in batches of 2 or 3 (by
+// the seed; WithBatch, one TryAcquireMany per batch), each next one in
+// batches of the next size of 1, 2, 3 in turn, so every run claims in
+// batches and, with three pools or more, one at a time too. Its source
+// offers the window of tasks its worker does not know to be completed,
+// every 50 ms; its sessions have the suite's TTL; it retries a failed
+// handler up to four times (WithRetry, 50 ms doubling) and gives its
+// handlers a grace of 300 ms (WithGrace).
 // Each Run lasts 3 to 6 s before its context is cancelled and the pool
 // is started again, so that its shutdown — the grace, the completions
 // and releases of what its handlers held, the close of its sessions —
@@ -143,7 +147,8 @@
 // its completions are the epochs its recorded transactions completed;
 // that no Run gave up early, returning an error other than its context's;
 // and that the recorder met no transaction it does not know. The summary
-// gives the pools' Runs and restarts, their Stats, why their handlers
+// gives each pool's WithBatch and the epochs the pools claimed in
+// batches, the pools' Runs and restarts, their Stats, why their handlers
 // failed, the stale completions against the rejections per pool, and how
 // many of the tasks the pools claimed completed after healing (check
 // "incomplete" holds every task to that).
@@ -154,7 +159,10 @@
 // as a fleet of processes over one worker.Prefix (docs/protocol.md §3.14,
 // "A fleet"): each pool has its own client and three slots, in a slot of
 // its own with its own proxies, so that the nemesis's faults of a worker
-// and of a member reach it; its sessions have the run's TTL (2 s in the
+// and of a member reach it; it claims in batches of its slot's size
+// (WithBatch: as the pool workload's, 2 or 3 for f0 by the seed and the
+// next size of 1, 2, 3 for each next slot, so eight pools claim both in
+// batches and one at a time); its sessions have the run's TTL (2 s in the
 // tests: eight clients' renewals of 1 s sessions are late too often on
 // two cores under the race detector). The backlog is task keys under
 // /chaos/fleet/task/, put before the pools start and topped up during the
@@ -189,8 +197,9 @@
 // plus 2 s, plus as long as a member's fault was active in that window
 // (TakeoverBound says why). The summary prints "fleet: 8 pools, N kills,
 // M restarts, T tasks, effects per task 1, takeover delay longest X
-// (bound B)", the pools' Stats, the backlog at the kills with how long a
-// pass over it took, and each killed pool's longest takeover; the
+// (bound B)", each slot's WithBatch, the epochs claimed in batches, the
+// pools' Stats, the backlog at the kills with how long a pass over it
+// took, and each killed pool's longest takeover; the
 // artifacts of a run with violations add the pools' log (fleet.log) and
 // every takeover measured (fleet-takeovers.jsonl).
 //

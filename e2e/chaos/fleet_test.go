@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,6 +57,11 @@ func TestChaosFleet(t *testing.T) {
 	}
 	if ff.Kills < 3 || ff.Restarts < 3 || len(ff.Takeovers) == 0 || ff.Stats.TakenOver == 0 {
 		t.Errorf("the fleet did not run its course: %d kills, %d restarts, %d takeovers measured, %d tasks taken over", ff.Kills, ff.Restarts, len(ff.Takeovers), ff.Stats.TakenOver)
+	}
+	// The pools claim in batches (WithBatch 2 or 3) as well as one at a
+	// time (traffic: Env.poolBatch).
+	if bs := slices.Collect(maps.Values(ff.Batches)); ff.BatchEpochs == 0 || !slices.Contains(bs, 1) || slices.Max(bs) < 2 {
+		t.Errorf("the pools did not claim both in batches and alone: WithBatch by slot %v, %d epochs claimed in batches", ff.Batches, ff.BatchEpochs)
 	}
 	if ff.Completed != ff.Tasks || ff.EffectsMin != 1 || ff.EffectsMax != 1 {
 		t.Errorf("%d of %d tasks completed by the fleet, %d to %d effects per task", ff.Completed, ff.Tasks, ff.EffectsMin, ff.EffectsMax)

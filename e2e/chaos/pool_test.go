@@ -14,8 +14,9 @@ import (
 
 // checkPoolRan fails t unless the pool workload ran its course: its Runs
 // were cancelled and started again, its handlers completed tasks and
-// failed and were retried, its stale completions equal the rejections of
-// its Complete attempts, and every task it claimed completed.
+// failed and were retried, it claimed tasks in batches, its stale
+// completions equal the rejections of its Complete attempts, and every
+// task it claimed completed.
 func checkPoolRan(t *testing.T, res *Result) {
 	t.Helper()
 	pf := res.Pool
@@ -28,6 +29,11 @@ func checkPoolRan(t *testing.T, res *Result) {
 	}
 	if pf.StaleSeen != pf.Rejections && s.Unknown == 0 {
 		t.Errorf("%d stale completions, %d rejections of the pools' Complete attempts", pf.StaleSeen, pf.Rejections)
+	}
+	// The pools claim in batches (WithBatch 2 or 3) beside one at a time
+	// (traffic: Env.poolBatch).
+	if pf.BatchEpochs == 0 || !slices.ContainsFunc(pf.PerWorker, func(w checks.PoolWorkerFacts) bool { return w.Batch > 1 }) {
+		t.Errorf("the pools claimed no batch: %d epochs claimed in batches, %+v", pf.BatchEpochs, pf.PerWorker)
 	}
 	if pf.Tasks == 0 || pf.Done != pf.Tasks {
 		t.Errorf("%d of the %d tasks the pools claimed completed after healing", pf.Done, pf.Tasks)

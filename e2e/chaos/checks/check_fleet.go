@@ -54,6 +54,12 @@ type FleetFacts struct {
 	Writes            map[model.Outcome]int
 	// Stats is the pools' worker.Stats, summed.
 	Stats wpool.Stats
+	// Batches is each fleet slot's WithBatch, by slot (every pool started
+	// in a slot has the slot's); BatchEpochs counts the epochs of the
+	// tasks claimed with another task's, in one TryAcquireMany: those
+	// granted at a revision that granted another.
+	Batches     map[string]int
+	BatchEpochs int
 	// Why handlers failed: an injected failure, a write fenced, a write
 	// of unknown outcome.
 	Injected, Refused, Unknown int64
@@ -198,6 +204,11 @@ func newFleetCheck(in fleetInput) *fleetCheck {
 			c.granted[model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}] = ev.Worker
 		}
 	}
+	claimed := map[model.TaskEpoch]bool{}
+	for te := range c.granted {
+		claimed[te] = true
+	}
+	c.ff.BatchEpochs = batchEpochs(claimed)
 	for _, e := range in.Audit {
 		if e.Kind.IsEnd() {
 			c.ended[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = e.Kind
@@ -580,7 +591,10 @@ func CheckFleetRun(cfg model.Config, ops []model.Op, fs model.FinalState, ff mod
 	}
 	facts, vs := checkFleet(in)
 	facts.Pools, facts.Slots, facts.Backlog, facts.Rate, facts.Drain = rec.Fleet, rec.Slots, rec.Backlog, rec.Rate, drain
+	facts.Batches = map[string]int{}
 	for _, p := range rec.Pools {
+		slot, _, _ := strings.Cut(p.Name, ".")
+		facts.Batches[slot] = p.Batch
 		addStats(&facts.Stats, p.Stats)
 		facts.Injected += p.Injected
 		facts.Refused += p.Refused
@@ -609,8 +623,8 @@ func (ff *FleetFacts) lines() []string {
 		ff.Pools, ff.Kills, ff.Restarts, ff.Tasks, effects, longest, roundMS(ff.Bound))}
 	s := ff.Stats
 	out = append(out,
-		fmt.Sprintf("fleet stats: %d pools × %d slots; started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, reclaimed %d, sessions replaced %d; skipped after the screen: %d held, %d completed; taken over %d",
-			ff.Pools, ff.Slots, s.Started, s.Completed, s.Stale, s.Failed, s.Retried, s.Interrupted, s.Unknown, s.Reclaimed, s.SessionsReplaced, s.SkippedHeld, s.SkippedCompleted, s.TakenOver),
+		fmt.Sprintf("fleet stats: %d pools × %d slots, WithBatch %s, %d epochs claimed in batches; started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, reclaimed %d, sessions replaced %d; skipped after the screen: %d held, %d completed; taken over %d",
+			ff.Pools, ff.Slots, ff.batches(), ff.BatchEpochs, s.Started, s.Completed, s.Stale, s.Failed, s.Retried, s.Interrupted, s.Unknown, s.Reclaimed, s.SessionsReplaced, s.SkippedHeld, s.SkippedCompleted, s.TakenOver),
 		fmt.Sprintf("fleet tasks: %d completed by the pools, %d task keys left; effects: %d writes landed (at most %d for one task), writes %s; handlers failed: %d injected, %d fenced, %d of unknown outcome",
 			ff.Completed, ff.KeysLeft, ff.Landed, ff.MaxLanded, outcomeCounts(ff.Writes), ff.Injected, ff.Refused, ff.Unknown))
 	pass := "not measured"
@@ -641,6 +655,18 @@ func (ff *FleetFacts) lines() []string {
 	}
 	out = append(out, "fleet takeover per killed pool (longest): "+strings.Join(parts, ", "))
 	return out
+}
+
+// batches lists each fleet slot's WithBatch: "f0 2, f1 3, f2 1".
+func (ff *FleetFacts) batches() string {
+	var parts []string
+	for _, slot := range model.SortedKeys(ff.Batches) {
+		parts = append(parts, fmt.Sprintf("%s %d", slot, ff.Batches[slot]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func roundMS(d time.Duration) string { return d.Round(time.Millisecond).String() }

@@ -22,6 +22,10 @@ type PoolFacts struct {
 	// Stats is the pools' worker.Stats, summed.
 	Stats     wpool.Stats
 	PerWorker []PoolWorkerFacts
+	// BatchEpochs counts the pools' epochs claimed with another task's,
+	// in one TryAcquireMany (WithBatch above 1): their recorded
+	// acquisitions that returned the same epoch as another of the pool's.
+	BatchEpochs int
 	// Why handlers failed: an injected failure, the task found completed
 	// in the log, a write fenced, the log unread.
 	Injected, FoundDone, Fenced, Unread int64
@@ -38,6 +42,7 @@ type PoolFacts struct {
 // PoolWorkerFacts is one pool's part of PoolFacts.
 type PoolWorkerFacts struct {
 	Name       string
+	Batch      int // its WithBatch
 	Stats      wpool.Stats
 	Rejections int64
 	Late       int64
@@ -78,7 +83,7 @@ func CheckPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (
 	for _, p := range pools {
 		pf.Slots = p.Slots
 		st := p.Stats
-		wf := PoolWorkerFacts{Name: p.Name, Stats: st}
+		wf := PoolWorkerFacts{Name: p.Name, Batch: p.Batch, Stats: st}
 		rejected := map[model.TaskEpoch]bool{}
 		for _, e := range fs.Audit {
 			if e.Kind != audit.Rejected || e.Attempted != audit.Completed || e.Worker != p.Name {
@@ -96,11 +101,16 @@ func CheckPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (
 			}
 		}
 		okEpochs := map[model.TaskEpoch]bool{}
+		claimed := map[model.TaskEpoch]bool{}
 		for _, op := range ops {
 			if op.Worker == p.Name && op.Type == model.OpComplete && op.Outcome == model.OutOK {
 				okEpochs[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
 			}
+			if op.Worker == p.Name && op.Type == model.OpAcquire && op.Outcome == model.OutOK {
+				claimed[model.TaskEpoch{Task: op.Task, Epoch: op.Epoch}] = true
+			}
 		}
+		pf.BatchEpochs += batchEpochs(claimed)
 		wf.Completions = int64(len(okEpochs))
 		if wf.Rejections < st.Stale || wf.Rejections > st.Stale+st.Unknown {
 			fail("%s: %d stale completions and %d of unknown outcome, but %d rejection entries of its Complete attempts in the log", p.Name, st.Stale, st.Unknown, wf.Rejections)
@@ -146,7 +156,8 @@ func CheckPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (
 func (pf *PoolFacts) lines() []string {
 	s := pf.Stats
 	out := []string{
-		fmt.Sprintf("pool: %d worker.Pools × %d slots, %d Runs (%d cancelled during the run and started again)", pf.Workers, pf.Slots, pf.Runs, pf.Restarts),
+		fmt.Sprintf("pool: %d worker.Pools × %d slots, WithBatch %s, %d epochs claimed in batches; %d Runs (%d cancelled during the run and started again)",
+			pf.Workers, pf.Slots, pf.batches(), pf.BatchEpochs, pf.Runs, pf.Restarts),
 		fmt.Sprintf("pool stats: started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, panics %d, reclaimed %d, sessions replaced %d",
 			s.Started, s.Completed, s.Stale, s.Failed, s.Retried, s.Interrupted, s.Unknown, s.Panics, s.Reclaimed, s.SessionsReplaced),
 		fmt.Sprintf("pool handlers failed: %d injected, %d found completed in the log, %d fenced, %d log unread", pf.Injected, pf.FoundDone, pf.Fenced, pf.Unread),
@@ -159,6 +170,35 @@ func (pf *PoolFacts) lines() []string {
 		fmt.Sprintf("pool stale completions: %d; audit rejections of the pools' Complete attempts: %d (%s; %d late, of completed epochs, left out)", pf.StaleSeen, pf.Rejections, strings.Join(per, ", "), pf.Late),
 		fmt.Sprintf("pool tasks completed after heal: %d of %d", pf.Done, pf.Tasks))
 	return out
+}
+
+// batches lists each pool's WithBatch: "p0 2, p1 3".
+func (pf *PoolFacts) batches() string {
+	var parts []string
+	for _, w := range pf.PerWorker {
+		parts = append(parts, fmt.Sprintf("%s %d", w.Name, w.Batch))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// batchEpochs counts the epochs of claimed that share their epoch — the
+// revision of the transaction that claimed them — with another task's:
+// those one TryAcquireMany claimed together.
+func batchEpochs(claimed map[model.TaskEpoch]bool) int {
+	perRev := map[int64]int{}
+	for te := range claimed {
+		perRev[te.Epoch]++
+	}
+	n := 0
+	for _, k := range perRev {
+		if k > 1 {
+			n += k
+		}
+	}
+	return n
 }
 
 // addStats adds the counts of st to s.

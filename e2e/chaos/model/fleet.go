@@ -212,22 +212,23 @@ type FleetRecord struct {
 	Rate    float64
 }
 
-// FleetPoolRecord is one fleet pool's part of a FleetRecord: its Stats,
-// why its handlers failed, and what its recorder met that it does not
-// know.
+// FleetPoolRecord is one fleet pool's part of a FleetRecord: its
+// WithBatch, its Stats, why its handlers failed, and what its recorder met
+// that it does not know.
 type FleetPoolRecord struct {
 	Name                       string
+	Batch                      int
 	Stats                      wpool.Stats
 	Injected, Refused, Unknown int64
 	Problems                   []string
 }
 
 // PoolRecord is what one pool of the pool workload did, for check
-// "pool": its Stats and slots, its Runs and restarts, why its handlers
-// failed, and what its recorder met that it does not know.
+// "pool": its Stats, slots and WithBatch, its Runs and restarts, why its
+// handlers failed, and what its recorder met that it does not know.
 type PoolRecord struct {
 	Name                                string
-	Slots                               int
+	Slots, Batch                        int
 	Stats                               wpool.Stats
 	Runs, Restarts                      int64
 	Injected, FoundDone, Fenced, Unread int64

@@ -104,3 +104,23 @@ func (e *Env) StartInProcess(ctx context.Context, s *nemesis.Slot, inproc *sync.
 		w.run(ctx)
 	})
 }
+
+// poolBatch is the WithBatch of the pool in s, a slot of the pool
+// workload or of the fleet, whose pools have slots slots each: the mode's
+// first pool claims 2 or 3 resources at once (by the seed), and each
+// next one the next size of 1 … slots in turn, so that every run claims
+// in batches larger than one (TryAcquireMany) beside, with three pools or
+// more, one at a time (TryAcquire).
+func (e *Env) poolBatch(s *nemesis.Slot, slots int) int {
+	k := 0 // s's place among its mode's slots
+	for _, o := range e.Slots {
+		if o == s {
+			break
+		}
+		if o.Pool == s.Pool && o.Fleet == s.Fleet {
+			k++
+		}
+	}
+	first := 2 + int(e.Config.Seed%2)
+	return 1 + (first-1+k)%slots
+}

@@ -96,6 +96,7 @@ type fleetPool struct {
 	pool    *wpool.Pool
 	rec     *txnRecorder
 	fenced  bool // ControlFleetNoFencing's slot f0: false
+	batch   int  // its WithBatch (Env.poolBatch): its slot's
 	born    time.Time
 	stopRun context.CancelFunc
 	dead    atomic.Bool
@@ -197,6 +198,7 @@ func (f *Fleet) startPool(s *nemesis.Slot) error {
 	p := &fleetPool{
 		name: name, w: w, cli: cli, born: time.Now(),
 		fenced: e.Config.Control != model.ControlFleetNoFencing || s.Name != "f0",
+		batch:  e.poolBatch(s, model.FleetSlots),
 		rng:    rand.New(rand.NewPCG(cfgW.Seed, 2)),
 	}
 	// Every transaction through this client is seen by the recorder; it
@@ -215,7 +217,7 @@ func (f *Fleet) startPool(s *nemesis.Slot) error {
 		return err
 	}
 	p.pool, err = wpool.New(p.reg, wpool.Prefix(cli, model.FleetTaskPrefix), p.handle,
-		wpool.WithSlots(model.FleetSlots), wpool.WithWorker(name),
+		wpool.WithSlots(model.FleetSlots), wpool.WithBatch(p.batch), wpool.WithWorker(name),
 		wpool.WithSessionOptions(session.WithTTL(e.Config.TTL)),
 		wpool.WithRetry(fleetRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
@@ -675,7 +677,7 @@ func (f *Fleet) Record() model.FleetRecord {
 	f.mu.Unlock()
 	for _, p := range pools {
 		rec.Pools = append(rec.Pools, model.FleetPoolRecord{
-			Name: p.name, Stats: p.pool.Stats(), Injected: p.injected.Load(), Refused: p.refused.Load(), Unknown: p.unknown.Load(), Problems: p.rec.Problems(),
+			Name: p.name, Batch: p.batch, Stats: p.pool.Stats(), Injected: p.injected.Load(), Refused: p.refused.Load(), Unknown: p.unknown.Load(), Problems: p.rec.Problems(),
 		})
 	}
 	return rec

@@ -56,6 +56,7 @@ type PoolWorker struct {
 	pool    *wpool.Pool
 	rec     *txnRecorder
 	careful bool // ControlPoolNoFencing: false, every handler is careless
+	batch   int  // its WithBatch (Env.poolBatch)
 
 	rmu sync.Mutex
 	rng *rand.Rand
@@ -111,7 +112,8 @@ func (e *Env) newPoolWorker(s *nemesis.Slot) (*PoolWorker, *clientv3.Client, err
 	w.gate = s.Gate
 	p := &PoolWorker{
 		name: s.Name, w: w, careful: e.Config.Control != model.ControlPoolNoFencing,
-		rng: rand.New(rand.NewPCG(cfgW.Seed, 1)),
+		batch: e.poolBatch(s, poolSlots),
+		rng:   rand.New(rand.NewPCG(cfgW.Seed, 1)),
 	}
 	// Every transaction through this client is seen by the recorder; it
 	// records those of the lease protocol, which only the pool sends.
@@ -125,7 +127,7 @@ func (e *Env) newPoolWorker(s *nemesis.Slot) (*PoolWorker, *clientv3.Client, err
 	}
 	p.reg = reg
 	p.pool, err = wpool.New(reg, wpool.Func(p.next), p.handle,
-		wpool.WithSlots(poolSlots), wpool.WithWorker(s.Name),
+		wpool.WithSlots(poolSlots), wpool.WithBatch(p.batch), wpool.WithWorker(s.Name),
 		wpool.WithSessionOptions(session.WithTTL(e.Config.TTL)),
 		wpool.WithRetry(poolRetries, poolBackoff), wpool.WithGrace(poolGrace))
 	if err != nil {
@@ -288,7 +290,7 @@ func (p *PoolWorker) randN(n int) int {
 // Record is what p did, for check "pool".
 func (p *PoolWorker) Record() model.PoolRecord {
 	return model.PoolRecord{
-		Name: p.name, Slots: poolSlots, Stats: p.pool.Stats(), Runs: p.runs.Load(), Restarts: p.restarts.Load(),
+		Name: p.name, Slots: poolSlots, Batch: p.batch, Stats: p.pool.Stats(), Runs: p.runs.Load(), Restarts: p.restarts.Load(),
 		Injected: p.injected.Load(), FoundDone: p.foundDone.Load(), Fenced: p.fenced.Load(), Unread: p.unread.Load(), Problems: p.rec.Problems(),
 	}
 }

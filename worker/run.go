@@ -461,7 +461,7 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 // completion.
 func (r *run) terms(name string) protocol.Terms {
 	if ts, ok := r.p.src.(termsSource); ok {
-		return ts.terms(name)
+		return controlled(ts.terms(name))
 	}
 	return protocol.Terms{}
 }

@@ -77,7 +77,8 @@ func TestChaosLong(t *testing.T) {
 // CAS off, retention deleting before it archives, the unfair handoff
 // (contended), retention on the writers' clocks, queue entries left
 // behind by Acquire calls that gave up (contended), and the fleet mode's
-// two (Config.FleetMode: the takeover off, one pool unfenced) in turn, on
+// three (Config.FleetMode: the takeover off, one pool unfenced, the
+// claims' condition dropped) in turn, on
 // seeds LEASEHOLD_CHAOS_SEED, +1, … until
 // LEASEHOLD_CHAOS_CONTROL_DURATION (default 2m) has passed. Each run has
 // LEASEHOLD_CHAOS_CONTROL_RUN of faults (default 10s). It prints every
@@ -94,7 +95,7 @@ func TestChaosControlLong(t *testing.T) {
 	}
 	seed := envSeed(t)
 	fmt.Printf("chaos-control: first seed %d, %v of control runs, %v of faults each\n", seed, total, per)
-	controls := []model.Control{model.ControlNoFencing, model.ControlNoCAS, model.ControlDeleteFirst, model.ControlUnfair, model.ControlWriterClocks, model.ControlStrand, model.ControlFleetNoTakeover, model.ControlFleetNoFencing}
+	controls := []model.Control{model.ControlNoFencing, model.ControlNoCAS, model.ControlDeleteFirst, model.ControlUnfair, model.ControlWriterClocks, model.ControlStrand, model.ControlFleetNoTakeover, model.ControlFleetNoFencing, model.ControlFleetNoClaimTerms}
 	runs, caught := map[model.Control]int{}, map[model.Control]int{}
 	violations := 0
 	deadline := time.Now().Add(total)
@@ -103,7 +104,7 @@ func TestChaosControlLong(t *testing.T) {
 			s := seed + round
 			t.Run(fmt.Sprintf("%s/seed-%d", c, s), func(t *testing.T) {
 				cfg := DefaultConfig()
-				if c == model.ControlFleetNoTakeover || c == model.ControlFleetNoFencing {
+				if c == model.ControlFleetNoTakeover || c == model.ControlFleetNoFencing || c == model.ControlFleetNoClaimTerms {
 					cfg = cfg.FleetMode(8, fleetBacklog(t))
 				}
 				cfg.Seed, cfg.Duration, cfg.Control, cfg.Logf = s, per, c, t.Logf

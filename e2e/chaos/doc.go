@@ -284,7 +284,7 @@
 // context, beside one hand-written in-process worker, with freezes and
 // blackholes of their slots as the only faults; check "downstream" must
 // see a pool's write of a deposed epoch land after its successor's.
-// The fleet mode has two (TestChaosFleetControl): ControlFleetNoTakeover
+// The fleet mode has three (TestChaosFleetControl): ControlFleetNoTakeover
 // puts every marker a pool puts again, attached to a lease of the suite's
 // own, so etcd deletes none with its session and no pool learns that a
 // session ended — a killed pool's tasks then wait for a pass over the
@@ -293,7 +293,18 @@
 // puts and all their handlers careless, and the fleet pauses that slot
 // past its sessions' TTL every second or so (faults of a member and
 // revocations are the nemesis's only ones then) — check "fleet-effects"
-// must see a stale write land.
+// must see a stale write land; and ControlFleetNoClaimTerms makes the
+// pools' claims, single and batched, drop the Prefix's claim condition
+// (that the task key exist) and keep the completion's delete of the key,
+// as the batched path did before issue 33 was fixed — a switch of the
+// SDK's that only this suite sets, for the run
+// (internal/chaosseam.DropClaimConditions). A pool's page of task keys
+// goes stale as it works through it; once retention has pruned the done
+// record of a task completed meanwhile, the pool's screen finds the task
+// free and its claim succeeds, so the task runs again, and check
+// "fleet-complete" must report its second done record ("2 done records
+// written (epochs [E1 E2]), want one"; "fleet-effects" and "completion"
+// report it too).
 //
 // # Running
 //

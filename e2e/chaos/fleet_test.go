@@ -84,8 +84,12 @@ func TestChaosFleet(t *testing.T) {
 // paused past its sessions' TTL again and again, a deposed epoch's write
 // lands after its successor's, and check "fleet-effects" must say so.
 // The nemesis injects only faults of a member and revocations then
-// (Config.withDefaults). Each control gets up to three seeds, one of
-// which must be caught.
+// (Config.withDefaults). With the claims' condition dropped
+// (ControlFleetNoClaimTerms: a claim no longer requires the task key), a
+// pool claims a task of its stale page that was completed meanwhile and
+// whose done record retention pruned, and runs it again: check
+// "fleet-complete" must see its second done record. Each control gets up
+// to three seeds, one of which must be caught.
 func TestChaosFleetControl(t *testing.T) {
 	for _, c := range []struct {
 		control model.Control
@@ -95,6 +99,7 @@ func TestChaosFleetControl(t *testing.T) {
 	}{
 		{model.ControlFleetNoTakeover, 32, checks.CheckFleetTakeover, regexp.MustCompile(`^f\d\.\d+ held epoch \d+ when it was killed; etcd ended it at revision \d+, and the next epoch, \d+ \(f\d\.\d+\), began .* after the kill .*: over the takeover bound`)},
 		{model.ControlFleetNoFencing, 33, checks.CheckFleetEffects, regexp.MustCompile(`^a stale write landed: epoch \d+'s effect \([^)]*, f0\.\d+\) at revision \d+, after epoch \d+'s`)},
+		{model.ControlFleetNoClaimTerms, 34, checks.CheckFleetComplete, regexp.MustCompile(`^\d+ done records written \(epochs \[\d+( \d+)+\]\), want one$`)},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			var res *Result

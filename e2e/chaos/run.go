@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/e2e/chaos/report"
 	"github.com/leasehold/leasehold/e2e/chaos/traffic"
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
@@ -94,6 +95,12 @@ func (r *runner) warn(format string, args ...any) {
 func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg = withDefaults(cfg)
+	if cfg.Control == model.ControlFleetNoClaimTerms {
+		// For this run only: the next one, in this process, claims with
+		// the terms whole.
+		chaosseam.DropClaimConditions.Store(true)
+		defer chaosseam.DropClaimConditions.Store(false)
+	}
 	rs := &runState{begin: time.Now()}
 	r := newRunner(t, cfg)
 	rs.election = r.startCluster()

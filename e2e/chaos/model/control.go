@@ -55,6 +55,17 @@ const (
 	// TTLs every second or so, past its session's TTL, and kills the
 	// other slots' pools only.
 	ControlFleetNoFencing Control = "fleet-no-fencing"
+	// ControlFleetNoClaimTerms: the pools' claims drop the Prefix's claim
+	// condition — that the task key exist (protocol.Terms.If) — and keep
+	// its completion's delete of the key, as the batched claim path
+	// (WithBatch above 1) did before issue 33 was fixed, here on both
+	// paths (internal/chaosseam.DropClaimConditions, set for the run
+	// only). A pool's page of task keys goes stale while it works
+	// through it; once retention (Config.Retention) has pruned the done
+	// record of a task completed meanwhile, the pool's screen finds it
+	// free, its claim succeeds, and the task runs again: check
+	// "fleet-complete" must see a second done record.
+	ControlFleetNoClaimTerms Control = "fleet-no-claim-terms"
 )
 
 // The control of the pool workload.

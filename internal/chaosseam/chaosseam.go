@@ -1,0 +1,19 @@
+// Package chaosseam holds the switches by which the chaos suite
+// (e2e/chaos) breaks the SDK on purpose in its control runs, to prove that
+// its checks catch what each switch breaks. Production code never sets
+// them: only the suite does, for one run at a time, and it clears them
+// when the run ends. Each switch is read where it takes effect, and its
+// zero value is the SDK's behaviour.
+package chaosseam
+
+import "sync/atomic"
+
+// DropClaimConditions, when set, makes every claim of a worker.Pool drop
+// the compares of its source's terms (protocol.Terms.If) — for a
+// worker.Prefix, the requirement that the task key exist — while its
+// completion keeps the terms' Complete ops (the key's delete). A pool
+// then claims, from a stale page, a task that was completed and whose
+// done record retention has pruned, and runs it again: the fault of issue
+// 33, which the chaos suite's ControlFleetNoClaimTerms must catch
+// (worker/control.go reads it).
+var DropClaimConditions atomic.Bool

@@ -135,9 +135,12 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 // An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
 // etcd lease gone — which also matches session.ErrExpired): nothing was
-// applied by that try (after an earlier try whose outcome was unknown,
-// the call settles its tries, as below). Unknown only when ctx ended (or
-// maxClaimTries tries stayed unknown) before etcd decided: the call then
+// applied — but after an earlier try whose outcome was unknown, a refused
+// resend leaves the call's outcome unknown: the error then matches
+// outcome.ErrUnknown (and session.ErrExpired, if that was the refusal),
+// not ErrRefused, and the call settles its tries, as below. Unknown
+// otherwise only when ctx ended (or maxClaimTries tries stayed unknown)
+// before etcd decided: the call then
 // settles its tries in the background while the session lives and the
 // registry is open — it puts every try's marker, so none can apply any
 // more, and releases, audited, an epoch one of them began that no Lease
@@ -184,10 +187,12 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 	}
 	if err != nil {
 		if len(earlier) > 0 {
-			// A try whose outcome was unknown may still apply — after
-			// an unknown last try, or a resend etcd refused whole:
-			// settle them all (protocol.Settle).
+			// A try whose outcome was unknown may have applied, or still
+			// apply — after an unknown last try, or a resend etcd refused
+			// whole: the call's outcome is unknown, and its tries are
+			// settled (protocol.Settle).
 			r.settleLater(s, resource, earlier, t.Complete)
+			err = undecided(err)
 		}
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
@@ -208,6 +213,23 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 	// The Else reads at the compares' revision, so one of them shows why;
 	// nothing else fails a claim.
 	return nil, fmt.Errorf("lease: acquire %q: the claim failed and its reads show no reason", resource)
+}
+
+// undecided is the error of a TryAcquire whose last try failed after an
+// earlier try whose outcome was unknown: the call's outcome is unknown,
+// whatever the last try's error says — a refusal applied nothing of that
+// try, but the earlier one may have applied. It matches outcome.ErrUnknown
+// and not outcome.ErrRefused, and still matches session.ErrExpired when
+// the session's etcd lease was gone (an epoch the earlier try began is
+// then gone with it).
+func undecided(err error) error {
+	if errors.Is(err, outcome.ErrUnknown) {
+		return err
+	}
+	if errors.Is(err, session.ErrExpired) {
+		return fmt.Errorf("%w: %w: an earlier try's outcome is unknown, and the resend failed: %v", outcome.ErrUnknown, session.ErrExpired, err)
+	}
+	return fmt.Errorf("%w: an earlier try's outcome is unknown, and the resend failed: %v", outcome.ErrUnknown, err)
 }
 
 // maxClaimTries bounds the tries of one TryAcquire whose outcomes stay

@@ -340,9 +340,11 @@ func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 
 // TestTryAcquireRefusedResendIsSettled: try 1 of a TryAcquire is held
 // (outcome unknown) and etcd refuses the resend whole (a permission
-// revoked meanwhile). The call returns the refusal, but try 1 may still
-// apply: the call settles it, and once its marker is in, try 1 applied
-// late claims nothing.
+// revoked meanwhile). Try 1 may still apply, so the call's outcome is
+// unknown, not refused (the chaos suite's seed 60613 found a refused
+// resend reported as "nothing was applied" while try 1 held the task);
+// the call settles it, and once its marker is in, try 1 applied late
+// claims nothing.
 func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -358,8 +360,8 @@ func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
 	cli.KV = kv
 	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
-	if _, err := reg.TryAcquire(ctx, f.session("w1"), "r"); !errors.Is(err, outcome.ErrRefused) {
-		t.Fatalf("TryAcquire whose resend was refused: %v; want outcome.ErrRefused", err)
+	if _, err := reg.TryAcquire(ctx, f.session("w1"), "r"); !errors.Is(err, outcome.ErrUnknown) || errors.Is(err, outcome.ErrRefused) {
+		t.Fatalf("TryAcquire whose resend was refused after an unknown try: %v; want outcome.ErrUnknown, not ErrRefused (try 1 may apply)", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -497,9 +498,16 @@ func (w *Worker) acquireMany(s *session.Session, tasks []string) []*lease.Lease 
 	for i, task := range tasks {
 		ps[i] = w.begin(model.OpAcquire, task, s.Worker(), 0)
 	}
+	giveBacks := make([]*pendingOp, len(tasks))
+	for i, task := range tasks {
+		giveBacks[i] = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: ps[i].id})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	ls, err := w.reg.TryAcquireMany(ctx, s, tasks)
 	cancel()
+	for _, g := range giveBacks {
+		g.end(settled(err))
+	}
 	if err != nil {
 		out := model.OutUnknown
 		if sessionEnded(err) {
@@ -614,9 +622,11 @@ func (w *Worker) acquire(stop context.Context, s *session.Session, task string, 
 		giveBack.end(gave, 0, 0, why)
 	} else {
 		p = w.begin(model.OpAcquire, task, s.Worker(), 0)
+		giveBack = w.beginEvent(model.Event{Op: model.OpRelease, Task: task, W: s.Worker(), In: true, Of: p.id})
 		ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 		l, err = w.reg.TryAcquire(ctx, s, task)
 		cancel()
+		giveBack.end(settled(err))
 	}
 	var held *lease.HeldError
 	var done *lease.CompletedError
@@ -705,9 +715,23 @@ func (w *Worker) completion(task string) (e audit.Entry, done bool, err error) {
 
 // sessionEnded reports that TryAcquire or TryAcquireMany applied nothing
 // because the session had ended: refused before sending, or etcd refused
-// the put for a lease it no longer has.
+// the put for a lease it no longer has. A refusal after a try whose
+// outcome was unknown is an unknown outcome (it may have applied).
 func sessionEnded(err error) bool {
-	return errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)
+	return (errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrExpired)) &&
+		!errors.Is(err, outcome.ErrUnknown)
+}
+
+// settled is the outcome of the internal release a TryAcquire or
+// TryAcquireMany call may make after it returned: one whose outcome was
+// unknown settles its tries in the background, and releases, audited, an
+// epoch one of them began that no Lease serves (docs/protocol.md §3.1).
+// Unknown then — it may run — and fail, certainly not run, otherwise.
+func settled(err error) (model.Outcome, int64, int64, error) {
+	if errors.Is(err, outcome.ErrUnknown) {
+		return model.OutUnknown, 0, 0, fmt.Errorf("the claim's outcome was unknown (%w); its settlement releases an epoch a try began", err)
+	}
+	return model.OutFail, 0, 0, nil
 }
 
 func (w *Worker) settle(l *lease.Lease) {

@@ -25,7 +25,8 @@ func newDrillCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drill <resource>",
 		Short: "Replay a forced expiry against a live cluster under a scratch namespace; PASS or FAIL",
-		Long: "Under a scratch namespace below --namespace: worker 1 acquires the resource, an operator\n" +
+		Long: "Under a scratch namespace <namespace>/%drill-<n> (the range the operator role is granted for\n" +
+			"drills, where no other namespace can be): worker 1 acquires the resource, an operator\n" +
 			"revoke forces its epoch to end, worker 2 acquires it, writes to a fenced downstream kept in\n" +
 			"etcd and completes; then worker 1 tries its write and its completion. PASS requires the\n" +
 			"audit to show worker 1's completion rejected and the downstream to hold no effect from\n" +
@@ -39,6 +40,9 @@ func newDrillCmd(g *globals) *cobra.Command {
 			}
 			if ttl < time.Second {
 				return usagef("--ttl must be at least 1s")
+			}
+			if g.space().IsDrill() {
+				return usagef("--namespace %s is a drill's scratch namespace; drill in its parent", g.namespace)
 			}
 			return g.withClient(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				ctx, cancel := context.WithTimeout(ctx, 4*g.cmdTimeout)
@@ -58,7 +62,9 @@ func newDrillCmd(g *globals) *cobra.Command {
 // drill runs the forced-expiry drill on res under a fresh scratch
 // namespace, deleted afterwards unless keep, and prints its verdict.
 func (g *globals) drill(ctx context.Context, cli *clientv3.Client, res string, ttl time.Duration, keep, noFencing bool) (err error) {
-	ns := fmt.Sprintf("%s/drill-%d", g.namespace, time.Now().UnixNano())
+	// Under N/%drill-, the operator role's drill range: no other
+	// namespace's keys can be there (keys.ValidateNamespace).
+	ns := g.space().DrillNamespace(uint64(time.Now().UnixNano()))
 	fmt.Fprintf(g.out, "drill on %q under scratch namespace %s\n", res, ns)
 	if !keep {
 		defer func() {

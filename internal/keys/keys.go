@@ -90,12 +90,25 @@ func ValidateResource(name string) error {
 // (N/lease/, N/done/, N/audit/, N/fence/).
 var reserved = []string{"lease", "done", "audit", "fence"}
 
+// drillSegment begins the last segment of a scratch namespace of
+// `leasehold drill`: "N/%drill-<n>", n decimal. The operator role of N is
+// granted the range "N/%drill-" for them (see DrillPrefix).
+const drillSegment = "%drill-"
+
 // ValidateNamespace reports whether ns is a usable namespace.
 //
 // No segment of a namespace may be one of the SDK's own (lease, done,
 // audit, fence). That keeps any two namespaces apart, nested or not: the
 // keys of "/a/b" are never under a prefix of "/a" — only a namespace
 // "/a/lease…" or "/a/audit…" could put keys there, and those are refused.
+//
+// A segment beginning "%drill-" is allowed only as the last one, followed
+// by decimal digits only: "N/%drill-<n>" is a scratch namespace of
+// `leasehold drill` under N (IsDrill), and "N/%drill-" the range N's
+// operator role is granted for them. So the only namespaces whose keys lie
+// in that range are N's own drill namespaces, which have no roles of their
+// own (package rbac refuses them), and no drill namespace has a namespace
+// nested in it.
 func ValidateNamespace(ns string) error {
 	switch {
 	case ns == "":
@@ -112,12 +125,22 @@ func ValidateNamespace(ns string) error {
 			return fmt.Errorf("%w: control character %U", ErrInvalidNamespace, r)
 		}
 	}
-	for seg := range strings.SplitSeq(ns[1:], "/") {
+	segs := strings.Split(ns[1:], "/")
+	for i, seg := range segs {
 		if slices.Contains(reserved, seg) {
 			return fmt.Errorf("%w: %q has the segment %q, where the keys of an enclosing namespace live; choose another name", ErrInvalidNamespace, ns, seg)
 		}
+		if n, ok := strings.CutPrefix(seg, drillSegment); ok && (i != len(segs)-1 || !decimal(n)) {
+			return fmt.Errorf("%w: %q has the segment %q: segments beginning %q are reserved for the scratch namespaces of `leasehold drill` (%q, last); choose another name",
+				ErrInvalidNamespace, ns, seg, drillSegment, drillSegment+"<n>")
+		}
 	}
 	return nil
+}
+
+// decimal reports whether s is one or more ASCII digits.
+func decimal(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r < '0' || r > '9' })
 }
 
 // Escape returns the key segment for a resource name: '%' and '/' are
@@ -216,6 +239,25 @@ func (s Space) AuditPrefix() string { return s.ns + "/audit/" }
 // FencePrefix is the prefix of every fence key (fenceetcd.Guard's record of
 // the highest epoch admitted per resource).
 func (s Space) FencePrefix() string { return s.ns + "/fence/" }
+
+// DrillPrefix is the prefix of the keys of every scratch namespace
+// `leasehold drill` makes under this namespace, "N/%drill-" ("/%drill-"
+// under "/"): the range N's operator role is granted for them. No key of
+// any other valid namespace lies under it (see ValidateNamespace).
+func (s Space) DrillPrefix() string { return s.ns + "/" + drillSegment }
+
+// DrillNamespace returns the scratch namespace number n of `leasehold
+// drill` under this namespace: "N/%drill-<n>". It is not valid under a
+// namespace that is itself a drill's (IsDrill).
+func (s Space) DrillNamespace(n uint64) string { return s.DrillPrefix() + strconv.FormatUint(n, 10) }
+
+// IsDrill reports whether this namespace is a scratch namespace of
+// `leasehold drill`, "P/%drill-<n>": its keys lie in the drill range of
+// its parent P, whose operator role may read and write them.
+func (s Space) IsDrill() bool {
+	last := s.ns[strings.LastIndexByte(s.ns, '/')+1:]
+	return strings.HasPrefix(last, drillSegment)
+}
 
 // claimed returns the prefixes whose keys a namespace claims. A namespace
 // N other than "/" claims its whole directory, "N/": its own keys, and

@@ -10,7 +10,7 @@
 // rejection entry, and so on. The roles, for a namespace N:
 //
 //	leasehold-worker    readwrite N/lease/ N/done/ N/audit/ N/fence/
-//	leasehold-operator  readwrite N/lease/ N/audit/ N/drill-   read N/done/ N/fence/
+//	leasehold-operator  readwrite N/lease/ N/done/ N/audit/ N/fence/ N/%drill-
 //	leasehold-auditor   read      N/lease/ N/done/ N/audit/ N/fence/
 //
 // Roles exposes each permission with the reason it is needed. Apply
@@ -25,6 +25,13 @@
 // included: a namespace may not have a segment named lease, done, audit
 // or fence (keys.ValidateNamespace), so no namespace's keys fall under
 // another's prefixes ("/a" and "/a/b" are isolated; "/a/lease" is refused).
+//
+// The operator's N/%drill- is the range of `leasehold drill`'s scratch
+// namespaces N/%drill-<n>. keys.ValidateNamespace allows a segment
+// beginning "%drill-" only as a namespace's last, followed by digits, so
+// the only namespaces with keys in that range are N's drill namespaces;
+// Roles refuses them, so none has roles, or users, of its own ("/a/drill-x"
+// and "/a/b" are isolated from "/a"'s operator; "/a/%drill-x" is refused).
 package rbac
 
 import (
@@ -98,13 +105,18 @@ func RoleName(base, namespace string) string {
 	return base + ":" + namespace
 }
 
-// Roles returns the worker, operator and auditor roles of a namespace.
+// Roles returns the worker, operator and auditor roles of a namespace. A
+// scratch namespace of `leasehold drill` (keys.Space.IsDrill) has none:
+// its keys are its parent's operator's.
 func Roles(namespace string) ([]Role, error) {
 	sp, err := keys.New(namespace)
 	if err != nil {
 		return nil, fmt.Errorf("rbac: %w", err)
 	}
 	ns := sp.Namespace()
+	if sp.IsDrill() {
+		return nil, fmt.Errorf("rbac: %q is a scratch namespace of `leasehold drill`, in the range of its parent's operator role; it has no roles of its own", ns)
+	}
 	var (
 		leaseRW = Permission{sp.LeasePrefix(), ReadWrite, "" +
 			"TryAcquire puts the lease key attached to the session's etcd lease and every transaction compares it; " +
@@ -120,8 +132,9 @@ func Roles(namespace string) ([]Role, error) {
 		fenceRW = Permission{sp.FencePrefix(), ReadWrite, "" +
 			"fenceetcd.Guard compares, reads and puts the highest epoch admitted per resource, and reads the floor <namespace>/fence/%floor; " +
 			"fenceetcd.Guard.Prune raises the floor and deletes the keys below it"}
-		drillRW = Permission{drillPrefix(ns), ReadWrite, "" +
-			"`leasehold drill` acquires, revokes, fences and completes in a scratch namespace <namespace>/drill-<n> and deletes it afterwards"}
+		drillRW = Permission{sp.DrillPrefix(), ReadWrite, "" +
+			"`leasehold drill` acquires, revokes, fences and completes in a scratch namespace <namespace>/%drill-<n> and deletes it afterwards; " +
+			"no other namespace's keys are in this range"}
 	)
 	read := func(p Permission, why string) Permission { return Permission{p.Prefix, Read, why} }
 	roles := []Role{
@@ -146,10 +159,6 @@ func Roles(namespace string) ([]Role, error) {
 	}
 	return roles, nil
 }
-
-// drillPrefix is the prefix of the scratch namespaces `leasehold drill`
-// creates under ns: "<ns>/drill-<nanoseconds>".
-func drillPrefix(ns string) string { return ns + "/drill-" }
 
 // Apply creates the namespace's roles and makes each role's permissions
 // exactly those of Roles: missing ones are granted, a different access is

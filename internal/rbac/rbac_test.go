@@ -44,7 +44,7 @@ func TestRoles(t *testing.T) {
 			"readwrite /leasehold/lease/", "readwrite /leasehold/done/", "readwrite /leasehold/audit/", "readwrite /leasehold/fence/",
 		},
 		"leasehold-operator": {
-			"readwrite /leasehold/lease/", "readwrite /leasehold/done/", "readwrite /leasehold/audit/", "readwrite /leasehold/fence/", "readwrite /leasehold/drill-",
+			"readwrite /leasehold/lease/", "readwrite /leasehold/done/", "readwrite /leasehold/audit/", "readwrite /leasehold/fence/", "readwrite /leasehold/%drill-",
 		},
 		"leasehold-auditor": {
 			"read /leasehold/lease/", "read /leasehold/done/", "read /leasehold/audit/", "read /leasehold/fence/",
@@ -66,6 +66,9 @@ func TestRoles(t *testing.T) {
 			}
 		}
 	}
+	if rootRoles, err := rbac.Roles("/"); err != nil || rootRoles[1].Permissions[4].Prefix != "/%drill-" {
+		t.Errorf("root namespace's drill range: %+v, %v", rootRoles, err)
+	}
 	other, err := rbac.Roles("/team a")
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +83,9 @@ func TestRoles(t *testing.T) {
 		got[1] != "etcdctl role grant-permission leasehold-worker --prefix=true readwrite /leasehold/lease/" {
 		t.Errorf("commands %q", got)
 	}
-	for _, bad := range []string{"", "x", "/x/"} {
+	// A drill's scratch namespace has no roles: its keys are its
+	// parent's operator's. The root namespace's drill range is "/%drill-".
+	for _, bad := range []string{"", "x", "/x/", "/leasehold/%drill-1", "/%drill-1", "/a/%drill-x"} {
 		if _, err := rbac.Roles(bad); err == nil {
 			t.Errorf("namespace %q accepted", bad)
 		}

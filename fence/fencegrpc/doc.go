@@ -4,7 +4,7 @@
 // idempotency key found in each call's context ([UnaryClientInterceptor],
 // [StreamClientInterceptor]), and the status every refusal is answered
 // with ([StatusFor]), which [Refusal] decodes back into the guard's own
-// error.
+// error. [WithResource] binds a token to the resource each call writes.
 //
 // The token travels as its text form ([fence.Token.String]) in the
 // [MetadataKey] metadata entry; [fence.WithToken] puts it in the context

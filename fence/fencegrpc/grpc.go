@@ -26,21 +26,33 @@ const (
 	reasonNotCurrent     = "NOT_CURRENT"
 	reasonTokenRequired  = "FENCING_TOKEN_REQUIRED"
 	reasonMalformedToken = "MALFORMED_FENCING_TOKEN"
+	reasonWrongResource  = "WRONG_RESOURCE"
 )
 
 // Option configures the server interceptors.
 //
-// Building an interceptor never panics. A misconfigured one (a nil Guard or
-// a nil option) fails closed instead: it fails every call, before looking
-// at its token, with codes.Internal and a message naming the mistake, and
-// never runs the handler.
+// Building an interceptor never panics. A misconfigured one (a nil Guard,
+// a nil option, WithResource(nil) or WithResource given twice) fails
+// closed instead: it fails every call, before looking at its token, with
+// codes.Internal and a message naming the mistake, and never runs the
+// handler.
 type Option func(*interceptorConfig)
 
 type interceptorConfig struct {
-	optional bool
+	optional  bool
+	resource  func(ctx context.Context, method string, req any) (string, error)
+	resources int // how many WithResource options were given
 	// err is the configuration error; when set, every call is refused
 	// with it.
 	err error
+}
+
+// fail records err as the configuration error, unless one is recorded
+// already: the first mistake is the one reported.
+func (c *interceptorConfig) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 // TokenOptional lets calls without a token through, unfenced and without
@@ -53,22 +65,84 @@ func TokenOptional() Option {
 	return func(c *interceptorConfig) { c.optional = true }
 }
 
+// WithResource names the resource each call writes, as
+// fencehttp.WithResource does for HTTP, and makes the interceptors refuse
+// a token issued for any other resource with codes.InvalidArgument and a
+// google.rpc.ErrorInfo {Reason "WRONG_RESOURCE", Domain "leasehold",
+// Metadata resource (the token's), presented_epoch}. Without it the
+// interceptors fence and serialise by the token's own resource, and a
+// holder of resource A's lease could write resource B unfenced; with it
+// the handler knows the token covers what it writes. resource is given
+// the call's context (with its incoming metadata; the token is not in
+// it), its full method ("/pkg.Service/Method") and a request message; an
+// error from it is answered with InvalidArgument and the error's text, so
+// it should describe the call, not the server.
+//
+//   - Unary calls: resource is called once with the request, before the
+//     token is admitted; a refused call admits nothing and never reaches
+//     the handler.
+//   - Streams: the token is checked when the stream opens, before any
+//     message has arrived, so resource is called for every message the
+//     handler receives, each time it calls RecvMsg, after the stream's
+//     token was admitted. A message for another resource, or one resource
+//     cannot name, makes that RecvMsg and every later one return the
+//     InvalidArgument status instead of the message; the handler must not
+//     use the message and should return the error (generated handlers
+//     do). A server-streaming call's one request is received this way
+//     before the method's implementation runs. The messages the server
+//     sends are not checked.
+//
+// Calls without a token that TokenOptional lets through are not checked.
+// An interceptor given a nil resource function refuses every call as
+// misconfigured (see Option).
+func WithResource(resource func(ctx context.Context, fullMethod string, req any) (string, error)) Option {
+	return func(c *interceptorConfig) {
+		c.resources++
+		if resource == nil {
+			c.fail(errors.New("WithResource: the resource function is nil"))
+			return
+		}
+		c.resource = resource
+	}
+}
+
+// checkResource returns the status error refusing t for a call of method
+// whose message req the resource function of c names another resource
+// than t's, or could not name one for; nil when the resources match.
+func (c *interceptorConfig) checkResource(ctx context.Context, method string, req any, t fence.Token) error {
+	want, err := c.resource(ctx, method, req)
+	var msg string
+	switch {
+	case err != nil:
+		msg = "fence: the call does not name a resource: " + err.Error()
+	case want != t.Resource:
+		msg = fmt.Sprintf("fence: the token is for resource %q; this call writes resource %q", t.Resource, want)
+	default:
+		return nil
+	}
+	return withErrorInfo(status.New(codes.InvalidArgument, msg), reasonWrongResource, map[string]string{
+		"resource":        t.Resource,
+		"presented_epoch": strconv.FormatInt(t.Epoch, 10),
+	}).Err()
+}
+
 // newInterceptorConfig applies opts. It never panics: the first
 // configuration error is recorded in the returned config's err, prefixed
 // with "fence: " and caller, for the interceptor to fail every call with.
 func newInterceptorConfig(caller string, g fence.Guard, opts []Option) interceptorConfig {
 	var c interceptorConfig
 	if g == nil {
-		c.err = errors.New("the Guard is nil")
+		c.fail(errors.New("the Guard is nil"))
 	}
 	for i, o := range opts {
 		if o == nil {
-			if c.err == nil {
-				c.err = fmt.Errorf("the Option at index %d is nil", i)
-			}
+			c.fail(fmt.Errorf("the Option at index %d is nil", i))
 			continue
 		}
 		o(&c)
+	}
+	if c.resources > 1 {
+		c.fail(fmt.Errorf("WithResource given %d times; give it at most once", c.resources))
 	}
 	if c.err != nil {
 		c.err = fmt.Errorf("fence: %s misconfigured: %w", caller, c.err)
@@ -83,6 +157,8 @@ func newInterceptorConfig(caller string, g fence.Guard, opts []Option) intercept
 //   - a malformed token, or more than one: codes.InvalidArgument;
 //   - no token: codes.FailedPrecondition (the handler runs unfenced instead
 //     with TokenOptional);
+//   - with WithResource, a token for another resource than the call's:
+//     codes.InvalidArgument, before the token is admitted;
 //   - a stale token: codes.FailedPrecondition with a google.rpc.ErrorInfo
 //     detail {Reason "FENCED" or "NOT_CURRENT", Domain "leasehold",
 //     Metadata resource, presented_epoch, current_epoch}, which Refusal
@@ -104,7 +180,7 @@ func newInterceptorConfig(caller string, g fence.Guard, opts []Option) intercept
 // configuration error, without running the handler.
 func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newInterceptorConfig("UnaryServerInterceptor", g, opts)
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if c.err != nil {
 			return nil, misconfigured(c.err)
 		}
@@ -114,6 +190,11 @@ func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInter
 		}
 		if !ok {
 			return handler(ctx, req)
+		}
+		if c.resource != nil {
+			if err := c.checkResource(ctx, info.FullMethod, req, t); err != nil {
+				return nil, err
+			}
 		}
 		release, err := admit(ctx, g, t)
 		if err != nil {
@@ -132,11 +213,13 @@ func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInter
 // keep every other fenced call for their resource (in this process)
 // waiting; fence short streams, or fence each message's effect with a guard
 // inside its transaction instead. The handler's stream has the token in its
-// Context. A misconfigured interceptor fails every stream with
-// codes.Internal, as UnaryServerInterceptor does.
+// Context. With WithResource, each message the handler receives is checked
+// against the token's resource (see WithResource). A misconfigured
+// interceptor fails every stream with codes.Internal, as
+// UnaryServerInterceptor does.
 func StreamServerInterceptor(g fence.Guard, opts ...Option) grpc.StreamServerInterceptor {
 	c := newInterceptorConfig("StreamServerInterceptor", g, opts)
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if c.err != nil {
 			return misconfigured(c.err)
 		}
@@ -153,7 +236,11 @@ func StreamServerInterceptor(g fence.Guard, opts ...Option) grpc.StreamServerInt
 			return StatusFor(err).Err()
 		}
 		defer release()
-		return handler(srv, &fencedServerStream{ServerStream: ss, ctx: fence.WithToken(ctx, t)})
+		fs := &fencedServerStream{ServerStream: ss, ctx: fence.WithToken(ctx, t)}
+		if c.resource != nil {
+			fs.check = func(m any) error { return c.checkResource(ctx, info.FullMethod, m, t) }
+		}
+		return handler(srv, fs)
 	}
 }
 
@@ -172,13 +259,31 @@ func misconfigured(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// fencedServerStream gives the handler a context carrying the admitted token.
+// fencedServerStream gives the handler a context carrying the admitted
+// token and, with WithResource, checks each message it receives.
 type fencedServerStream struct {
 	grpc.ServerStream
 	ctx context.Context
+	// check, if set, refuses a received message for another resource
+	// than the token's.
+	check func(m any) error
+	// refused is the first refusal by check; every later RecvMsg returns
+	// it. grpc.ServerStream forbids concurrent RecvMsg calls.
+	refused error
 }
 
 func (s *fencedServerStream) Context() context.Context { return s.ctx }
+
+func (s *fencedServerStream) RecvMsg(m any) error {
+	if s.refused != nil {
+		return s.refused
+	}
+	if err := s.ServerStream.RecvMsg(m); err != nil || s.check == nil {
+		return err
+	}
+	s.refused = s.check(m)
+	return s.refused
+}
 
 // incomingToken reads the token from ctx's incoming metadata. ok is false
 // when there is none and optional allows that; err is a status error.

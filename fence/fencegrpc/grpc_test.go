@@ -248,6 +248,10 @@ func TestGRPCMisconfigured(t *testing.T) {
 			want: "misconfigured: the Option at index 1 is nil"},
 		{name: "nil guard and option", nilG: true, opts: []Option{nil},
 			want: "misconfigured: the Guard is nil"},
+		{name: "nil resource func", opts: []Option{WithResource(nil)},
+			want: "misconfigured: WithResource: the resource function is nil"},
+		{name: "WithResource twice", opts: []Option{WithResource(new(byMessage).resource), TokenOptional(), WithResource(new(byMessage).resource)},
+			want: "misconfigured: WithResource given 2 times; give it at most once"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -121,7 +120,7 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 	}
 	seen := make(map[string]int, len(resources))
 	for i, res := range resources {
-		if err := keys.ValidateResource(res); err != nil {
+		if err := r.validate(res); err != nil {
 			return nil, fmt.Errorf("lease: acquire batch: resource %d: %w", i, err)
 		}
 		if j, dup := seen[res]; dup {

@@ -41,8 +41,8 @@ func TestRecipeHoldingIsNotATask(t *testing.T) {
 	if got := f.kinds("election/x"); !slices.Equal(got, want) {
 		t.Fatalf("audit after the refused Completes: %v; want %v (nothing written)", got, want)
 	}
-	if _, err := f.reg.Reclaim(ctx, s1, "election/x"); !errors.Is(err, lease.ErrKindMismatch) {
-		t.Fatalf("Reclaim of an election's holding through a task registry: %v; want ErrKindMismatch", err)
+	if _, err := f.reg.Reclaim(ctx, s1, "election/x"); !errors.Is(err, lease.ErrInvalidResource) {
+		t.Fatalf("Reclaim of an election's holding through a task registry: %v; want ErrInvalidResource (a recipe's resource)", err)
 	}
 
 	// A waiter of the same kind gets it by handoff, still an election's.
@@ -103,5 +103,43 @@ func TestRecipeKeepsTheRegistrysBounds(t *testing.T) {
 	}
 	if got := hook.AttemptTimeout(mustRegistry(t, f.cli)); got != lease.DefaultAttemptTimeout {
 		t.Errorf("default AttemptTimeout = %v, want %v", got, lease.DefaultAttemptTimeout)
+	}
+}
+
+// TestTaskRegistryRefusesRecipeNames: a registry of tasks refuses, before
+// sending anything, a resource in the recipes' names ("election/…",
+// "semaphore/…"), on every claim path: a task of that name, claimed and
+// completed, would write a done record that ends the election or the
+// permit for good. A recipe's registry claims them as before.
+func TestTaskRegistryRefusesRecipeNames(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	s := f.session("w1")
+	for _, res := range []string{"election/leader", "semaphore/s/permit/0", "semaphore/s/turnstile"} {
+		rt := f.rpc.measure(func() {
+			if _, err := f.reg.TryAcquire(ctx, s, res); !errors.Is(err, lease.ErrInvalidResource) {
+				t.Errorf("TryAcquire(%q): %v; want ErrInvalidResource", res, err)
+			}
+			if _, err := f.reg.Acquire(ctx, s, res); !errors.Is(err, lease.ErrInvalidResource) {
+				t.Errorf("Acquire(%q): %v; want ErrInvalidResource", res, err)
+			}
+			if _, err := f.reg.TryAcquireMany(ctx, s, []string{"plain", res}); !errors.Is(err, lease.ErrInvalidResource) {
+				t.Errorf("TryAcquireMany(plain, %q): %v; want ErrInvalidResource", res, err)
+			}
+		})
+		if total(rt) != 0 {
+			t.Errorf("%q: refused claims sent %v", res, rt)
+		}
+	}
+	// Names that only look alike are tasks.
+	for _, res := range []string{"elections/x", "election", "semaphores/x", "x/election/y"} {
+		l, err := f.reg.TryAcquire(ctx, s, res)
+		if err != nil {
+			t.Errorf("TryAcquire(%q): %v", res, err)
+			continue
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

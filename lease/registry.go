@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -82,7 +83,7 @@ func (r *Registry) Client() *clientv3.Client { return r.cli }
 func (r *Registry) attemptTimeout() time.Duration { return r.attempt }
 
 func (r *Registry) check(op string, s *session.Session, resource string) error {
-	if err := keys.ValidateResource(resource); err != nil {
+	if err := r.validate(resource); err != nil {
 		return fmt.Errorf("lease: %s: %w", op, err)
 	}
 	if s == nil {
@@ -92,6 +93,24 @@ func (r *Registry) check(op string, s *session.Session, resource string) error {
 		return fmt.Errorf("lease: %s %q: %w", op, resource, err)
 	}
 	return r.tracker.closedErr()
+}
+
+// validate checks that resource is a name this registry may claim: a
+// valid resource name (keys.ValidateResource), and, through a registry of
+// tasks (no recipe kind), not a recipe's resource ("election/…",
+// "semaphore/…", recipekeys.Reserved). A task of that name, claimed and
+// completed, would write a done record that ends the election or the
+// semaphore's permit for good; so whoever writes task names — a pool's
+// Prefix keys, a caller's list — cannot reach a recipe (docs/protocol.md
+// §1). Both are ErrInvalidResource.
+func (r *Registry) validate(resource string) error {
+	if err := keys.ValidateResource(resource); err != nil {
+		return err
+	}
+	if r.kind == "" && recipekeys.Reserved(resource) {
+		return fmt.Errorf("%w: %q names a recipe's resource (election/…, semaphore/…), which a registry of tasks does not claim", ErrInvalidResource, resource)
+	}
+	return nil
 }
 
 // TryAcquire takes the resource for the session if it is free, in one

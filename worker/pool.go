@@ -61,6 +61,12 @@ type Stats struct {
 	// that screens offers before they are claimed, or by a claim that
 	// failed (docs/protocol.md §3.14).
 	SkippedHeld, SkippedCompleted, SkippedLockDelayed int64
+	// SkippedInvalid counts the names the pool gave up on for the Run
+	// because the registry refuses them (lease.ErrInvalidResource): not a
+	// valid resource name, or a recipe's resource offered as a task. Each
+	// is set aside alone, never with the names offered beside it, and
+	// logged at error level.
+	SkippedInvalid int64
 	// TakenOver counts the tasks offered at once because the session
 	// that held them ended (another pool's process died, or this pool's
 	// own session was lost).
@@ -106,7 +112,7 @@ type Pool struct {
 	running atomic.Bool
 	stats   struct {
 		started, completed, stale, failed, retried, interrupted, unknown, panics, reclaimed, replaced atomic.Int64
-		skippedHeld, skippedCompleted, skippedDelayed, takenOver                                      atomic.Int64
+		skippedHeld, skippedCompleted, skippedDelayed, skippedInvalid, takenOver                      atomic.Int64
 	}
 }
 
@@ -152,7 +158,7 @@ func (p *Pool) Stats() Stats {
 		Failed: s.failed.Load(), Retried: s.retried.Load(), Interrupted: s.interrupted.Load(), Unknown: s.unknown.Load(),
 		Panics: s.panics.Load(), Reclaimed: s.reclaimed.Load(), SessionsReplaced: s.replaced.Load(),
 		SkippedHeld: s.skippedHeld.Load(), SkippedCompleted: s.skippedCompleted.Load(), SkippedLockDelayed: s.skippedDelayed.Load(),
-		TakenOver: s.takenOver.Load(),
+		SkippedInvalid: s.skippedInvalid.Load(), TakenOver: s.takenOver.Load(),
 	}
 }
 

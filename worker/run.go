@@ -412,6 +412,13 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 		}
 		return nil, false
 	}
+	// A name the registry would refuse is set aside alone, before any
+	// claim: a batch claim refuses a batch with one such name whole, and
+	// the others would never run (docs/protocol.md §3.14).
+	batch = r.dropInvalid(batch)
+	if len(batch) == 0 {
+		return nil, false
+	}
 	if len(batch) > 1 {
 		ls, err := r.tryAcquireMany(s, batch)
 		if err == nil {
@@ -494,6 +501,35 @@ func (r *run) reclaim(ctx context.Context, s *session.Session, name string) (*le
 	return l.(*lease.Lease), nil
 }
 
+// dropInvalid returns the names of batch the registry may claim, and
+// gives up on the others for the rest of the Run: a name that is not a
+// valid resource, or a recipe's resource offered as a task (hook.Validate,
+// ErrInvalidResource). Each is logged at error level, with the reason, and
+// counted in Stats.SkippedInvalid; its source is told it is finished.
+func (r *run) dropInvalid(batch []string) []string {
+	valid := batch[:0:0]
+	for _, name := range batch {
+		err := hook.Validate(r.p.reg, name)
+		if err == nil {
+			valid = append(valid, name)
+			continue
+		}
+		r.skipInvalid(name, err)
+	}
+	return valid
+}
+
+// skipInvalid gives up on a name the registry refuses, for the rest of
+// the Run: logged, counted, finished.
+func (r *run) skipInvalid(name string, err error) {
+	r.p.stats.skippedInvalid.Add(1)
+	r.log.Error("skipping a resource whose name the registry refuses (Stats().SkippedInvalid counts them)", "resource", name, "error", err)
+	r.mu.Lock()
+	r.given[name] = true
+	r.mu.Unlock()
+	r.finished(name)
+}
+
 // claimOne tries TryAcquire once and classifies its failure.
 func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
 	l, err := r.tryAcquire(s, name)
@@ -523,8 +559,7 @@ func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
 		r.countSkip(err)
 		r.giveBack(name)
 	case errors.Is(err, lease.ErrInvalidResource):
-		r.log.Error("skipping a resource whose name is not valid", "resource", name, "error", err)
-		r.finished(name)
+		r.skipInvalid(name, err)
 	case errors.Is(err, outcome.ErrUnknown):
 		// It may have been applied, also when Run's context ended during
 		// the claim, and must not stay held with no Lease.

@@ -48,6 +48,10 @@ var (
 	// TryAcquireMany is reg's TryAcquireMany with each member under the
 	// terms termsFor gives it, returning a []*lease.Lease (lease/batch.go).
 	TryAcquireMany func(ctx context.Context, reg, s any, resources []string, termsFor func(resource string) protocol.Terms) (any, error)
+	// Validate checks that resource is a name reg may claim: a valid
+	// resource name, and through a registry of tasks not a recipe's
+	// (lease/registry.go).
+	Validate func(reg any, resource string) error
 	// Reclaim is reg's Reclaim of a claim made under the terms t,
 	// returning a *lease.Lease carrying t's Complete ops (lease/reclaim.go).
 	Reclaim func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error)

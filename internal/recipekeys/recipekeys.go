@@ -99,3 +99,13 @@ func ParsePermit(resource string) (name string, i int, ok bool) {
 	}
 	return rest[:at], i, true
 }
+
+// Reserved reports whether resource is in the recipes' part of the
+// resource names — an election's ("election/…") or a semaphore's
+// ("semaphore/…") — which only a recipe's registry may claim: a task
+// named like a recipe's resource, claimed and completed through a task
+// registry, would write a done record that ends the recipe for good
+// (docs/protocol.md §1).
+func Reserved(resource string) bool {
+	return strings.HasPrefix(resource, ElectionPrefix) || strings.HasPrefix(resource, semaphorePrefix)
+}

@@ -74,6 +74,8 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/internal/observe"
@@ -169,19 +171,37 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithWorker sets the worker id recorded as the holder of every lease taken
-// through the session. It must be non-empty, at most 256 bytes. The default
-// is "<host>-<pid>-<random>".
+// through the session. It must be non-empty, at most 256 bytes of valid
+// UTF-8 with no control character (no rune for which unicode.IsControl
+// holds: C0, DEL, C1), as resource names and statuses: the id is written
+// into holder records and audit entries that operators' terminals print.
+// The default is "<host>-<pid>-<random>".
 func WithWorker(id string) Option {
 	return func(c *config) error {
-		if id == "" {
-			return errors.New("session: WithWorker: worker id must not be empty")
-		}
-		if len(id) > 256 {
-			return fmt.Errorf("session: WithWorker: worker id is %d bytes, the limit is 256", len(id))
+		if err := validateWorker(id); err != nil {
+			return fmt.Errorf("session: WithWorker: %w", err)
 		}
 		c.worker = id
 		return nil
 	}
+}
+
+// validateWorker says what is wrong with worker id id, if anything.
+func validateWorker(id string) error {
+	switch {
+	case id == "":
+		return errors.New("worker id must not be empty")
+	case len(id) > 256:
+		return fmt.Errorf("worker id is %d bytes, the limit is 256", len(id))
+	case !utf8.ValidString(id):
+		return errors.New("worker id is not valid UTF-8")
+	}
+	for i, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("worker id has control character %U at byte %d", r, i)
+		}
+	}
+	return nil
 }
 
 // WithLogger sets the logger. The default discards everything. Like the
@@ -400,13 +420,18 @@ func withClient(ctx context.Context, cli *clientv3.Client) (_ context.Context, s
 }
 
 func defaultWorker() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "worker"
-	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	host, err := os.Hostname()
+	if err != nil {
+		host = ""
+	}
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if host == "" || validateWorker(id) != nil {
+		// The id a host name would make is not one WithWorker accepts.
+		id = fmt.Sprintf("worker-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	return id
 }
 
 // Worker returns the worker id.

@@ -801,3 +801,61 @@ func TestAcceptedRenewIntervalKeepsSessionAlive(t *testing.T) {
 	case <-time.After(3 * ttl):
 	}
 }
+
+// TestWithWorkerRefusesControlCharacters: a worker id is written into
+// holder records and audit entries that operators' terminals print, so
+// WithWorker refuses what resource names and statuses refuse — a control
+// character (C0, DEL, C1) or bytes that are not UTF-8 — with an error from
+// New, never a panic and never a session; printable non-ASCII ids work.
+func TestWithWorkerRefusesControlCharacters(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	for _, tc := range []struct{ name, id, want string }{
+		{"OSC 52 clipboard and line erase", "w\x1b]52;c;aGk=\x07\x1b[2K\rhonest-worker", "control character U+001B at byte 1"},
+		{"NUL", "w\x00", "control character U+0000"},
+		{"newline", "w1\nw2", "control character U+000A"},
+		{"tab", "w\t1", "control character U+0009"},
+		{"DEL", "w\x7f", "control character U+007F"},
+		{"C1 CSI", "w\u009b2J", "control character U+009B"},
+		{"C1 NEL", "w\u0085", "control character U+0085"},
+		{"not UTF-8", "w\xff\x9b2J", "not valid UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				s   *session.Session
+				err error
+			)
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("New panicked: %v", r)
+					}
+				}()
+				s, err = session.New(bg(t), cli, session.WithWorker(tc.id))
+			}()
+			if err == nil {
+				_ = s.Close(bg(t))
+				t.Fatalf("New accepted worker id %q", tc.id)
+			}
+			if s != nil {
+				t.Errorf("New returned a session with error %v", err)
+			}
+			if !strings.HasPrefix(err.Error(), "session: WithWorker: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want one from WithWorker saying %q", err, tc.want)
+			}
+		})
+	}
+	// Nothing was granted for the refused ids.
+	if resp, err := cli.Leases(bg(t)); err != nil || len(resp.Leases) != 0 {
+		t.Errorf("leases after the refusals: %v, %v", resp, err)
+	}
+	for _, id := range []string{"wörker-ü", "billing 1", "作業者", "w\u200b", strings.Repeat("é", 128)} {
+		s := newSession(t, cli, session.WithWorker(id))
+		if s.Worker() != id {
+			t.Errorf("worker %q, want %q", s.Worker(), id)
+		}
+	}
+	if s := newSession(t, cli); s.Worker() == "" {
+		t.Error("no default worker id")
+	}
+}

@@ -292,7 +292,7 @@ func (p *leaderPrinter) print(h lease.Holder) {
 	case h.Epoch == 0:
 		fmt.Fprintln(p.w, "no leader")
 	default:
-		fmt.Fprintf(p.w, "leader %s epoch %d\n", h.Worker, h.Epoch)
+		fmt.Fprintf(p.w, "leader %s epoch %d\n", printable(h.Worker), h.Epoch)
 	}
 	p.mu.Lock()
 	p.epoch = h.Epoch

@@ -55,7 +55,7 @@ func TestTimelinePictureExpiryRecordedLate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			es := lateExpiries(t0, tc.deletedAt)
 			var pic strings.Builder
-			if err := writeTimelineSVG(&pic, "r", timeline(es), t0.Add(10*time.Second)); err != nil {
+			if err := writeTimelineSVG(context.Background(), &pic, "r", timeline(es), t0.Add(10*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range checkPicture(t, []byte(pic.String()), es) {
@@ -86,7 +86,7 @@ func TestTimelinePictureExpiryRecordedLate(t *testing.T) {
 	// ended before that one began, and is drawn so.
 	es := lateExpiries(t0, 12)[:3]
 	var pic strings.Builder
-	if err := writeTimelineSVG(&pic, "r", timeline(es), t0.Add(10*time.Second)); err != nil {
+	if err := writeTimelineSVG(context.Background(), &pic, "r", timeline(es), t0.Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range checkPicture(t, []byte(pic.String()), es) {

@@ -414,7 +414,7 @@ func newTimelineCmd(g *globals) *cobra.Command {
 				}
 				tl := timeline(entries)
 				if svgFile != "" || htmlFile != "" {
-					drawn, err := g.drawTimeline(res, tl, svgFile, htmlFile)
+					drawn, err := g.drawTimeline(ctx, res, tl, svgFile, htmlFile)
 					if drawn || err != nil {
 						return err
 					}
@@ -433,18 +433,19 @@ func newTimelineCmd(g *globals) *cobra.Command {
 }
 
 // drawTimeline writes the picture of a resource's timeline to svgFile, or
-// as a page to htmlFile. It reports whether the picture went to stdout (and
-// so took the place of the table).
-func (g *globals) drawTimeline(res string, tl []epochJSON, svgFile, htmlFile string) (stdout bool, err error) {
+// as a page to htmlFile, until ctx ends (the command is interrupted). It
+// reports whether the picture went to stdout (and so took the place of the
+// table).
+func (g *globals) drawTimeline(ctx context.Context, res string, tl []epochJSON, svgFile, htmlFile string) (stdout bool, err error) {
 	draw, file := drawFunc(writeTimelineSVG), svgFile
 	if htmlFile != "" {
 		draw, file = writeTimelineHTML, htmlFile
 	}
 	now := time.Now()
 	if file == "-" {
-		return true, draw(g.out, res, tl, now)
+		return true, draw(ctx, g.out, res, tl, now)
 	}
-	if err := writeTimelineFile(file, draw, res, tl, now); err != nil {
+	if err := writeTimelineFile(ctx, file, draw, res, tl, now); err != nil {
 		return false, err
 	}
 	fmt.Fprintf(g.errOut, "wrote the picture of %q's timeline to %s\n", res, file)

@@ -8,18 +8,88 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/audit"
 )
 
-// table writes rows under a header, aligned.
+// table writes rows under a header, aligned, every cell printable.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	line := func(cells []string) {
+		for i, c := range cells {
+			if i > 0 {
+				io.WriteString(tw, "\t")
+			}
+			io.WriteString(tw, printable(c))
+		}
+		io.WriteString(tw, "\n")
+	}
+	line(header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		line(r)
 	}
 	return tw.Flush()
+}
+
+// printable is s as the human-readable tables print it: every control
+// character (unicode.IsControl: C0, tab and newline included, DEL, C1) and
+// every byte that is not UTF-8 is written as a Go escape (\x1b, \n,
+// \u0085, \xff). A worker id, status, reason or name read from etcd is
+// whatever its writer put there: printed raw, it could drive the terminal
+// (set the clipboard, erase a line, retitle the window) or forge a table's
+// rows and columns. Everything else, backslashes included, stands for
+// itself, so names read as they were written and printable is idempotent.
+func printable(s string) string { return escapeRunes(s, unicode.IsControl) }
+
+// escapeRunes writes every rune of s for which unsafe holds, and every
+// byte that is not UTF-8, as a Go escape (escapeRune); s itself when
+// there is none.
+func escapeRunes(s string, unsafe func(rune) bool) string {
+	clean := true
+	for _, r := range s {
+		// Ranging over invalid UTF-8 yields utf8.RuneError, which
+		// needs the closer look below.
+		if r == utf8.RuneError || unsafe(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unsafe(r):
+			b.WriteString(escapeRune(r))
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// escapeRune is r as a Go escape: \t, \n, \r, \x1b, \u0085, \U0010fffe.
+func escapeRune(r rune) string {
+	switch {
+	case r == '\t':
+		return `\t`
+	case r == '\n':
+		return `\n`
+	case r == '\r':
+		return `\r`
+	case r < 0x80:
+		return fmt.Sprintf(`\x%02x`, r)
+	case r <= 0xffff:
+		return fmt.Sprintf(`\u%04x`, r)
+	}
+	return fmt.Sprintf(`\U%08x`, r)
 }
 
 // writeJSON writes v as indented JSON.
@@ -110,7 +180,7 @@ func newEntryStream(w io.Writer, first []audit.Entry) (*entryStream, error) {
 	s := &entryStream{w: w, widths: slices.Clone(entryMinWidths)}
 	for _, r := range append([][]string{entryHeader}, entryRows(first)...) {
 		for i := range s.widths {
-			s.widths[i] = max(s.widths[i], len(r[i]))
+			s.widths[i] = max(s.widths[i], len(printable(r[i])))
 		}
 	}
 	if err := s.row(entryHeader); err != nil {
@@ -128,12 +198,13 @@ func (s *entryStream) print(entries []audit.Entry) error {
 	return nil
 }
 
+// row writes cells, each printable, padded to the columns' widths.
 func (s *entryStream) row(cells []string) error {
 	var b strings.Builder
 	for i, c := range cells[:len(cells)-1] {
-		fmt.Fprintf(&b, "%-*s  ", s.widths[i], c)
+		fmt.Fprintf(&b, "%-*s  ", s.widths[i], printable(c))
 	}
-	b.WriteString(cells[len(cells)-1])
+	b.WriteString(printable(cells[len(cells)-1]))
 	_, err := fmt.Fprintln(s.w, strings.TrimRight(b.String(), " "))
 	return err
 }

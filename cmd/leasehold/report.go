@@ -87,7 +87,7 @@ func (d *demoRun) report(ctx context.Context, log *audit.Log, wall time.Duration
 			return err
 		}
 		if d.cfg.svg != "" {
-			if err := writeTimelineFile(d.cfg.svg, writeTimelineSVG, task, timeline(mine), time.Now()); err != nil {
+			if err := writeTimelineFile(ctx, d.cfg.svg, writeTimelineSVG, task, timeline(mine), time.Now()); err != nil {
 				fmt.Fprintln(d.g.errOut, "warning: no picture of the timeline:", err)
 			} else {
 				fmt.Fprintf(d.g.out, "picture of this timeline (open it in a browser): %s\n", d.cfg.svg)

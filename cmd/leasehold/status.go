@@ -433,7 +433,7 @@ func printAlarms(w io.Writer, alarms []alarmJSON) []string {
 		if who == "" {
 			who = a.MemberID
 		}
-		as = append(as, a.Alarm+" on "+who)
+		as = append(as, printable(a.Alarm+" on "+who))
 	}
 	fmt.Fprintf(w, "\nalarms: %s\n", strings.Join(as, ", "))
 	for _, a := range alarms {

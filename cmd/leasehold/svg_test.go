@@ -423,7 +423,7 @@ func TestTimelinePictureControl(t *testing.T) {
 		},
 	}
 	var honest strings.Builder
-	if err := writeTimelineSVG(&honest, "jobs/story", timeline(es), now); err != nil {
+	if err := writeTimelineSVG(context.Background(), &honest, "jobs/story", timeline(es), now); err != nil {
 		t.Fatal(err)
 	}
 	if bad := checkPicture(t, []byte(honest.String()), es); len(bad) > 0 {
@@ -431,7 +431,7 @@ func TestTimelinePictureControl(t *testing.T) {
 	}
 	for name, tamper := range tampers {
 		var pic strings.Builder
-		if err := writeTimelineSVG(&pic, "jobs/story", tamper(timeline(es)), now); err != nil {
+		if err := writeTimelineSVG(context.Background(), &pic, "jobs/story", tamper(timeline(es)), now); err != nil {
 			t.Fatal(err)
 		}
 		if bad := checkPicture(t, []byte(pic.String()), es); len(bad) == 0 {
@@ -453,7 +453,7 @@ func TestTimelinePictureEscapes(t *testing.T) {
 		{Kind: audit.Rejected, Resource: "a&b<c>", Worker: worker, Epoch: 7, Attempted: audit.Released, CurrentEpoch: 9, Time: t0.Add(1500 * time.Millisecond), Revision: 10},
 	}
 	var pic strings.Builder
-	if err := writeTimelineSVG(&pic, "a&b<c>", timeline(es), t0.Add(2*time.Second)); err != nil {
+	if err := writeTimelineSVG(context.Background(), &pic, "a&b<c>", timeline(es), t0.Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(pic.String(), "<script") {
@@ -492,7 +492,7 @@ func TestTimelinePictureBounded(t *testing.T) {
 			audit.Entry{Kind: audit.Released, Resource: "r", Worker: "w", Epoch: epoch, Time: at.Add(500 * time.Millisecond), Revision: epoch + 1})
 	}
 	var pic strings.Builder
-	if err := writeTimelineSVG(&pic, "r", timeline(es), t0); err != nil {
+	if err := writeTimelineSVG(context.Background(), &pic, "r", timeline(es), t0); err != nil {
 		t.Fatal(err)
 	}
 	var root svgNode

@@ -14,6 +14,7 @@ func init() {
 	hook.BeforeClose = func(s any, f func(ctx context.Context) error) func() bool {
 		return s.(*Session).beforeClose(f)
 	}
+	hook.ValidateWorker = validateWorker
 	hook.TrailingLease = func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error) {
 		return s.(*Session).trailingLease(ctx, extra)
 	}

@@ -123,8 +123,8 @@ func WithSessionPerSlot() Option {
 // session's default.
 func WithWorker(name string) Option {
 	return func(c *config) error {
-		if name == "" {
-			return errors.New("worker: WithWorker: empty name")
+		if err := hook.ValidateWorker(name); err != nil {
+			return fmt.Errorf("worker: WithWorker: %w", err)
 		}
 		c.worker = name
 		return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/internal/hook"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/leasehold/leasehold/lease"
@@ -146,6 +148,13 @@ func New(reg *lease.Registry, src Source, h Handler, opts ...Option) (*Pool, err
 	}
 	if cfg.batch > cfg.slots {
 		return nil, fmt.Errorf("worker: New: WithBatch(%d) is more than the %d slots", cfg.batch, cfg.slots)
+	}
+	if cfg.perSlot && cfg.worker != "" {
+		// The slots' sessions are named "<worker>/<slot>": the longest
+		// must be a valid worker id too.
+		if err := hook.ValidateWorker(cfg.worker + "/" + strconv.Itoa(cfg.slots-1)); err != nil {
+			return nil, fmt.Errorf("worker: New: WithWorker with WithSessionPerSlot: %w", err)
+		}
 	}
 	return &Pool{reg: reg, src: src, h: h, cfg: cfg}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -479,6 +480,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"negative backoff":      func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithRetry(1, -1)) },
 		"negative grace":        func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithGrace(-1)) },
 		"empty worker":          func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithWorker("")) },
+		"control character in worker": func() (*worker.Pool, error) {
+			return worker.New(f.reg, src, h, worker.WithWorker("w\x1b]52;c;x\x07honest"))
+		},
+		"worker id not UTF-8": func() (*worker.Pool, error) { return worker.New(f.reg, src, h, worker.WithWorker("w\xff")) },
+		"slot names over the limit": func() (*worker.Pool, error) {
+			return worker.New(f.reg, src, h, worker.WithWorker(strings.Repeat("w", 255)), worker.WithSessionPerSlot(), worker.WithSlots(2))
+		},
 		"nil session option": func() (*worker.Pool, error) {
 			return worker.New(f.reg, src, h, worker.WithSessionOptions(nil))
 		},

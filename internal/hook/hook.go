@@ -62,6 +62,11 @@ var (
 	// BeforeClose registers f to run when s is closed, before its lease
 	// is revoked; stop unregisters it (session/session.go).
 	BeforeClose func(s any, f func(ctx context.Context) error) (stop func() bool)
+	// ValidateWorker checks a worker id as session.WithWorker does
+	// (session/session.go), for package worker's own WithWorker, so that
+	// a pool refuses a bad name when it is built, not when it starts a
+	// session.
+	ValidateWorker func(id string) error
 	// TrailingLease returns s's trailing etcd lease of extra beyond the
 	// session's own (session/trailing.go).
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)

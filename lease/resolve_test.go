@@ -160,6 +160,32 @@ func (h *heldTxn) Commit() (*clientv3.TxnResponse, error) {
 	return h.kv.Txn(h.ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit()
 }
 
+// kvWrapper is a test's KV in front of a client's own (registryOver).
+type kvWrapper interface {
+	clientv3.KV
+	setInner(clientv3.KV)
+}
+
+func (k *holdingKV) setInner(kv clientv3.KV)  { k.KV = kv }
+func (k *stallingKV) setInner(kv clientv3.KV) { k.KV = kv }
+func (k *scriptedKV) setInner(kv clientv3.KV) { k.KV = kv }
+
+// registryOver returns a registry over a client of its own whose KV is
+// kv, in front of the client's.
+func (f *fixture) registryOver(t *testing.T, kv kvWrapper) *lease.Registry {
+	cli := f.c.Client(t)
+	kv.setInner(cli.KV)
+	cli.KV = kv
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	return reg
+}
+
+// apply sends the held transaction now: etcd applies it late.
+func (h *heldTxn) apply(ctx context.Context) (*clientv3.TxnResponse, error) {
+	return h.kv.Txn(ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit()
+}
+
 func (k *holdingKV) Txn(ctx context.Context) clientv3.Txn {
 	return &heldTxn{kv: k.KV, ctx: ctx, hold: func(t *heldTxn) bool {
 		k.mu.Lock()
@@ -184,11 +210,8 @@ func (k *holdingKV) Txn(ctx context.Context) clientv3.Txn {
 func TestTryAcquireLateFirstTryCannotApply(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	cli := f.c.Client(t)
-	kv := &holdingKV{KV: cli.KV, armed: true}
-	cli.KV = kv
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	kv := &holdingKV{armed: true}
+	reg := f.registryOver(t, kv)
 	s := f.session("w1")
 	l, err := reg.TryAcquire(ctx, s, "r")
 	if err != nil {
@@ -200,7 +223,7 @@ func TestTryAcquireLateFirstTryCannotApply(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	late, err := kv.held.kv.Txn(ctx).If(kv.held.ifs...).Then(kv.held.thens...).Else(kv.held.elses...).Commit()
+	late, err := kv.held.apply(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,11 +320,8 @@ func (t *scriptedTxn) Commit() (*clientv3.TxnResponse, error) {
 func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	cli := f.c.Client(t)
-	kv := &scriptedKV{KV: cli.KV}
-	cli.KV = kv
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	kv := &scriptedKV{}
+	reg := f.registryOver(t, kv)
 	s := f.session("w1")
 	var lateTry *clientv3.TxnResponse
 	kv.step = func(n int) (send, lose bool) {
@@ -322,7 +342,7 @@ func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 		}
 		h := kv.held[0]
 		var err error
-		if lateTry, err = h.kv.Txn(ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit(); err != nil {
+		if lateTry, err = h.apply(ctx); err != nil {
 			t.Errorf("the late try 1: %v", err)
 		}
 	}
@@ -348,8 +368,7 @@ func TestTryAcquireResendStandsOnTheTryThatHolds(t *testing.T) {
 func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	cli := f.c.Client(t)
-	kv := &scriptedKV{KV: cli.KV}
+	kv := &scriptedKV{}
 	kv.step = func(n int) (bool, bool) { return n != 1, false }
 	kv.refuse = func(n int) error {
 		if n == 2 {
@@ -357,9 +376,7 @@ func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
 		}
 		return nil
 	}
-	cli.KV = kv
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	reg := f.registryOver(t, kv)
 	if _, err := reg.TryAcquire(ctx, f.session("w1"), "r"); !errors.Is(err, outcome.ErrUnknown) || errors.Is(err, outcome.ErrRefused) {
 		t.Fatalf("TryAcquire whose resend was refused after an unknown try: %v; want outcome.ErrUnknown, not ErrRefused (try 1 may apply)", err)
 	}
@@ -378,7 +395,7 @@ func TestTryAcquireRefusedResendIsSettled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	h := kv.held[0]
-	late, err := h.kv.Txn(ctx).If(h.ifs...).Then(h.thens...).Else(h.elses...).Commit()
+	late, err := h.apply(ctx)
 	if err != nil || late.Succeeded {
 		t.Fatalf("try 1 applied after the settlement: %v, %v; want nothing", late, err)
 	}
@@ -415,11 +432,8 @@ func TestTryAcquireUnknownIsSettled(t *testing.T) {
 			t.Run(name+"/"+when, func(t *testing.T) {
 				f := newFixture(t)
 				ctx := context.Background()
-				cli := f.c.Client(t)
-				kv := &stallingKV{KV: cli.KV, stalled: true}
-				cli.KV = kv
-				reg := mustRegistry(t, cli)
-				t.Cleanup(func() { _ = reg.Close() })
+				kv := &stallingKV{stalled: true}
+				reg := f.registryOver(t, kv)
 				s := f.session("w1")
 				short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 				err := c.call(short, reg, s)
@@ -430,7 +444,7 @@ func TestTryAcquireUnknownIsSettled(t *testing.T) {
 				kv.mu.Lock()
 				held := kv.first
 				if when == "before" {
-					late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+					late, err := held.apply(ctx)
 					if err != nil || !c.claimed(late) {
 						t.Fatalf("the first try applied before the settlement: %v, %v; want it to claim", late, err)
 					}
@@ -454,7 +468,7 @@ func TestTryAcquireUnknownIsSettled(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 				if when == "after" {
-					late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+					late, err := held.apply(ctx)
 					if err != nil || c.claimed(late) {
 						t.Fatalf("the first try applied after the settlement: %v, %v; want nothing", late, err)
 					}
@@ -480,11 +494,8 @@ func TestEndLateFirstTryWritesNoRejection(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			f := newFixture(t)
 			ctx := context.Background()
-			cli := f.c.Client(t)
-			kv := &holdingKV{KV: cli.KV}
-			cli.KV = kv
-			reg := mustRegistry(t, cli)
-			t.Cleanup(func() { _ = reg.Close() })
+			kv := &holdingKV{}
+			reg := f.registryOver(t, kv)
 			l, err := reg.TryAcquire(ctx, f.session("w1"), "r")
 			if err != nil {
 				t.Fatal(err)
@@ -503,7 +514,7 @@ func TestEndLateFirstTryWritesNoRejection(t *testing.T) {
 			if kv.held == nil {
 				t.Fatal("no transaction was held back")
 			}
-			late, err := kv.held.kv.Txn(ctx).If(kv.held.ifs...).Then(kv.held.thens...).Else(kv.held.elses...).Commit()
+			late, err := kv.held.apply(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -554,11 +565,8 @@ func (k *stallingKV) Txn(ctx context.Context) clientv3.Txn {
 func TestReleaseAfterUnknownRecognisesItsCommit(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	cli := f.c.Client(t)
-	kv := &stallingKV{KV: cli.KV}
-	cli.KV = kv
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	kv := &stallingKV{}
+	reg := f.registryOver(t, kv)
 	l, err := reg.TryAcquire(ctx, f.session("w1"), "r")
 	if err != nil {
 		t.Fatal(err)
@@ -576,7 +584,7 @@ func TestReleaseAfterUnknownRecognisesItsCommit(t *testing.T) {
 	kv.stalled = false
 	held := kv.first
 	kv.mu.Unlock()
-	late, err := held.kv.Txn(ctx).If(held.ifs...).Then(held.thens...).Else(held.elses...).Commit()
+	late, err := held.apply(ctx)
 	if err != nil || !late.Succeeded {
 		t.Fatalf("the stalled release applied late: %v, %v; want it to commit", late, err)
 	}

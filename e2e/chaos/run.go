@@ -20,7 +20,6 @@ import (
 	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/lease"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -633,30 +632,6 @@ func (r *runner) completedTasks() (map[string]bool, error) {
 	return out, nil
 }
 
-// doneTasks returns the done records etcd holds.
-func (r *runner) doneTasks() (map[string]record.Done, error) {
-	space := keys.MustNew(keys.DefaultNamespace)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := r.direct.Get(ctx, space.DonePrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]record.Done{}
-	for _, kv := range resp.Kvs {
-		res, err := space.ResourceFromDone(string(kv.Key))
-		if err != nil {
-			return nil, err
-		}
-		d, err := record.DecodeDone(kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[res] = d
-	}
-	return out, nil
-}
-
 // quiesce waits until no lease key and no queue entry is left (the
 // sessions of killed and lost workers expire) and the recorder has ended
 // every epoch, or 30 s.
@@ -666,9 +641,9 @@ func (r *runner) quiesce() {
 	log := r.log
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		live, err := countLeases(ctx, r.direct, space)
+		live, err := model.CountLeases(ctx, r.direct, space)
 		if err == nil && live == 0 {
-			live, err = countQueued(ctx, r.direct, space)
+			live, err = model.CountQueued(ctx, r.direct, space)
 		}
 		var entries []audit.Entry
 		if err == nil && live == 0 {
@@ -703,95 +678,13 @@ func (r *runner) quiesce() {
 	r.warn("not quiescent after 30s: lease keys or queue entries remain, or epochs lack their end entries")
 }
 
-// readFinal reads the final state. The log is listed while the recorders
-// still prune, so the listing races with retention; stopRecorders then
-// stops them, and the rest is read from a still etcd and archive.
+// readFinal reads the final state (model.ReadFinal).
 func (r *runner) readFinal(db *sql.DB, archive audit.Archive, stopRecorders func()) (model.FinalState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	space := keys.MustNew(keys.DefaultNamespace)
-	var fs model.FinalState
-	head, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return fs, err
-	}
-	fs.AuditRev = head.Header.Revision
-	if fs.Audit, err = r.log.List(ctx, audit.Filter{}); err != nil {
-		return fs, err
-	}
-	stopRecorders()
-
-	if fs.LeaseEvents, fs.QueueEvents, err = model.ReadLeaseHistory(ctx, r.direct, space); err != nil {
-		return fs, err
-	}
-	if fs.AuditEvents, err = model.ReadAuditHistory(ctx, r.direct, space); err != nil {
-		return fs, err
-	}
-	if fs.DoneEvents, err = model.ReadDoneHistory(ctx, r.direct, space); err != nil {
-		return fs, err
-	}
-	if fs.Archive, err = archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {
-		return fs, err
-	}
-	fs.Archived, fs.Appends = r.archived.Snapshot()
-	left, err := r.direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return fs, err
-	}
-	fs.AuditKeysLeft = left.Count
-	if fs.Done, err = r.doneTasks(); err != nil {
-		return fs, err
-	}
-	live, err := countLeases(ctx, r.direct, space)
-	if err != nil {
-		return fs, err
-	}
-	fs.LiveLeases = live
-	if fs.QueueLeft, err = countQueued(ctx, r.direct, space); err != nil {
-		return fs, err
-	}
-	sqlEffects, sqlFenced, err := model.ReadSQL(ctx, db)
-	if err != nil {
-		return fs, err
-	}
-	etcdEffects, etcdFenced, err := model.ReadEtcdEffects(ctx, r.direct, space.FencePrefix())
-	if err != nil {
-		return fs, err
-	}
-	fs.Effects = append(sqlEffects, etcdEffects...)
-	fs.Fenced = map[model.OpType]map[string]int64{model.OpSQL: sqlFenced, model.OpEtcd: etcdFenced}
-	return fs, nil
-}
-
-// countLeases counts the lease keys under the namespace, not the
-// revocation signals that share their prefix.
-func countLeases(ctx context.Context, cli *clientv3.Client, space keys.Space) (int64, error) {
-	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, kv := range resp.Kvs {
-		if !space.IsControl(string(kv.Key)) {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// countQueued counts the queue entries under the namespace.
-func countQueued(ctx context.Context, cli *clientv3.Client, space keys.Space) (int64, error) {
-	resp, err := cli.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, kv := range resp.Kvs {
-		if space.IsQueue(string(kv.Key)) {
-			n++
-		}
-	}
-	return n, nil
+	return model.ReadFinal(ctx, model.FinalSources{
+		Direct: r.direct, Log: r.log, Archive: archive, DB: db, Archived: r.archived, StopRecorders: stopRecorders,
+	})
 }
 
 // Config is one chaos run (model.Config, where the checks and the report

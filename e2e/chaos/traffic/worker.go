@@ -138,6 +138,15 @@ func NewWorker(cfg WorkerConfig, cli *clientv3.Client, emit func(model.Event)) (
 
 // run works until ctx is done, then lets every thread finish its task and
 // closes the worker's sessions and registry. The caller closes cli.
+// Run runs the worker's threads until ctx ends, then closes it, as an
+// in-process worker of a chaos run does; gate, if not nil, stops its
+// threads at their next step while closed (a pause). The deterministic
+// simulation (e2e/sim) runs its workers this way.
+func (w *Worker) Run(ctx context.Context, gate *nemesis.Gate) {
+	w.gate = gate
+	w.run(ctx)
+}
+
 func (w *Worker) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(context.Background())

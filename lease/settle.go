@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
@@ -19,6 +20,9 @@ import (
 // serves, held for the session's life with every Acquire waiter behind
 // it.
 func (r *Registry) settleLater(s *session.Session, resource string, ids []string, complete []clientv3.Op) {
+	if chaosseam.NoTryMarkers.Load() {
+		return // a control run of the simulation: the tries carry no markers
+	}
 	st := &settler{r: r, s: s, resource: resource, ids: ids, complete: complete}
 	r.tracker.goLeave(s, func(ctx context.Context) {
 		keepTrying(ctx, func(ctx context.Context) bool {
@@ -36,6 +40,9 @@ func (r *Registry) settleLater(s *session.Session, resource string, ids []string
 // goroutine: each member is a call of one try (ids[i]), with its terms'
 // Complete ops.
 func (r *Registry) settleManyLater(s *session.Session, resources, ids []string, complete [][]clientv3.Op) {
+	if chaosseam.NoTryMarkers.Load() {
+		return
+	}
 	r.tracker.goLeave(s, func(ctx context.Context) {
 		for i, res := range resources {
 			st := &settler{r: r, s: s, resource: res, ids: ids[i : i+1], complete: complete[i]}

@@ -17,3 +17,11 @@ import "sync/atomic"
 // 33, which the chaos suite's ControlFleetNoClaimTerms must catch
 // (worker/control.go reads it).
 var DropClaimConditions atomic.Bool
+
+// NoTryMarkers, when set, makes every try of a claim carry no marker and
+// put none (protocol.Try): a try held in a fault and applied after its
+// call returned then begins an epoch that no Lease serves — the hole of
+// issue 33, item 3 (found by chaos seed 60613), which the simulation's
+// ControlLateTries must catch. It also disables the settlement of a call
+// that returned unknown, which rests on the markers.
+var NoTryMarkers atomic.Bool

@@ -3,6 +3,7 @@ package protocol
 import (
 	"slices"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -45,8 +46,11 @@ import (
 //
 // The first try has no earlier: one compare more than the claim.
 func Try(space keys.Space, c Claim, session clientv3.LeaseID, earlier []string) (ifs []clientv3.Cmp, then, els []clientv3.Op) {
-	ifs = append(slices.Clip(c.If), clientv3.Compare(clientv3.CreateRevision(space.Gone(c.ID)), "=", 0))
-	then, els = c.Then, c.Else
+	markers := !chaosseam.NoTryMarkers.Load() // only a control run of the simulation turns them off
+	ifs, then, els = c.If, c.Then, c.Else
+	if markers {
+		ifs = append(slices.Clip(ifs), clientv3.Compare(clientv3.CreateRevision(space.Gone(c.ID)), "=", 0))
+	}
 	if len(earlier) == 0 {
 		return ifs, then, els
 	}
@@ -56,7 +60,9 @@ func Try(space keys.Space, c Claim, session clientv3.LeaseID, earlier []string) 
 		start := space.AuditStart(c.Resource, id)
 		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(start), "=", 0))
 		els = append(els, clientv3.OpGet(start))
-		gone = append(gone, clientv3.OpPut(space.Gone(id), "", clientv3.WithLease(session)))
+		if markers {
+			gone = append(gone, clientv3.OpPut(space.Gone(id), "", clientv3.WithLease(session)))
+		}
 	}
 	return ifs, append(then, gone...), append(els, gone...)
 }

@@ -30,6 +30,12 @@ const (
 	// clock's epochs (traffic/skew.go) are then pruned at once. Only this suite's
 	// tests run it.
 	ControlWriterClocks Control = "writer-clocks"
+	// ControlLateTries: the tries of a TryAcquire carry no markers
+	// (protocol.Try, internal/chaosseam.NoTryMarkers), as before issue
+	// 33: a try held in a fault and applied after its call returned
+	// begins an epoch that no Lease serves. The deterministic simulation
+	// (e2e/sim) runs it.
+	ControlLateTries Control = "late-tries"
 	// ControlStrand: now and then an Acquire that gave up leaves its
 	// queue entry behind for a session that lives on, as Acquire did when
 	// it tried to leave the queue only once, and the holder's next Release

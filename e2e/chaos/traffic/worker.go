@@ -84,7 +84,11 @@ type Worker struct {
 	seq       atomic.Int64
 	stopping  atomic.Bool
 
-	smu      sync.Mutex // serialises starting sessions
+	// starting serialises starting sessions: a channel of one, not a
+	// mutex, because a goroutine waiting on a channel is durably blocked
+	// in a synctest bubble (e2e/sim) and one waiting on a mutex is not —
+	// the bubble's clock would stop while the session's grant waits.
+	starting chan struct{}
 	mu       sync.Mutex
 	sess     *session.Session
 	sessEnd  func() // records sess's end (recordSession)
@@ -132,7 +136,7 @@ func NewWorker(cfg WorkerConfig, cli *clientv3.Client, emit func(model.Event)) (
 		cfg: cfg, cli: cli, reg: reg, space: keys.MustNew(keys.DefaultNamespace),
 		db: db, sqlGuard: g, etcdGuard: etcdGuard, emit: emit,
 		adb: adb, log: log,
-		done: map[int]bool{}, busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
+		done: map[int]bool{}, starting: make(chan struct{}, 1), busy: map[int]bool{}, cooldown: map[int]time.Time{}, inDoubt: map[*lease.Lease]bool{},
 	}, nil
 }
 
@@ -250,8 +254,8 @@ func (p *pendingOp) end(out model.Outcome, epoch, current int64, err error) {
 // session returns the worker's live session, starting a new one (with a
 // new worker id) when the last one ended.
 func (w *Worker) session() *session.Session {
-	w.smu.Lock()
-	defer w.smu.Unlock()
+	w.starting <- struct{}{}
+	defer func() { <-w.starting }()
 	w.mu.Lock()
 	cur := w.sess
 	name := fmt.Sprintf("%s.s%d", w.cfg.Name, w.nsess)

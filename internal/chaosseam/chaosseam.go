@@ -18,6 +18,14 @@ import "sync/atomic"
 // (worker/control.go reads it).
 var DropClaimConditions atomic.Bool
 
+// BlindFirstEnd, when set, makes the first try of every Complete and
+// Release carry an idempotency compare that never holds
+// (protocol.End.First), as before the compare was in every try: a first
+// try held in a fault and applied after the resend committed writes a
+// rejection of the call that succeeded. The simulation's
+// ControlBlindFirstEnd must catch it.
+var BlindFirstEnd atomic.Bool
+
 // NoTryMarkers, when set, makes every try of a claim carry no marker and
 // put none (protocol.Try): a try held in a fault and applied after its
 // call returned then begins an epoch that no Lease serves — the hole of

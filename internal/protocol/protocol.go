@@ -17,6 +17,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -284,7 +285,11 @@ func (e End) First(guess int64) (then, els []clientv3.Op, err error) {
 	if then, err = e.then(entry); err != nil {
 		return nil, nil, err
 	}
-	if els, err = e.stale(entry, guess, true); err != nil {
+	same := entry
+	if chaosseam.BlindFirstEnd.Load() { // only a control run of the simulation
+		same += "\x00blind"
+	}
+	if els, err = e.stale(same, guess, true); err != nil {
 		return nil, nil, err
 	}
 	return then, els, nil

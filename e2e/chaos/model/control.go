@@ -36,6 +36,12 @@ const (
 	// begins an epoch that no Lease serves. The deterministic simulation
 	// (e2e/sim) runs it.
 	ControlLateTries Control = "late-tries"
+	// ControlBlindFirstEnd: the first try of a Complete or Release
+	// carries an idempotency compare that never holds
+	// (internal/chaosseam.BlindFirstEnd), as when the compare was sent
+	// only after an unknown outcome: a first try applied after the resend
+	// committed rejects the call that succeeded. The simulation runs it.
+	ControlBlindFirstEnd Control = "blind-first-end"
 	// ControlStrand: now and then an Acquire that gave up leaves its
 	// queue entry behind for a session that lives on, as Acquire did when
 	// it tried to leave the queue only once, and the holder's next Release

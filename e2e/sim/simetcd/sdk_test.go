@@ -1,0 +1,92 @@
+package simetcd_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/e2e/sim/simetcd"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestSDK runs leasehold's own packages against the server: sessions,
+// a registry, an acquisition, a completion and its refusal of a second
+// taker; then a session whose keepalives the network refuses is lost,
+// its etcd lease expires and takes the holder's key with it, and another
+// worker takes the resource.
+func TestSDK(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		ctx := context.Background()
+		var cutOff atomic.Bool
+		flaky := srv.Client("flaky", simetcd.NetworkFunc(func(_, method string, _ any) simetcd.Fate {
+			if cutOff.Load() && method == "LeaseKeepAlive" {
+				return simetcd.Fate{Kind: simetcd.Refuse}
+			}
+			return simetcd.Fate{Kind: simetcd.Deliver, Delay: time.Millisecond}
+		}))
+		steady := srv.Client("steady", nil)
+
+		reg := must(lease.NewRegistry(steady))
+		defer reg.Close()
+		s1 := must(session.New(ctx, steady, session.WithWorker("w1"), session.WithTTL(5*time.Second)))
+		defer s1.Close(ctx)
+		s2 := must(session.New(ctx, steady, session.WithWorker("w2"), session.WithTTL(5*time.Second)))
+		defer s2.Close(ctx)
+
+		l := must(reg.TryAcquire(ctx, s1, "invoices/1"))
+		time.Sleep(30 * time.Second) // renewals carry the session through virtual time
+		if err := s1.Err(); err != nil {
+			t.Fatalf("s1 after 30 s: %v", err)
+		}
+		if err := l.Complete(ctx, "sent"); err != nil {
+			t.Fatal(err)
+		}
+		var done *lease.CompletedError
+		if _, err := reg.TryAcquire(ctx, s2, "invoices/1"); !errors.As(err, &done) || done.Status != "sent" || done.Worker != "w1" {
+			t.Fatalf("second TryAcquire: %v, want a CompletedError", err)
+		}
+
+		// A session on a network that refuses its keepalives.
+		flakyReg := must(lease.NewRegistry(flaky))
+		defer flakyReg.Close()
+		s3 := must(session.New(ctx, flaky, session.WithWorker("w3"), session.WithTTL(5*time.Second)))
+		defer s3.Close(ctx)
+		l3 := must(flakyReg.TryAcquire(ctx, s3, "invoices/2"))
+		attached := must(steady.TimeToLive(ctx, s3.LeaseID(), clientv3.WithAttachedKeys()))
+		if len(attached.Keys) == 0 {
+			t.Fatal("the holder's key is not on the session's lease")
+		}
+		if _, err := reg.TryAcquire(ctx, s2, "invoices/2"); !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("TryAcquire of a held resource: %v, want ErrHeld", err)
+		}
+		cutOff.Store(true)
+		lostAt := time.Now()
+		<-s3.Done()
+		<-l3.Context().Done()
+		if d := time.Since(lostAt); d > 5*time.Second {
+			t.Errorf("the session was lost %v after its last chance of renewal, later than its TTL", d)
+		}
+		if !errors.Is(s3.Err(), session.ErrLost) {
+			t.Errorf("s3.Err() = %v, want ErrLost", s3.Err())
+		}
+		time.Sleep(6 * time.Second) // the etcd lease runs out after the session's safe deadline
+		if ttl := must(steady.TimeToLive(ctx, s3.LeaseID())); ttl.TTL != -1 {
+			t.Fatalf("the lost session's lease: %+v", ttl)
+		}
+		for _, k := range attached.Keys {
+			if r := must(steady.Get(ctx, string(k))); len(r.Kvs) != 0 {
+				t.Errorf("%s outlived its lease", k)
+			}
+		}
+		l2 := must(reg.TryAcquire(ctx, s2, "invoices/2"))
+		if l2.Epoch() <= l3.Epoch() {
+			t.Errorf("the new holder's epoch %d is not after the lost one's %d", l2.Epoch(), l3.Epoch())
+		}
+	})
+}

@@ -7,7 +7,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -timeout 15m
 FUZZTIME    ?= 30s
 
-.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control bench dashboard-preview
+.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control simulate simulate-controls bench dashboard-preview
 
 ## demo: workers on a batch of tasks against an embedded etcd, a forced expiry, and the invariants report
 demo:
@@ -69,6 +69,14 @@ SEED     ?=
 ## chaos: the long chaos pass (kills, pauses, partitions, leader stops on 3 members); prints its summary, ending with violations: 0
 chaos:
 	LEASEHOLD_CHAOS_DURATION=$(DURATION) LEASEHOLD_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 0 -tags chaoslong -run '^TestChaosLong$$' -v ./e2e/chaos
+
+## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
+simulate:
+	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./e2e/sim
+
+## simulate-controls: each hole put back in the simulation, one line per control: found or NOT found, the seed and the time
+simulate-controls:
+	$(GO) test -count=1 -timeout 30m -run '^TestSimulationControls$$' -v ./e2e/sim
 
 ## chaos-control: the control runs (fencing off, CAS off, retention deleting before archiving or ageing entries on writers' clocks) for DURATION on seeds SEED, SEED+1, …; each must be caught
 chaos-control:

@@ -1,0 +1,495 @@
+// Package sim is leasehold's deterministic simulation: the SDK's own code
+// — sessions, leases, the audit recorder with retention, the fencing
+// guards, driven by the chaos suite's workers (e2e/chaos/traffic) — runs
+// against a simulated etcd that applies every request with etcd's own
+// MVCC, transaction and lessor code (e2e/sim/simetcd), inside a
+// testing/synctest bubble: timers, deadlines, TTLs and backoffs cost no
+// wall time, and a 1 s lease expires in microseconds.
+//
+// A seed decides what the network does with every request and reply of
+// every client (delivered, delayed, applied with its reply lost, held and
+// applied after later requests, refused), and the faults beside it: a
+// worker paused past its safe deadline, a session's etcd lease revoked
+// early (as after etcd-io/etcd#15247), a recorder killed and started
+// again, a client's watches cancelled. The chaos suite's checks
+// (e2e/chaos/checks) then judge the history the workers recorded and
+// etcd's own revision history.
+//
+// What it does not cover: real gRPC connections, real raft (leader
+// changes, a member behind), real disks. The chaos suite and the runs
+// against a real three-process cluster keep those (docs/testing.md).
+//
+// Goroutine scheduling inside a bubble is not fully deterministic, so a
+// seed decides the faults, not every interleaving: Replay says how often
+// a failing seed fails again.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e/chaos/checks"
+	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
+	"github.com/leasehold/leasehold/e2e/chaos/traffic"
+	"github.com/leasehold/leasehold/e2e/sim/simetcd"
+	"github.com/leasehold/leasehold/internal/chaosseam"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/skewclock"
+	"github.com/leasehold/leasehold/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Config is one simulation. Zero fields take the defaults of
+// DefaultConfig.
+type Config struct {
+	Seed uint64
+	// Duration is the fault phase, in virtual time.
+	Duration time.Duration
+	// Workers run Threads threads each, on a window of Window open tasks.
+	Workers, Threads, Window int
+	// TTL is every session's lease TTL; Retention the recorder's.
+	TTL, Retention time.Duration
+	// FaultGap is the mean virtual time between faults beside the
+	// network's.
+	FaultGap time.Duration
+	// Network is the probabilities of the seeded network during the fault
+	// phase; the zero value is simetcd's defaults.
+	Network simetcd.Probabilities
+	// Control puts one hole back on purpose (model.Control): the checks
+	// must find it.
+	Control model.Control
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DefaultConfig is a simulation of 3 workers × 4 threads on 24 open
+// tasks, 1 s TTLs and 2 s retention, with a fault every 300 ms of
+// virtual time for 30 s.
+func DefaultConfig() Config {
+	return Config{
+		Duration: 30 * time.Second, Workers: 3, Threads: 4, Window: 24,
+		TTL: time.Second, Retention: 2 * time.Second, FaultGap: 300 * time.Millisecond,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Duration == 0 {
+		c.Duration = d.Duration
+	}
+	if c.Workers == 0 {
+		c.Workers = d.Workers
+	}
+	if c.Threads == 0 {
+		c.Threads = d.Threads
+	}
+	if c.Window == 0 {
+		c.Window = d.Window
+	}
+	if c.TTL == 0 {
+		c.TTL = d.TTL
+	}
+	if c.Retention == 0 {
+		c.Retention = d.Retention
+	}
+	if c.FaultGap == 0 {
+		c.FaultGap = d.FaultGap
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// Result is a checked simulation.
+type Result struct {
+	*checks.Result
+	Seed uint64
+	// Virtual is the simulated time the run took, Wall the wall time.
+	Virtual, Wall time.Duration
+	// Cycles counts the completions the workers recorded as committed.
+	Cycles int
+	// Faults counts the faults beside the network's, by kind.
+	Faults map[string]int
+	// Applied counts the mutating requests etcd applied.
+	Applied int64
+}
+
+// CyclesPerSecond is the simulated task cycles per second of wall time.
+func (r *Result) CyclesPerSecond() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Cycles) / r.Wall.Seconds()
+}
+
+// Summary is the run's closing lines: its figures, then each violation,
+// then "violations: N".
+func (r *Result) Summary() string {
+	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time), %d requests applied, faults %v\n",
+		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.Applied, r.Faults)
+	for _, v := range r.Violations {
+		s += fmt.Sprintf("  %s: %s\n", v.Check, v.Detail)
+	}
+	return s + fmt.Sprintf("violations: %d\n", len(r.Violations))
+}
+
+// Run runs cfg in a synctest bubble of its own and checks it.
+func Run(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	// A control's switch, for this run only: the next one, in this
+	// process, runs the SDK whole.
+	switch cfg.Control {
+	case model.ControlLateTries:
+		chaosseam.NoTryMarkers.Store(true)
+		defer chaosseam.NoTryMarkers.Store(false)
+	case model.ControlBlindFirstEnd:
+		chaosseam.BlindFirstEnd.Store(true)
+		defer chaosseam.BlindFirstEnd.Store(false)
+	}
+	var res *Result
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		res = run(t, cfg)
+	})
+	if res != nil {
+		res.Wall = time.Since(wall)
+	}
+	return res
+}
+
+// sim is one simulation's state, inside the bubble.
+type sim struct {
+	t       *testing.T
+	cfg     Config
+	srv     *simetcd.Server
+	direct  *clientv3.Client
+	hist    *model.History
+	dir     string
+	dsn     string
+	archive string
+	logs    *model.ArchiveLog
+	rng     *rand.Rand
+	nets    []*switchable
+	gates   []*nemesis.Gate
+	faults  map[string]int
+}
+
+func run(t *testing.T, cfg Config) *Result {
+	restore := model.UseVirtualClock()
+	defer restore()
+	begin := time.Now()
+	s := &sim{t: t, cfg: cfg, hist: model.NewHistory(), dir: t.TempDir(), logs: model.NewArchiveLog(),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x51a)), faults: map[string]int{}}
+	// SQLite waits for a lock held by another connection by sleeping in
+	// real time, where the bubble's clock cannot move on; a lock holder
+	// waiting on the virtual clock would then stall the whole simulation
+	// for the busy timeout. Without a busy timeout a busy database is an
+	// error at once, which the workers and the recorder retry on the
+	// virtual clock.
+	s.dsn = noBusyWait(model.SQLiteDSN(filepath.Join(s.dir, "downstream.db")))
+	s.archive = noBusyWait(model.ArchiveDSN(filepath.Join(s.dir, "archive.db")))
+	srv, err := simetcd.New(simetcd.Config{Dir: filepath.Join(s.dir, "etcd")})
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	s.srv = srv
+	defer srv.Close()
+	s.direct = srv.Client("direct", nil)
+
+	reg, err := lease.NewRegistry(s.direct)
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	defer reg.Close()
+	db, _, err := model.OpenSQL(s.dsn, 1)
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	defer db.Close()
+	adb, archive, err := model.OpenArchive(s.archive, 2)
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	defer adb.Close()
+	log, err := audit.New(reg, audit.WithArchive(archive))
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	stopRecorder := s.startRecorder()
+	recorderStopped := false
+	defer func() {
+		if !recorderStopped {
+			stopRecorder()
+		}
+	}()
+
+	// Workers, each on a client of its own behind the seeded network.
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	var workers sync.WaitGroup
+	for i := range cfg.Workers {
+		s.startWorker(wctx, i, &workers)
+	}
+	cfg.Logf("sim: seed %d: %d workers × %d threads, TTL %v, faults for %v (virtual)", cfg.Seed, cfg.Workers, cfg.Threads, cfg.TTL, cfg.Duration)
+
+	// The fault phase.
+	s.injectFaults(&stopRecorder)
+	for _, n := range s.nets {
+		n.heal()
+	}
+	for _, g := range s.gates {
+		g.Open()
+	}
+	time.Sleep(2 * cfg.TTL) // quiet: the workers run on a healed network
+	stopWorkers()
+	workers.Wait()
+	s.sweep(log)
+	s.quiesce()
+	settled := model.Now()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fs, err := model.ReadFinal(ctx, model.FinalSources{
+		Direct: s.direct, Log: log, Archive: archive, DB: db, Archived: s.logs,
+		StopRecorders: func() { recorderStopped = true; stopRecorder() },
+	})
+	if err != nil {
+		t.Fatalf("sim: final read: %v", err)
+	}
+	mcfg := model.DefaultConfig()
+	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
+	mcfg.Helpers, mcfg.InProcess, mcfg.Threads = 0, cfg.Workers, cfg.Threads
+	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
+	mcfg.Logf = cfg.Logf
+	checked := checks.Check(mcfg, s.hist.Ops(), s.hist.Touched(), fs, nil, settled)
+	for _, p := range s.hist.Problems() {
+		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
+	}
+	res := &Result{Result: checked, Seed: cfg.Seed, Virtual: time.Since(begin), Faults: s.faults, Applied: srv.Applied()}
+	for _, op := range s.hist.Ops() {
+		if op.Type == model.OpComplete && op.Outcome == model.OutOK {
+			res.Cycles++
+		}
+	}
+	return res
+}
+
+// startWorker starts worker i of the task workload on a client of its
+// own, behind a seeded network that injectFaults heals at the end.
+func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
+	name := fmt.Sprintf("w%d", i)
+	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+uint64(i), s.cfg.Network)}
+	s.nets = append(s.nets, net)
+	cli := s.srv.Client(name, net)
+	// The first worker's wall clock is two days behind, the second's two
+	// days ahead, as the chaos suite's: their audit entries carry those
+	// times (retention must not age entries by them).
+	skew := time.Duration(0)
+	switch i {
+	case 0:
+		skew = model.ClockBehind
+	case 1:
+		skew = model.ClockAhead
+	}
+	skewclock.Wrap(cli, keys.MustNew(keys.DefaultNamespace).AuditPrefix(), skew)
+	cfgW := traffic.WorkerConfig{
+		Name: name + ".0", SQLite: s.dsn, Archive: s.archive, Seed: s.cfg.Seed*1000 + uint64(i),
+		Threads: s.cfg.Threads, TTL: s.cfg.TTL, Window: s.cfg.Window, Control: s.cfg.Control, ClockSkew: skew,
+	}
+	w, err := traffic.NewWorker(cfgW, cli, s.hist.Record)
+	if err != nil {
+		s.t.Fatalf("sim: worker %s: %v", name, err)
+	}
+	gate := &nemesis.Gate{}
+	s.gates = append(s.gates, gate)
+	wg.Go(func() { w.Run(ctx, gate) })
+}
+
+// startRecorder runs the audit recorder, with retention, on a client of
+// its own behind a seeded network; stop ends it.
+func (s *sim) startRecorder() (stop func()) {
+	name := fmt.Sprintf("recorder-%d", s.faults["recorder-restart"])
+	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+999+uint64(s.faults["recorder-restart"]), s.cfg.Network)}
+	s.nets = append(s.nets, net)
+	cli := s.srv.Client(name, net)
+	db, archive, err := model.OpenArchive(s.archive, 2)
+	if err != nil {
+		s.t.Fatalf("sim: %v", err)
+	}
+	reg, err := lease.NewRegistry(cli)
+	if err != nil {
+		s.t.Fatalf("sim: %v", err)
+	}
+	rec := &model.RecordingArchive{Inner: archive, Client: cli, Log: s.logs}
+	opts := []audit.Option{audit.WithArchive(rec)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var pruning sync.WaitGroup
+	if c := s.cfg.Control; c == model.ControlDeleteFirst || c == model.ControlWriterClocks {
+		// Retention by a raw pruner that deletes before it archives, or
+		// ages entries on their writers' clocks (model.Control).
+		p := &traffic.RawPruner{Client: cli, Space: keys.MustNew(keys.DefaultNamespace), Archive: rec, Retention: s.cfg.Retention,
+			ArchiveFirst: c == model.ControlWriterClocks}
+		pruning.Go(func() { p.Run(ctx) })
+	} else {
+		opts = append(opts, audit.WithRetention(s.cfg.Retention))
+	}
+	log, err := audit.New(reg, opts...)
+	if err != nil {
+		s.t.Fatalf("sim: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := log.RunRecorder(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.t.Errorf("sim: recorder: %v", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		pruning.Wait()
+		_ = reg.Close()
+		_ = db.Close()
+	}
+}
+
+// injectFaults injects, from the seed, a fault every FaultGap on average
+// for the fault phase, beside the network's: a worker paused past its
+// session's safe deadline, a session's etcd lease revoked early, the
+// recorder killed and started again, a client's watches cancelled.
+func (s *sim) injectFaults(stopRecorder *func()) {
+	end := time.Now().Add(s.cfg.Duration)
+	var pauses sync.WaitGroup
+	defer pauses.Wait()
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(s.rng.ExpFloat64() * float64(s.cfg.FaultGap)))
+		switch k := s.rng.IntN(10); {
+		case k < 3: // pause a worker past its safe deadline
+			g := s.gates[s.rng.IntN(len(s.gates))]
+			d := s.cfg.TTL/2 + time.Duration(s.rng.Int64N(int64(2*s.cfg.TTL)))
+			g.Close()
+			s.faults["pause"]++
+			pauses.Go(func() { time.Sleep(d); g.Open() })
+		case k < 6: // a session's etcd lease revoked early
+			if s.revokeSessionLease() {
+				s.faults["revoke-lease"]++
+			}
+		case k < 7: // the recorder killed and started again
+			(*stopRecorder)()
+			s.faults["recorder-restart"]++
+			*stopRecorder = s.startRecorder()
+		default: // a worker's watches cancelled
+			s.srv.CancelWatches(fmt.Sprintf("w%d", s.rng.IntN(s.cfg.Workers)))
+			s.faults["watch-cancel"]++
+		}
+	}
+}
+
+// revokeSessionLease revokes the etcd lease of a session holding a
+// resource now, as etcd-io/etcd#15247 can before its holder's deadline.
+func (s *sim) revokeSessionLease() bool {
+	space := keys.MustNew(keys.DefaultNamespace)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := s.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return false
+	}
+	var ids []int64
+	for _, kv := range resp.Kvs {
+		if kv.Lease != 0 && !space.IsControl(string(kv.Key)) {
+			ids = append(ids, kv.Lease)
+		}
+	}
+	if len(ids) == 0 {
+		return false
+	}
+	return s.srv.RevokeLease(ids[s.rng.IntN(len(ids))]) == nil
+}
+
+// sweep completes, as the chaos suite's sweeper does, every task a worker
+// touched and nobody completed, so that the checks see each task's whole
+// story.
+func (s *sim) sweep(log *audit.Log) {
+	cfgW := traffic.WorkerConfig{Name: model.Sweeper, SQLite: s.dsn, Archive: s.archive, Seed: s.cfg.Seed, Threads: 8, TTL: s.cfg.TTL, Window: 1, Control: s.cfg.Control}
+	w, err := traffic.NewWorker(cfgW, s.direct, s.hist.Record)
+	if err != nil {
+		s.t.Fatalf("sim: sweeper: %v", err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entries, err := log.List(ctx, audit.Filter{Kind: audit.Completed})
+	if err != nil {
+		s.t.Fatalf("sim: sweeper: %v", err)
+	}
+	done := map[string]bool{}
+	for _, e := range entries {
+		done[e.Resource] = true
+	}
+	var wg sync.WaitGroup
+	for _, task := range s.hist.Touched() {
+		if !done[task] {
+			wg.Go(func() { w.SweepTask(task) })
+		}
+	}
+	wg.Wait()
+}
+
+// quiesce waits, in virtual time, until no lease key and no queue entry
+// is left (the sessions of paused and revoked workers expire) and the
+// recorder has had time to end every epoch.
+func (s *sim) quiesce() {
+	space := keys.MustNew(keys.DefaultNamespace)
+	deadline := time.Now().Add(10 * s.cfg.TTL)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		live, err1 := model.CountLeases(ctx, s.direct, space)
+		queued, err2 := model.CountQueued(ctx, s.direct, space)
+		cancel()
+		if err1 == nil && err2 == nil && live == 0 && queued == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(s.cfg.TTL + s.cfg.Retention)
+}
+
+// noBusyWait returns dsn without SQLite's busy timeout.
+func noBusyWait(dsn string) string {
+	return strings.Replace(dsn, "_pragma=busy_timeout(5000)", "_pragma=busy_timeout(0)", 1)
+}
+
+// switchable is a network that turns perfect once healed.
+type switchable struct {
+	mu     sync.Mutex
+	inner  simetcd.Network
+	healed bool
+}
+
+func (n *switchable) heal() {
+	n.mu.Lock()
+	n.healed = true
+	n.mu.Unlock()
+}
+
+func (n *switchable) Fate(client, method string, req any) simetcd.Fate {
+	n.mu.Lock()
+	healed := n.healed
+	n.mu.Unlock()
+	if healed {
+		return simetcd.Fate{Kind: simetcd.Deliver}
+	}
+	return n.inner.Fate(client, method, req)
+}

@@ -74,9 +74,10 @@ chaos:
 simulate:
 	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./e2e/sim
 
-## simulate-controls: each hole put back in the simulation, one line per control: found or NOT found, the seed and the time
+## simulate-controls: each hole put back in the simulation, one line per control: found or NOT found, the seed, the time, and how often the seed finds it again in REPLAYS runs (default 10)
+REPLAYS ?= 10
 simulate-controls:
-	$(GO) test -count=1 -timeout 30m -run '^TestSimulationControls$$' -v ./e2e/sim
+	LEASEHOLD_SIM_REPLAYS=$(REPLAYS) $(GO) test -count=1 -timeout 60m -run '^TestSimulationControls$$' -v ./e2e/sim
 
 ## chaos-control: the control runs (fencing off, CAS off, retention deleting before archiving or ageing entries on writers' clocks) for DURATION on seeds SEED, SEED+1, …; each must be caught
 chaos-control:

@@ -272,6 +272,10 @@ func run(t *testing.T, cfg Config) *Result {
 	mcfg.Helpers, mcfg.InProcess, mcfg.Threads = 0, cfg.Workers, cfg.Threads
 	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
 	mcfg.Logf = cfg.Logf
+	// porcupine's search of a history the control broke can grow without
+	// bound within the chaos suite's two minutes; a simulation's
+	// histories are short.
+	mcfg.CheckTimeout = 10 * time.Second
 	checked := checks.Check(mcfg, s.hist.Ops(), s.hist.Touched(), fs, nil, settled)
 	for _, p := range s.hist.Problems() {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})

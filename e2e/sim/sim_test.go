@@ -41,6 +41,20 @@ func duration(t *testing.T, def time.Duration) time.Duration {
 	return d
 }
 
+// replays is LEASEHOLD_SIM_REPLAYS if set, else 0: how often a control's
+// finding seed is run again, to measure how often it reproduces.
+func replays(t *testing.T) int {
+	v := os.Getenv("LEASEHOLD_SIM_REPLAYS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("LEASEHOLD_SIM_REPLAYS=%q: a count", v)
+	}
+	return n
+}
+
 // TestSimulation is the short run of make test: one seed, every check on,
 // zero violations, and task cycles completed under the faults. make
 // simulate runs it longer (LEASEHOLD_SIM_DURATION) on seeds of its own.
@@ -85,7 +99,16 @@ func TestSimulationControls(t *testing.T) {
 				cfg.Duration = duration(t, 10*time.Second)
 				res := Run(t, cfg)
 				if len(res.Violations) > 0 {
-					t.Logf("control %s: found, seed %d, %v (%s)", c.control, cfg.Seed, time.Since(begin).Round(time.Millisecond), res.Violations[0].Check)
+					found := time.Since(begin).Round(time.Millisecond)
+					// How often the seed finds it again: the seed decides
+					// the faults, not every interleaving.
+					n, again := replays(t), 0
+					for range n {
+						if len(Run(t, cfg).Violations) > 0 {
+							again++
+						}
+					}
+					t.Logf("control %s: found, seed %d, %v (%s); replayed %d/%d", c.control, cfg.Seed, found, res.Violations[0].Check, again, n)
 					return
 				}
 				t.Logf("seed %d: nothing found; next seed", cfg.Seed)

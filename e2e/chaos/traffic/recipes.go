@@ -54,10 +54,13 @@ type recipeWorker struct {
 	hist    *model.RecipeHistory
 	seq     atomic.Int64
 
-	smu   sync.Mutex // serialises starting sessions
-	mu    sync.Mutex
-	sess  *session.Session
-	nsess int
+	// starting serialises starting sessions: a channel of one, not a
+	// mutex, so that a synctest bubble's clock runs while one start waits
+	// on the network (Worker.starting says why).
+	starting chan struct{}
+	mu       sync.Mutex
+	sess     *session.Session
+	nsess    int
 }
 
 func newRecipeWorker(name string, cli *clientv3.Client, cfg model.Config, g *nemesis.Gate, hist *model.RecipeHistory, seed uint64) (*recipeWorker, error) {
@@ -89,6 +92,7 @@ func newRecipeWorker(name string, cli *clientv3.Client, cfg model.Config, g *nem
 		name: name, cli: cli, reg: reg, elect: elect, sem: sem,
 		permits: permits.(*lease.Registry), guard: guard,
 		ttl: cfg.TTL, limit: cfg.RecipeLimit, control: cfg.Control, seed: seed, gate: g, hist: hist,
+		starting: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -119,8 +123,8 @@ func (w *recipeWorker) run(ctx context.Context) {
 // session returns the worker's live session, starting a new one when the
 // last one ended.
 func (w *recipeWorker) session() *session.Session {
-	w.smu.Lock()
-	defer w.smu.Unlock()
+	w.starting <- struct{}{}
+	defer func() { <-w.starting }()
 	w.mu.Lock()
 	cur := w.sess
 	name := fmt.Sprintf("%s.s%d", w.name, w.nsess)

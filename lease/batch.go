@@ -157,12 +157,13 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 			t = termsFor(res)
 		}
 		c := claimant.NewClaim(r.space, res).Require(t)
-		// A try of its own, with its marker (protocol.Try): a member
-		// applied after the call returned unknown is settled.
-		ifs, then, _ := protocol.Try(r.space, c, s.LeaseID(), nil)
-		claims[i], complete[i], ids[i] = clientv3.OpTxn(ifs, then, nil), t.Complete, c.ID
+		// A try of its own, with its marker: a member applied after
+		// the call returned unknown is settled.
+		var d int
+		claims[i], d = c.Nested(r.space, s.LeaseID())
+		complete[i], ids[i] = t.Complete, c.ID
 		size += c.Size + len(r.space.Gone(c.ID)) + protocol.OpOverhead
-		depth = max(depth, len(ifs), len(then))
+		depth = max(depth, d)
 	}
 	if len(resources)+depth > maxTxnOps {
 		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)

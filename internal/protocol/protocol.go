@@ -190,9 +190,15 @@ const (
 	ClaimDelay        // Get delay
 )
 
-// Nested is the claim as one member of a batch: its compares and Then ops
-// in a nested transaction, decided by its own compares only.
-func (c Claim) Nested() clientv3.Op { return clientv3.OpTxn(c.If, c.Then, nil) }
+// Nested is the claim as one member of a batch (TryAcquireMany) for the
+// session's etcd lease: a try of its own (Try), marker included, in a
+// nested transaction decided by its own compares only. depth is the
+// larger of its compare and Then counts, which etcd's operation limit
+// adds to the batch's size (lease.MaxBatch).
+func (c Claim) Nested(space keys.Space, session clientv3.LeaseID) (op clientv3.Op, depth int) {
+	ifs, then, _ := Try(space, c, session, nil)
+	return clientv3.OpTxn(ifs, then, nil), max(len(ifs), len(then))
+}
 
 // OpOverhead approximates the protobuf framing of one op or compare.
 const OpOverhead = 24

@@ -205,7 +205,7 @@ func (c *cycler) bareBatchCycle(ctx context.Context, w int) (int, error) {
 	}
 	claims := make([]clientv3.Op, len(res))
 	for i, r := range res {
-		claims[i] = claimant.NewClaim(sp, r).Nested()
+		claims[i], _ = claimant.NewClaim(sp, r).Nested(sp, s.LeaseID())
 	}
 	resp, err := c.cli.Txn(ctx).Then(claims...).Commit()
 	if err != nil {

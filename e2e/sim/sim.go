@@ -84,31 +84,25 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Duration == 0 {
-		c.Duration = d.Duration
-	}
-	if c.Workers == 0 {
-		c.Workers = d.Workers
-	}
-	if c.Threads == 0 {
-		c.Threads = d.Threads
-	}
-	if c.Window == 0 {
-		c.Window = d.Window
-	}
-	if c.TTL == 0 {
-		c.TTL = d.TTL
-	}
-	if c.Retention == 0 {
-		c.Retention = d.Retention
-	}
-	if c.FaultGap == 0 {
-		c.FaultGap = d.FaultGap
-	}
+	orDefault(&c.Duration, d.Duration)
+	orDefault(&c.Workers, d.Workers)
+	orDefault(&c.Threads, d.Threads)
+	orDefault(&c.Window, d.Window)
+	orDefault(&c.TTL, d.TTL)
+	orDefault(&c.Retention, d.Retention)
+	orDefault(&c.FaultGap, d.FaultGap)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
 	return c
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Result is a checked simulation.

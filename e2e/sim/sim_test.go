@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/e2e/sim/simetcd"
 	"go.uber.org/goleak"
 )
 
@@ -76,26 +77,34 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// controlSeeds is how many seeds a control gets to be found in.
+const controlSeeds = 5
+
 // TestSimulationControls puts holes back, one at a time (model.Control),
 // and requires the checks to find each from random schedules, with no
-// scenario written for it: up to three seeds each, one line per control.
+// scenario written for it: up to controlSeeds seeds each, one line per control.
 func TestSimulationControls(t *testing.T) {
+	// late-tries needs a held try to land after its call returned: a
+	// network that holds and delays more of the requests, still random.
+	held := simetcd.DefaultProbabilities
+	held.Hold, held.LongDelay = 0.10, 0.05
 	for _, c := range []struct {
 		control model.Control
 		seed    uint64
+		net     simetcd.Probabilities
 	}{
-		{model.ControlNoCAS, 11},
-		{model.ControlNoFencing, 21},
-		{model.ControlLateTries, 31},
-		{model.ControlBlindFirstEnd, 61},
-		{model.ControlDeleteFirst, 41},
-		{model.ControlWriterClocks, 51},
+		{control: model.ControlNoCAS, seed: 11},
+		{control: model.ControlNoFencing, seed: 21},
+		{control: model.ControlLateTries, seed: 31, net: held},
+		{control: model.ControlBlindFirstEnd, seed: 61},
+		{control: model.ControlDeleteFirst, seed: 41},
+		{control: model.ControlWriterClocks, seed: 51},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()
-			for attempt := range 3 {
+			for attempt := range controlSeeds {
 				cfg := DefaultConfig()
-				cfg.Seed, cfg.Control = c.seed+uint64(attempt), c.control
+				cfg.Seed, cfg.Control, cfg.Network = c.seed+uint64(attempt), c.control, c.net
 				cfg.Duration = duration(t, 10*time.Second)
 				res := Run(t, cfg)
 				if len(res.Violations) > 0 {
@@ -113,7 +122,7 @@ func TestSimulationControls(t *testing.T) {
 				}
 				t.Logf("seed %d: nothing found; next seed", cfg.Seed)
 			}
-			t.Fatalf("control %s: NOT found in three seeds (%v)", c.control, time.Since(begin).Round(time.Millisecond))
+			t.Fatalf("control %s: NOT found in %d seeds (%v)", c.control, controlSeeds, time.Since(begin).Round(time.Millisecond))
 		})
 	}
 }

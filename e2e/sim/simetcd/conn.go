@@ -2,6 +2,7 @@ package simetcd
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -281,21 +282,61 @@ type received[T any] struct {
 	err error
 }
 
-// receive calls recv until it fails, handing each result over until done
-// closes. The adapter's Recv returns once the stream's handler has
-// returned, so the goroutine outlives the handler only briefly.
+// receive calls recv until it fails, handing each result over, in order,
+// until done closes. It never stops reading for want of a reader: a gRPC
+// server's transport takes what a client sends while the handler is busy
+// sending, and clientv3's watch loop relies on it — it may be sending a
+// request while its own reader holds a response for it. grpcproxy's pipe
+// has no such buffer, so a handler blocked sending a response and a client
+// blocked sending a request would wait for each other forever; here the
+// requests queue instead. The reader ends when recv fails, which the
+// adapter's Recv does once the stream is torn down.
 func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan received[T] {
 	ch := make(chan received[T])
+	var (
+		mu    sync.Mutex
+		queue []received[T]
+	)
+	more := make(chan struct{}, 1)
 	go func() {
 		for {
 			v, err := recv()
+			mu.Lock()
+			queue = append(queue, received[T]{v, err})
+			mu.Unlock()
 			select {
-			case ch <- received[T]{v, err}:
-			case <-done:
-				return
+			case more <- struct{}{}:
+			default:
 			}
 			if err != nil {
 				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case <-more:
+			case <-done:
+				return
+			}
+			for {
+				mu.Lock()
+				if len(queue) == 0 {
+					mu.Unlock()
+					break
+				}
+				r := queue[0]
+				queue = queue[1:]
+				mu.Unlock()
+				select {
+				case ch <- r:
+				case <-done:
+					return
+				}
+				if r.err != nil {
+					return
+				}
 			}
 		}
 	}()

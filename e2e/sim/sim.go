@@ -42,7 +42,6 @@ import (
 	"github.com/leasehold/leasehold/e2e/chaos/nemesis"
 	"github.com/leasehold/leasehold/e2e/chaos/traffic"
 	"github.com/leasehold/leasehold/e2e/sim/simetcd"
-	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/lease"
@@ -65,6 +64,10 @@ type Config struct {
 	// Network is the probabilities of the seeded network during the fault
 	// phase; the zero value is simetcd's defaults.
 	Network simetcd.Probabilities
+	// Contended runs the contended workload (traffic/contended.go): a few
+	// tasks, taken mostly with a blocking Acquire, handed from waiter to
+	// waiter through the queue. The controls of the queue imply it.
+	Contended bool
 	// Control puts one hole back on purpose (model.Control): the checks
 	// must find it.
 	Control model.Control
@@ -91,6 +94,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.TTL, d.TTL)
 	orDefault(&c.Retention, d.Retention)
 	orDefault(&c.FaultGap, d.FaultGap)
+	c.Contended = c.Contended || contended(c.Control)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -144,23 +148,40 @@ func Run(t *testing.T, cfg Config) *Result {
 	cfg = cfg.withDefaults()
 	// A control's switch, for this run only: the next one, in this
 	// process, runs the SDK whole.
-	switch cfg.Control {
-	case model.ControlLateTries:
-		chaosseam.NoTryMarkers.Store(true)
-		defer chaosseam.NoTryMarkers.Store(false)
-	case model.ControlBlindFirstEnd:
-		chaosseam.BlindFirstEnd.Store(true)
-		defer chaosseam.BlindFirstEnd.Store(false)
-	}
-	var res *Result
+	defer useControl(cfg.Control)()
+	var ran *ran
 	wall := time.Now()
 	synctest.Test(t, func(t *testing.T) {
-		res = run(t, cfg)
+		ran = run(t, cfg)
 	})
-	if res != nil {
-		res.Wall = time.Since(wall)
+	if ran == nil {
+		return nil
 	}
+	// The checks run outside the bubble: porcupine's search is bounded by
+	// a timer, and a timer in the bubble fires only when every goroutine
+	// there is blocked — never while porcupine computes.
+	res := ran.check()
+	res.Wall = time.Since(wall)
 	return res
+}
+
+// ran is a simulation that ran, ready to be checked.
+type ran struct {
+	cfg     model.Config
+	hist    *model.History
+	fs      model.FinalState
+	settled int64
+	res     *Result
+}
+
+// check runs the chaos suite's checks on what r recorded and read.
+func (r *ran) check() *Result {
+	checked := checks.Check(r.cfg, r.hist.Ops(), r.hist.Touched(), r.fs, nil, r.settled)
+	for _, p := range r.hist.Problems() {
+		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
+	}
+	r.res.Result = checked
+	return r.res
 }
 
 // sim is one simulation's state, inside the bubble.
@@ -178,9 +199,11 @@ type sim struct {
 	nets    []*switchable
 	gates   []*nemesis.Gate
 	faults  map[string]int
+	reg     *lease.Registry // the operator's, on the direct client
+	revokes int
 }
 
-func run(t *testing.T, cfg Config) *Result {
+func run(t *testing.T, cfg Config) *ran {
 	restore := model.UseVirtualClock()
 	defer restore()
 	begin := time.Now()
@@ -207,6 +230,7 @@ func run(t *testing.T, cfg Config) *Result {
 		t.Fatalf("sim: %v", err)
 	}
 	defer reg.Close()
+	s.reg = reg
 	db, _, err := model.OpenSQL(s.dsn, 1)
 	if err != nil {
 		t.Fatalf("sim: %v", err)
@@ -263,24 +287,20 @@ func run(t *testing.T, cfg Config) *Result {
 	}
 	mcfg := model.DefaultConfig()
 	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
-	mcfg.Helpers, mcfg.InProcess, mcfg.Threads = 0, cfg.Workers, cfg.Threads
+	mcfg.Helpers, mcfg.InProcess, mcfg.Threads, mcfg.Contended = 0, cfg.Workers, cfg.Threads, cfg.Contended
 	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
 	mcfg.Logf = cfg.Logf
 	// porcupine's search of a history the control broke can grow without
 	// bound within the chaos suite's two minutes; a simulation's
 	// histories are short.
 	mcfg.CheckTimeout = 10 * time.Second
-	checked := checks.Check(mcfg, s.hist.Ops(), s.hist.Touched(), fs, nil, settled)
-	for _, p := range s.hist.Problems() {
-		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
-	}
-	res := &Result{Result: checked, Seed: cfg.Seed, Virtual: time.Since(begin), Faults: s.faults, Applied: srv.Applied()}
+	res := &Result{Seed: cfg.Seed, Virtual: time.Since(begin), Faults: s.faults, Applied: srv.Applied()}
 	for _, op := range s.hist.Ops() {
 		if op.Type == model.OpComplete && op.Outcome == model.OutOK {
 			res.Cycles++
 		}
 	}
-	return res
+	return &ran{cfg: mcfg, hist: s.hist, fs: fs, settled: settled, res: res}
 }
 
 // startWorker starts worker i of the task workload on a client of its
@@ -304,6 +324,7 @@ func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 	cfgW := traffic.WorkerConfig{
 		Name: name + ".0", SQLite: s.dsn, Archive: s.archive, Seed: s.cfg.Seed*1000 + uint64(i),
 		Threads: s.cfg.Threads, TTL: s.cfg.TTL, Window: s.cfg.Window, Control: s.cfg.Control, ClockSkew: skew,
+		Contended: s.cfg.Contended,
 	}
 	w, err := traffic.NewWorker(cfgW, cli, s.hist.Record)
 	if err != nil {
@@ -372,7 +393,7 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 	defer pauses.Wait()
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(s.rng.ExpFloat64() * float64(s.cfg.FaultGap)))
-		switch k := s.rng.IntN(10); {
+		switch k := s.rng.IntN(12); {
 		case k < 3: // pause a worker past its safe deadline
 			g := s.gates[s.rng.IntN(len(s.gates))]
 			d := s.cfg.TTL/2 + time.Duration(s.rng.Int64N(int64(2*s.cfg.TTL)))
@@ -387,9 +408,13 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 			(*stopRecorder)()
 			s.faults["recorder-restart"]++
 			*stopRecorder = s.startRecorder()
-		default: // a worker's watches cancelled
+		case k < 10: // a worker's watches cancelled
 			s.srv.CancelWatches(fmt.Sprintf("w%d", s.rng.IntN(s.cfg.Workers)))
 			s.faults["watch-cancel"]++
+		default: // an operator revokes a held task
+			if s.operatorRevoke() {
+				s.faults["operator-revoke"]++
+			}
 		}
 	}
 }
@@ -414,6 +439,47 @@ func (s *sim) revokeSessionLease() bool {
 		return false
 	}
 	return s.srv.RevokeLease(ids[s.rng.IntN(len(ids))]) == nil
+}
+
+// operatorRevoke revokes one held task with lease.Registry.Revoke, as an
+// operator would (the chaos suite's nemesis does too), recording the call
+// in the history; the reason is the call's id. It reports whether a task
+// was held.
+func (s *sim) operatorRevoke() bool {
+	space := keys.MustNew(keys.DefaultNamespace)
+	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
+	defer cancel()
+	resp, err := s.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return false
+	}
+	var held []string
+	for _, kv := range resp.Kvs {
+		if task, err := space.ResourceFromLease(string(kv.Key)); err == nil && !space.IsControl(string(kv.Key)) {
+			held = append(held, task)
+		}
+	}
+	if len(held) == 0 {
+		return false
+	}
+	task := held[s.rng.IntN(len(held))]
+	s.revokes++
+	id := fmt.Sprintf("%s-%d", model.Operator, s.revokes)
+	s.hist.Record(model.Event{K: "i", ID: id, T: model.Now(), Op: model.OpRevoke, Task: task, W: model.Operator})
+	err = s.reg.Revoke(ctx, task, id)
+	out := model.OutOK
+	switch {
+	case errors.Is(err, lease.ErrNotHeld):
+		out = model.OutFail
+	case err != nil:
+		out = model.OutUnknown
+	}
+	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
+	if err != nil {
+		ev.Err = model.Truncate(err.Error(), 300)
+	}
+	s.hist.Record(ev)
+	return true
 }
 
 // sweep completes, as the chaos suite's sweeper does, every task a worker

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
@@ -345,7 +346,7 @@ func (wt *waiter) abandon(ctx context.Context, why string) {
 	if err == nil {
 		return
 	}
-	if wt.s.Err() != nil {
+	if wt.s.Err() != nil || chaosseam.LeaveOnce.Load() { // only a control run leaves once
 		return // the entry goes with the session's etcd lease
 	}
 	wt.log().Warn("could not leave the queue; trying again in the background while the session lives", "why", why, "error", err)

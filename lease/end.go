@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -126,7 +127,11 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	} else {
 		e.Next = l.queueHead(ctx)
 	}
-	err = retryUnknown(ctx, l.log, func() error {
+	retry := retryUnknown
+	if chaosseam.ReleaseOnce.Load() { // only a control run sends a Release once
+		retry = func(_ context.Context, _ hclog.Logger, f func() error) error { return f() }
+	}
+	err = retry(ctx, l.log, func() error {
 		err := l.end(ctx, "release", e)
 		if e.Next != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The head's session lease is gone, and its entry with it

@@ -20,7 +20,7 @@ import (
 // serves, held for the session's life with every Acquire waiter behind
 // it.
 func (r *Registry) settleLater(s *session.Session, resource string, ids []string, complete []clientv3.Op) {
-	if chaosseam.NoTryMarkers.Load() {
+	if chaosseam.TryMarkersOff() {
 		return // a control run of the simulation: the tries carry no markers
 	}
 	st := &settler{r: r, s: s, resource: resource, ids: ids, complete: complete}
@@ -40,7 +40,7 @@ func (r *Registry) settleLater(s *session.Session, resource string, ids []string
 // goroutine: each member is a call of one try (ids[i]), with its terms'
 // Complete ops.
 func (r *Registry) settleManyLater(s *session.Session, resources, ids []string, complete [][]clientv3.Op) {
-	if chaosseam.NoTryMarkers.Load() {
+	if chaosseam.TryMarkersOff() {
 		return
 	}
 	r.tracker.goLeave(s, func(ctx context.Context) {

@@ -77,6 +77,25 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// TestSimulationContended is the short run of the contended workload: a
+// few tasks taken mostly with a blocking Acquire, handed from waiter to
+// waiter through the queue (docs/protocol.md §3.2), under the same faults.
+func TestSimulationContended(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Seed = seed(t, 2)
+	cfg.Duration = duration(t, 10*time.Second)
+	cfg.Contended = true
+	cfg.Logf = t.Logf
+	res := Run(t, cfg)
+	t.Log("\n" + res.Summary())
+	if len(res.Violations) > 0 {
+		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationContended$' ./e2e/sim", len(res.Violations), res.Seed)
+	}
+	if res.Cycles == 0 {
+		t.Fatal("no task cycle completed")
+	}
+}
+
 // controlSeeds is how many seeds a control gets to be found in.
 const controlSeeds = 5
 
@@ -99,6 +118,11 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlBlindFirstEnd, seed: 61},
 		{control: model.ControlDeleteFirst, seed: 41},
 		{control: model.ControlWriterClocks, seed: 51},
+		{control: model.ControlSharedStartKey, seed: 71, net: held},
+		{control: model.ControlLastEarlierTry, seed: 81, net: held},
+		{control: model.ControlLeaveOnce, seed: 91},
+		{control: model.ControlNoQueueMarkers, seed: 101, net: held},
+		{control: model.ControlReleaseOnce, seed: 111},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()

@@ -33,3 +33,51 @@ var BlindFirstEnd atomic.Bool
 // ControlLateTries must catch. It also disables the settlement of a call
 // that returned unknown, which rests on the markers.
 var NoTryMarkers atomic.Bool
+
+// SharedStartKey, when set, makes every resend of a TryAcquire call reuse
+// its first try's claim — one start key and one id for all its tries — as
+// before each try had a start key of its own, and turns the tries' markers
+// off as NoTryMarkers does (the code of that time had none, and a marker
+// shared by all the tries would hide the hole): a first try held in a
+// fault and applied after the call's epoch ended rewrites that epoch's
+// start entry and begins an epoch no Lease serves. The simulation's
+// ControlSharedStartKey must catch it.
+var SharedStartKey atomic.Bool
+
+// LastEarlierTry, when set, makes a resend of a TryAcquire that finds
+// several earlier tries applied stand on the last one listed rather than
+// the one whose start key's revision is the lease key's (the try that
+// holds), and turns the markers off as NoTryMarkers does (with them, no
+// two tries of a call can apply): the call returns ErrNotHeld while its
+// session holds the resource at an epoch no Lease serves. The
+// simulation's ControlLastEarlierTry must catch it.
+var LastEarlierTry atomic.Bool
+
+// TryMarkersOff reports whether a switch has turned the tries' markers
+// off (NoTryMarkers, SharedStartKey, LastEarlierTry).
+func TryMarkersOff() bool {
+	return NoTryMarkers.Load() || SharedStartKey.Load() || LastEarlierTry.Load()
+}
+
+// LeaveOnce, when set, makes an Acquire that gives up try to remove its
+// queue entry once, and not again in the background when that try is not
+// decided: an entry left behind for a session that lives on is handed the
+// resource by the holder's next Release, and every waiter behind it waits
+// for a session that will never take it. The simulation's ControlLeaveOnce
+// must catch it.
+var LeaveOnce atomic.Bool
+
+// NoQueueMarkers, when set, makes Acquire's queueing transaction carry no
+// "the call has not given up" compare, and its Dequeue put no marker: a
+// queueing transaction whose reply was lost, applied after its call gave
+// up, leaves an orphaned entry (or claim) for a session that lives on —
+// and a retried Acquire of the same session waits behind it. The
+// simulation's ControlNoQueueMarkers must catch it.
+var NoQueueMarkers atomic.Bool
+
+// ReleaseOnce, when set, makes Release send its transaction once, as
+// before it resolved its own unknown outcome: a lost reply returns
+// outcome.ErrUnknown while the caller's context still has time, and a
+// Release that committed a handoff leaves the old holder's Lease live.
+// The simulation's ControlReleaseOnce must catch it.
+var ReleaseOnce atomic.Bool

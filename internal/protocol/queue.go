@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -122,9 +123,14 @@ func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	// The call has not given up: a transaction that lands after the call
 	// left (cut short, delivered late) neither claims nor queues.
 	notGone := clientv3.Compare(clientv3.CreateRevision(space.Gone(ticket)), "=", 0)
-	claim.If = append(claim.If, notGone)
+	enqueueIf := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0), notGone}
+	if chaosseam.NoQueueMarkers.Load() { // only a control run of the simulation
+		enqueueIf = enqueueIf[:1]
+	} else {
+		claim.If = append(claim.If, notGone)
+	}
 	enqueue := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(doneKey), "=", 0), notGone},
+		enqueueIf,
 		[]clientv3.Op{clientv3.OpPut(w.Key, h.Encode(), clientv3.WithLease(c.LeaseID))}, nil)
 	claim.Else = []clientv3.Op{
 		clientv3.OpGet(space.Lease(resource)),
@@ -212,6 +218,10 @@ func HeadClaim(space keys.Space, resource string, w Waiter, now time.Time) (If [
 // Tickets are unique per call, so the entry's existence is all the compare
 // needs.
 func Dequeue(space keys.Space, resource string, w Waiter) (clientv3.Cmp, clientv3.Op, []clientv3.Op) {
+	if chaosseam.NoQueueMarkers.Load() { // only a control run of the simulation
+		return clientv3.Compare(clientv3.CreateRevision(w.Key), "!=", 0), clientv3.OpDelete(w.Key),
+			[]clientv3.Op{clientv3.OpGet(space.Lease(resource))}
+	}
 	return clientv3.Compare(clientv3.CreateRevision(w.Key), "!=", 0),
 		clientv3.OpDelete(w.Key),
 		[]clientv3.Op{

@@ -46,7 +46,7 @@ import (
 //
 // The first try has no earlier: one compare more than the claim.
 func Try(space keys.Space, c Claim, session clientv3.LeaseID, earlier []string) (ifs []clientv3.Cmp, then, els []clientv3.Op) {
-	markers := !chaosseam.NoTryMarkers.Load() // only a control run of the simulation turns them off
+	markers := !chaosseam.TryMarkersOff() // only a control run of the simulation turns them off
 	ifs, then, els = c.If, c.Then, c.Else
 	if markers {
 		ifs = append(slices.Clip(ifs), clientv3.Compare(clientv3.CreateRevision(space.Gone(c.ID)), "=", 0))

@@ -42,6 +42,32 @@ const (
 	// only after an unknown outcome: a first try applied after the resend
 	// committed rejects the call that succeeded. The simulation runs it.
 	ControlBlindFirstEnd Control = "blind-first-end"
+	// ControlSharedStartKey: every try of a TryAcquire shares its first
+	// try's claim and start key, with no markers
+	// (internal/chaosseam.SharedStartKey): a try applied late rewrites the
+	// start entry of the epoch the call got. The simulation runs it.
+	ControlSharedStartKey Control = "shared-start-key"
+	// ControlLastEarlierTry: a resend that finds earlier tries applied
+	// stands on the last one listed, with no markers
+	// (internal/chaosseam.LastEarlierTry): an orphan epoch. The simulation
+	// runs it.
+	ControlLastEarlierTry Control = "last-earlier-try"
+	// ControlLeaveOnce: an Acquire that gives up tries to leave its queue
+	// once (internal/chaosseam.LeaveOnce): an entry left behind is handed
+	// the resource, a grant no Lease serves. It implies Config.Contended;
+	// the simulation runs it.
+	ControlLeaveOnce Control = "leave-once"
+	// ControlNoQueueMarkers: Acquire's queueing transaction does not
+	// require that its call has not given up, and its Dequeue leaves no
+	// marker (internal/chaosseam.NoQueueMarkers): a queueing transaction
+	// applied late leaves an orphaned entry or claim. It implies
+	// Config.Contended; the simulation runs it.
+	ControlNoQueueMarkers Control = "no-queue-markers"
+	// ControlReleaseOnce: Release sends its transaction once
+	// (internal/chaosseam.ReleaseOnce), so a lost reply returns an
+	// unknown outcome while the caller's context still has time. The
+	// simulation runs it.
+	ControlReleaseOnce Control = "release-once"
 	// ControlStrand: now and then an Acquire that gave up leaves its
 	// queue entry behind for a session that lives on, as Acquire did when
 	// it tried to leave the queue only once, and the holder's next Release

@@ -94,6 +94,12 @@ const (
 	EventSessionFailed = "sf"
 )
 
+// EventBroken is a broken promise of the SDK's API that a worker saw
+// itself (its Err says which), such as a Complete or Release that returned
+// an unknown outcome while its context still had time: the history records
+// it as a problem (History.Problems).
+const EventBroken = "bc"
+
 // SessionRecord is one session a worker started (session.New), from its
 // start and end events.
 type SessionRecord struct {
@@ -252,6 +258,8 @@ func (h *History) Record(ev Event) {
 		case sr.End == 0: // the first end recorded wins
 			sr.End, sr.Deadline, sr.Cause = ev.T, ev.Dl, ev.Err
 		}
+	case EventBroken:
+		h.bad = append(h.bad, fmt.Sprintf("%s by %s: %s", ev.ID, ev.W, ev.Err))
 	case EventSessionFailed:
 		h.grants = append(h.grants, GrantFailure{Name: ev.ID, Worker: ev.W, Time: ev.T, Err: ev.Err})
 	default:

@@ -851,6 +851,7 @@ func (w *Worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 		results, err := send(ctx, batch)
+		early := ctx.Err() == nil
 		cancel()
 		var again []int
 		for j, i := range pending {
@@ -861,6 +862,9 @@ func (w *Worker) completeWith(ls []*lease.Lease, send func(ctx context.Context, 
 			out, cur := classifyEnd(lerr)
 			ps[j].end(out, 0, cur, lerr)
 			outs[i] = out
+			if early {
+				w.unknownEarly(ps[j], lerr)
+			}
 			switch out {
 			case model.OutOK:
 				w.settleCompleted(l)
@@ -926,13 +930,32 @@ func (w *Worker) release(l *lease.Lease) {
 	if !raw {
 		err = l.Release(ctx)
 	}
+	early := ctx.Err() == nil
 	cancel()
 	out, cur := classifyEnd(err)
 	p.end(out, 0, cur, err)
+	if early && !raw {
+		w.unknownEarly(p, err)
+	}
 	// A raw release bypasses the Lease, which stays registered with its
 	// session, as after ControlNoCAS's raw completion (settleCompleted).
 	if out != model.OutUnknown && !raw {
 		w.settle(l)
+	}
+}
+
+// unknownEarly records a broken promise (model.EventBroken) when the
+// Complete or Release of op returned an unknown outcome while its context
+// still had time: both resolve an unknown outcome themselves, sending the
+// same end again until etcd decides it or the context ends
+// (docs/protocol.md §3.4).
+//
+// A stale end whose rejection entry had an unknown outcome
+// (lease.StaleError.Unrecorded) is decided — stale — and not counted.
+func (w *Worker) unknownEarly(op *pendingOp, err error) {
+	if out, _ := classifyEnd(err); out == model.OutUnknown && errors.Is(err, outcome.ErrUnknown) {
+		w.emit(model.Event{K: model.EventBroken, ID: op.id, W: w.cfg.Name, T: model.Now(),
+			Err: model.Truncate("returned an unknown outcome before its context ended: "+err.Error(), 300)})
 	}
 }
 

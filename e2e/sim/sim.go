@@ -200,6 +200,7 @@ type sim struct {
 	gates   []*nemesis.Gate
 	faults  map[string]int
 	reg     *lease.Registry // the operator's, on the direct client
+	history *historian
 	revokes int
 }
 
@@ -231,6 +232,9 @@ func run(t *testing.T, cfg Config) *ran {
 	}
 	defer reg.Close()
 	s.reg = reg
+	hctx, stopHistory := context.WithCancel(context.Background())
+	defer stopHistory()
+	s.history = watchHistory(hctx, s.direct)
 	db, _, err := model.OpenSQL(s.dsn, 1)
 	if err != nil {
 		t.Fatalf("sim: %v", err)
@@ -278,8 +282,11 @@ func run(t *testing.T, cfg Config) *ran {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := s.history.catchUp(ctx, srv.Rev()); err != nil {
+		t.Fatalf("sim: the history: %v", err)
+	}
 	fs, err := model.ReadFinal(ctx, model.FinalSources{
-		Direct: s.direct, Log: log, Archive: archive, DB: db, Archived: s.logs,
+		Direct: s.direct, History: s.history.client(ctx, s.direct), Log: log, Archive: archive, DB: db, Archived: s.logs,
 		StopRecorders: func() { recorderStopped = true; stopRecorder() },
 	})
 	if err != nil {
@@ -393,7 +400,7 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 	defer pauses.Wait()
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(s.rng.ExpFloat64() * float64(s.cfg.FaultGap)))
-		switch k := s.rng.IntN(12); {
+		switch k := s.rng.IntN(13); {
 		case k < 3: // pause a worker past its safe deadline
 			g := s.gates[s.rng.IntN(len(s.gates))]
 			d := s.cfg.TTL/2 + time.Duration(s.rng.Int64N(int64(2*s.cfg.TTL)))
@@ -411,9 +418,16 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 		case k < 10: // a worker's watches cancelled
 			s.srv.CancelWatches(fmt.Sprintf("w%d", s.rng.IntN(s.cfg.Workers)))
 			s.faults["watch-cancel"]++
-		default: // an operator revokes a held task
+		case k < 12: // an operator revokes a held task
 			if s.operatorRevoke() {
 				s.faults["operator-revoke"]++
+			}
+		default: // etcd compacts its history, past the watchers behind
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.history.catchUp(ctx, s.srv.Rev())
+			cancel()
+			if rev := s.history.safe(); rev > 1 && s.srv.Compact(rev) == nil {
+				s.faults["compact"]++
 			}
 		}
 	}

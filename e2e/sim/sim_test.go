@@ -72,7 +72,7 @@ func TestSimulation(t *testing.T) {
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
-	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 {
+	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 || res.Faults["compact"] == 0 || res.Faults["operator-revoke"] == 0 {
 		t.Errorf("the faults did not run their course: %v", res.Faults)
 	}
 }

@@ -21,6 +21,10 @@ type FinalSources struct {
 	DB            *sql.DB
 	Archived      *ArchiveLog
 	StopRecorders func()
+	// History, if set, is where the revision history is read
+	// (ReadHistory): a client whose watches replay every change since
+	// revision 1 after etcd compacted some of them away. Nil: Direct.
+	History *clientv3.Client
 }
 
 // ReadFinal reads the final state of a run (the chaos suite's, or a
@@ -29,6 +33,10 @@ type FinalSources struct {
 // the rest is read from a still etcd and archive.
 func ReadFinal(ctx context.Context, src FinalSources) (FinalState, error) {
 	space := keys.MustNew(keys.DefaultNamespace)
+	hist := src.History
+	if hist == nil {
+		hist = src.Direct
+	}
 	var fs FinalState
 	head, err := src.Direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
@@ -40,13 +48,13 @@ func ReadFinal(ctx context.Context, src FinalSources) (FinalState, error) {
 	}
 	src.StopRecorders()
 
-	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistory(ctx, src.Direct, space); err != nil {
+	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistory(ctx, hist, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = ReadAuditHistory(ctx, src.Direct, space); err != nil {
+	if fs.AuditEvents, err = ReadAuditHistory(ctx, hist, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = ReadDoneHistory(ctx, src.Direct, space); err != nil {
+	if fs.DoneEvents, err = ReadDoneHistory(ctx, hist, space); err != nil {
 		return fs, err
 	}
 	if fs.Archive, err = src.Archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {

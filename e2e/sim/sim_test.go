@@ -105,6 +105,11 @@ const controlSeeds = 5
 func TestSimulationControls(t *testing.T) {
 	// late-tries needs a held try to land after its call returned: a
 	// network that holds and delays more of the requests, still random.
+	// So do the controls that need an unknown outcome to land late, or a
+	// Dequeue to stay undecided. shared-start-key and last-earlier-try
+	// also turn the tries' markers off, as the code was when their holes
+	// were found: with the markers no two tries of a call can apply, and
+	// neither hole can be reached (docs/testing.md).
 	held := simetcd.DefaultProbabilities
 	held.Hold, held.LongDelay = 0.10, 0.05
 	for _, c := range []struct {
@@ -120,7 +125,7 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlWriterClocks, seed: 51},
 		{control: model.ControlSharedStartKey, seed: 71, net: held},
 		{control: model.ControlLastEarlierTry, seed: 81, net: held},
-		{control: model.ControlLeaveOnce, seed: 91},
+		{control: model.ControlLeaveOnce, seed: 91, net: held},
 		{control: model.ControlNoQueueMarkers, seed: 101, net: held},
 		{control: model.ControlReleaseOnce, seed: 111},
 	} {

@@ -102,7 +102,7 @@ const (
 	// ControlNoLimitCompare: the semaphore's claims drop the compare of
 	// the stored limit (internal/chaosseam.NoLimitCompare), and keep the
 	// confirmation of a Semaphore's first use. Once the operator of the
-	// recipe workload has lowered the limit (traffic.RecipeLimit), a
+	// recipe workload has lowered the limit (traffic.LimitOperator), a
 	// worker that has not switched yet claims with the Semaphore that
 	// confirmed the higher one, up to its own limit: more permits live
 	// than the limit in force. The simulation runs it.

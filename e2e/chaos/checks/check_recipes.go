@@ -131,6 +131,11 @@ type RecipeFacts struct {
 	electionOrder                bool
 }
 
+// Lines is the summary's part on the recipe workload, a line each: the
+// workers, the election, the semaphore (the limits stored, in order) and
+// the writes downstream.
+func (f *RecipeFacts) Lines() []string { return f.lines() }
+
 // lines is the summary's part on the recipe workload.
 func (f *RecipeFacts) lines() []string {
 	order := "epochs increasing"

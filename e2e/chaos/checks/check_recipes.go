@@ -160,7 +160,8 @@ func (f *RecipeFacts) lines() []string {
 }
 
 // limitsLine is the limits stored, in order: "2", "2→1, changed once",
-// "2→1→2, changed 2 times"; "none" without any.
+// "2→1→2, changed 2 times", and past five the first three and the last:
+// "2→1→2→…→1, changed 9 times"; "none" without any.
 func limitsLine(limits []int) string {
 	if len(limits) == 0 {
 		return "none"
@@ -168,6 +169,9 @@ func limitsLine(limits []int) string {
 	var ls []string
 	for _, l := range limits {
 		ls = append(ls, strconv.Itoa(l))
+	}
+	if len(ls) > 5 {
+		return fmt.Sprintf("%s→…→%s, changed %d times", strings.Join(ls[:3], "→"), ls[len(ls)-1], len(ls)-1)
 	}
 	switch len(ls) {
 	case 1:

@@ -151,6 +151,15 @@ func TestCheckerJudgesClaimsByTheLimitInForce(t *testing.T) {
 	if lines := strings.Join(f.lines(), "\n"); !strings.Contains(lines, "semaphore(limit 2→1, changed once): 4 permits granted") {
 		t.Errorf("the summary lacks the limits stored:\n%s", lines)
 	}
+	for limits, want := range map[string]string{"": "none", "2": "2", "21": "2→1, changed once", "212": "2→1→2, changed 2 times", "2121212121": "2→1→2→…→1, changed 9 times"} {
+		var ls []int
+		for _, c := range limits {
+			ls = append(ls, int(c-'0'))
+		}
+		if got := limitsLine(ls); got != want {
+			t.Errorf("limitsLine(%v) = %q; want %q", ls, got, want)
+		}
+	}
 	for _, c := range []struct {
 		name string
 		says string

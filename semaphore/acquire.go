@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/recipekeys"
@@ -404,7 +405,11 @@ func (m *Semaphore) claim(ctx context.Context, s *session.Session, i int) (*leas
 // that require the stored limit (limitHeld): a parameter of the claim,
 // which every try of it carries.
 func (m *Semaphore) claimPermit(ctx context.Context, s *session.Session, res string) (*lease.Lease, error) {
-	l, err := hook.TryAcquire(ctx, m.permits, s, res, protocol.Terms{If: m.limitHeld})
+	terms := protocol.Terms{If: m.limitHeld}
+	if chaosseam.NoLimitCompare.Load() { // only a control run of the simulation
+		terms.If = nil
+	}
+	l, err := hook.TryAcquire(ctx, m.permits, s, res, terms)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/recipekeys"
 	"github.com/leasehold/leasehold/lease"
@@ -146,6 +147,38 @@ func TestLoweredLimitIsSeenByTheHeadWaiter(t *testing.T) {
 	f.waitFor("the turnstile released", func() bool { return f.turnstileHolder("waited") == "" })
 	if bad, most := f.checkHistory("waited", 1, from); len(bad) > 0 {
 		t.Errorf("more permits than the stored limit of 1 (at most %d held): %v", most, bad)
+	}
+}
+
+// TestNoLimitCompareSeam: with the control switch
+// chaosseam.NoLimitCompare set, the claim drops the limit compare and
+// nothing else — the stale semaphore of TestLoweredLimitIsSeenByTheClaim
+// then takes a permit beyond the stored limit, which is what the
+// simulation's control must find — and cleared, the claim is the
+// production one again.
+func TestNoLimitCompareSeam(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	a := f.confirmed("seam", 3)
+	from := f.deleteLimit("seam")
+	b := f.sem("seam", 1)
+	f.tryAcquire(b, f.session("b")) // stores 1 and takes permit 0
+
+	chaosseam.NoLimitCompare.Store(true)
+	sa := f.session("a")
+	l, err := a.TryAcquire(ctx, sa)
+	chaosseam.NoLimitCompare.Store(false)
+	if err != nil {
+		t.Fatalf("TryAcquire of a stale semaphore of 3 without the limit compare: %v; want a permit beyond the stored limit", err)
+	}
+	if bad, _ := f.checkHistory("seam", 1, from); len(bad) == 0 {
+		t.Errorf("%s, yet no revision holds more permits than the stored limit of 1", taken(l))
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := a.TryAcquire(ctx, sa); !errors.Is(err, semaphore.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire of the stale semaphore with the switch cleared: %s, %v; want ErrLimitMismatch", taken(l), err)
 	}
 }
 

@@ -419,7 +419,7 @@ func (r *runner) checkRecipeRun(res *Result) {
 	}
 	res.RecipeOps = r.recipes.Ops()
 	var vs []checks.Violation
-	res.Recipes, vs = checks.CheckRecipes(r.cfg.RecipeLimit, res.RecipeOps, final)
+	res.Recipes, vs = checks.CheckRecipes(res.RecipeOps, final)
 	res.Recipes.Workers = r.cfg.Recipes
 	res.Violations = append(res.Violations, vs...)
 }

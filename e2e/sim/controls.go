@@ -18,6 +18,7 @@ var switches = map[model.Control]*atomic.Bool{
 	model.ControlLeaveOnce:      &chaosseam.LeaveOnce,
 	model.ControlNoQueueMarkers: &chaosseam.NoQueueMarkers,
 	model.ControlReleaseOnce:    &chaosseam.ReleaseOnce,
+	model.ControlNoLimitCompare: &chaosseam.NoLimitCompare,
 }
 
 // useControl sets c's switch, if it has one, for one run; restore clears

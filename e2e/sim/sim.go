@@ -1,19 +1,20 @@
 // Package sim is leasehold's deterministic simulation: the SDK's own code
 // — sessions, leases, the audit recorder with retention, the fencing
-// guards, driven by the chaos suite's workers (e2e/chaos/traffic) — runs
-// against a simulated etcd that applies every request with etcd's own
-// MVCC, transaction and lessor code (e2e/sim/simetcd), inside a
-// testing/synctest bubble: timers, deadlines, TTLs and backoffs cost no
-// wall time, and a 1 s lease expires in microseconds.
+// guards, the election and the semaphore, driven by the chaos suite's
+// workers (e2e/chaos/traffic) — runs against a simulated etcd that
+// applies every request with etcd's own MVCC, transaction and lessor code
+// (e2e/sim/simetcd), inside a testing/synctest bubble: timers, deadlines,
+// TTLs and backoffs cost no wall time, and a 1 s lease expires in
+// microseconds.
 //
 // A seed decides what the network does with every request and reply of
 // every client (delivered, delayed, applied with its reply lost, held and
 // applied after later requests, refused), and the faults beside it: a
 // worker paused past its safe deadline, a session's etcd lease revoked
 // early (as after etcd-io/etcd#15247), a recorder killed and started
-// again, a client's watches cancelled. The chaos suite's checks
-// (e2e/chaos/checks) then judge the history the workers recorded and
-// etcd's own revision history.
+// again, a client's watches cancelled, a recipe holder deposed. The chaos
+// suite's checks (e2e/chaos/checks) then judge the history the workers
+// recorded and etcd's own revision history.
 //
 // What it does not cover: real gRPC connections, real raft (leader
 // changes, a member behind), real disks. The chaos suite and the runs
@@ -56,6 +57,10 @@ type Config struct {
 	Duration time.Duration
 	// Workers run Threads threads each, on a window of Window open tasks.
 	Workers, Threads, Window int
+	// Recipes is the number of recipe workers (recipes.go): the election,
+	// the semaphore with its limit changed during the run, and writes
+	// through the etcd guard; 0: none. ControlNoLimitCompare implies 3.
+	Recipes int
 	// TTL is every session's lease TTL; Retention the recorder's.
 	TTL, Retention time.Duration
 	// FaultGap is the mean virtual time between faults beside the
@@ -95,6 +100,9 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.Retention, d.Retention)
 	orDefault(&c.FaultGap, d.FaultGap)
 	c.Contended = c.Contended || contended(c.Control)
+	if c.Control == model.ControlNoLimitCompare {
+		orDefault(&c.Recipes, 3)
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -136,6 +144,9 @@ func (r *Result) CyclesPerSecond() float64 {
 func (r *Result) Summary() string {
 	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time), %d requests applied, faults %v\n",
 		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.Applied, r.Faults)
+	if r.Recipes != nil {
+		s += strings.Join(r.Recipes.Lines(), "\n") + "\n"
+	}
 	for _, v := range r.Violations {
 		s += fmt.Sprintf("  %s: %s\n", v.Check, v.Detail)
 	}
@@ -172,11 +183,15 @@ type ran struct {
 	fs      model.FinalState
 	settled int64
 	res     *Result
+	recipes func(*checks.Result) // the recipe checks, if recipes ran
 }
 
 // check runs the chaos suite's checks on what r recorded and read.
 func (r *ran) check() *Result {
 	checked := checks.Check(r.cfg, r.hist.Ops(), r.hist.Touched(), r.fs, nil, r.settled)
+	if r.recipes != nil {
+		r.recipes(checked)
+	}
 	for _, p := range r.hist.Problems() {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
@@ -198,6 +213,8 @@ type sim struct {
 	rng     *rand.Rand
 	nets    []*switchable
 	gates   []*nemesis.Gate
+	clients []string // the workers' clients' names
+	recipes *recipes // nil without recipe workers
 	faults  map[string]int
 	reg     *lease.Registry // the operator's, on the direct client
 	history *historian
@@ -263,6 +280,10 @@ func run(t *testing.T, cfg Config) *ran {
 	for i := range cfg.Workers {
 		s.startWorker(wctx, i, &workers)
 	}
+	if cfg.Recipes > 0 {
+		s.recipes = s.startRecipes(wctx, &workers)
+		defer s.recipes.reg.Close()
+	}
 	cfg.Logf("sim: seed %d: %d workers × %d threads, TTL %v, faults for %v (virtual)", cfg.Seed, cfg.Workers, cfg.Threads, cfg.TTL, cfg.Duration)
 
 	// The fault phase.
@@ -307,7 +328,11 @@ func run(t *testing.T, cfg Config) *ran {
 			res.Cycles++
 		}
 	}
-	return &ran{cfg: mcfg, hist: s.hist, fs: fs, settled: settled, res: res}
+	out := &ran{cfg: mcfg, hist: s.hist, fs: fs, settled: settled, res: res}
+	if s.recipes != nil {
+		out.recipes = s.recipes.read(s.history.client(ctx, s.direct))
+	}
+	return out
 }
 
 // startWorker starts worker i of the task workload on a client of its
@@ -316,6 +341,7 @@ func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 	name := fmt.Sprintf("w%d", i)
 	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+uint64(i), s.cfg.Network)}
 	s.nets = append(s.nets, net)
+	s.clients = append(s.clients, name)
 	cli := s.srv.Client(name, net)
 	// The first worker's wall clock is two days behind, the second's two
 	// days ahead, as the chaos suite's: their audit entries carry those
@@ -393,13 +419,20 @@ func (s *sim) startRecorder() (stop func()) {
 // injectFaults injects, from the seed, a fault every FaultGap on average
 // for the fault phase, beside the network's: a worker paused past its
 // session's safe deadline, a session's etcd lease revoked early, the
-// recorder killed and started again, a client's watches cancelled.
+// recorder killed and started again, a client's watches cancelled; with
+// recipe workers, a quarter of the faults depose a recipe holder.
 func (s *sim) injectFaults(stopRecorder *func()) {
 	end := time.Now().Add(s.cfg.Duration)
 	var pauses sync.WaitGroup
 	defer pauses.Wait()
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(s.rng.ExpFloat64() * float64(s.cfg.FaultGap)))
+		if s.recipes != nil && s.rng.IntN(4) == 0 {
+			if s.recipes.depose() {
+				s.faults["depose"]++
+			}
+			continue
+		}
 		switch k := s.rng.IntN(13); {
 		case k < 3: // pause a worker past its safe deadline
 			g := s.gates[s.rng.IntN(len(s.gates))]
@@ -416,7 +449,7 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 			s.faults["recorder-restart"]++
 			*stopRecorder = s.startRecorder()
 		case k < 10: // a worker's watches cancelled
-			s.srv.CancelWatches(fmt.Sprintf("w%d", s.rng.IntN(s.cfg.Workers)))
+			s.srv.CancelWatches(s.clients[s.rng.IntN(len(s.clients))])
 			s.faults["watch-cancel"]++
 		case k < 12: // an operator revokes a held task
 			if s.operatorRevoke() {
@@ -434,19 +467,25 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 }
 
 // revokeSessionLease revokes the etcd lease of a session holding a
-// resource now, as etcd-io/etcd#15247 can before its holder's deadline.
+// resource now (a recipe worker's too), as etcd-io/etcd#15247 can before
+// its holder's deadline.
 func (s *sim) revokeSessionLease() bool {
-	space := keys.MustNew(keys.DefaultNamespace)
+	spaces := []keys.Space{keys.MustNew(keys.DefaultNamespace)}
+	if s.recipes != nil {
+		spaces = append(spaces, keys.MustNew(model.RecipeNamespace))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	resp, err := s.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return false
-	}
 	var ids []int64
-	for _, kv := range resp.Kvs {
-		if kv.Lease != 0 && !space.IsControl(string(kv.Key)) {
-			ids = append(ids, kv.Lease)
+	for _, space := range spaces {
+		resp, err := s.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix())
+		if err != nil {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			if kv.Lease != 0 && !space.IsControl(string(kv.Key)) {
+				ids = append(ids, kv.Lease)
+			}
 		}
 	}
 	if len(ids) == 0 {

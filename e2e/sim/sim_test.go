@@ -57,12 +57,15 @@ func replays(t *testing.T) int {
 }
 
 // TestSimulation is the short run of make test: one seed, every check on,
-// zero violations, and task cycles completed under the faults. make
-// simulate runs it longer (LEASEHOLD_SIM_DURATION) on seeds of its own.
+// zero violations, and task cycles completed under the faults, beside
+// the recipe workload (the election, the semaphore with its limit
+// changed, fenced writes), which ran its course. make simulate runs it
+// longer (LEASEHOLD_SIM_DURATION) on seeds of its own.
 func TestSimulation(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Seed = seed(t, 1)
 	cfg.Duration = duration(t, 20*time.Second)
+	cfg.Recipes = 3
 	cfg.Logf = t.Logf
 	res := Run(t, cfg)
 	t.Log("\n" + res.Summary())
@@ -72,8 +75,15 @@ func TestSimulation(t *testing.T) {
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
-	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 || res.Faults["compact"] == 0 || res.Faults["operator-revoke"] == 0 {
+	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 || res.Faults["compact"] == 0 || res.Faults["operator-revoke"] == 0 || res.Faults["depose"] == 0 {
 		t.Errorf("the faults did not run their course: %v", res.Faults)
+	}
+	rf := res.Recipes
+	if rf == nil || rf.Leaders < 2 || rf.Permits < 2 || rf.Landed == 0 || rf.Writes[model.OutRefused] == 0 {
+		t.Fatalf("the recipe workload did not run its course: %+v", rf)
+	}
+	if len(rf.Limits) < 3 {
+		t.Errorf("the semaphore's limit was not lowered and raised again: limits stored %v", rf.Limits)
 	}
 }
 
@@ -128,6 +138,7 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlLeaveOnce, seed: 91, net: held},
 		{control: model.ControlNoQueueMarkers, seed: 101, net: held},
 		{control: model.ControlReleaseOnce, seed: 111},
+		{control: model.ControlNoLimitCompare, seed: 71},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()

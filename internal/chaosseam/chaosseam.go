@@ -81,3 +81,13 @@ var NoQueueMarkers atomic.Bool
 // Release that committed a handoff leaves the old holder's Lease live.
 // The simulation's ControlReleaseOnce must catch it.
 var ReleaseOnce atomic.Bool
+
+// NoLimitCompare, when set, makes every claim of a semaphore's permit drop
+// the compare of the stored limit (docs/protocol.md §3.12, the claim's
+// limit compare) and keep everything else: the limit is still confirmed
+// on a Semaphore's first use. A Semaphore that confirmed a limit before an
+// operator lowered it then goes on claiming permits up to its own limit,
+// more than the stored one — the hole of issue 35, control 7, which the
+// simulation's ControlNoLimitCompare must catch (semaphore/acquire.go
+// reads it).
+var NoLimitCompare atomic.Bool

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,8 +25,10 @@ const (
 	// the one before; no two campaigns were told they lead at one epoch,
 	// and each was told an epoch etcd granted it.
 	CheckElection = "election"
-	// CheckSemaphore: replaying the permits' lease keys, never more than
-	// the limit live at any revision and never two holders of one
+	// CheckSemaphore: replaying the permits' lease keys beside the limit
+	// key, each claim is judged against the limit in force (stored) at its
+	// revision: a limit is stored, the permit's index is below it, and no
+	// more permits are live at once than it; never two holders of one
 	// permit; no two acquisitions were told one (Resource, Epoch), and
 	// each was told a permit etcd granted it.
 	CheckSemaphore = "semaphore"
@@ -44,12 +47,21 @@ type recipeWrite struct {
 	model.RecipeEffect
 }
 
+// limitEvent is one change of the semaphore's limit key, from etcd's
+// history: Limit is the value stored at revision Rev, 0 when the key was
+// deleted (or holds no limit).
+type limitEvent struct {
+	Rev   int64
+	Limit int
+}
+
 // recipeState is what the recipe workload left in etcd: every change of
-// its namespace's lease keys and audit keys, and every write that landed
-// downstream, since revision 1.
+// its namespace's lease keys and audit keys and of the semaphore's limit
+// key, and every write that landed downstream, since revision 1.
 type recipeState struct {
 	Leases []model.LeaseEvent
 	Audit  []model.AuditEvent
+	Limits []limitEvent
 	Writes []recipeWrite
 }
 
@@ -64,6 +76,23 @@ func ReadRecipes(cli *clientv3.Client) (recipeState, error) {
 		return fs, err
 	}
 	if fs.Audit, err = model.ReadAuditHistory(ctx, cli, space); err != nil {
+		return fs, err
+	}
+	limitKey := space.Limit(recipekeys.Limit(model.RecipeName))
+	err = model.ReadHistory(ctx, cli, limitKey, func(ev *clientv3.Event) error {
+		if string(ev.Kv.Key) != limitKey {
+			return nil // another semaphore's, whose name extends this one's
+		}
+		le := limitEvent{Rev: ev.Kv.ModRevision}
+		if ev.Type == clientv3.EventTypePut {
+			if n, err := strconv.Atoi(string(ev.Kv.Value)); err == nil && n > 0 {
+				le.Limit = n
+			}
+		}
+		fs.Limits = append(fs.Limits, le)
+		return nil
+	})
+	if err != nil {
 		return fs, err
 	}
 	err = model.ReadHistory(ctx, cli, model.RecipeEffectPrefix, func(ev *clientv3.Event) error {
@@ -83,7 +112,8 @@ func ReadRecipes(cli *clientv3.Client) (recipeState, error) {
 // RecipeFacts is what the recipe workload did, and what its checks found.
 type RecipeFacts struct {
 	Workers int
-	Limit   int
+	// Limits are the limits stored, in order: the first, then each change.
+	Limits []int
 	// Leaders counts the election's epochs (puts of its lease key),
 	// Handoffs those a resigning leader handed to the next campaigner;
 	// Campaigns the campaigns told they lead.
@@ -100,6 +130,11 @@ type RecipeFacts struct {
 	Election, Semaphore, Fencing int // violations per check
 	electionOrder                bool
 }
+
+// Lines is the summary's part on the recipe workload, a line each: the
+// workers, the election, the semaphore (the limits stored, in order) and
+// the writes downstream.
+func (f *RecipeFacts) Lines() []string { return f.lines() }
 
 // lines is the summary's part on the recipe workload.
 func (f *RecipeFacts) lines() []string {
@@ -119,14 +154,36 @@ func (f *RecipeFacts) lines() []string {
 	return []string{
 		fmt.Sprintf("recipes: %d in-process workers, each campaigning in election %q and taking permits of semaphore %q", f.Workers, model.RecipeName, model.RecipeName),
 		fmt.Sprintf("election: %d leaders (%d handed over by a resigning leader; %d campaigns told they lead), %s, %d violations", f.Leaders, f.Handoffs, f.Campaigns, order, f.Election),
-		fmt.Sprintf("semaphore(limit %d): %d permits granted (%d acquisitions told they hold one), most live at once %d, %d violations", f.Limit, f.Permits, f.Acquired, f.MostLive, f.Semaphore),
+		fmt.Sprintf("semaphore(limit %s): %d permits granted (%d acquisitions told they hold one), most live at once %d, %d violations", limitsLine(f.Limits), f.Permits, f.Acquired, f.MostLive, f.Semaphore),
 		fmt.Sprintf("recipe writes: %s; %d landed; %d late writes after a holding ended (%d landed, %d refused); %d violations", strings.Join(parts, ", "), f.Landed, f.Late, f.LateLanded, f.LateRefused, f.Fencing),
 	}
 }
 
+// limitsLine is the limits stored, in order: "2", "2→1, changed once",
+// "2→1→2, changed 2 times", and past five the first three and the last:
+// "2→1→2→…→1, changed 9 times"; "none" without any.
+func limitsLine(limits []int) string {
+	if len(limits) == 0 {
+		return "none"
+	}
+	var ls []string
+	for _, l := range limits {
+		ls = append(ls, strconv.Itoa(l))
+	}
+	if len(ls) > 5 {
+		return fmt.Sprintf("%s→…→%s, changed %d times", strings.Join(ls[:3], "→"), ls[len(ls)-1], len(ls)-1)
+	}
+	switch len(ls) {
+	case 1:
+		return ls[0]
+	case 2:
+		return ls[0] + "→" + ls[1] + ", changed once"
+	}
+	return fmt.Sprintf("%s, changed %d times", strings.Join(ls, "→"), len(ls)-1)
+}
+
 // recipeChecker checks the recipe workload's history.
 type recipeChecker struct {
-	limit  int
 	ops    []model.RecipeOp
 	fs     recipeState
 	space  keys.Space
@@ -148,13 +205,14 @@ func (c *recipeChecker) fail(check, res, format string, args ...any) {
 }
 
 // CheckRecipes runs the recipe checks on the workload's operations and
-// etcd's history, for a semaphore of limit permits. The checker decodes
-// the keys itself: the election's resource is "election/" + its name, a
-// permit is what semaphore.ParsePermit recognises.
-func CheckRecipes(limit int, ops []model.RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
+// etcd's history; the semaphore's limit at each revision is the one its
+// limit key held then. The checker decodes the keys itself: the
+// election's resource is "election/" + its name, a permit is what
+// recipekeys.ParsePermit recognises.
+func CheckRecipes(ops []model.RecipeOp, fs recipeState) (*RecipeFacts, []Violation) {
 	c := &recipeChecker{
-		limit: limit, ops: ops, fs: fs, space: keys.MustNew(model.RecipeNamespace),
-		facts:  &RecipeFacts{Limit: limit, Writes: map[model.Outcome]int{}, electionOrder: true},
+		ops: ops, fs: fs, space: keys.MustNew(model.RecipeNamespace),
+		facts:  &RecipeFacts{Writes: map[model.Outcome]int{}, electionOrder: true},
 		holder: map[string]map[int64]string{},
 	}
 	for _, ev := range fs.Leases {
@@ -232,15 +290,29 @@ func (c *recipeChecker) checkElection() {
 	}
 }
 
-// checkSemaphore replays the permits' lease keys, a revision at a time.
+// checkSemaphore replays the permits' lease keys, a revision at a time,
+// beside the limit key: each claim is judged against the limit in force
+// at its revision (docs/protocol.md §3.12: a claim requires the stored
+// limit to be its Semaphore's, which claims only indexes below it, and
+// the limit changes only while no permit is held).
 func (c *recipeChecker) checkSemaphore() {
+	for _, l := range c.fs.Limits {
+		if l.Limit > 0 && (len(c.facts.Limits) == 0 || c.facts.Limits[len(c.facts.Limits)-1] != l.Limit) {
+			c.facts.Limits = append(c.facts.Limits, l.Limit)
+		}
+	}
 	live := map[string]model.LeaseEvent{}
+	limit, next := 0, 0 // the limit in force, and the next change of it in c.fs.Limits
 	for i := 0; i < len(c.fs.Leases); {
 		rev := c.fs.Leases[i].Rev
+		for ; next < len(c.fs.Limits) && c.fs.Limits[next].Rev <= rev; next++ {
+			limit = c.fs.Limits[next].Limit
+		}
 		granted := false
 		for ; i < len(c.fs.Leases) && c.fs.Leases[i].Rev == rev; i++ {
 			ev := c.fs.Leases[i]
-			if name, _, ok := recipekeys.ParsePermit(ev.Task); !ok || name != model.RecipeName {
+			name, idx, ok := recipekeys.ParsePermit(ev.Task)
+			if !ok || name != model.RecipeName {
 				continue
 			}
 			cur, held := live[ev.Task]
@@ -251,17 +323,23 @@ func (c *recipeChecker) checkSemaphore() {
 			if held {
 				c.fail(CheckSemaphore, ev.Task, "epoch %d (%s) began while epoch %d (%s) held the permit: two holders", ev.Rev, ev.Worker, cur.Rev, cur.Worker)
 			}
+			switch {
+			case limit == 0:
+				c.fail(CheckSemaphore, ev.Task, "epoch %d (%s) was granted while no limit was stored", ev.Rev, ev.Worker)
+			case idx >= limit:
+				c.fail(CheckSemaphore, ev.Task, "epoch %d (%s) of permit %d was granted under limit %d: the index is not below the limit in force", ev.Rev, ev.Worker, idx, limit)
+			}
 			live[ev.Task] = ev
 			c.facts.Permits++
 			granted = true
 		}
 		c.facts.MostLive = max(c.facts.MostLive, len(live))
-		if granted && len(live) > c.limit {
+		if granted && limit > 0 && len(live) > limit {
 			var held []string
 			for _, res := range model.SortedKeys(live) {
 				held = append(held, fmt.Sprintf("%s epoch %d (%s)", res, live[res].Rev, live[res].Worker))
 			}
-			c.fail(CheckSemaphore, "", "%d permits live at revision %d, limit %d: %s", len(live), rev, c.limit, strings.Join(held, ", "))
+			c.fail(CheckSemaphore, "", "%d permits live at revision %d, limit %d in force: %s", len(live), rev, limit, strings.Join(held, ", "))
 		}
 	}
 	type permit struct {

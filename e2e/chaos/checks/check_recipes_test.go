@@ -14,8 +14,9 @@ import (
 // (a.s0's end entry at 15), whose session expires at 20; a.s1 leads at
 // 22. Semaphore of limit 2: a.s0 holds permit 0 at 11, b.s0 permit 1 at
 // 12, a.s0 releases at 17, c.s0 takes permit 0 at 18; the rest end by
-// 25. Writes: each holder writes its resource's key once; a.s0, deposed,
-// has a late write of epoch 10 refused.
+// 25; the limit key holds 2 from revision 1. Writes: each holder writes
+// its resource's key once; a.s0, deposed, has a late write of epoch 10
+// refused.
 type recipeScenario struct {
 	ops []model.RecipeOp
 	fs  recipeState
@@ -70,6 +71,7 @@ func newRecipeScenario() *recipeScenario {
 				del(permit0, 25),
 				del(electionRes, 25),
 			},
+			Limits: []limitEvent{{Rev: 1, Limit: 2}},
 			Audit: []model.AuditEvent{
 				{Key: space.AuditEnd(electionRes, 10), Rev: 15, Put: true, CreateRev: 15},
 				{Key: space.AuditEnd(permit0, 11), Rev: 17, Put: true, CreateRev: 17},
@@ -95,7 +97,7 @@ func (s *recipeScenario) op(id string) *model.RecipeOp {
 }
 
 func (s *recipeScenario) check() (*RecipeFacts, []Violation) {
-	return CheckRecipes(2, s.ops, s.fs)
+	return CheckRecipes(s.ops, s.fs)
 }
 
 func TestCheckerPassesRecipes(t *testing.T) {
@@ -117,6 +119,73 @@ func TestCheckerPassesRecipes(t *testing.T) {
 		if !strings.Contains(lines, want) {
 			t.Errorf("the summary lacks %q:\n%s", want, lines)
 		}
+	}
+}
+
+// lowerLimit has the operator replace the limit with limit at revision
+// rev, and returns s.
+func (s *recipeScenario) lowerLimit(rev int64, limit int) *recipeScenario {
+	s.fs.Limits = append(s.fs.Limits, limitEvent{Rev: rev, Limit: limit})
+	return s
+}
+
+// grant adds a permit's epoch at rev, ended at end, as etcd's history and
+// the acquisition told of it.
+func (s *recipeScenario) grant(res string, rev, end int64, w, id string) *recipeScenario {
+	s.fs.Leases = append(s.fs.Leases, model.LeaseEvent{Task: res, Rev: rev, Put: true, CreateRev: rev, Worker: w}, model.LeaseEvent{Task: res, Rev: end})
+	slices.SortStableFunc(s.fs.Leases, func(a, b model.LeaseEvent) int { return model.CompareInt(a.Rev, b.Rev) })
+	s.ops = append(s.ops, model.RecipeOp{ID: id, Type: model.RecipeAcquire, Resource: res, Worker: w, Epoch: rev, Outcome: model.OutOK})
+	return s
+}
+
+// TestCheckerJudgesClaimsByTheLimitInForce: the limit lowered from 2 to 1
+// once nothing is held (revision 26), a permit below it taken alone
+// passes; a permit the old limit allowed but the new one does not, a
+// claim that makes more permits live than the new limit, and a claim
+// with no limit stored are each a semaphore violation.
+func TestCheckerJudgesClaimsByTheLimitInForce(t *testing.T) {
+	f, vs := newRecipeScenario().lowerLimit(26, 1).grant(permit0, 27, 28, "c.s1", "c-9").check()
+	for _, v := range vs {
+		t.Errorf("unexpected violation: %v", v)
+	}
+	if lines := strings.Join(f.lines(), "\n"); !strings.Contains(lines, "semaphore(limit 2→1, changed once): 4 permits granted") {
+		t.Errorf("the summary lacks the limits stored:\n%s", lines)
+	}
+	for limits, want := range map[string]string{"": "none", "2": "2", "21": "2→1, changed once", "212": "2→1→2, changed 2 times", "2121212121": "2→1→2→…→1, changed 9 times"} {
+		var ls []int
+		for _, c := range limits {
+			ls = append(ls, int(c-'0'))
+		}
+		if got := limitsLine(ls); got != want {
+			t.Errorf("limitsLine(%v) = %q; want %q", ls, got, want)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		says string
+		s    *recipeScenario
+	}{
+		// A semaphore that confirmed 2 claims permit 1 after the limit
+		// became 1: the claim without the limit compare.
+		{"an index the limit in force excludes", "of permit 1 was granted under limit 1",
+			newRecipeScenario().lowerLimit(26, 1).grant(permit1, 27, 28, "c.s1", "c-9")},
+		// The limit lowered while b.s0 holds permit 1 (12–20): c.s0's
+		// claim of permit 0 at 18 makes two live under a limit of 1.
+		{"more permits live than the limit in force", "2 permits live at revision 18, limit 1 in force",
+			newRecipeScenario().lowerLimit(16, 1)},
+		{"no limit stored", "was granted while no limit was stored",
+			func() *recipeScenario { s := newRecipeScenario(); s.fs.Limits = nil; return s }()},
+		// The limit key deleted at 16 (an operator's, with permits held)
+		// and never stored again: c.s0's claim at 18 had no limit.
+		{"a claim after the limit key was deleted", "epoch 18 (c.s0) was granted while no limit was stored",
+			newRecipeScenario().lowerLimit(16, 0)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, vs := c.s.check()
+			if !slices.ContainsFunc(vs, func(v Violation) bool { return v.Check == CheckSemaphore && strings.Contains(v.Detail, c.says) }) {
+				t.Errorf("no %s violation saying %q; got %v", CheckSemaphore, c.says, vs)
+			}
+		})
 	}
 }
 

@@ -48,8 +48,10 @@ type Config struct {
 	// Recipes is the number of recipe workers (traffic/recipes.go): in-process
 	// workers, each in a slot of its own that the nemesis's faults of a
 	// worker and of a member reach, that campaign in one election and
-	// take permits of one semaphore of RecipeLimit permits (default 2),
-	// writing fenced effects while they lead or hold; 0: none.
+	// take permits of one semaphore, writing fenced effects while they
+	// lead or hold; 0: none. The semaphore's limit starts at RecipeLimit
+	// (default 2), and an operator changes it during the run
+	// (traffic.LimitOperator).
 	Recipes, RecipeLimit int
 	// PoolWorkers is the number of pool workers (traffic/pool.go): in-process
 	// worker.Pools on the task workload's tasks, each in a slot of its

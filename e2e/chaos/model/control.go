@@ -125,4 +125,12 @@ const (
 	// plain put, without the guard, and every holder is careless: a
 	// deposed holder's late write lands after its successor's.
 	ControlRecipeNoFencing Control = "recipe-no-fencing"
+	// ControlNoLimitCompare: the semaphore's claims drop the compare of
+	// the stored limit (internal/chaosseam.NoLimitCompare), and keep the
+	// confirmation of a Semaphore's first use. Once the operator of the
+	// recipe workload has lowered the limit (traffic.LimitOperator), a
+	// worker that has not switched yet claims with the Semaphore that
+	// confirmed the higher one, up to its own limit: more permits live
+	// than the limit in force. The simulation runs it.
+	ControlNoLimitCompare Control = "no-limit-compare"
 )

@@ -22,6 +22,10 @@ const (
 	RecipeAcquire  = "acquire"  // semaphore.Semaphore.Acquire or TryAcquire (ControlOverLimit: also the extra permit's TryAcquire)
 	RecipeWrite    = "write"    // a downstream write: fenceetcd.Guard.AdmitOps of a put of the resource's key (ControlRecipeNoFencing: the put alone)
 	RecipeRelease  = "release"  // lease.Lease.Release: a leader resigns, a permit is returned
+	// RecipeLimitChange is the operator's change of the semaphore's
+	// limit (traffic.RecipeLimit): the limit key replaced while no permit
+	// is held.
+	RecipeLimitChange = "limit"
 )
 
 // RecipeOp is one operation of the recipe workload, recorded when it
@@ -43,6 +47,9 @@ type RecipeOp struct {
 	// holding had ended (its context cancelled other than by its own
 	// Release).
 	Late bool `json:"late,omitempty"`
+	// Limit is an acquisition's Semaphore's limit, or the limit a
+	// RecipeLimitChange stores.
+	Limit int `json:"limit,omitempty"`
 }
 
 // RecipeEffect is a recipe write's value.

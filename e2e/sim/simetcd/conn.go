@@ -2,7 +2,6 @@ package simetcd
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -283,64 +282,47 @@ type received[T any] struct {
 }
 
 // receive calls recv until it fails, handing each result over, in order,
-// until done closes. It never stops reading for want of a reader: a gRPC
-// server's transport takes what a client sends while the handler is busy
-// sending, and clientv3's watch loop relies on it — it may be sending a
-// request while its own reader holds a response for it. grpcproxy's pipe
-// has no such buffer, so a handler blocked sending a response and a client
-// blocked sending a request would wait for each other forever; here the
-// requests queue instead. The reader ends when recv fails, which the
-// adapter's Recv does once the stream is torn down.
+// until done closes. Like gRPC's transport, it takes the client's
+// messages whether or not the handler is ready for them, queueing them
+// meanwhile: a handler blocked sending a response must not keep the
+// client from sending its next request, or a client that reads its
+// responses only between its sends (clientv3's watch stream) deadlocks
+// with it. The adapter's Recv returns once the stream's handler has
+// returned, so the goroutines outlive the handler only briefly.
 func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan received[T] {
-	ch := make(chan received[T])
-	var (
-		mu    sync.Mutex
-		queue []received[T]
-	)
-	more := make(chan struct{}, 1)
-	go func() {
+	in, out := make(chan received[T]), make(chan received[T])
+	go func() { // the reader
 		for {
 			v, err := recv()
-			mu.Lock()
-			queue = append(queue, received[T]{v, err})
-			mu.Unlock()
 			select {
-			case more <- struct{}{}:
-			default:
+			case in <- received[T]{v, err}:
+			case <-done:
+				return
 			}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	go func() {
+	go func() { // the queue between the reader and the handler
+		var q []received[T]
 		for {
+			var next chan received[T] // nil, so never ready, while q is empty
+			var head received[T]
+			if len(q) > 0 {
+				next, head = out, q[0]
+			}
 			select {
-			case <-more:
+			case m := <-in:
+				q = append(q, m)
+			case next <- head:
+				q = q[1:]
 			case <-done:
 				return
 			}
-			for {
-				mu.Lock()
-				if len(queue) == 0 {
-					mu.Unlock()
-					break
-				}
-				r := queue[0]
-				queue = queue[1:]
-				mu.Unlock()
-				select {
-				case ch <- r:
-				case <-done:
-					return
-				}
-				if r.err != nil {
-					return
-				}
-			}
 		}
 	}()
-	return ch
+	return out
 }
 
 // headed is a response with etcd's header.

@@ -281,16 +281,23 @@ type received[T any] struct {
 	err error
 }
 
-// receive calls recv until it fails, handing each result over until done
-// closes. The adapter's Recv returns once the stream's handler has
-// returned, so the goroutine outlives the handler only briefly.
+// receive calls recv until it fails, handing each result over, in order,
+// until done closes. It reads the stream as fast as the client sends:
+// over gRPC a client's Send returns once the request is in the
+// connection's flow-control window, whether or not the server has read
+// it, and clientv3's watch stream relies on that — one goroutine of it
+// both sends the requests and hands the responses on, so a Send that
+// waited for the server, while the server waits to send it a response,
+// would stop the stream for good. The adapter's Recv returns once the
+// stream's handler has returned, so the goroutines outlive the handler
+// only briefly.
 func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan received[T] {
-	ch := make(chan received[T])
+	in, out := make(chan received[T]), make(chan received[T])
 	go func() {
 		for {
 			v, err := recv()
 			select {
-			case ch <- received[T]{v, err}:
+			case in <- received[T]{v, err}:
 			case <-done:
 				return
 			}
@@ -299,7 +306,25 @@ func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan receive
 			}
 		}
 	}()
-	return ch
+	go func() {
+		var queue []received[T] // read, not yet handed over
+		for {
+			var next chan received[T] // nil, and never ready, while the queue is empty
+			var head received[T]
+			if len(queue) > 0 {
+				next, head = out, queue[0]
+			}
+			select {
+			case m := <-in:
+				queue = append(queue, m)
+			case next <- head:
+				queue = queue[1:]
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // headed is a response with etcd's header.

@@ -1,6 +1,7 @@
 // Package sim is leasehold's deterministic simulation: the SDK's own code
-// — sessions, leases, the audit recorder with retention, the fencing
-// guards, driven by the chaos suite's workers (e2e/chaos/traffic) — runs
+// — sessions, leases, worker.Pool alone and as a fleet over a
+// worker.Prefix, the audit recorder with retention, the fencing guards,
+// driven by the chaos suite's workloads (e2e/chaos/traffic) — runs
 // against a simulated etcd that applies every request with etcd's own
 // MVCC, transaction and lessor code (e2e/sim/simetcd), inside a
 // testing/synctest bubble: timers, deadlines, TTLs and backoffs cost no
@@ -11,7 +12,8 @@
 // applied after later requests, refused), and the faults beside it: a
 // worker paused past its safe deadline, a session's etcd lease revoked
 // early (as after etcd-io/etcd#15247), a recorder killed and started
-// again, a client's watches cancelled. The chaos suite's checks
+// again, a client's watches cancelled, a pool frozen or killed and
+// started again (fleet.go). The chaos suite's checks
 // (e2e/chaos/checks) then judge the history the workers recorded and
 // etcd's own revision history.
 //
@@ -55,8 +57,13 @@ type Config struct {
 	Seed uint64
 	// Duration is the fault phase, in virtual time.
 	Duration time.Duration
-	// Workers run Threads threads each, on a window of Window open tasks.
+	// Workers run Threads threads each, on a window of Window open tasks;
+	// -1 Workers: none (a run of the fleet alone, FleetConfig).
 	Workers, Threads, Window int
+	// Pools worker.Pools run on the workers' tasks beside them; a fleet
+	// of Fleet pools runs over one worker.Prefix with a backlog of at
+	// least FleetTasks task keys (fleet.go). 0: none.
+	Pools, Fleet, FleetTasks int
 	// TTL is every session's lease TTL; Retention the recorder's.
 	TTL, Retention time.Duration
 	// FaultGap is the mean virtual time between faults beside the
@@ -127,13 +134,23 @@ func (r *Result) CyclesPerSecond() float64 {
 	return float64(r.Cycles) / r.Wall.Seconds()
 }
 
-// Summary is the run's closing lines: its figures, then each violation,
-// then "violations: N".
+// Summary is the run's closing lines: its figures, the pools' and the
+// fleet's if it had them, then each violation, then "violations: N".
 func (r *Result) Summary() string {
 	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time), %d requests applied, faults %v\n",
 		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.Applied, r.Faults)
+	var modes []string
+	if r.Pool != nil {
+		modes = append(modes, r.Pool.Lines()...)
+	}
+	if r.Fleet != nil {
+		modes = append(modes, r.Fleet.Lines()...)
+	}
+	for _, l := range modes {
+		s += l + "\n"
+	}
 	for _, v := range r.Violations {
-		s += fmt.Sprintf("  %s: %s\n", v.Check, v.Detail)
+		s += "  " + v.String() + "\n"
 	}
 	return s + fmt.Sprintf("violations: %d\n", len(r.Violations))
 }
@@ -142,6 +159,9 @@ func (r *Result) Summary() string {
 func Run(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
+	if cfg.Workers <= 0 && cfg.Pools <= 0 && cfg.Fleet <= 0 {
+		t.Fatalf("sim: no workload: %d workers, %d pools, a fleet of %d", cfg.Workers, cfg.Pools, cfg.Fleet)
+	}
 	// A control's switch, for this run only: the next one, in this
 	// process, runs the SDK whole.
 	switch cfg.Control {
@@ -151,6 +171,9 @@ func Run(t *testing.T, cfg Config) *Result {
 	case model.ControlBlindFirstEnd:
 		chaosseam.BlindFirstEnd.Store(true)
 		defer chaosseam.BlindFirstEnd.Store(false)
+	case model.ControlFleetNoClaimTerms:
+		chaosseam.DropClaimConditions.Store(true)
+		defer chaosseam.DropClaimConditions.Store(false)
 	}
 	var res *Result
 	wall := time.Now()
@@ -175,9 +198,13 @@ type sim struct {
 	archive string
 	logs    *model.ArchiveLog
 	rng     *rand.Rand
-	nets    []*switchable
 	gates   []*nemesis.Gate
 	faults  map[string]int
+	pools   *pools // fleet.go; nil without
+
+	mu     sync.Mutex // the pools' restarts add networks during the run
+	nets   []*switchable
+	healed bool
 }
 
 func run(t *testing.T, cfg Config) *Result {
@@ -235,19 +262,23 @@ func run(t *testing.T, cfg Config) *Result {
 	for i := range cfg.Workers {
 		s.startWorker(wctx, i, &workers)
 	}
-	cfg.Logf("sim: seed %d: %d workers × %d threads, TTL %v, faults for %v (virtual)", cfg.Seed, cfg.Workers, cfg.Threads, cfg.TTL, cfg.Duration)
+	s.pools = s.startPools(wctx, &workers)
+	cfg.Logf("sim: seed %d: %d workers × %d threads, %d pools, a fleet of %d pools, TTL %v, faults for %v (virtual)",
+		cfg.Seed, max(cfg.Workers, 0), cfg.Threads, cfg.Pools, cfg.Fleet, cfg.TTL, cfg.Duration)
 
 	// The fault phase.
+	s.pools.faultPhase()
 	s.injectFaults(&stopRecorder)
-	for _, n := range s.nets {
-		n.heal()
-	}
+	s.pools.endFaults()
+	s.heal()
 	for _, g := range s.gates {
 		g.Open()
 	}
+	s.pools.drain()
 	time.Sleep(2 * cfg.TTL) // quiet: the workers run on a healed network
 	stopWorkers()
 	workers.Wait()
+	s.pools.wait()
 	s.sweep(log)
 	s.quiesce()
 	settled := model.Now()
@@ -261,20 +292,12 @@ func run(t *testing.T, cfg Config) *Result {
 	if err != nil {
 		t.Fatalf("sim: final read: %v", err)
 	}
-	mcfg := model.DefaultConfig()
-	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
-	mcfg.Helpers, mcfg.InProcess, mcfg.Threads = 0, cfg.Workers, cfg.Threads
-	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
-	mcfg.Logf = cfg.Logf
-	// porcupine's search of a history the control broke can grow without
-	// bound within the chaos suite's two minutes; a simulation's
-	// histories are short.
-	mcfg.CheckTimeout = 10 * time.Second
-	checked := checks.Check(mcfg, s.hist.Ops(), s.hist.Touched(), fs, nil, settled)
+	checked := checks.Check(s.modelConfig(), s.hist.Ops(), s.hist.Touched(), fs, s.pools.faults(), settled)
 	for _, p := range s.hist.Problems() {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	res := &Result{Result: checked, Seed: cfg.Seed, Virtual: time.Since(begin), Faults: s.faults, Applied: srv.Applied()}
+	s.pools.check(res, fs)
 	for _, op := range s.hist.Ops() {
 		if op.Type == model.OpComplete && op.Outcome == model.OutOK {
 			res.Cycles++
@@ -283,13 +306,28 @@ func run(t *testing.T, cfg Config) *Result {
 	return res
 }
 
+// modelConfig is the run as the chaos suite's checks and workloads read
+// it.
+func (s *sim) modelConfig() model.Config {
+	cfg := s.cfg
+	mcfg := model.DefaultConfig()
+	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
+	mcfg.Helpers, mcfg.InProcess, mcfg.Threads = 0, max(cfg.Workers, 0), cfg.Threads
+	mcfg.PoolWorkers, mcfg.Fleet, mcfg.FleetTasks = cfg.Pools, cfg.Fleet, cfg.FleetTasks
+	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
+	mcfg.Logf = cfg.Logf
+	// porcupine's search of a history the control broke can grow without
+	// bound within the chaos suite's two minutes; a simulation's
+	// histories are short.
+	mcfg.CheckTimeout = 10 * time.Second
+	return mcfg
+}
+
 // startWorker starts worker i of the task workload on a client of its
 // own, behind a seeded network that injectFaults heals at the end.
 func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 	name := fmt.Sprintf("w%d", i)
-	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+uint64(i), s.cfg.Network)}
-	s.nets = append(s.nets, net)
-	cli := s.srv.Client(name, net)
+	cli := s.srv.Client(name, s.newNet(s.cfg.Seed*1000+uint64(i)))
 	// The first worker's wall clock is two days behind, the second's two
 	// days ahead, as the chaos suite's: their audit entries carry those
 	// times (retention must not age entries by them).
@@ -318,9 +356,7 @@ func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 // its own behind a seeded network; stop ends it.
 func (s *sim) startRecorder() (stop func()) {
 	name := fmt.Sprintf("recorder-%d", s.faults["recorder-restart"])
-	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+999+uint64(s.faults["recorder-restart"]), s.cfg.Network)}
-	s.nets = append(s.nets, net)
-	cli := s.srv.Client(name, net)
+	cli := s.srv.Client(name, s.newNet(s.cfg.Seed*1000+999+uint64(s.faults["recorder-restart"])))
 	db, archive, err := model.OpenArchive(s.archive, 2)
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
@@ -365,14 +401,22 @@ func (s *sim) startRecorder() (stop func()) {
 // injectFaults injects, from the seed, a fault every FaultGap on average
 // for the fault phase, beside the network's: a worker paused past its
 // session's safe deadline, a session's etcd lease revoked early, the
-// recorder killed and started again, a client's watches cancelled.
+// recorder killed and started again, a client's watches cancelled, or a
+// fault of a pool (pools.fault).
 func (s *sim) injectFaults(stopRecorder *func()) {
 	end := time.Now().Add(s.cfg.Duration)
 	var pauses sync.WaitGroup
 	defer pauses.Wait()
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(s.rng.ExpFloat64() * float64(s.cfg.FaultGap)))
-		switch k := s.rng.IntN(10); {
+		k := s.rng.IntN(10)
+		if s.pools.takes(k, s.rng) { // a fault of a pool (fleet.go)
+			if kind := s.pools.fault(s.rng); kind != "" {
+				s.faults[kind]++
+			}
+			continue
+		}
+		switch {
 		case k < 3: // pause a worker past its safe deadline
 			g := s.gates[s.rng.IntN(len(s.gates))]
 			d := s.cfg.TTL/2 + time.Duration(s.rng.Int64N(int64(2*s.cfg.TTL)))
@@ -462,6 +506,29 @@ func (s *sim) quiesce() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(s.cfg.TTL + s.cfg.Retention)
+}
+
+// newNet returns a seeded network that heal makes perfect; healed at
+// once if the run is healed already.
+func (s *sim) newNet(seed uint64) *switchable {
+	n := &switchable{inner: simetcd.NewSeededNetwork(seed, s.cfg.Network)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nets = append(s.nets, n)
+	if s.healed {
+		n.heal()
+	}
+	return n
+}
+
+// heal makes every network perfect, and those made from now on.
+func (s *sim) heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.healed = true
+	for _, n := range s.nets {
+		n.heal()
+	}
 }
 
 // noBusyWait returns dsn without SQLite's busy timeout.

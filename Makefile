@@ -7,7 +7,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -timeout 15m
 FUZZTIME    ?= 30s
 
-.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control simulate simulate-controls bench dashboard-preview
+.PHONY: demo test test-postgres postgres postgres-stop lint e2e fuzz chaos chaos-control simulate simulate-fleet simulate-controls bench dashboard-preview
 
 ## demo: workers on a batch of tasks against an embedded etcd, a forced expiry, and the invariants report
 demo:
@@ -73,6 +73,10 @@ chaos:
 ## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
 simulate:
 	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./e2e/sim
+
+## simulate-fleet: the simulation's fleet alone (pools over one worker.Prefix, killed and started again) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
+simulate-fleet:
+	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulationFleet$$' -v ./e2e/sim
 
 ## simulate-controls: each hole put back in the simulation, one line per control: found or NOT found, the seed, the time, and how often the seed finds it again in REPLAYS runs (default 10)
 REPLAYS ?= 10

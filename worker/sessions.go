@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/outcome"
@@ -18,27 +17,46 @@ const sessionCloseTimeout = 5 * time.Second
 // it is lost. Leases under a lost session have been told to stop already
 // (their contexts ended at its safe deadline); their handlers finish, and
 // their Completes are decided by etcd (stale if the key expired).
+//
+// lock guards cur and backoff, and is held across the start of a session
+// (session.New, its backoff, and the fleet marker's put, which wait on
+// etcd): the slots sharing a session wait for the one starting it rather
+// than start one each. It is a channel of
+// one, not a sync.Mutex, so that a slot waiting for it gives up when its
+// context ends, and so that a goroutine waiting for it is durably
+// blocked in a testing/synctest bubble (e2e/sim), whose virtual clock —
+// which the start waits on — would otherwise stop. Hold it by sending
+// into it, release it by receiving.
 type sessions struct {
 	r      *run
 	worker string
 
-	mu      sync.Mutex
+	lock    chan struct{}
 	cur     *session.Session
 	backoff time.Duration
 }
 
 func (r *run) newSessions(worker string) *sessions {
-	return &sessions{r: r, worker: worker}
+	return &sessions{r: r, worker: worker, lock: make(chan struct{}, 1)}
 }
 
 // get returns the live session, starting one if there is none or the
 // current one has ended. A failure to start one is retried with backoff
 // (100 ms doubling to 5 s) until ctx ends, except a refusal
 // (outcome.ErrRefused, e.g. a missing permission) or a closed client,
-// which are returned.
+// which are returned. Waiting for another slot's start ends with ctx
+// too; a lock that is free is taken whatever ctx, as a mutex would be.
 func (ss *sessions) get(ctx context.Context) (*session.Session, error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	select {
+	case ss.lock <- struct{}{}:
+	default:
+		select {
+		case ss.lock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	defer func() { <-ss.lock }()
 	if ss.cur != nil && ss.cur.Err() == nil {
 		return ss.cur, nil
 	}
@@ -87,8 +105,8 @@ func (ss *sessions) closeLater(s *session.Session) {
 
 // close closes the live session, if any, when the run is over.
 func (ss *sessions) close() {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	ss.lock <- struct{}{}
+	defer func() { <-ss.lock }()
 	if ss.cur != nil {
 		ss.closeLater(ss.cur)
 		ss.cur = nil

@@ -1,8 +1,9 @@
 // Package sim is leasehold's deterministic simulation: the SDK's own code
-// — sessions, leases, the audit recorder with retention, the fencing
-// guards, the election and the semaphore, driven by the chaos suite's
-// workers (e2e/chaos/traffic) — runs against a simulated etcd that
-// applies every request with etcd's own MVCC, transaction and lessor code
+// — sessions, leases, worker.Pool alone and as a fleet over a
+// worker.Prefix, the audit recorder with retention, the fencing guards,
+// the election and the semaphore, driven by the chaos suite's workloads
+// (e2e/chaos/traffic) — runs against a simulated etcd that applies every
+// request with etcd's own MVCC, transaction and lessor code
 // (e2e/sim/simetcd), inside a testing/synctest bubble: timers, deadlines,
 // TTLs and backoffs cost no wall time, and a 1 s lease expires in
 // microseconds.
@@ -12,9 +13,11 @@
 // applied after later requests, refused), and the faults beside it: a
 // worker paused past its safe deadline, a session's etcd lease revoked
 // early (as after etcd-io/etcd#15247), a recorder killed and started
-// again, a client's watches cancelled, a recipe holder deposed. The chaos
-// suite's checks (e2e/chaos/checks) then judge the history the workers
-// recorded and etcd's own revision history.
+// again, a client's watches cancelled, a recipe holder deposed, a pool
+// frozen or killed and started again (fleet.go), etcd's history
+// compacted past the watchers behind. The chaos suite's checks
+// (e2e/chaos/checks) then judge the history the workers recorded and
+// etcd's own revision history.
 //
 // What it does not cover: real gRPC connections, real raft (leader
 // changes, a member behind), real disks. The chaos suite and the runs
@@ -55,12 +58,17 @@ type Config struct {
 	Seed uint64
 	// Duration is the fault phase, in virtual time.
 	Duration time.Duration
-	// Workers run Threads threads each, on a window of Window open tasks.
+	// Workers run Threads threads each, on a window of Window open tasks;
+	// -1 Workers: none (a run of the fleet alone, FleetConfig).
 	Workers, Threads, Window int
 	// Recipes is the number of recipe workers (recipes.go): the election,
 	// the semaphore with its limit changed during the run, and writes
 	// through the etcd guard; 0: none. ControlNoLimitCompare implies 3.
 	Recipes int
+	// Pools worker.Pools run on the workers' tasks beside them; a fleet
+	// of Fleet pools runs over one worker.Prefix with a backlog of at
+	// least FleetTasks task keys (fleet.go). 0: none.
+	Pools, Fleet, FleetTasks int
 	// TTL is every session's lease TTL; Retention the recorder's.
 	TTL, Retention time.Duration
 	// FaultGap is the mean virtual time between faults beside the
@@ -139,16 +147,26 @@ func (r *Result) CyclesPerSecond() float64 {
 	return float64(r.Cycles) / r.Wall.Seconds()
 }
 
-// Summary is the run's closing lines: its figures, then each violation,
-// then "violations: N".
+// Summary is the run's closing lines: its figures, the pools' and the
+// fleet's if it had them, then each violation, then "violations: N".
 func (r *Result) Summary() string {
 	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time), %d requests applied, faults %v\n",
 		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.Applied, r.Faults)
+	var modes []string
+	if r.Pool != nil {
+		modes = append(modes, r.Pool.Lines()...)
+	}
+	if r.Fleet != nil {
+		modes = append(modes, r.Fleet.Lines()...)
+	}
+	for _, l := range modes {
+		s += l + "\n"
+	}
 	if r.Recipes != nil {
 		s += strings.Join(r.Recipes.Lines(), "\n") + "\n"
 	}
 	for _, v := range r.Violations {
-		s += fmt.Sprintf("  %s: %s\n", v.Check, v.Detail)
+		s += "  " + v.String() + "\n"
 	}
 	return s + fmt.Sprintf("violations: %d\n", len(r.Violations))
 }
@@ -157,6 +175,9 @@ func (r *Result) Summary() string {
 func Run(t *testing.T, cfg Config) *Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
+	if cfg.Workers <= 0 && cfg.Pools <= 0 && cfg.Fleet <= 0 {
+		t.Fatalf("sim: no workload: %d workers, %d pools, a fleet of %d", cfg.Workers, cfg.Pools, cfg.Fleet)
+	}
 	// A control's switch, for this run only: the next one, in this
 	// process, runs the SDK whole.
 	defer useControl(cfg.Control)()
@@ -184,11 +205,13 @@ type ran struct {
 	settled int64
 	res     *Result
 	recipes func(*checks.Result) // the recipe checks, if recipes ran
+	pools   func(*Result)        // the pool and fleet checks, if pools ran
+	faults  []model.Fault        // the pools' faults, as the checks read them
 }
 
 // check runs the chaos suite's checks on what r recorded and read.
 func (r *ran) check() *Result {
-	checked := checks.Check(r.cfg, r.hist.Ops(), r.hist.Touched(), r.fs, nil, r.settled)
+	checked := checks.Check(r.cfg, r.hist.Ops(), r.hist.Touched(), r.fs, r.faults, r.settled)
 	if r.recipes != nil {
 		r.recipes(checked)
 	}
@@ -196,6 +219,9 @@ func (r *ran) check() *Result {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	r.res.Result = checked
+	if r.pools != nil {
+		r.pools(r.res)
+	}
 	return r.res
 }
 
@@ -211,7 +237,6 @@ type sim struct {
 	archive string
 	logs    *model.ArchiveLog
 	rng     *rand.Rand
-	nets    []*switchable
 	gates   []*nemesis.Gate
 	clients []string // the workers' clients' names
 	recipes *recipes // nil without recipe workers
@@ -219,6 +244,11 @@ type sim struct {
 	reg     *lease.Registry // the operator's, on the direct client
 	history *historian
 	revokes int
+	pools   *pools // fleet.go; nil without
+
+	mu     sync.Mutex // the pools' restarts add networks during the run
+	nets   []*switchable
+	healed bool
 }
 
 func run(t *testing.T, cfg Config) *ran {
@@ -284,19 +314,23 @@ func run(t *testing.T, cfg Config) *ran {
 		s.recipes = s.startRecipes(wctx, &workers)
 		defer s.recipes.reg.Close()
 	}
-	cfg.Logf("sim: seed %d: %d workers × %d threads, TTL %v, faults for %v (virtual)", cfg.Seed, cfg.Workers, cfg.Threads, cfg.TTL, cfg.Duration)
+	s.pools = s.startPools(wctx, &workers)
+	cfg.Logf("sim: seed %d: %d workers × %d threads, %d pools, a fleet of %d pools, TTL %v, faults for %v (virtual)",
+		cfg.Seed, max(cfg.Workers, 0), cfg.Threads, cfg.Pools, cfg.Fleet, cfg.TTL, cfg.Duration)
 
 	// The fault phase.
+	s.pools.faultPhase()
 	s.injectFaults(&stopRecorder)
-	for _, n := range s.nets {
-		n.heal()
-	}
+	s.pools.endFaults()
+	s.heal()
 	for _, g := range s.gates {
 		g.Open()
 	}
+	s.pools.drain()
 	time.Sleep(2 * cfg.TTL) // quiet: the workers run on a healed network
 	stopWorkers()
 	workers.Wait()
+	s.pools.wait()
 	s.sweep(log)
 	s.quiesce()
 	settled := model.Now()
@@ -313,36 +347,43 @@ func run(t *testing.T, cfg Config) *ran {
 	if err != nil {
 		t.Fatalf("sim: final read: %v", err)
 	}
-	mcfg := model.DefaultConfig()
-	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
-	mcfg.Helpers, mcfg.InProcess, mcfg.Threads, mcfg.Contended = 0, cfg.Workers, cfg.Threads, cfg.Contended
-	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
-	mcfg.Logf = cfg.Logf
-	// porcupine's search of a history the control broke can grow without
-	// bound within the chaos suite's two minutes; a simulation's
-	// histories are short.
-	mcfg.CheckTimeout = 10 * time.Second
 	res := &Result{Seed: cfg.Seed, Virtual: time.Since(begin), Faults: s.faults, Applied: srv.Applied()}
 	for _, op := range s.hist.Ops() {
 		if op.Type == model.OpComplete && op.Outcome == model.OutOK {
 			res.Cycles++
 		}
 	}
-	out := &ran{cfg: mcfg, hist: s.hist, fs: fs, settled: settled, res: res}
+	out := &ran{cfg: s.modelConfig(), hist: s.hist, fs: fs, settled: settled, res: res, faults: s.pools.faults()}
 	if s.recipes != nil {
 		out.recipes = s.recipes.read(s.history.client(ctx, s.direct))
 	}
+	out.pools = s.pools.read(s.history.client(ctx, s.direct), fs)
 	return out
+}
+
+// modelConfig is the run as the chaos suite's checks and workloads read
+// it.
+func (s *sim) modelConfig() model.Config {
+	cfg := s.cfg
+	mcfg := model.DefaultConfig()
+	mcfg.Seed, mcfg.Duration, mcfg.Control = cfg.Seed, cfg.Duration, cfg.Control
+	mcfg.Helpers, mcfg.InProcess, mcfg.Threads, mcfg.Contended = 0, max(cfg.Workers, 0), cfg.Threads, cfg.Contended
+	mcfg.PoolWorkers, mcfg.Fleet, mcfg.FleetTasks = cfg.Pools, cfg.Fleet, cfg.FleetTasks
+	mcfg.TTL, mcfg.Window, mcfg.Retention = cfg.TTL, cfg.Window, cfg.Retention
+	mcfg.Logf = cfg.Logf
+	// porcupine's search of a history the control broke can grow without
+	// bound within the chaos suite's two minutes; a simulation's
+	// histories are short.
+	mcfg.CheckTimeout = 10 * time.Second
+	return mcfg
 }
 
 // startWorker starts worker i of the task workload on a client of its
 // own, behind a seeded network that injectFaults heals at the end.
 func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 	name := fmt.Sprintf("w%d", i)
-	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+uint64(i), s.cfg.Network)}
-	s.nets = append(s.nets, net)
+	cli := s.srv.Client(name, s.newNet(s.cfg.Seed*1000+uint64(i)))
 	s.clients = append(s.clients, name)
-	cli := s.srv.Client(name, net)
 	// The first worker's wall clock is two days behind, the second's two
 	// days ahead, as the chaos suite's: their audit entries carry those
 	// times (retention must not age entries by them).
@@ -372,9 +413,7 @@ func (s *sim) startWorker(ctx context.Context, i int, wg *sync.WaitGroup) {
 // its own behind a seeded network; stop ends it.
 func (s *sim) startRecorder() (stop func()) {
 	name := fmt.Sprintf("recorder-%d", s.faults["recorder-restart"])
-	net := &switchable{inner: simetcd.NewSeededNetwork(s.cfg.Seed*1000+999+uint64(s.faults["recorder-restart"]), s.cfg.Network)}
-	s.nets = append(s.nets, net)
-	cli := s.srv.Client(name, net)
+	cli := s.srv.Client(name, s.newNet(s.cfg.Seed*1000+999+uint64(s.faults["recorder-restart"])))
 	db, archive, err := model.OpenArchive(s.archive, 2)
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
@@ -419,8 +458,9 @@ func (s *sim) startRecorder() (stop func()) {
 // injectFaults injects, from the seed, a fault every FaultGap on average
 // for the fault phase, beside the network's: a worker paused past its
 // session's safe deadline, a session's etcd lease revoked early, the
-// recorder killed and started again, a client's watches cancelled; with
-// recipe workers, a quarter of the faults depose a recipe holder.
+// recorder killed and started again, a client's watches cancelled, an
+// operator's Revoke, a compaction, or a fault of a pool (pools.fault);
+// with recipe workers, a quarter of the faults depose a recipe holder.
 func (s *sim) injectFaults(stopRecorder *func()) {
 	end := time.Now().Add(s.cfg.Duration)
 	var pauses sync.WaitGroup
@@ -433,7 +473,14 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 			}
 			continue
 		}
-		switch k := s.rng.IntN(13); {
+		k := s.rng.IntN(13)
+		if s.pools.takes(k, s.rng) { // a fault of a pool (fleet.go)
+			if kind := s.pools.fault(s.rng); kind != "" {
+				s.faults[kind]++
+			}
+			continue
+		}
+		switch {
 		case k < 3: // pause a worker past its safe deadline
 			g := s.gates[s.rng.IntN(len(s.gates))]
 			d := s.cfg.TTL/2 + time.Duration(s.rng.Int64N(int64(2*s.cfg.TTL)))
@@ -581,6 +628,29 @@ func (s *sim) quiesce() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(s.cfg.TTL + s.cfg.Retention)
+}
+
+// newNet returns a seeded network that heal makes perfect; healed at
+// once if the run is healed already.
+func (s *sim) newNet(seed uint64) *switchable {
+	n := &switchable{inner: simetcd.NewSeededNetwork(seed, s.cfg.Network)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nets = append(s.nets, n)
+	if s.healed {
+		n.heal()
+	}
+	return n
+}
+
+// heal makes every network perfect, and those made from now on.
+func (s *sim) heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.healed = true
+	for _, n := range s.nets {
+		n.heal()
+	}
 }
 
 // noBusyWait returns dsn without SQLite's busy timeout.

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -57,15 +59,17 @@ func replays(t *testing.T) int {
 }
 
 // TestSimulation is the short run of make test: one seed, every check on,
-// zero violations, and task cycles completed under the faults, beside
-// the recipe workload (the election, the semaphore with its limit
-// changed, fenced writes), which ran its course. make simulate runs it
+// zero violations, and task cycles completed under the faults, beside a
+// worker.Pool (claiming 2 or 3 tasks at once) and the recipe workload
+// (the election, the semaphore with its limit changed, fenced writes),
+// each of which ran its course. make simulate runs it
 // longer (LEASEHOLD_SIM_DURATION) on seeds of its own.
 func TestSimulation(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Seed = seed(t, 1)
 	cfg.Duration = duration(t, 20*time.Second)
 	cfg.Recipes = 3
+	cfg.Pools = 1
 	cfg.Logf = t.Logf
 	res := Run(t, cfg)
 	t.Log("\n" + res.Summary())
@@ -75,8 +79,13 @@ func TestSimulation(t *testing.T) {
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
-	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 || res.Faults["compact"] == 0 || res.Faults["operator-revoke"] == 0 || res.Faults["depose"] == 0 {
+	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 || res.Faults["compact"] == 0 || res.Faults["operator-revoke"] == 0 || res.Faults["depose"] == 0 || res.Faults["pool-freeze"] == 0 {
 		t.Errorf("the faults did not run their course: %v", res.Faults)
+	}
+	// The pool ran its course: Runs cancelled and started again, tasks
+	// completed, some claimed in batches (traffic: Env.poolBatch).
+	if pf := res.Pool; pf == nil || pf.Restarts == 0 || pf.Stats.Completed == 0 || pf.BatchEpochs == 0 {
+		t.Errorf("the pool did not run its course: %+v", pf)
 	}
 	rf := res.Recipes
 	if rf == nil || rf.Leaders < 2 || rf.Permits < 2 || rf.Landed == 0 || rf.Writes[model.OutRefused] == 0 {
@@ -106,6 +115,37 @@ func TestSimulationContended(t *testing.T) {
 	}
 }
 
+// TestSimulationFleet is the short run of the fleet alone (FleetConfig):
+// pools over one worker.Prefix, each on its own client, claiming in
+// batches and one at a time, killed and started again, frozen past their
+// sessions' deadlines, their sessions' leases revoked. Zero violations,
+// every task completed once, by a pool, with one effect, and the killed
+// pools' tasks taken over. make simulate-fleet runs it longer.
+func TestSimulationFleet(t *testing.T) {
+	cfg := FleetConfig()
+	cfg.Seed = seed(t, 1)
+	cfg.Duration = duration(t, 10*time.Second)
+	cfg.Logf = t.Logf
+	res := Run(t, cfg)
+	t.Log("\n" + res.Summary())
+	if len(res.Violations) > 0 {
+		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationFleet$' ./e2e/sim", len(res.Violations), res.Seed)
+	}
+	ff := res.Fleet
+	if ff == nil {
+		t.Fatal("no fleet figures")
+	}
+	if ff.Kills < 3 || ff.Restarts < 3 || ff.Stats.TakenOver == 0 || res.Faults["pool-freeze"] == 0 {
+		t.Errorf("the fleet did not run its course: %d kills, %d restarts, %d tasks taken over, faults %v", ff.Kills, ff.Restarts, ff.Stats.TakenOver, res.Faults)
+	}
+	if bs := slices.Collect(maps.Values(ff.Batches)); ff.BatchEpochs == 0 || !slices.Contains(bs, 1) || slices.Max(bs) < 2 {
+		t.Errorf("the pools did not claim both in batches and alone: WithBatch by slot %v, %d epochs claimed in batches", ff.Batches, ff.BatchEpochs)
+	}
+	if ff.Tasks == 0 || ff.Completed != ff.Tasks || ff.EffectsMin != 1 || ff.EffectsMax != 1 {
+		t.Errorf("%d of %d tasks completed by the fleet, %d to %d effects per task", ff.Completed, ff.Tasks, ff.EffectsMin, ff.EffectsMax)
+	}
+}
+
 // controlSeeds is how many seeds a control gets to be found in.
 const controlSeeds = 5
 
@@ -126,6 +166,7 @@ func TestSimulationControls(t *testing.T) {
 		control model.Control
 		seed    uint64
 		net     simetcd.Probabilities
+		fleet   bool // a run of the fleet alone (FleetConfig)
 	}{
 		{control: model.ControlNoCAS, seed: 11},
 		{control: model.ControlNoFencing, seed: 21},
@@ -139,11 +180,15 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlNoQueueMarkers, seed: 101, net: held},
 		{control: model.ControlReleaseOnce, seed: 111},
 		{control: model.ControlNoLimitCompare, seed: 71},
+		{control: model.ControlFleetNoClaimTerms, seed: 71, fleet: true},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()
 			for attempt := range controlSeeds {
 				cfg := DefaultConfig()
+				if c.fleet {
+					cfg = FleetConfig()
+				}
 				cfg.Seed, cfg.Control, cfg.Network = c.seed+uint64(attempt), c.control, c.net
 				cfg.Duration = duration(t, 10*time.Second)
 				res := Run(t, cfg)

@@ -609,8 +609,8 @@ func CheckFleetRun(cfg model.Config, ops []model.Op, fs model.FinalState, ff mod
 	return facts, vs
 }
 
-// lines is the fleet mode's part of the summary.
-func (ff *FleetFacts) lines() []string {
+// Lines is the fleet mode's part of the summary.
+func (ff *FleetFacts) Lines() []string {
 	effects := fmt.Sprint(ff.EffectsMin)
 	if ff.EffectsMax != ff.EffectsMin {
 		effects = fmt.Sprintf("%d to %d", ff.EffectsMin, ff.EffectsMax)

@@ -103,7 +103,7 @@ func TestCheckerPassesAFleet(t *testing.T) {
 	if ff.Kills != 1 || ff.Restarts != 1 || ff.Longest != to {
 		t.Errorf("kills %d, restarts %d, longest %+v", ff.Kills, ff.Restarts, ff.Longest)
 	}
-	if line := ff.lines()[0]; line != "fleet: 0 pools, 1 kills, 1 restarts, 2 tasks, effects per task 1, takeover delay longest 1.85s (bound 3s)" {
+	if line := ff.Lines()[0]; line != "fleet: 0 pools, 1 kills, 1 restarts, 2 tasks, effects per task 1, takeover delay longest 1.85s (bound 3s)" {
 		t.Errorf("summary line %q", line)
 	}
 }

@@ -152,8 +152,8 @@ func CheckPools(fs model.FinalState, ops []model.Op, pools []model.PoolRecord) (
 	return pf, vs
 }
 
-// lines is the pool workload's part of the summary.
-func (pf *PoolFacts) lines() []string {
+// Lines is the pool workload's part of the summary.
+func (pf *PoolFacts) Lines() []string {
 	s := pf.Stats
 	out := []string{
 		fmt.Sprintf("pool: %d worker.Pools × %d slots, WithBatch %s, %d epochs claimed in batches; %d Runs (%d cancelled during the run and started again)",

@@ -134,10 +134,10 @@ func (r *Result) summarizeModes(s *summary) {
 		s.lines(r.Recipes.lines())
 	}
 	if r.Pool != nil {
-		s.lines(r.Pool.lines())
+		s.lines(r.Pool.Lines())
 	}
 	if r.Fleet != nil {
-		s.lines(r.Fleet.lines())
+		s.lines(r.Fleet.Lines())
 	}
 	if r.Liveness.Kinds != nil {
 		s.lines(r.Liveness.lines())

@@ -16,7 +16,8 @@ import (
 // Env is what the workload runs in: the run's configuration, its
 // directory and the DSNs of its downstream and its archive, its cluster
 // and the coordinator's client on it, the histories its workers record
-// into, its worker slots, and its warnings.
+// into, its worker slots, its warnings, and where the pools' clients come
+// from.
 type Env struct {
 	T       testing.TB
 	Config  model.Config
@@ -29,6 +30,20 @@ type Env struct {
 	Recipes *model.RecipeHistory
 	Slots   []*nemesis.Slot
 	Warn    func(format string, args ...any)
+	// Client, if set, returns a new client for the pool that fills slot
+	// s now (a pool worker's, or a fleet pool's, named by s's current
+	// generation): the deterministic simulation (e2e/sim) gives each one
+	// a client on its seeded network. Nil: a client on s's proxies. The
+	// pool closes the client when it is done with it.
+	Client func(s *nemesis.Slot) (*clientv3.Client, error)
+}
+
+// poolClient returns a new client for the pool that fills s now.
+func (e *Env) poolClient(s *nemesis.Slot) (*clientv3.Client, error) {
+	if e.Client != nil {
+		return e.Client(s)
+	}
+	return newWorkerClient(s.Endpoints())
 }
 
 // workerConfig is the configuration of the worker filling s now.

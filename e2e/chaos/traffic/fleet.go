@@ -181,7 +181,7 @@ func (f *Fleet) startPool(s *nemesis.Slot) error {
 	}
 	name := fmt.Sprintf("%s.%d", s.Name, s.NewGeneration()-1)
 	e := f.env
-	cli, err := newWorkerClient(s.Endpoints())
+	cli, err := e.poolClient(s)
 	if err != nil {
 		return err
 	}

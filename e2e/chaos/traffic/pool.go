@@ -92,7 +92,7 @@ func (e *Env) StartPoolWorkers(ctx context.Context, wg *sync.WaitGroup) []*PoolW
 
 // newPoolWorker returns the pool worker of slot s and its client.
 func (e *Env) newPoolWorker(s *nemesis.Slot) (*PoolWorker, *clientv3.Client, error) {
-	cli, err := newWorkerClient(s.Endpoints())
+	cli, err := e.poolClient(s)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -563,3 +563,49 @@ func TestThroughput(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRequestsWhileEventsFlow: a client that creates and cancels
+// watchers on a stream while the server is sending it events must not
+// wedge the stream. clientv3's stream loop both sends the requests and
+// hands the responses on, so a request Send that waits for the server
+// to read it, while the server waits to send an event, stops both; over
+// gRPC a Send returns into the flow-control window instead. Wedged, the
+// events stop coming while the virtual clock runs on.
+func TestWatchRequestsWhileEventsFlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		cli := srv.Client("c", nil)
+		writer := srv.Client("writer", nil)
+		// One stream: watchers whose contexts carry the same metadata
+		// share it.
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		defer cancel()
+		events := cli.Watch(ctx, "/a/", clientv3.WithPrefix())
+		const puts = 300
+		go func() {
+			for i := range puts {
+				must(writer.Put(context.Background(), fmt.Sprintf("/a/%03d", i), "v"))
+			}
+		}()
+		go func() {
+			for i := range puts {
+				wctx, stop := context.WithCancel(ctx)
+				cli.Watch(wctx, fmt.Sprintf("/b/%d", i)) // returns once the stream has taken the request
+				stop()
+			}
+		}()
+		seen := 0
+		wedged := time.After(time.Minute)
+		for seen < puts {
+			select {
+			case r, ok := <-events:
+				if !ok {
+					t.Fatalf("the watch ended after %d of %d events", seen, puts)
+				}
+				seen += len(r.Events)
+			case <-wedged:
+				t.Fatalf("the stream is wedged: %d of %d events after a minute", seen, puts)
+			}
+		}
+	})
+}

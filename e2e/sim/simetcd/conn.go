@@ -276,16 +276,21 @@ type received[T any] struct {
 	err error
 }
 
-// receive calls recv until it fails, handing each result over until done
-// closes. The adapter's Recv returns once the stream's handler has
-// returned, so the goroutine outlives the handler only briefly.
+// receive calls recv until it fails, handing each result over, in order,
+// until done closes. Like gRPC's transport, it takes the client's
+// messages whether or not the handler is ready for them, queueing them
+// meanwhile: a handler blocked sending a response must not keep the
+// client from sending its next request, or a client that reads its
+// responses only between its sends (clientv3's watch stream) deadlocks
+// with it. The adapter's Recv returns once the stream's handler has
+// returned, so the goroutines outlive the handler only briefly.
 func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan received[T] {
-	ch := make(chan received[T])
-	go func() {
+	in, out := make(chan received[T]), make(chan received[T])
+	go func() { // the reader
 		for {
 			v, err := recv()
 			select {
-			case ch <- received[T]{v, err}:
+			case in <- received[T]{v, err}:
 			case <-done:
 				return
 			}
@@ -294,7 +299,25 @@ func receive[T any](recv func() (T, error), done <-chan struct{}) <-chan receive
 			}
 		}
 	}()
-	return ch
+	go func() { // the queue between the reader and the handler
+		var q []received[T]
+		for {
+			var next chan received[T] // nil, so never ready, while q is empty
+			var head received[T]
+			if len(q) > 0 {
+				next, head = out, q[0]
+			}
+			select {
+			case m := <-in:
+				q = append(q, m)
+			case next <- head:
+				q = q[1:]
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // headed is a response with etcd's header.

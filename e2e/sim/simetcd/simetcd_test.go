@@ -258,6 +258,64 @@ func TestCompactAndWatches(t *testing.T) {
 	})
 }
 
+// TestWatchStreamBusyBothWays: on one watch stream, the client keeps
+// creating and cancelling watches while the server has events to send.
+// The stream must not deadlock with the client blocked sending a request
+// and the server blocked sending a response, as it would if the server
+// took the client's next request only between its own sends: gRPC buffers
+// a stream's messages both ways.
+func TestWatchStreamBusyBothWays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		cli := srv.Client("c", nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		events := cli.Watch(ctx, "k", clientv3.WithPrefix())
+		const puts = 200
+		putting := make(chan struct{})
+		go func() {
+			defer close(putting)
+			for i := range puts {
+				must(cli.Put(ctx, fmt.Sprintf("k%d", i), "v"))
+			}
+		}()
+		churned := make(chan struct{})
+		go func() {
+			defer close(churned)
+			for i := range puts {
+				wctx, stop := context.WithCancel(ctx) // the same stream: same metadata
+				wch := cli.Watch(wctx, fmt.Sprintf("k%d", i), clientv3.WithCreatedNotify())
+				<-wch
+				stop()
+				for range wch {
+				}
+			}
+		}()
+		stuck := time.After(time.Minute) // of virtual time: the whole exchange takes none
+		wait := func(what string, c <-chan struct{}) {
+			select {
+			case <-c:
+			case <-stuck:
+				t.Fatalf("the stream is stuck: %s", what)
+			}
+		}
+		got := 0
+		for got < puts {
+			select {
+			case r, ok := <-events:
+				if !ok {
+					t.Fatalf("the watch ended after %d of %d events", got, puts)
+				}
+				got += len(r.Events)
+			case <-stuck:
+				t.Fatalf("the stream is stuck: %d of %d events after a minute", got, puts)
+			}
+		}
+		wait("the puts", putting)
+		wait("the watches created and cancelled", churned)
+	})
+}
+
 // refuse is a network that refuses what match picks and delivers the
 // rest at once.
 func refuse(match func(method string) bool) simetcd.Network {

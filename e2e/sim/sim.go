@@ -71,6 +71,11 @@ type Config struct {
 	Control model.Control
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// Cycle runs the cycle workload (cycle.go, CycleConfig) instead of
+	// the chaos suite's workers: Workers × Threads threads run the task
+	// cycle by hand, with a memory guard downstream and no SQLite, no
+	// archive and no retention.
+	Cycle bool
 }
 
 // DefaultConfig is a simulation of 3 workers × 4 threads on 24 open
@@ -160,6 +165,10 @@ func Run(t *testing.T, cfg Config) *Result {
 	var res *Result
 	wall := time.Now()
 	synctest.Test(t, func(t *testing.T) {
+		if cfg.Cycle {
+			res = runCycle(t, cfg)
+			return
+		}
 		res = run(t, cfg)
 	})
 	if res != nil {

@@ -246,7 +246,8 @@ func (r *cycleRun) sweep() {
 // readFinal reads what the run left in etcd and in the memory
 // downstream, as model.ReadFinal does for the task workload: the log
 // while the recorder still runs, then, once stop has stopped it, the
-// histories of the lease keys, audit keys and done records.
+// histories of the lease keys, audit keys and done records, from the
+// store (simetcd.Server.History).
 func (r *cycleRun) readFinal(ctx context.Context, log *audit.Log, stop func()) (model.FinalState, error) {
 	space := keys.MustNew(keys.DefaultNamespace)
 	var fs model.FinalState
@@ -259,13 +260,13 @@ func (r *cycleRun) readFinal(ctx context.Context, log *audit.Log, stop func()) (
 		return fs, err
 	}
 	stop()
-	if fs.LeaseEvents, fs.QueueEvents, err = model.ReadLeaseHistory(ctx, r.direct, space); err != nil {
+	if fs.LeaseEvents, fs.QueueEvents, err = model.ReadLeaseHistoryFrom(ctx, r.srv.History, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = model.ReadAuditHistory(ctx, r.direct, space); err != nil {
+	if fs.AuditEvents, err = model.ReadAuditHistoryFrom(ctx, r.srv.History, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = model.ReadDoneHistory(ctx, r.direct, space); err != nil {
+	if fs.DoneEvents, err = model.ReadDoneHistoryFrom(ctx, r.srv.History, space); err != nil {
 		return fs, err
 	}
 	fs.Archived = map[model.EntryID]model.ArchiveRecord{}

@@ -274,6 +274,7 @@ func run(t *testing.T, cfg Config) *Result {
 	fs, err := model.ReadFinal(ctx, model.FinalSources{
 		Direct: s.direct, Log: log, Archive: archive, DB: db, Archived: s.logs,
 		StopRecorders: func() { recorderStopped = true; stopRecorder() },
+		History:       srv.History,
 	})
 	if err != nil {
 		t.Fatalf("sim: final read: %v", err)

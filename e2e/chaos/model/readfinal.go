@@ -21,6 +21,10 @@ type FinalSources struct {
 	DB            *sql.DB
 	Archived      *ArchiveLog
 	StopRecorders func()
+	// History reads the histories of the lease keys, the audit keys and
+	// the done records; nil: a watch from revision 1 on Direct
+	// (WatchHistory).
+	History HistoryReader
 }
 
 // ReadFinal reads the final state of a run (the chaos suite's, or a
@@ -40,13 +44,17 @@ func ReadFinal(ctx context.Context, src FinalSources) (FinalState, error) {
 	}
 	src.StopRecorders()
 
-	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistory(ctx, src.Direct, space); err != nil {
+	history := src.History
+	if history == nil {
+		history = WatchHistory(src.Direct)
+	}
+	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = ReadAuditHistory(ctx, src.Direct, space); err != nil {
+	if fs.AuditEvents, err = ReadAuditHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = ReadDoneHistory(ctx, src.Direct, space); err != nil {
+	if fs.DoneEvents, err = ReadDoneHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
 	if fs.Archive, err = src.Archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {

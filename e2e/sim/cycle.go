@@ -295,13 +295,17 @@ func (r *cycleRun) readFinal(ctx context.Context, log *audit.Log, stop func()) (
 	return fs, nil
 }
 
-// board is the tasks every cycler chooses from: the first Window tasks
-// not known to be completed.
+// board is the tasks every cycler chooses from: a window of Window open
+// tasks, the lowest not known to be completed, refilled with the next
+// task as each is found completed.
 type board struct {
 	mu       sync.Mutex
 	window   int
-	lo       int // every task below lo is known to be completed
-	done     map[int]bool
+	next     int              // the lowest task never in the window
+	open     []int            // the window's tasks, in no order
+	at       map[int]int      // task → its index in open
+	done     []int            // the last redeliverable tasks found completed, a ring
+	ndone    int              // how many were ever found completed
 	busy     map[busyKey]bool // a thread of that worker is on that task
 	cooldown map[int]time.Time
 }
@@ -309,34 +313,55 @@ type board struct {
 type busyKey struct{ worker, task int }
 
 func newBoard(window int) *board {
-	return &board{window: window, done: map[int]bool{}, busy: map[busyKey]bool{}, cooldown: map[int]time.Time{}}
+	b := &board{window: window, at: map[int]int{}, done: make([]int, redeliverable), busy: map[busyKey]bool{}, cooldown: map[int]time.Time{}}
+	b.fill()
+	return b
 }
 
-// pick chooses a task for worker w among the window's, skipping those
-// one of its threads is on and those recently found held; one pick in 32
-// is a redelivery of a task known to be completed, which TryAcquire must
-// refuse.
+// fill tops the window up with the next tasks; b.mu is held.
+func (b *board) fill() {
+	for len(b.open) < b.window {
+		b.at[b.next] = len(b.open)
+		b.open = append(b.open, b.next)
+		b.next++
+	}
+}
+
+// pick chooses, at random, a task of the window for worker w — not one
+// of its threads is on, nor one recently found held; one pick in 32 is
+// a redelivery of a task found completed, which TryAcquire must refuse.
 func (b *board) pick(rng *rand.Rand, w int) (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.done[b.lo] {
-		delete(b.done, b.lo)
-		b.lo++
+	if b.ndone > 0 && rng.IntN(32) == 0 {
+		if i := b.done[rng.IntN(min(b.ndone, redeliverable))]; !b.busy[busyKey{w, i}] {
+			b.busy[busyKey{w, i}] = true
+			return i, true
+		}
 	}
-	if b.lo > 0 && rng.IntN(32) == 0 {
-		if i := b.lo - 1 - rng.IntN(min(b.lo, redeliverable)); !b.busy[busyKey{w, i}] {
+	now := time.Now()
+	free := func(i int) bool {
+		if b.busy[busyKey{w, i}] {
+			return false
+		}
+		until, cooling := b.cooldown[i]
+		if cooling && !now.Before(until) {
+			delete(b.cooldown, i)
+			cooling = false
+		}
+		return !cooling
+	}
+	// A few tries at random, then the whole window: the same choice, at
+	// random among the free tasks, without a scan on every pick.
+	for range 4 {
+		if i := b.open[rng.IntN(len(b.open))]; free(i) {
 			b.busy[busyKey{w, i}] = true
 			return i, true
 		}
 	}
 	var cands []int
-	now := time.Now()
-	for i, seen := b.lo, 0; seen < b.window; i++ {
-		if b.done[i] {
-			continue
-		}
-		seen++
-		if !b.busy[busyKey{w, i}] && !now.Before(b.cooldown[i]) {
+	for _, i := range b.open {
+		if free(i) {
 			cands = append(cands, i)
 		}
 	}
@@ -354,14 +379,27 @@ func (b *board) unbusy(w, i int) {
 	b.mu.Unlock()
 }
 
+// markDone takes a task found completed out of the window.
 func (b *board) markDone(task string) {
-	if i, ok := taskIndex(task); ok {
-		b.mu.Lock()
-		if i >= b.lo {
-			b.done[i] = true
-		}
-		b.mu.Unlock()
+	i, ok := taskIndex(task)
+	if !ok {
+		return
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, open := b.at[i]
+	if !open {
+		return
+	}
+	last := len(b.open) - 1
+	b.open[k] = b.open[last]
+	b.at[b.open[k]] = k
+	b.open = b.open[:last]
+	delete(b.at, i)
+	delete(b.cooldown, i)
+	b.done[b.ndone%redeliverable] = i
+	b.ndone++
+	b.fill()
 }
 
 func (b *board) cool(task string, d time.Duration) {
@@ -372,7 +410,8 @@ func (b *board) cool(task string, d time.Duration) {
 	}
 }
 
-// redeliverable is how far below the window a redelivery reaches.
+// redeliverable is how many of the last tasks found completed a
+// redelivery chooses from.
 const redeliverable = 256
 
 func taskName(i int) string { return "t" + strconv.Itoa(i) }

@@ -31,49 +31,22 @@ func (s *Server) History(ctx context.Context, prefix string, fn func(*clientv3.E
 		return rpctypes.Error(err)
 	}
 	defer s.exit()
-	rev := s.kv.Rev()
 	if _, err := s.kv.Range(ctx, []byte(prefix), nil, mvcc.RangeOptions{Rev: 1, Limit: 1}); errors.Is(err, mvcc.ErrCompacted) {
 		return rpctypes.ErrCompacted
 	}
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	inRange := func(key []byte) bool {
-		k := string(key)
-		return k >= prefix && (end == "\x00" || k < end)
-	}
-
-	from, to := mvcc.NewRevBytes(), mvcc.NewRevBytes()
-	from = mvcc.RevToBytes(mvcc.Revision{Main: 1}, from)
-	to = mvcc.RevToBytes(mvcc.Revision{Main: rev + 1}, to)
-	tx := s.be.ReadTx()
-	tx.RLock()
-	revs, vals := tx.UnsafeRange(schema.Key, from, to, 0)
-	var events []*clientv3.Event
-	var err error
-	for i, v := range vals {
-		kv := &mvccpb.KeyValue{}
-		// Unmarshal copies: vals is bbolt's memory, valid only under the lock.
-		if err = proto.Unmarshal(v, kv); err != nil {
-			break
-		}
-		if !inRange(kv.Key) {
-			continue
-		}
-		ev := &clientv3.Event{Type: mvccpb.PUT, Kv: kv}
-		if mvcc.IsTombstone(revs[i]) {
-			ev.Type = mvccpb.DELETE
-			kv.ModRevision = mvcc.BytesToRev(revs[i]).Main
-		}
-		events = append(events, ev)
-	}
-	tx.RUnlock()
+	events, err := s.changes()
 	if err != nil {
 		return err
 	}
-
+	end := clientv3.GetPrefixRangeEnd(prefix)
 	for _, ev := range events {
+		if k := string(ev.Kv.Key); k < prefix || (end != "\x00" && k >= end) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		ev := &clientv3.Event{Type: ev.Type, Kv: ev.Kv}
 		if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != ev.Kv.ModRevision {
 			// As the watch's previous value (watchConn.send).
 			prev, err := s.kv.Range(ctx, ev.Kv.Key, nil, mvcc.RangeOptions{Rev: ev.Kv.ModRevision - 1})
@@ -89,4 +62,39 @@ func (s *Server) History(ctx context.Context, prefix string, fn func(*clientv3.E
 		}
 	}
 	return nil
+}
+
+// changes returns every change in the store up to its current revision,
+// without previous values, decoded once per revision: the checks read
+// several prefixes' histories of a store that no longer changes.
+func (s *Server) changes() ([]*clientv3.Event, error) {
+	s.histMu.Lock()
+	defer s.histMu.Unlock()
+	rev := s.kv.Rev()
+	if s.hist != nil && s.histRev == rev {
+		return s.hist, nil
+	}
+	from, to := mvcc.NewRevBytes(), mvcc.NewRevBytes()
+	from = mvcc.RevToBytes(mvcc.Revision{Main: 1}, from)
+	to = mvcc.RevToBytes(mvcc.Revision{Main: rev + 1}, to)
+	tx := s.be.ReadTx()
+	tx.RLock()
+	defer tx.RUnlock()
+	revs, vals := tx.UnsafeRange(schema.Key, from, to, 0)
+	events := make([]*clientv3.Event, 0, len(vals))
+	for i, v := range vals {
+		kv := &mvccpb.KeyValue{}
+		// Unmarshal copies: vals is bbolt's memory, valid only under the lock.
+		if err := proto.Unmarshal(v, kv); err != nil {
+			return nil, err
+		}
+		ev := &clientv3.Event{Type: mvccpb.PUT, Kv: kv}
+		if mvcc.IsTombstone(revs[i]) {
+			ev.Type = mvccpb.DELETE
+			kv.ModRevision = mvcc.BytesToRev(revs[i]).Main
+		}
+		events = append(events, ev)
+	}
+	s.hist, s.histRev = events, rev
+	return events, nil
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 )
 
 // Config is one simulation. Zero fields take the defaults of
@@ -117,6 +118,10 @@ type Result struct {
 	Seed uint64
 	// Virtual is the simulated time the run took, Wall the wall time.
 	Virtual, Wall time.Duration
+	// CPU is the CPU time the process used meanwhile, user and system:
+	// another process on the machine changes it less than it changes
+	// Wall.
+	CPU time.Duration
 	// Cycles counts the completions the workers recorded as committed.
 	Cycles int
 	// Faults counts the faults beside the network's, by kind.
@@ -133,11 +138,29 @@ func (r *Result) CyclesPerSecond() float64 {
 	return float64(r.Cycles) / r.Wall.Seconds()
 }
 
+// CPUPerCycle is the CPU time the run used per simulated task cycle.
+func (r *Result) CPUPerCycle() time.Duration {
+	if r.Cycles == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Cycles)
+}
+
+// processCPU is the CPU time the process has used, user and system; 0
+// if it cannot be read.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // Summary is the run's closing lines: its figures, then each violation,
 // then "violations: N".
 func (r *Result) Summary() string {
-	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time), %d requests applied, faults %v\n",
-		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.Applied, r.Faults)
+	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time, %v of CPU each), %d requests applied, faults %v\n",
+		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.CPUPerCycle().Round(time.Microsecond), r.Applied, r.Faults)
 	for _, v := range r.Violations {
 		s += fmt.Sprintf("  %s: %s\n", v.Check, v.Detail)
 	}
@@ -163,7 +186,7 @@ func Run(t *testing.T, cfg Config) *Result {
 	// collector, for a heap a few times larger.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	var res *Result
-	wall := time.Now()
+	wall, cpu := time.Now(), processCPU()
 	synctest.Test(t, func(t *testing.T) {
 		if cfg.Cycle {
 			res = runCycle(t, cfg)
@@ -172,7 +195,7 @@ func Run(t *testing.T, cfg Config) *Result {
 		res = run(t, cfg)
 	})
 	if res != nil {
-		res.Wall = time.Since(wall)
+		res.Wall, res.CPU = time.Since(wall), processCPU()-cpu
 	}
 	return res
 }

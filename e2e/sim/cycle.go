@@ -591,14 +591,17 @@ func (c *cycler) close() {
 // session returns the cycler's live session, starting a new one (with a
 // new worker id) when the last one ended; nil if the grant failed.
 func (c *cycler) session() *session.Session {
+	if s := c.live(); s != nil {
+		return s
+	}
 	c.starting <- struct{}{}
 	defer func() { <-c.starting }()
-	c.mu.Lock()
-	cur, name := c.sess, fmt.Sprintf("%s.s%d", c.name, c.nsess)
-	c.mu.Unlock()
-	if cur != nil && cur.Err() == nil {
-		return cur
+	if s := c.live(); s != nil {
+		return s // another thread started one meanwhile
 	}
+	c.mu.Lock()
+	name := c.name + ".s" + strconv.Itoa(c.nsess)
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), min(model.SessionTimeout, max(c.r.cfg.TTL/2, 100*time.Millisecond)))
 	defer cancel()
 	s, err := session.New(ctx, c.cli, session.WithWorker(name), session.WithTTL(c.r.cfg.TTL))
@@ -610,6 +613,16 @@ func (c *cycler) session() *session.Session {
 	}
 	c.sess = s
 	return s
+}
+
+// live returns the cycler's session if it has not ended.
+func (c *cycler) live() *session.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil && c.sess.Err() == nil {
+		return c.sess
+	}
+	return nil
 }
 
 // pendingOp is an invoked operation awaiting its return.

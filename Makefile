@@ -70,9 +70,10 @@ SEED     ?=
 chaos:
 	LEASEHOLD_CHAOS_DURATION=$(DURATION) LEASEHOLD_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 0 -tags chaoslong -run '^TestChaosLong$$' -v ./e2e/chaos
 
-## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
+## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1), then its cycle workload for CYCLE_DURATION (default 1m); each prints its simulated task cycles per second of wall time and ends with violations: N
+CYCLE_DURATION ?= 1m
 simulate:
-	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./e2e/sim
+	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_CYCLE_DURATION=$(CYCLE_DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation(Cycle)?$$' -v ./e2e/sim
 
 ## simulate-fleet: the simulation's fleet alone (pools over one worker.Prefix, killed and started again) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
 simulate-fleet:
@@ -81,7 +82,7 @@ simulate-fleet:
 ## simulate-controls: each hole put back in the simulation, one line per control: found or NOT found, the seed, the time, and how often the seed finds it again in REPLAYS runs (default 10)
 REPLAYS ?= 10
 simulate-controls:
-	LEASEHOLD_SIM_REPLAYS=$(REPLAYS) $(GO) test -count=1 -timeout 60m -run '^TestSimulationControls$$' -v ./e2e/sim
+	LEASEHOLD_SIM_REPLAYS=$(REPLAYS) $(GO) test -count=1 -timeout 60m -run '^TestSimulation(Cycle)?Controls$$' -v ./e2e/sim
 
 ## chaos-control: the control runs (fencing off, CAS off, retention deleting before archiving or ageing entries on writers' clocks) for DURATION on seeds SEED, SEED+1, …; each must be caught
 chaos-control:

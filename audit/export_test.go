@@ -18,3 +18,9 @@ const DefaultArchiveTable = defaultArchiveTable
 
 // ArchiveTable is the table of an archive NewSQLArchive returned.
 func ArchiveTable(a Archive) string { return a.(*sqlArchive).table }
+
+// ListQuery is the statement, and its arguments, with which an archive
+// NewSQLArchive returned lists namespace's entries that match f.
+func ListQuery(a Archive, namespace string, f Filter) (string, []any) {
+	return a.(*sqlArchive).listQuery(namespace, f)
+}

@@ -778,3 +778,45 @@ func TestSQLArchiveCompletion(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLArchiveResourceIndex: on SQLite, which keeps no statistics
+// unless ANALYZE runs, listing one resource's entries (Completion's
+// query) searches the resource index, not every row of the namespace in
+// the primary key's order, so that it costs the resource's entries and
+// not the whole archive's.
+func TestSQLArchiveResourceIndex(t *testing.T) {
+	d := openArchiveSQLite(t)
+	a := newArchive(t, d.db)
+	var es []audit.Entry
+	for i := range 200 {
+		es = append(es, mk(testSpace, audit.Completed, fmt.Sprintf("t%d", i%20), int64(1+i), int64(1000+i), "x"))
+	}
+	appendOK(t, a, testNS, es)
+	for _, f := range []audit.Filter{
+		{Resource: "t3"},
+		{Resource: "t3", Kind: audit.Completed},
+		{Resource: "t3", Kind: audit.Completed, MinRevision: 1100},
+	} {
+		q, args := audit.ListQuery(a, testNS, f)
+		rows, err := d.db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)
+		if err != nil {
+			t.Fatalf("EXPLAIN QUERY PLAN %s: %v", q, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := rows.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if p := strings.Join(plan, "; "); !strings.Contains(p, "USING INDEX "+audit.DefaultArchiveTable+"_resource ") {
+			t.Errorf("filter %+v: plan %q does not search the resource index", f, p)
+		}
+		wantEntries(t, fmt.Sprintf("filter %+v", f), listOK(t, a, testNS, f), filterByHand(sortEntries(es), f))
+	}
+}

@@ -3,6 +3,8 @@ package sim
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +70,32 @@ func (h *historian) catchUp(ctx context.Context, rev int64) error {
 			return ctx.Err()
 		case <-h.wake:
 		case <-time.After(50 * time.Millisecond): // ask again
+		}
+	}
+	return nil
+}
+
+// read is a model.HistoryReader of the historian's copy: every change
+// under prefix since revision 1, in revision order.
+func (h *historian) read(ctx context.Context, prefix string, fn func(*clientv3.Event) error) error {
+	head, err := h.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	if err := h.catchUp(ctx, head.Header.Revision); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	evs := slices.Clone(h.events)
+	h.mu.Unlock()
+	for _, ev := range evs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.HasPrefix(string(ev.Kv.Key), prefix) {
+			if err := fn(ev); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -146,6 +146,78 @@ func TestSimulationFleet(t *testing.T) {
 	}
 }
 
+// TestSimulationCycle is the cycle workload's short run (cycle.go): one
+// seed, every check on, zero violations, task cycles completed under
+// the faults, and its cycles per second of wall time printed. make
+// simulate runs it longer (LEASEHOLD_SIM_CYCLE_DURATION).
+func TestSimulationCycle(t *testing.T) {
+	cfg := CycleConfig()
+	cfg.Seed = seed(t, 1)
+	cfg.Duration = cycleDuration(t, 5*time.Second)
+	cfg.Logf = t.Logf
+	res := Run(t, cfg)
+	t.Log("\n" + res.Summary())
+	if len(res.Violations) > 0 {
+		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationCycle$' ./e2e/sim", len(res.Violations), res.Seed)
+	}
+	if res.Cycles == 0 {
+		t.Fatal("no task cycle completed")
+	}
+	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 {
+		t.Errorf("the faults did not run their course: %v", res.Faults)
+	}
+}
+
+// cycleDuration is LEASEHOLD_SIM_CYCLE_DURATION if set, else def: the
+// cycle workload's fault phase in virtual time. Its history grows by
+// about a thousand cycles a virtual second, so make simulate gives it a
+// duration of its own.
+func cycleDuration(t *testing.T, def time.Duration) time.Duration {
+	v := os.Getenv("LEASEHOLD_SIM_CYCLE_DURATION")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("LEASEHOLD_SIM_CYCLE_DURATION=%q: %v", v, err)
+	}
+	return d
+}
+
+// TestSimulationCycleControls: the checks find the holes the cycle
+// workload can have put back — fencing off (a stale write past the
+// memory guard, which the downstream check must see) and the SDK's own
+// switches — from random schedules, within controlSeeds seeds each.
+func TestSimulationCycleControls(t *testing.T) {
+	held := simetcd.DefaultProbabilities
+	held.Hold, held.LongDelay = 0.10, 0.05
+	for _, c := range []struct {
+		control model.Control
+		seed    uint64
+		net     simetcd.Probabilities
+	}{
+		{control: model.ControlNoFencing, seed: 121},
+		{control: model.ControlLateTries, seed: 131, net: held},
+		{control: model.ControlBlindFirstEnd, seed: 161},
+	} {
+		t.Run(string(c.control), func(t *testing.T) {
+			begin := time.Now()
+			for attempt := range controlSeeds {
+				cfg := CycleConfig()
+				cfg.Seed, cfg.Control, cfg.Network = c.seed+uint64(attempt), c.control, c.net
+				cfg.Duration = cycleDuration(t, 5*time.Second)
+				res := Run(t, cfg)
+				if len(res.Violations) > 0 {
+					t.Logf("control %s: found, seed %d, %v (%s)", c.control, cfg.Seed, time.Since(begin).Round(time.Millisecond), res.Violations[0].Check)
+					return
+				}
+				t.Logf("seed %d: nothing found; next seed", cfg.Seed)
+			}
+			t.Fatalf("control %s: NOT found in %d seeds (%v)", c.control, controlSeeds, time.Since(begin).Round(time.Millisecond))
+		})
+	}
+}
+
 // controlSeeds is how many seeds a control gets to be found in.
 const controlSeeds = 5
 

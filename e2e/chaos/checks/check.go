@@ -714,7 +714,7 @@ func (c *checker) checkDownstream() {
 	fencedAt := map[gt]map[int64]int64{} // → epoch → earliest return of a refusal
 	for i := range c.ops {
 		op := &c.ops[i]
-		if (op.Type != model.OpSQL && op.Type != model.OpEtcd) || op.Outcome != model.OutRefused {
+		if !op.Type.IsWrite() || op.Outcome != model.OutRefused {
 			continue
 		}
 		if op.Current <= op.Epoch {
@@ -730,7 +730,7 @@ func (c *checker) checkDownstream() {
 	}
 	for i := range c.ops {
 		op := &c.ops[i]
-		if op.Type != model.OpSQL && op.Type != model.OpEtcd {
+		if !op.Type.IsWrite() {
 			continue
 		}
 		e := c.effects[op.ID]

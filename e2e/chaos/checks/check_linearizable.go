@@ -20,7 +20,7 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 			continue
 		}
 		switch op.Type {
-		case model.OpSQL, model.OpEtcd:
+		case model.OpSQL, model.OpEtcd, model.OpMem:
 			h.addWrite(op)
 		case model.OpDoneRead:
 			h.addDoneRead(op)

@@ -73,8 +73,8 @@ func EffectKey(task, op string) string { return effectPrefix + task + "/" + op }
 
 // Effect is one committed downstream write, read back after the run.
 type Effect struct {
-	Guard  OpType // OpSQL or OpEtcd
-	Order  int64  // commit order: SQLite seq, etcd mod revision
+	Guard  OpType // OpSQL, OpEtcd or OpMem
+	Order  int64  // commit order: SQLite seq, etcd mod revision, the memory guard's order of admission
 	Task   string
 	Epoch  int64
 	Worker string

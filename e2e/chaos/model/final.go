@@ -98,12 +98,30 @@ type FinalState struct {
 	LiveLeases    int64
 }
 
+// HistoryReader calls fn for every change under prefix since revision 1,
+// in revision order, each deletion with its previous value: what a watch
+// of prefix from revision 1 with clientv3.WithPrevKV delivers
+// (ReadHistory).
+type HistoryReader func(ctx context.Context, prefix string, fn func(*clientv3.Event) error) error
+
+// WatchHistory is ReadHistory on cli, as a HistoryReader.
+func WatchHistory(cli *clientv3.Client) HistoryReader {
+	return func(ctx context.Context, prefix string, fn func(*clientv3.Event) error) error {
+		return ReadHistory(ctx, cli, prefix, fn)
+	}
+}
+
 // ReadLeaseHistory reads every change of every lease key and of every
 // queue entry since revision 1, with one watch of the lease prefix.
 func ReadLeaseHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]LeaseEvent, []QueueEvent, error) {
+	return ReadLeaseHistoryFrom(ctx, WatchHistory(cli), space)
+}
+
+// ReadLeaseHistoryFrom is ReadLeaseHistory from read.
+func ReadLeaseHistoryFrom(ctx context.Context, read HistoryReader, space keys.Space) ([]LeaseEvent, []QueueEvent, error) {
 	var out []LeaseEvent
 	var queue []QueueEvent
-	err := ReadHistory(ctx, cli, space.LeasePrefix(), func(ev *clientv3.Event) error {
+	err := read(ctx, space.LeasePrefix(), func(ev *clientv3.Event) error {
 		key := string(ev.Kv.Key)
 		if space.IsQueue(key) {
 			qe, err := readQueueEvent(space, ev)
@@ -156,8 +174,13 @@ func readQueueEvent(space keys.Space, ev *clientv3.Event) (QueueEvent, error) {
 
 // ReadAuditHistory reads every change of every audit key since revision 1.
 func ReadAuditHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]AuditEvent, error) {
+	return ReadAuditHistoryFrom(ctx, WatchHistory(cli), space)
+}
+
+// ReadAuditHistoryFrom is ReadAuditHistory from read.
+func ReadAuditHistoryFrom(ctx context.Context, read HistoryReader, space keys.Space) ([]AuditEvent, error) {
 	var out []AuditEvent
-	err := ReadHistory(ctx, cli, space.AuditPrefix(), func(ev *clientv3.Event) error {
+	err := read(ctx, space.AuditPrefix(), func(ev *clientv3.Event) error {
 		out = append(out, AuditEvent{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision, Put: ev.Type == clientv3.EventTypePut, CreateRev: ev.Kv.CreateRevision})
 		return nil
 	})
@@ -167,8 +190,13 @@ func ReadAuditHistory(ctx context.Context, cli *clientv3.Client, space keys.Spac
 // ReadDoneHistory reads every change of every done record since revision
 // 1; a deletion carries the record it deleted.
 func ReadDoneHistory(ctx context.Context, cli *clientv3.Client, space keys.Space) ([]DoneEvent, error) {
+	return ReadDoneHistoryFrom(ctx, WatchHistory(cli), space)
+}
+
+// ReadDoneHistoryFrom is ReadDoneHistory from read.
+func ReadDoneHistoryFrom(ctx context.Context, read HistoryReader, space keys.Space) ([]DoneEvent, error) {
 	var out []DoneEvent
-	err := ReadHistory(ctx, cli, space.DonePrefix(), func(ev *clientv3.Event) error {
+	err := read(ctx, space.DonePrefix(), func(ev *clientv3.Event) error {
 		task, err := space.ResourceFromDone(string(ev.Kv.Key))
 		if err != nil {
 			return err

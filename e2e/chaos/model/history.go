@@ -16,6 +16,7 @@ const (
 	OpAcquire  OpType = "acquire"  // lease.Registry.TryAcquire, TryAcquireMany, or (Wait set) Acquire, AcquireMany
 	OpSQL      OpType = "sql"      // an effect row in SQLite, admitted by fencesql.Guard.AdmitTx in its transaction
 	OpEtcd     OpType = "etcd"     // an effect key in etcd, admitted by fenceetcd.Guard.AdmitOps in its transaction
+	OpMem      OpType = "mem"      // an effect in memory, written by fence.MemoryGuard.Do once it admitted the token (the simulation's cycle workload)
 	OpComplete OpType = "complete" // lease.Lease.Complete (under ControlNoCAS: a raw put and delete)
 	OpRelease  OpType = "release"  // lease.Lease.Release, or Session.Close's release of a lease in doubt
 	OpRevoke   OpType = "revoke"   // lease.Registry.Revoke by the nemesis, as an operator would
@@ -39,6 +40,10 @@ const Operator = "operator"
 // OpTypes are the operation types of the task workload, in the order the
 // summary lists them.
 var OpTypes = []OpType{OpAcquire, OpDoneRead, OpSQL, OpEtcd, OpComplete, OpRelease, OpRevoke}
+
+// IsWrite reports whether t is a downstream write: an effect admitted
+// by a guard.
+func (t OpType) IsWrite() bool { return t == OpSQL || t == OpEtcd || t == OpMem }
 
 // Outcome is how an operation ended.
 type Outcome string

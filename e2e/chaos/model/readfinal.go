@@ -21,10 +21,10 @@ type FinalSources struct {
 	DB            *sql.DB
 	Archived      *ArchiveLog
 	StopRecorders func()
-	// History, if set, is where the revision history is read
-	// (ReadHistory): a client whose watches replay every change since
-	// revision 1 after etcd compacted some of them away. Nil: Direct.
-	History *clientv3.Client
+	// History reads the histories of the lease keys, the audit keys and
+	// the done records; nil: a watch from revision 1 on Direct
+	// (WatchHistory).
+	History HistoryReader
 }
 
 // ReadFinal reads the final state of a run (the chaos suite's, or a
@@ -33,10 +33,6 @@ type FinalSources struct {
 // the rest is read from a still etcd and archive.
 func ReadFinal(ctx context.Context, src FinalSources) (FinalState, error) {
 	space := keys.MustNew(keys.DefaultNamespace)
-	hist := src.History
-	if hist == nil {
-		hist = src.Direct
-	}
 	var fs FinalState
 	head, err := src.Direct.Get(ctx, space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
@@ -48,13 +44,17 @@ func ReadFinal(ctx context.Context, src FinalSources) (FinalState, error) {
 	}
 	src.StopRecorders()
 
-	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistory(ctx, hist, space); err != nil {
+	history := src.History
+	if history == nil {
+		history = WatchHistory(src.Direct)
+	}
+	if fs.LeaseEvents, fs.QueueEvents, err = ReadLeaseHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
-	if fs.AuditEvents, err = ReadAuditHistory(ctx, hist, space); err != nil {
+	if fs.AuditEvents, err = ReadAuditHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
-	if fs.DoneEvents, err = ReadDoneHistory(ctx, hist, space); err != nil {
+	if fs.DoneEvents, err = ReadDoneHistoryFrom(ctx, history, space); err != nil {
 		return fs, err
 	}
 	if fs.Archive, err = src.Archive.List(ctx, space.Namespace(), audit.Filter{}); err != nil {

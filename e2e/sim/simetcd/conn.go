@@ -103,30 +103,25 @@ func call[Req proto.Message, Resp any](c *conn, ctx context.Context, method stri
 		panic("simetcd: unknown FateKind " + f.Kind.String())
 	}
 
-	if f.Delay <= 0 {
-		resp, err = serve(ctx, req)
-	} else {
-		type result struct {
-			resp Resp
-			err  error
-		}
-		done := make(chan result, 1)
-		sent := proto.Clone(req).(Req)
-		if !c.s.later(f.Delay, func() {
-			resp, err := serve(context.Background(), sent)
-			done <- result{resp, err}
-		}) {
-			return zero, rpctypes.ErrGRPCStopped
-		}
+	if f.Delay > 0 {
+		// The request travels for its delay on the caller's goroutine; only
+		// a caller that stops waiting hands it, copied, to a goroutine of
+		// its own, which applies it when the delay ends.
+		sent := time.Now()
+		t := time.NewTimer(f.Delay)
 		select {
-		case r := <-done:
-			resp, err = r.resp, r.err
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
+			onTheWay := proto.Clone(req).(Req)
+			c.s.later(time.Until(sent.Add(f.Delay)), func() { _, _ = serve(context.Background(), onTheWay) })
 			return zero, status.FromContextError(ctx.Err()).Err()
 		case <-c.s.stopc:
+			t.Stop()
 			return zero, rpctypes.ErrGRPCStopped
 		}
 	}
+	resp, err = serve(ctx, req)
 	if f.Kind == LoseReply {
 		return zero, c.failAfter(ctx, start, 0, errNetwork)
 	}

@@ -64,6 +64,12 @@ type Server struct {
 	stopc chan struct{} // closed by Close: background work stops
 	wg    sync.WaitGroup
 
+	// histMu guards the store's changes as History last decoded them,
+	// at revision histRev.
+	histMu  sync.Mutex
+	hist    []*clientv3.Event
+	histRev int64
+
 	mu      sync.Mutex
 	closed  bool
 	clients []*clientv3.Client

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/lease"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -539,39 +537,19 @@ func (r *runner) progress(ctx context.Context, n *nemesis.Nemesis, begin time.Ti
 // would, recording the call in the history; the reason is the call's id,
 // so its revoked entry can be found. It returns the task and what happened.
 func (r *runner) revoke(pick int) (task, detail string) {
-	space := keys.MustNew(keys.DefaultNamespace)
 	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	defer cancel()
-	resp, err := r.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return "", "listing held tasks: " + err.Error()
-	}
-	held := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return space.IsControl(string(kv.Key)) })
-	if len(held) == 0 {
-		return "", "nothing held"
-	}
-	task, err = space.ResourceFromLease(string(held[pick%len(held)].Key))
-	if err != nil {
-		return "", err.Error()
-	}
 	r.mu.Lock()
 	r.revokes++
 	id := fmt.Sprintf("%s-%d", model.Operator, r.revokes)
 	r.mu.Unlock()
-	r.hist.Record(model.Event{K: "i", ID: id, T: model.Now(), Op: model.OpRevoke, Task: task, W: model.Operator})
-	err = r.reg.Revoke(ctx, task, id)
-	out := model.OutOK
+	task, out, err := traffic.OperatorRevoke(ctx, r.direct, r.reg, r.hist.Record, id, func(n int) int { return pick % n })
 	switch {
-	case errors.Is(err, lease.ErrNotHeld):
-		out = model.OutFail
 	case err != nil:
-		out = model.OutUnknown
+		return "", "listing held tasks: " + err.Error()
+	case task == "":
+		return "", "nothing held"
 	}
-	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
-	if err != nil {
-		ev.Err = model.Truncate(err.Error(), 300)
-	}
-	r.hist.Record(ev)
 	return task, id + " " + string(out)
 }
 

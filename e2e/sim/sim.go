@@ -591,39 +591,14 @@ func (s *sim) revokeSessionLease() bool {
 // in the history; the reason is the call's id. It reports whether a task
 // was held.
 func (s *sim) operatorRevoke() bool {
-	space := keys.MustNew(keys.DefaultNamespace)
 	ctx, cancel := context.WithTimeout(context.Background(), model.OpTimeout)
 	defer cancel()
-	resp, err := s.direct.Get(ctx, space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
+	id := fmt.Sprintf("%s-%d", model.Operator, s.revokes+1)
+	task, _, err := traffic.OperatorRevoke(ctx, s.direct, s.reg, s.hist.Record, id, s.rng.IntN)
+	if err != nil || task == "" {
 		return false
 	}
-	var held []string
-	for _, kv := range resp.Kvs {
-		if task, err := space.ResourceFromLease(string(kv.Key)); err == nil && !space.IsControl(string(kv.Key)) {
-			held = append(held, task)
-		}
-	}
-	if len(held) == 0 {
-		return false
-	}
-	task := held[s.rng.IntN(len(held))]
 	s.revokes++
-	id := fmt.Sprintf("%s-%d", model.Operator, s.revokes)
-	s.hist.Record(model.Event{K: "i", ID: id, T: model.Now(), Op: model.OpRevoke, Task: task, W: model.Operator})
-	err = s.reg.Revoke(ctx, task, id)
-	out := model.OutOK
-	switch {
-	case errors.Is(err, lease.ErrNotHeld):
-		out = model.OutFail
-	case err != nil:
-		out = model.OutUnknown
-	}
-	ev := model.Event{K: "r", ID: id, T: model.Now(), Out: out}
-	if err != nil {
-		ev.Err = model.Truncate(err.Error(), 300)
-	}
-	s.hist.Record(ev)
 	return true
 }
 

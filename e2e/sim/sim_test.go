@@ -33,13 +33,19 @@ func seed(t *testing.T, def uint64) uint64 {
 // duration is LEASEHOLD_SIM_DURATION if set, else def: the fault phase in
 // virtual time.
 func duration(t *testing.T, def time.Duration) time.Duration {
-	v := os.Getenv("LEASEHOLD_SIM_DURATION")
+	return envDuration(t, "LEASEHOLD_SIM_DURATION", def)
+}
+
+// envDuration is the duration in the environment variable name if set,
+// else def.
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		t.Fatalf("LEASEHOLD_SIM_DURATION=%q: %v", v, err)
+		t.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return d
 }
@@ -173,15 +179,7 @@ func TestSimulationCycle(t *testing.T) {
 // about a thousand cycles a virtual second, so make simulate gives it a
 // duration of its own.
 func cycleDuration(t *testing.T, def time.Duration) time.Duration {
-	v := os.Getenv("LEASEHOLD_SIM_CYCLE_DURATION")
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("LEASEHOLD_SIM_CYCLE_DURATION=%q: %v", v, err)
-	}
-	return d
+	return envDuration(t, "LEASEHOLD_SIM_CYCLE_DURATION", def)
 }
 
 // TestSimulationCycleControls: the checks find the holes the cycle

@@ -142,6 +142,9 @@ type Result struct {
 	// another process on the machine changes it less than it changes
 	// Wall.
 	CPU time.Duration
+	// Story is where a run with violations wrote its history and etcd's
+	// (history.txt, etcd.txt) for the replay; "" for a clean run.
+	Story string
 	// Cycles counts the completions the workers recorded as committed.
 	Cycles int
 	// Faults counts the faults beside the network's, by kind.
@@ -196,6 +199,9 @@ func (r *Result) Summary() string {
 	}
 	for _, v := range r.Violations {
 		s += "  " + v.String() + "\n"
+	}
+	if r.Story != "" {
+		s += "history and etcd's changes written to " + r.Story + "\n"
 	}
 	return s + fmt.Sprintf("violations: %d\n", len(r.Violations))
 }
@@ -260,6 +266,9 @@ func (r *ran) check() *Result {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	r.res.Result = checked
+	if len(checked.Violations) > 0 {
+		r.res.Story = r.writeStory()
+	}
 	if r.pools != nil {
 		r.pools(r.res)
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -264,6 +265,9 @@ func TestSimulationControls(t *testing.T) {
 				res := Run(t, cfg)
 				if len(res.Violations) > 0 {
 					found := time.Since(begin).Round(time.Millisecond)
+					if _, err := os.Stat(filepath.Join(res.Story, "history.txt")); err != nil {
+						t.Errorf("the run's history was not written out for the replay: %q: %v", res.Story, err)
+					}
 					// How often the seed finds it again: the seed decides
 					// the faults, not every interleaving.
 					n, again := replays(t), 0

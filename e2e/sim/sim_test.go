@@ -77,12 +77,7 @@ func TestSimulation(t *testing.T) {
 	cfg.Duration = duration(t, 20*time.Second)
 	cfg.Recipes = 3
 	cfg.Pools = 1
-	cfg.Logf = t.Logf
-	res := Run(t, cfg)
-	t.Log("\n" + res.Summary())
-	if len(res.Violations) > 0 {
-		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulation$' ./e2e/sim", len(res.Violations), res.Seed)
-	}
+	res := runClean(t, cfg)
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
@@ -111,12 +106,7 @@ func TestSimulationContended(t *testing.T) {
 	cfg.Seed = seed(t, 2)
 	cfg.Duration = duration(t, 10*time.Second)
 	cfg.Contended = true
-	cfg.Logf = t.Logf
-	res := Run(t, cfg)
-	t.Log("\n" + res.Summary())
-	if len(res.Violations) > 0 {
-		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationContended$' ./e2e/sim", len(res.Violations), res.Seed)
-	}
+	res := runClean(t, cfg)
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
@@ -132,12 +122,7 @@ func TestSimulationFleet(t *testing.T) {
 	cfg := FleetConfig()
 	cfg.Seed = seed(t, 1)
 	cfg.Duration = duration(t, 10*time.Second)
-	cfg.Logf = t.Logf
-	res := Run(t, cfg)
-	t.Log("\n" + res.Summary())
-	if len(res.Violations) > 0 {
-		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationFleet$' ./e2e/sim", len(res.Violations), res.Seed)
-	}
+	res := runClean(t, cfg)
 	ff := res.Fleet
 	if ff == nil {
 		t.Fatal("no fleet figures")
@@ -161,12 +146,7 @@ func TestSimulationCycle(t *testing.T) {
 	cfg := CycleConfig()
 	cfg.Seed = seed(t, 1)
 	cfg.Duration = cycleDuration(t, 5*time.Second)
-	cfg.Logf = t.Logf
-	res := Run(t, cfg)
-	t.Log("\n" + res.Summary())
-	if len(res.Violations) > 0 {
-		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run 'TestSimulationCycle$' ./e2e/sim", len(res.Violations), res.Seed)
-	}
+	res := runClean(t, cfg)
 	if res.Cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
@@ -215,6 +195,20 @@ func TestSimulationCycleControls(t *testing.T) {
 			t.Fatalf("control %s: NOT found in %d seeds (%v)", c.control, controlSeeds, time.Since(begin).Round(time.Millisecond))
 		})
 	}
+}
+
+// runClean runs cfg as the test t's short run: its progress and summary
+// in t's log, and t failed at once on a violation, with the command that
+// runs the seed again.
+func runClean(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	cfg.Logf = t.Logf
+	res := Run(t, cfg)
+	t.Log("\n" + res.Summary())
+	if len(res.Violations) > 0 {
+		t.Fatalf("%d violations; run again with LEASEHOLD_SIM_SEED=%d go test -run '%s$' ./e2e/sim", len(res.Violations), res.Seed, t.Name())
+	}
+	return res
 }
 
 // controlSeeds is how many seeds a control gets to be found in.

@@ -64,8 +64,11 @@ type Result struct {
 	BatchEpochs    int
 	BatchCompleted int
 	// Handoffs counts the epochs a Release handed straight to the first
-	// queued Acquire, in its own transaction.
-	Handoffs int
+	// queued Acquire, in its own transaction; HandedRevoked those of them
+	// an operator's Revoke ended before the waiting call read its grant,
+	// which the call never held (resolveAcquisitions).
+	Handoffs      int
+	HandedRevoked int
 	// Queue is what the waiting queue did, and what checkFairness found.
 	Queue QueueFacts
 	// Stranded is what checkStranded found: the grants no acquisition was
@@ -138,6 +141,7 @@ type checker struct {
 	byTask  map[string][]*epochInfo        // in epoch order
 	acqOf   map[string]int64               // acquisition op id → the epoch it was granted (resolved unknowns too)
 	revOf   map[string]int64               // revocation op id → the epoch it revoked
+	handed  []handedGrant                  // epochs handed to a waiting call and revoked before it read them
 	effects map[string]*model.Effect       // op id → its effect
 
 	// From etcd's history of the audit keys and done records.
@@ -303,10 +307,15 @@ type taskWorker struct{ task, worker string }
 func (c *checker) resolveAcquisitions() {
 	claimed := map[model.TaskEpoch]bool{}
 	unknown := map[taskWorker][]*model.Op{}
+	waits := map[taskWorker][]*model.Op{} // blocking acquisitions of a decided outcome
 	for i := range c.ops {
 		op := &c.ops[i]
 		if op.Type != model.OpAcquire {
 			continue
+		}
+		if op.Wait && op.Outcome != model.OutUnknown {
+			k := taskWorker{op.Task, op.Worker}
+			waits[k] = append(waits[k], op)
 		}
 		switch op.Outcome {
 		case model.OutOK:
@@ -328,9 +337,33 @@ func (c *checker) resolveAcquisitions() {
 			unclaimed[k] = append(unclaimed[k], te.Epoch)
 		}
 	}
+	handedRevoked := c.handedRevoked()
 	for k, eps := range unclaimed {
 		slices.Sort(eps)
 		cands := unknown[k] // in invocation order
+		if len(eps) > len(cands) && len(waits[k]) > 0 {
+			// A handoff grants an epoch to a waiting Acquire call in the
+			// releaser's transaction. If a Revoke ends it before the call
+			// reads its position (a watch cancelled or compacted past
+			// meanwhile), the call finds its entry gone and the key not
+			// its own, and queues again (docs/protocol.md §3.2): it
+			// returns a later epoch, or *CompletedError, and the revoked
+			// epoch was never the call's. Such an epoch needs no unknown
+			// outcome: its grant carries a ticket, a Revoke ended it, and
+			// its worker had a blocking acquisition of the task.
+			kept := eps[:0]
+			excused := 0
+			for _, e := range eps {
+				if handedRevoked[model.TaskEpoch{Task: k.task, Epoch: e}] && excused < len(waits[k]) && len(eps)-excused > len(cands) {
+					c.handed = append(c.handed, handedGrant{task: k.task, epoch: e, wait: waits[k][excused]})
+					excused++
+					continue
+				}
+				kept = append(kept, e)
+			}
+			eps = kept
+			c.res.HandedRevoked += excused
+		}
 		if len(eps) > len(cands) {
 			c.fail(CheckHolder, k.task, "epochs %v were granted to %s, which has only %d acquisitions with unknown outcome", eps, k.worker, len(cands))
 		}
@@ -340,6 +373,34 @@ func (c *checker) resolveAcquisitions() {
 			}
 		}
 	}
+}
+
+// handedGrant is an epoch handed to a waiting Acquire call, wait, and
+// revoked before the call read it.
+type handedGrant struct {
+	task  string
+	epoch int64
+	wait  *model.Op
+}
+
+// handedRevoked returns the epochs granted to a queued Acquire call (a
+// ticket in the holder record) that ended by an operator's Revoke (a
+// revoked entry names them).
+func (c *checker) handedRevoked() map[model.TaskEpoch]bool {
+	revoked := map[model.TaskEpoch]bool{}
+	for _, e := range c.fs.Audit {
+		if e.Kind == audit.Revoked {
+			revoked[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = true
+		}
+	}
+	out := map[model.TaskEpoch]bool{}
+	for _, ev := range c.fs.LeaseEvents {
+		te := model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}
+		if ev.Put && ev.Ticket != "" && revoked[te] {
+			out[te] = true
+		}
+	}
+	return out
 }
 
 // checkAcquisitions: every epoch a worker was told it holds is an epoch

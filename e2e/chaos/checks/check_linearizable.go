@@ -29,6 +29,7 @@ func (c *checker) histories() (down, comp [][]porcupine.Operation) {
 		}
 	}
 	h.addPrunes()
+	h.addHanded()
 	for _, k := range model.SortedKeys(h.downBy) {
 		down = append(down, h.downBy[k])
 	}
@@ -127,6 +128,32 @@ func (h *historyBuilder) addCall(op *model.Op) {
 	h.compBy[op.Task] = append(h.compBy[op.Task], porcupine.Operation{
 		ClientId: h.client(op.Worker), Input: in, Call: op.Invoke, Output: out, Return: ret, Metadata: op.ID,
 	})
+}
+
+// addHanded adds the grants handed to a waiting Acquire call and revoked
+// before it read them (resolveAcquisitions): each an acquisition of its
+// epoch that no worker saw, from the call's invocation to the return of
+// the Revoke that ended it (the run's end if that is not known).
+func (h *historyBuilder) addHanded() {
+	c := h.c
+	revokedBy := map[model.TaskEpoch]int64{}
+	for id, e := range c.revOf {
+		if op := c.byID[id]; op != nil && op.Outcome == model.OutOK {
+			revokedBy[model.TaskEpoch{Task: op.Task, Epoch: e}] = op.Return
+		}
+	}
+	for _, g := range c.handed {
+		ret, ok := revokedBy[model.TaskEpoch{Task: g.task, Epoch: g.epoch}]
+		if !ok {
+			ret = c.end
+		}
+		h.compBy[g.task] = append(h.compBy[g.task], porcupine.Operation{
+			ClientId: h.client("handed:" + g.wait.ID),
+			Input:    model.CompletionInput{Task: g.task, Kind: model.OpAcquire},
+			Call:     g.wait.Invoke, Output: model.CompletionOutput{Out: model.OutOK, Epoch: g.epoch},
+			Return: ret, Metadata: "handed to " + g.wait.ID,
+		})
+	}
 }
 
 // addPrunes adds retention's deletions of done records, each from the

@@ -90,3 +90,73 @@ func TestSDK(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquireHandedAndRevokedBeforeRead: a Release hands the resource to a
+// waiting Acquire whose watch was just cancelled and whose next read is
+// slow; an operator revokes that epoch before the waiter reads it. The
+// waiter finds its entry gone and the key not its own, queues again and
+// claims a later epoch (docs/protocol.md §3.2): the handed epoch is
+// audited as the waiter's, acquired and revoked, though the call never
+// returned it. The chaos suite's holder check accepts exactly this
+// (checks.Result.HandedRevoked).
+func TestAcquireHandedAndRevokedBeforeRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		ctx := context.Background()
+		var slow atomic.Bool
+		waiterCli := srv.Client("waiter", simetcd.NetworkFunc(func(_, method string, _ any) simetcd.Fate {
+			if slow.Load() && method == "Txn" {
+				return simetcd.Fate{Kind: simetcd.Deliver, Delay: 2 * time.Second}
+			}
+			return simetcd.Fate{Kind: simetcd.Deliver, Delay: time.Millisecond}
+		}))
+		steady := srv.Client("steady", nil)
+		reg := must(lease.NewRegistry(steady))
+		defer reg.Close()
+		waiterReg := must(lease.NewRegistry(waiterCli))
+		defer waiterReg.Close()
+		s1 := must(session.New(ctx, steady, session.WithWorker("w1"), session.WithTTL(10*time.Second)))
+		defer s1.Close(ctx)
+		s2 := must(session.New(ctx, waiterCli, session.WithWorker("w2"), session.WithTTL(10*time.Second)))
+		defer s2.Close(ctx)
+
+		l1 := must(reg.TryAcquire(ctx, s1, "t"))
+		type result struct {
+			l   *lease.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := waiterReg.Acquire(ctx, s2, "t")
+			got <- result{l, err}
+		}()
+		time.Sleep(time.Second) // queued, at the head, watching the lease key
+		synctest.Wait()
+		slow.Store(true)
+		srv.CancelWatches("waiter") // its next read of the position takes 2 s
+		time.Sleep(100 * time.Millisecond)
+		if err := l1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		handed := must(steady.Get(ctx, "/leasehold/lease/t"))
+		if len(handed.Kvs) != 1 {
+			t.Fatalf("after the release, the lease key: %v (want the waiter's grant)", handed.Kvs)
+		}
+		epoch := handed.Kvs[0].ModRevision
+		if err := reg.Revoke(ctx, "t", "operator"); err != nil {
+			t.Fatal(err)
+		}
+		slow.Store(false)
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		if r.l.Epoch() <= epoch {
+			t.Fatalf("Acquire returned epoch %d; the handed epoch %d was revoked before the waiter read it", r.l.Epoch(), epoch)
+		}
+		if r.l.Worker() != "w2" {
+			t.Fatalf("Acquire's lease is %s's", r.l.Worker())
+		}
+		_ = r.l.Release(ctx)
+	})
+}

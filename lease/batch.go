@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/internal/record"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -253,6 +254,29 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	if err := validateStatus(status); err != nil {
 		return nil, fmt.Errorf("lease: complete batch: %w", err)
 	}
+	statuses := make([]string, len(leases))
+	for i := range statuses {
+		statuses[i] = status
+	}
+	return completeEach(ctx, leases, statuses, false)
+}
+
+// completeEach is CompleteMany with a status of its own for each lease:
+// the group commit of a worker pool, whose slots' handlers return their
+// own statuses (package worker reaches it through internal/hook). Each
+// member's nested transaction is exactly the one CompleteMany sends for
+// it; statuses are checked before anything is sent, as CompleteMany
+// checks its one status. group marks a pool's group commit, the only
+// batch a control run breaks (chaosseam.GroupMemberNoCAS).
+func completeEach(ctx context.Context, leases []*Lease, statuses []string, group bool) (errs []error, err error) {
+	if len(statuses) != len(leases) {
+		return nil, fmt.Errorf("lease: complete batch: %d statuses for %d leases", len(statuses), len(leases))
+	}
+	for i, status := range statuses {
+		if err := validateStatus(status); err != nil {
+			return nil, fmt.Errorf("lease: complete batch: lease %d: %w", i, err)
+		}
+	}
 	if err := checkBatchSize("complete", len(leases)); err != nil {
 		return nil, err
 	}
@@ -266,7 +290,7 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, telemetry.AttrBatch.Int(len(leases)))
 	defer func() { endBatchSpan(sp, leases, errs, err) }()
 
-	b := &batchCAS{leases: leases, status: status, now: time.Now()}
+	b := &batchCAS{leases: leases, statuses: statuses, now: time.Now(), dropLastCAS: group && chaosseam.GroupMemberNoCAS.Load()}
 	if err := b.build(); err != nil {
 		return nil, err
 	}
@@ -306,7 +330,7 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 		}
 		l.endDone("complete", ErrCompleted, lerr)
 		if lerr == nil {
-			l.log.Debug("completed", "status", status, "batch", len(leases))
+			l.log.Debug("completed", "status", statuses[i], "batch", len(leases))
 		}
 	}
 	if err != nil {
@@ -356,10 +380,13 @@ func endBatchSpan(sp span, leases []*Lease, errs []error, err error) {
 // batchCAS is a CompleteMany batch's transaction: one CAS per lease.
 type batchCAS struct {
 	leases   []*Lease
-	status   string
-	now      time.Time
-	attempts []*staleAttempt
-	cas      []clientv3.Op
+	statuses []string // one per lease
+	// dropLastCAS: a control run's group commit, whose last member
+	// carries no compare (chaosseam.GroupMemberNoCAS).
+	dropLastCAS bool
+	now         time.Time
+	attempts    []*staleAttempt
+	cas         []clientv3.Op
 }
 
 // build makes each lease's CAS, decided by its own compare only, with its
@@ -368,13 +395,17 @@ func (b *batchCAS) build() error {
 	b.attempts = make([]*staleAttempt, len(b.leases))
 	b.cas = make([]clientv3.Op, len(b.leases))
 	for i, l := range b.leases {
-		e := l.newEnd(record.Completed, b.status, l.completionTime(b.status, b.now))
+		e := l.newEnd(record.Completed, b.statuses[i], l.completionTime(b.statuses[i], b.now))
 		b.attempts[i] = l.newStaleAttempt("complete", e)
 		then, reject, err := b.attempts[i].first()
 		if err != nil {
 			return err
 		}
-		b.cas[i] = clientv3.OpTxn([]clientv3.Cmp{e.Held()}, then, reject)
+		cmps := []clientv3.Cmp{e.Held()}
+		if b.dropLastCAS && i == len(b.leases)-1 && i > 0 {
+			cmps = nil // only a control run
+		}
+		b.cas[i] = clientv3.OpTxn(cmps, then, reject)
 	}
 	return nil
 }

@@ -47,6 +47,9 @@ func init() {
 		}
 		return ls, nil
 	}
+	hook.CompleteEach = func(ctx context.Context, leases any, statuses []string) ([]error, error) {
+		return completeEach(ctx, leases.([]*Lease), statuses, true)
+	}
 	hook.Validate = func(reg any, resource string) error { return reg.(*Registry).validate(resource) }
 	hook.Reclaim = func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error) {
 		l, err := reg.(*Registry).reclaim(ctx, s.(*session.Session), resource, t)

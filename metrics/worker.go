@@ -13,6 +13,8 @@ type workerCollectors struct {
 	ended    *prometheus.CounterVec
 	handler  prometheus.Histogram
 	replaced prometheus.Counter
+	group    *prometheus.HistogramVec
+	waited   prometheus.Histogram
 }
 
 func newWorkerCollectors() workerCollectors {
@@ -30,11 +32,19 @@ func newWorkerCollectors() workerCollectors {
 		replaced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasehold_worker_sessions_replaced_total", Help: "Lost sessions a worker pool replaced with new ones.",
 		}),
+		group: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "leasehold_worker_group_members", Help: "Completions (kind=complete) or names (kind=claim) one transaction of a pool's group commit carried.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 122},
+		}, []string{"kind"}),
+		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasehold_worker_completion_wait_seconds", Help: "How long a finished task waited, from its handler's return, for its completion to be decided.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 	}
 }
 
 func (w workerCollectors) all() []prometheus.Collector {
-	return []prometheus.Collector{w.started, w.ended, w.handler, w.replaced}
+	return []prometheus.Collector{w.started, w.ended, w.handler, w.replaced, w.group, w.waited}
 }
 
 // TaskStarted implements observe.Events.
@@ -48,3 +58,11 @@ func (e events) TaskEnded(_ string, result string, handler time.Duration) {
 
 // SessionReplaced implements observe.Events.
 func (e events) SessionReplaced(string) { e.m.worker.replaced.Inc() }
+
+// GroupSent implements observe.Events.
+func (e events) GroupSent(kind string, members int) {
+	e.m.worker.group.WithLabelValues(kind).Observe(float64(members))
+}
+
+// CompletionWaited implements observe.Events.
+func (e events) CompletionWaited(wait time.Duration) { e.m.worker.waited.Observe(wait.Seconds()) }

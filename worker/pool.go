@@ -73,6 +73,14 @@ type Stats struct {
 	// that held them ended (another pool's process died, or this pool's
 	// own session was lost).
 	TakenOver int64
+	// CompleteGroups counts the completion transactions the pool sent and
+	// CompleteMembers the completions they carried: group commit
+	// (docs/protocol.md §3.15) sends, while one is in flight, every
+	// completion that finished meanwhile in the next. ClaimGroups and
+	// ClaimMembers count the same for the claims of the slots on the
+	// pool's shared session (the names claimed together, failed claims
+	// included). Members over groups is the mean group size.
+	CompleteGroups, CompleteMembers, ClaimGroups, ClaimMembers int64
 }
 
 // Pool runs a handler over the resources a Source offers, in a number of
@@ -115,6 +123,7 @@ type Pool struct {
 	stats   struct {
 		started, completed, stale, failed, retried, interrupted, unknown, panics, reclaimed, replaced atomic.Int64
 		skippedHeld, skippedCompleted, skippedDelayed, skippedInvalid, takenOver                      atomic.Int64
+		completeGroups, completeMembers, claimGroups, claimMembers                                    atomic.Int64
 	}
 }
 
@@ -168,6 +177,8 @@ func (p *Pool) Stats() Stats {
 		Panics: s.panics.Load(), Reclaimed: s.reclaimed.Load(), SessionsReplaced: s.replaced.Load(),
 		SkippedHeld: s.skippedHeld.Load(), SkippedCompleted: s.skippedCompleted.Load(), SkippedLockDelayed: s.skippedDelayed.Load(),
 		SkippedInvalid: s.skippedInvalid.Load(), TakenOver: s.takenOver.Load(),
+		CompleteGroups: s.completeGroups.Load(), CompleteMembers: s.completeMembers.Load(),
+		ClaimGroups: s.claimGroups.Load(), ClaimMembers: s.claimMembers.Load(),
 	}
 }
 

@@ -49,6 +49,9 @@ type run struct {
 	shared  *sessions      // the pool's session, unless WithSessionPerSlot
 	closing sync.WaitGroup // lost sessions being closed
 
+	completer *group[completion, error]         // group commit of completions (group.go)
+	claimer   *group[claimRequest, claimResult] // group commit of claims on the shared session; nil per slot
+
 	fleet          *fleet      // the pools sharing the namespace (fleet.go)
 	firstCompleted atomic.Bool // a completed resource was skipped in this Run
 }
@@ -98,8 +101,10 @@ func (r *run) run() error {
 	}()
 
 	r.fleet = newFleet(r)
+	r.completer = r.newCompleter()
 	if !r.p.cfg.perSlot {
 		r.shared = r.newSessions(r.p.cfg.worker)
+		r.claimer = r.newClaimer()
 	}
 	// The dispatcher and the fleet's takeover both offer to the slots:
 	// batches closes only once both have returned.
@@ -367,7 +372,7 @@ func (r *run) slot(i int) {
 			}
 			batch = b
 		}
-		leases, transient := r.claim(sess, batch)
+		leases, transient := r.claimGrouped(sess, batch)
 		if transient {
 			backoff = grow(backoff, r.p.cfg.errorBackoff, maxIdle)
 			sleep(r.ctx, backoff)
@@ -716,8 +721,9 @@ func (h *handling) end(res Result, level hclog.Level, msg string, args ...any) {
 // policy, rather than hold the resource.
 func (h *handling) complete(status string) (err error, done bool) {
 	r := h.r
-	// The Lease carries the source's Complete ops (terms).
-	err = h.l.Complete(h.spanned(r.stop), status)
+	// The Lease carries the source's Complete ops (terms); the
+	// completion joins the Run's next group (group.go).
+	err = r.complete(h.sp, h.l, status)
 	var stale *lease.StaleError
 	switch {
 	case err == nil:

@@ -48,6 +48,11 @@ var (
 	// TryAcquireMany is reg's TryAcquireMany with each member under the
 	// terms termsFor gives it, returning a []*lease.Lease (lease/batch.go).
 	TryAcquireMany func(ctx context.Context, reg, s any, resources []string, termsFor func(resource string) protocol.Terms) (any, error)
+	// CompleteEach completes leases (a []*lease.Lease of one registry),
+	// each with its own status, in one transaction of nested CASes, as
+	// lease.CompleteMany does with one status (lease/batch.go): the
+	// worker pool's group commit.
+	CompleteEach func(ctx context.Context, leases any, statuses []string) ([]error, error)
 	// Validate checks that resource is a name reg may claim: a valid
 	// resource name, and through a registry of tasks not a recipe's
 	// (lease/registry.go).

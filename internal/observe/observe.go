@@ -40,6 +40,13 @@ type Events interface {
 	TaskEnded(resource, result string, handler time.Duration)
 	// SessionReplaced reports that a pool replaced a lost session.
 	SessionReplaced(worker string)
+	// GroupSent reports one transaction of a pool's group commit: kind
+	// "complete" or "claim", and how many completions or names it
+	// carried.
+	GroupSent(kind string, members int)
+	// CompletionWaited reports how long a finished task waited, from its
+	// handler's return, for its completion to be decided.
+	CompletionWaited(wait time.Duration)
 
 	// FenceDecided reports one admission of a guard built from a
 	// registry (fenceetcd.Guard, LeaseGuard): nil admitted, an error
@@ -89,6 +96,12 @@ func (Nop) TaskEnded(string, string, time.Duration) {}
 
 // SessionReplaced implements Events.
 func (Nop) SessionReplaced(string) {}
+
+// GroupSent implements Events.
+func (Nop) GroupSent(string, int) {}
+
+// CompletionWaited implements Events.
+func (Nop) CompletionWaited(time.Duration) {}
 
 // FenceDecided implements Events.
 func (Nop) FenceDecided(error) {}

@@ -103,6 +103,11 @@ type Stats struct {
 //     (lease.Lease.Complete does that itself); a stale one (the epoch
 //     ended first) is logged and counted, never retried: its rejection is
 //     already in the audit log.
+//   - Slots that finish while a completion is in flight share the next
+//     completion transaction, and slots on the pool's session share their
+//     claims the same way (group commit, docs/protocol.md §3.15), with no
+//     timer: a lone slot waits for no one, and each member keeps its own
+//     compare-and-swap, entries and result.
 //   - A handler's error or panic releases the lease (audited), and the
 //     resource is retried per WithRetry; a panic never stops the pool.
 //   - A lost session is replaced, with backoff; the work under it has

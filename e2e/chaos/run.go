@@ -98,6 +98,10 @@ func Run(t testing.TB, cfg Config) *Result {
 		chaosseam.DropClaimConditions.Store(true)
 		defer chaosseam.DropClaimConditions.Store(false)
 	}
+	if cfg.Control == model.ControlGroupNoCAS {
+		chaosseam.GroupMemberNoCAS.Store(true)
+		defer chaosseam.GroupMemberNoCAS.Store(false)
+	}
 	rs := &runState{begin: time.Now()}
 	r := newRunner(t, cfg)
 	rs.election = r.startCluster()

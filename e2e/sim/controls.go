@@ -20,6 +20,7 @@ var switches = map[model.Control]*atomic.Bool{
 	model.ControlReleaseOnce:       &chaosseam.ReleaseOnce,
 	model.ControlNoLimitCompare:    &chaosseam.NoLimitCompare,
 	model.ControlFleetNoClaimTerms: &chaosseam.DropClaimConditions,
+	model.ControlGroupNoCAS:        &chaosseam.GroupMemberNoCAS,
 }
 
 // useControl sets c's switch, if it has one, for one run; restore clears

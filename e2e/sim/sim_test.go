@@ -246,6 +246,7 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlReleaseOnce, seed: 111},
 		{control: model.ControlNoLimitCompare, seed: 71},
 		{control: model.ControlFleetNoClaimTerms, seed: 71, fleet: true},
+		{control: model.ControlGroupNoCAS, seed: 121, fleet: true},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()

@@ -104,6 +104,13 @@ const (
 	// free, its claim succeeds, and the task runs again: check
 	// "fleet-complete" must see a second done record.
 	ControlFleetNoClaimTerms Control = "fleet-no-claim-terms"
+	// ControlGroupNoCAS: the last member of every group commit of the
+	// pools' completions (two members or more) carries no
+	// compare-and-swap (internal/chaosseam.GroupMemberNoCAS, set for the
+	// run only): a stale member completes the task anyway, over the epoch
+	// that holds it — a completion no live epoch owned, which the
+	// completion and forensics checks must catch.
+	ControlGroupNoCAS Control = "group-no-cas"
 )
 
 // The control of the pool workload.

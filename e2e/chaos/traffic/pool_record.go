@@ -121,6 +121,7 @@ const (
 	txnClaim
 	txnClaimMany
 	txnEnd
+	txnEndMany
 )
 
 // recordedTxn is a transaction's operation: its kind and facts.
@@ -132,6 +133,17 @@ type recordedTxn struct {
 	// members are a batch's claims (txnClaimMany): each member's
 	// operation, and its position in the Then.
 	members []batchMember
+	// ends are a group's ends (txnEndMany): each member's end, and its
+	// position in the Then.
+	ends []batchEnd
+}
+
+// batchEnd is one end of a group commit's transaction (a pool's
+// completions, lease.CompleteMany's shape): its operation and nested
+// transaction's position in the Then.
+type batchEnd struct {
+	rt *recordedTxn
+	at int
 }
 
 // batchMember is one claim of a batch: its operation and its nested
@@ -192,24 +204,32 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 			return &recordedTxn{members: members}, txnClaimMany
 		}
 	}
+	// A group of ends (a pool's group commit: lease.CompleteMany's
+	// shape): no compare, each member a nested end with its own
+	// rejection entry — the first transaction or a follow-up of the
+	// members' stale paths.
+	if len(t.cmps) == 0 && len(t.els) == 0 && len(t.then) > 1 {
+		var ends []batchEnd
+		for i, op := range t.then {
+			if !op.IsTxn() {
+				ends = nil
+				break
+			}
+			_, then, els := op.Txn()
+			rt := r.beginEnd(then, els)
+			if rt == nil {
+				ends = nil
+				break
+			}
+			ends = append(ends, batchEnd{rt: rt, at: i})
+		}
+		if len(ends) > 0 {
+			return &recordedTxn{ends: ends}, txnEndMany
+		}
+	}
 	// A Complete or Release: its stale path's rejection entry.
-	var rej *audit.Entry
-	walkOps(append(append([]clientv3.Op(nil), t.then...), t.els...), func(op clientv3.Op) {
-		if rej != nil || !op.IsPut() || !strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()) {
-			return
-		}
-		e, err := record.DecodeEntry(space, &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
-		if err == nil && e.Kind == audit.Rejected {
-			rej = &e
-		}
-	})
-	if rej != nil {
-		typ := model.OpRelease
-		if rej.Attempted == audit.Completed {
-			typ = model.OpComplete
-		}
-		p := r.w.begin(typ, rej.Resource, rej.Worker, rej.Epoch)
-		return &recordedTxn{p: p, task: rej.Resource, leaseKey: space.Lease(rej.Resource), rejected: *rej}, txnEnd
+	if rt := r.beginEnd(t.then, t.els); rt != nil {
+		return rt, txnEnd
 	}
 	// Anything else must not write what the lease protocol writes; a
 	// settlement's markers of tries (protocol.Settle) change none of it.
@@ -229,7 +249,45 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 	return nil, txnOther
 }
 
+// beginEnd records the invocation of the Complete or Release whose
+// branches are then and els, found by its stale path's rejection entry;
+// nil: no rejection entry, not an end.
+func (r *txnRecorder) beginEnd(then, els []clientv3.Op) *recordedTxn {
+	space := r.w.space
+	var rej *audit.Entry
+	walkOps(append(append([]clientv3.Op(nil), then...), els...), func(op clientv3.Op) {
+		if rej != nil || !op.IsPut() || !strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()) {
+			return
+		}
+		e, err := record.DecodeEntry(space, &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
+		if err == nil && e.Kind == audit.Rejected {
+			rej = &e
+		}
+	})
+	if rej == nil {
+		return nil
+	}
+	typ := model.OpRelease
+	if rej.Attempted == audit.Completed {
+		typ = model.OpComplete
+	}
+	p := r.w.begin(typ, rej.Resource, rej.Worker, rej.Epoch)
+	return &recordedTxn{p: p, task: rej.Resource, leaseKey: space.Lease(rej.Resource), rejected: *rej}
+}
+
 func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *clientv3.TxnResponse, err error) {
+	if kind == txnEndMany {
+		for _, m := range rt.ends {
+			if err != nil {
+				m.rt.p.end(model.OutUnknown, 0, 0, err)
+				continue
+			}
+			cmps, then, els := t.then[m.at].Txn()
+			tr := resp.Responses[m.at].GetResponseTxn()
+			r.endOf(m.rt, cmps, then, els, tr.GetSucceeded(), tr.GetResponses())
+		}
+		return
+	}
 	if kind == txnClaimMany {
 		for _, m := range rt.members {
 			switch {
@@ -273,49 +331,56 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 			rt.p.end(model.OutFail, 0, 0, nil)
 		}
 	case txnEnd:
-		// The CAS held: the end committed.
-		if resp.Succeeded && hasEpochCompare(t.cmps, rt.leaseKey, rt.rejected.Epoch) {
-			rt.p.end(model.OutOK, 0, 0, nil)
-			return
-		}
-		ops := t.then
-		if !resp.Succeeded {
-			ops = t.els
-		}
-		space := r.w.space
-		same, rejected := false, false
-		walkRan(ops, resp.Responses, func(op clientv3.Op, ro *pb.ResponseOp) {
-			switch {
-			case op.IsTxn():
-				// The end's idempotency compare: the epoch's end entry
-				// is this call's own (docs/protocol.md §3.3). Only a
-				// Complete's counts as ok: the model recognises a
-				// completion found again (the task's done epoch), not a
-				// release, so a Release's try that found its own commit
-				// applied nothing and fails, its effect being an earlier
-				// try's, which is unknown or ok.
-				if rt.rejected.Attempted != audit.Completed {
-					return
-				}
-				cmps, _, _ := op.Txn()
-				for _, c := range cmps {
-					pc := c.GetCompare()
-					if pc.Target == pb.Compare_VALUE && string(pc.Key) == space.AuditEnd(rt.task, rt.rejected.Epoch) && ro.GetResponseTxn().GetSucceeded() {
-						same = true
-					}
-				}
-			case op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()):
-				rejected = true
-			}
-		})
+		r.endOf(rt, t.cmps, t.then, t.els, resp.Succeeded, resp.Responses)
+	}
+}
+
+// endOf records the return of the end rt, whose transaction (or nested
+// transaction, in a group) had the compares cmps and branches then and
+// els, and answered succeeded with responses.
+func (r *txnRecorder) endOf(rt *recordedTxn, cmps []clientv3.Cmp, then, els []clientv3.Op, succeeded bool, responses []*pb.ResponseOp) {
+	// The CAS held: the end committed.
+	if succeeded && hasEpochCompare(cmps, rt.leaseKey, rt.rejected.Epoch) {
+		rt.p.end(model.OutOK, 0, 0, nil)
+		return
+	}
+	ops := then
+	if !succeeded {
+		ops = els
+	}
+	space := r.w.space
+	same, rejected := false, false
+	walkRan(ops, responses, func(op clientv3.Op, ro *pb.ResponseOp) {
 		switch {
-		case same:
-			rt.p.end(model.OutOK, 0, 0, nil)
-		case rejected:
-			rt.p.end(model.OutStale, 0, rt.rejected.CurrentEpoch, nil)
-		default:
-			rt.p.end(model.OutFail, 0, 0, nil)
+		case op.IsTxn():
+			// The end's idempotency compare: the epoch's end entry
+			// is this call's own (docs/protocol.md §3.3). Only a
+			// Complete's counts as ok: the model recognises a
+			// completion found again (the task's done epoch), not a
+			// release, so a Release's try that found its own commit
+			// applied nothing and fails, its effect being an earlier
+			// try's, which is unknown or ok.
+			if rt.rejected.Attempted != audit.Completed {
+				return
+			}
+			cmps, _, _ := op.Txn()
+			for _, c := range cmps {
+				pc := c.GetCompare()
+				if pc.Target == pb.Compare_VALUE && string(pc.Key) == space.AuditEnd(rt.task, rt.rejected.Epoch) && ro.GetResponseTxn().GetSucceeded() {
+					same = true
+				}
+			}
+		case op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()):
+			rejected = true
 		}
+	})
+	switch {
+	case same:
+		rt.p.end(model.OutOK, 0, 0, nil)
+	case rejected:
+		rt.p.end(model.OutStale, 0, rt.rejected.CurrentEpoch, nil)
+	default:
+		rt.p.end(model.OutFail, 0, 0, nil)
 	}
 }
 

@@ -266,11 +266,11 @@ func (r *ran) check() *Result {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
 	r.res.Result = checked
-	if len(checked.Violations) > 0 {
-		r.res.Story = r.writeStory()
-	}
 	if r.pools != nil {
 		r.pools(r.res)
+	}
+	if len(r.res.Violations) > 0 {
+		r.res.Story = r.writeStory(r.res.Violations)
 	}
 	return r.res
 }

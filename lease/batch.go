@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/outcome"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -116,40 +117,83 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 		sp.SetAttributes(telemetry.AttrClaimed.Int(len(leases)))
 		sp.finish(epochOf(first0(leases)), err)
 	}()
-	if err := checkBatchSize("acquire", len(resources)); err != nil {
-		return nil, err
-	}
-	seen := make(map[string]int, len(resources))
-	for i, res := range resources {
-		if err := r.validate(res); err != nil {
-			return nil, fmt.Errorf("lease: acquire batch: resource %d: %w", i, err)
-		}
-		if j, dup := seen[res]; dup {
-			return nil, fmt.Errorf("lease: acquire batch: %q at %d and %d: %w", res, j, i, ErrDuplicateResource)
-		}
-		seen[res] = i
-	}
-	if s == nil {
-		return nil, errors.New("lease: acquire batch: nil session")
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("lease: acquire batch: %w", err)
-	}
-	if err := r.tracker.closedErr(); err != nil {
+	if err := r.checkClaims(s, resources); err != nil {
 		return nil, err
 	}
 	if len(resources) == 0 {
 		return nil, nil
 	}
 
+	bc, err := r.buildClaims(ctx, s, resources, termsFor)
+	if err != nil {
+		return nil, err
+	}
+	if len(resources)+bc.depth > maxTxnOps {
+		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
+	}
+	if bc.size > maxBatchBytes {
+		return nil, fmt.Errorf("lease: acquire batch of %d: about %d bytes, the limit is %d: %w", len(resources), bc.size, maxBatchBytes, ErrBatchTooLarge)
+	}
+
+	// No compare: Then always runs, and every nested claim stands alone.
+	actx, cancel := r.attemptCtx(ctx)
+	resp, err := r.cli.Txn(actx).Then(bc.ops...).Commit()
+	cancel()
+	if err != nil {
+		return nil, bc.failed(err)
+	}
+	return bc.claimed(resp.Header.Revision, resp.Responses), nil
+}
+
+// checkClaims checks a batch of claims before anything is sent: at most
+// MaxBatch resources, every name valid and named once, the session live,
+// the registry open.
+func (r *Registry) checkClaims(s *session.Session, resources []string) error {
+	if err := checkBatchSize("acquire", len(resources)); err != nil {
+		return err
+	}
+	seen := make(map[string]int, len(resources))
+	for i, res := range resources {
+		if err := r.validate(res); err != nil {
+			return fmt.Errorf("lease: acquire batch: resource %d: %w", i, err)
+		}
+		if j, dup := seen[res]; dup {
+			return fmt.Errorf("lease: acquire batch: %q at %d and %d: %w", res, j, i, ErrDuplicateResource)
+		}
+		seen[res] = i
+	}
+	if s == nil {
+		return errors.New("lease: acquire batch: nil session")
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("lease: acquire batch: %w", err)
+	}
+	return r.tracker.closedErr()
+}
+
+// batchClaims are the nested claims of a batch (TryAcquireMany's, or the
+// claims of a group commit that also completes): one try of its own per
+// resource, with its marker, under its terms.
+type batchClaims struct {
+	r           *Registry
+	s           *session.Session
+	resources   []string
+	ops         []clientv3.Op   // one nested transaction per resource
+	complete    [][]clientv3.Op // each Lease's Complete ops (its terms')
+	ids         []string        // each try's id, for its marker
+	size, depth int             // bytes, and the deepest nested path's operations
+}
+
+// buildClaims builds the nested claims of resources for s.
+func (r *Registry) buildClaims(ctx context.Context, s *session.Session, resources []string, termsFor func(resource string) protocol.Terms) (*batchClaims, error) {
 	claimant, err := r.claimantFor(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
 	}
-	claims := make([]clientv3.Op, len(resources))
-	complete := make([][]clientv3.Op, len(resources))
-	ids := make([]string, len(resources))
-	size, depth := 0, 0
+	bc := &batchClaims{
+		r: r, s: s, resources: resources,
+		ops: make([]clientv3.Op, len(resources)), complete: make([][]clientv3.Op, len(resources)), ids: make([]string, len(resources)),
+	}
 	for i, res := range resources {
 		// This resource's claim, under its terms, decided by its own
 		// compares only.
@@ -161,41 +205,39 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 		// A try of its own, with its marker: a member applied after
 		// the call returned unknown is settled.
 		var d int
-		claims[i], d = c.Nested(r.space, s.LeaseID())
-		complete[i], ids[i] = t.Complete, c.ID
-		size += c.Size + len(r.space.Gone(c.ID)) + protocol.OpOverhead
-		depth = max(depth, d)
+		bc.ops[i], d = c.Nested(r.space, s.LeaseID())
+		bc.complete[i], bc.ids[i] = t.Complete, c.ID
+		bc.size += c.Size + len(r.space.Gone(c.ID)) + protocol.OpOverhead
+		bc.depth = max(bc.depth, d)
 	}
-	if len(resources)+depth > maxTxnOps {
-		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
-	}
-	if size > maxBatchBytes {
-		return nil, fmt.Errorf("lease: acquire batch of %d: about %d bytes, the limit is %d: %w", len(resources), size, maxBatchBytes, ErrBatchTooLarge)
-	}
+	return bc, nil
+}
 
-	// No compare: Then always runs, and every nested claim stands alone.
-	actx, cancel := r.attemptCtx(ctx)
-	resp, err := r.cli.Txn(actx).Then(claims...).Commit()
-	cancel()
-	if err != nil {
-		err = claimError(err)
-		if errors.Is(err, outcome.ErrUnknown) {
-			// Any member may still apply: settle each (protocol.Settle).
-			r.settleManyLater(s, resources, ids, complete)
-		}
-		return nil, fmt.Errorf("lease: acquire batch of %d: %w", len(resources), err)
+// failed is the batch's error when its transaction failed with err: an
+// unknown outcome settles every member in the background
+// (protocol.Settle), since any may still apply.
+func (bc *batchClaims) failed(err error) error {
+	err = claimError(err)
+	if errors.Is(err, outcome.ErrUnknown) {
+		bc.r.settleManyLater(bc.s, bc.resources, bc.ids, bc.complete)
 	}
+	return fmt.Errorf("lease: acquire batch of %d: %w", len(bc.resources), err)
+}
+
+// claimed returns the Leases of the members whose nested transactions
+// succeeded, in resps (one per member), at revision rev.
+func (bc *batchClaims) claimed(rev int64, resps []*pb.ResponseOp) []*Lease {
 	var out []*Lease
-	for i, res := range resources {
-		if !resp.Responses[i].GetResponseTxn().Succeeded {
+	for i, res := range bc.resources {
+		if !resps[i].GetResponseTxn().Succeeded {
 			continue
 		}
-		l := r.newLease(s, res, resp.Header.Revision, complete[i])
-		r.observer.LeaseAcquired(res)
-		l.log.Debug("acquired", "batch", len(resources))
+		l := bc.r.newLease(bc.s, res, rev, bc.complete[i])
+		bc.r.observer.LeaseAcquired(res)
+		l.log.Debug("acquired", "batch", len(bc.resources))
 		out = append(out, l)
 	}
-	return out, nil
+	return out
 }
 
 // CompleteMany completes several leases of one registry with the same
@@ -269,48 +311,24 @@ func CompleteMany(ctx context.Context, leases []*Lease, status string) (errs []e
 // checks its one status. group marks a pool's group commit, the only
 // batch a control run breaks (chaosseam.GroupMemberNoCAS).
 func completeEach(ctx context.Context, leases []*Lease, statuses []string, group bool) (errs []error, err error) {
-	if len(statuses) != len(leases) {
-		return nil, fmt.Errorf("lease: complete batch: %d statuses for %d leases", len(statuses), len(leases))
-	}
-	for i, status := range statuses {
-		if err := validateStatus(status); err != nil {
-			return nil, fmt.Errorf("lease: complete batch: lease %d: %w", i, err)
-		}
-	}
-	if err := checkBatchSize("complete", len(leases)); err != nil {
-		return nil, err
-	}
-	if len(leases) == 0 {
+	if len(leases) == 0 && len(statuses) == 0 {
 		return nil, nil
 	}
-	if err := checkCompleteBatch(leases); err != nil {
+	b, err := prepareEnds(leases, statuses, group)
+	if err != nil {
 		return nil, err
+	}
+	if len(leases)+b.depth > maxTxnOps {
+		return nil, fmt.Errorf("lease: complete batch of %d: with %d Complete ops on a member it exceeds etcd's %d operations per transaction: %w", len(leases), b.depth-6, maxTxnOps, ErrBatchTooLarge)
+	}
+	if b.size > maxBatchBytes {
+		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), b.size, maxBatchBytes, ErrBatchTooLarge)
 	}
 	r := leases[0].r
 	ctx, sp := r.startSpan(ctx, "lease.CompleteMany", "", leases[0].s, telemetry.AttrBatch.Int(len(leases)))
 	defer func() { endBatchSpan(sp, leases, errs, err) }()
 
-	b := &batchCAS{leases: leases, statuses: statuses, now: time.Now(), dropLastCAS: group && chaosseam.GroupMemberNoCAS.Load()}
-	if err := b.build(); err != nil {
-		return nil, err
-	}
-	size, extra := 0, 0
-	for _, a := range b.attempts {
-		size += a.e.Size()
-		extra = max(extra, len(a.e.Extra))
-	}
-	// A member's Complete ops lengthen its Then, and with it the deepest
-	// path (maxTxnOps): N + 6 + the most Complete ops of one member.
-	if len(leases)+6+extra > maxTxnOps {
-		return nil, fmt.Errorf("lease: complete batch of %d: with %d Complete ops on a member it exceeds etcd's %d operations per transaction: %w", len(leases), extra, maxTxnOps, ErrBatchTooLarge)
-	}
-	if size > maxBatchBytes {
-		return nil, fmt.Errorf("lease: complete batch of %d: about %d bytes, the limit is %d: %w", len(leases), size, maxBatchBytes, ErrBatchTooLarge)
-	}
-
-	for _, l := range leases {
-		l.beginEnd()
-	}
+	b.begin()
 	var results []error
 	tries := 0
 	err = retryUnknown(ctx, r.log, func() error {
@@ -323,20 +341,70 @@ func completeEach(ctx context.Context, leases []*Lease, statuses []string, group
 		results, err = completeMany(ctx, r, b.attempts, b.cas)
 		return err
 	})
-	for i, l := range leases {
+	b.done(results, err)
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// prepareEnds checks a batch of completions before anything is sent —
+// a valid status per lease, at most MaxBatch leases, no nil lease, one
+// registry, no recipe holding, no resource twice — and builds its CASes.
+// group marks a pool's group commit (chaosseam.GroupMemberNoCAS).
+func prepareEnds(leases []*Lease, statuses []string, group bool) (*batchCAS, error) {
+	if len(statuses) != len(leases) {
+		return nil, fmt.Errorf("lease: complete batch: %d statuses for %d leases", len(statuses), len(leases))
+	}
+	for i, status := range statuses {
+		if err := validateStatus(status); err != nil {
+			return nil, fmt.Errorf("lease: complete batch: lease %d: %w", i, err)
+		}
+	}
+	if err := checkBatchSize("complete", len(leases)); err != nil {
+		return nil, err
+	}
+	if len(leases) == 0 {
+		return nil, errors.New("lease: complete batch: no lease")
+	}
+	if err := checkCompleteBatch(leases); err != nil {
+		return nil, err
+	}
+	b := &batchCAS{leases: leases, statuses: statuses, now: time.Now(), dropLastCAS: group && chaosseam.GroupMemberNoCAS.Load()}
+	if err := b.build(); err != nil {
+		return nil, err
+	}
+	extra := 0
+	for _, a := range b.attempts {
+		b.size += a.e.Size()
+		extra = max(extra, len(a.e.Extra))
+	}
+	// A member's Complete ops lengthen its Then, and with it the deepest
+	// path (maxTxnOps): N + 6 + the most Complete ops of one member.
+	b.depth = 6 + extra
+	return b, nil
+}
+
+// begin marks every lease of the batch as ending.
+func (b *batchCAS) begin() {
+	for _, l := range b.leases {
+		l.beginEnd()
+	}
+}
+
+// done ends every lease's call with its result (err: the batch's, when
+// it has no results).
+func (b *batchCAS) done(results []error, err error) {
+	for i, l := range b.leases {
 		lerr := err
 		if lerr == nil {
 			lerr = results[i]
 		}
 		l.endDone("complete", ErrCompleted, lerr)
 		if lerr == nil {
-			l.log.Debug("completed", "status", statuses[i], "batch", len(leases))
+			l.log.Debug("completed", "status", b.statuses[i], "batch", len(b.leases))
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return results, nil
 }
 
 // checkCompleteBatch refuses, before anything is sent, a batch with a nil
@@ -384,6 +452,7 @@ type batchCAS struct {
 	// dropLastCAS: a control run's group commit, whose last member
 	// carries no compare (chaosseam.GroupMemberNoCAS).
 	dropLastCAS bool
+	size, depth int // bytes, and the deepest nested path's operations beyond the outer Then's
 	now         time.Time
 	attempts    []*staleAttempt
 	cas         []clientv3.Op
@@ -426,10 +495,17 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 		}
 		return nil, fmt.Errorf("lease: complete batch of %d: %w", len(cas), err)
 	}
-	results := make([]error, len(cas))
+	return decideEnds(ctx, r, attempts, resp.Responses), nil
+}
+
+// decideEnds reads the responses of a batch's nested CASes, one per
+// attempt, and sends the follow-ups of the stale leases whose guess of
+// the current epoch was wrong: each lease's result.
+func decideEnds(ctx context.Context, r *Registry, attempts []*staleAttempt, resps []*pb.ResponseOp) []error {
+	results := make([]error, len(attempts))
 	var pending []int // stale leases whose guess was wrong
 	for i, a := range attempts {
-		lresp := resp.Responses[i].GetResponseTxn()
+		lresp := resps[i].GetResponseTxn()
 		if lresp.Succeeded {
 			a.l.mayHaveCommitted(a.e) // a later call recognises it (idempotency)
 			continue
@@ -466,7 +542,7 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 			for _, i := range pending {
 				results[i] = attempts[i].staleUnknown(err)
 			}
-			return results, nil
+			return results
 		}
 		var next []int
 		for j, i := range pending {
@@ -478,7 +554,7 @@ func completeMany(ctx context.Context, r *Registry, attempts []*staleAttempt, ca
 		}
 		pending = next
 	}
-	return results, nil
+	return results
 }
 
 func checkBatchSize(op string, n int) error {

@@ -50,6 +50,10 @@ func init() {
 	hook.CompleteEach = func(ctx context.Context, leases any, statuses []string) ([]error, error) {
 		return completeEach(ctx, leases.([]*Lease), statuses, true)
 	}
+	hook.CompleteAndClaim = func(ctx context.Context, leases any, statuses []string, s any, resources []string, termsFor func(string) protocol.Terms) ([]error, error, any, error) {
+		endErrs, endErr, claimed, claimErr := completeAndClaim(ctx, leases.([]*Lease), statuses, s.(*session.Session), resources, termsFor)
+		return endErrs, endErr, claimed, claimErr
+	}
 	hook.Validate = func(reg any, resource string) error { return reg.(*Registry).validate(resource) }
 	hook.Reclaim = func(ctx context.Context, reg, s any, resource string, t protocol.Terms) (any, error) {
 		l, err := reg.(*Registry).reclaim(ctx, s.(*session.Session), resource, t)

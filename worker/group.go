@@ -97,83 +97,29 @@ func (g *group[In, Out]) runLead() {
 	g.mu.Unlock()
 }
 
-// completion is a finished task's completion, a member of a group.
+// groupReq is a member of the Run's group commit: a finished task's
+// completion, or a slot's names to claim on the pool's shared session.
+type groupReq struct {
+	end   *completion
+	claim *claimRequest
+}
+
+// groupRes is a member's result: its completion's, or its claim's.
+type groupRes struct {
+	err   error
+	claim claimResult
+}
+
+type member = groupMember[groupReq, groupRes]
+
+// completion is a finished task's completion.
 type completion struct {
 	l      *lease.Lease
 	status string
 	sp     trace.Span // the handler's span
 }
 
-// newCompleter returns the Run's group of completions.
-func (r *run) newCompleter() *group[completion, error] {
-	return &group[completion, error]{max: lease.MaxBatch, send: r.sendCompletions}
-}
-
-// complete completes l with status in the Run's next group of completions
-// and returns its own result, as Lease.Complete would.
-func (r *run) complete(sp trace.Span, l *lease.Lease, status string) error {
-	return r.completer.do(completion{l: l, status: status, sp: sp})
-}
-
-// sendCompletions sends one group of completions: alone, the single
-// path (Lease.Complete); together, one transaction of nested CASes
-// (hook.CompleteEach). Each member's result is its own.
-func (r *run) sendCompletions(ms []*groupMember[completion, error]) {
-	sent := time.Now()
-	r.p.stats.completeGroups.Add(1)
-	r.p.stats.completeMembers.Add(int64(len(ms)))
-	r.p.cfg.observer.GroupSent("complete", len(ms))
-	r.completeGroup(ms)
-	for _, m := range ms {
-		wait := time.Since(m.joined)
-		r.p.cfg.observer.CompletionWaited(wait)
-		m.in.sp.AddEvent("worker.group_commit", trace.WithAttributes(
-			attribute.Int("leasehold.group", len(ms)),
-			attribute.Int64("leasehold.commit_wait_us", wait.Microseconds()),
-			attribute.Int64("leasehold.queued_us", sent.Sub(m.joined).Microseconds())))
-	}
-}
-
-// completeGroup sets each member's result. A group etcd refused whole
-// (nothing applied: a permission, a limit, a status it would not take) is
-// sent again member by member, and one too large for etcd's limits in
-// halves, so that no member's failure is another's. An unknown outcome
-// once the stop context has ended is every member's: their transaction
-// committed for all or for none.
-func (r *run) completeGroup(ms []*groupMember[completion, error]) {
-	ctx := trace.ContextWithSpan(r.stop, ms[0].in.sp)
-	if len(ms) == 1 {
-		ms[0].out = ms[0].in.l.Complete(ctx, ms[0].in.status)
-		return
-	}
-	leases := make([]*lease.Lease, len(ms))
-	statuses := make([]string, len(ms))
-	for i, m := range ms {
-		leases[i], statuses[i] = m.in.l, m.in.status
-	}
-	errs, err := hook.CompleteEach(ctx, leases, statuses)
-	switch {
-	case err == nil:
-		for i, m := range ms {
-			m.out = errs[i]
-		}
-	case errors.Is(err, lease.ErrBatchTooLarge):
-		h := len(ms) / 2
-		r.completeGroup(ms[:h])
-		r.completeGroup(ms[h:])
-	case errors.Is(err, outcome.ErrUnknown):
-		for _, m := range ms {
-			m.out = err
-		}
-	default:
-		for _, m := range ms {
-			r.completeGroup([]*groupMember[completion, error]{m})
-		}
-	}
-}
-
-// claimRequest is a slot's batch of offered names, a member of a group of
-// claims on the pool's shared session.
+// claimRequest is a slot's batch of offered names.
 type claimRequest struct {
 	sess  *sessions
 	names []string
@@ -186,51 +132,203 @@ type claimResult struct {
 	transient bool
 }
 
-// newClaimer returns the Run's group of claims on its shared session.
-func (r *run) newClaimer() *group[claimRequest, claimResult] {
-	return &group[claimRequest, claimResult]{max: lease.MaxBatch, send: r.sendClaims}
+// newCommits returns the Run's group commit.
+func (r *run) newCommits() *group[groupReq, groupRes] {
+	return &group[groupReq, groupRes]{max: lease.MaxBatch, send: r.sendGroup}
 }
 
-// claimGrouped claims batch for the slot: in the Run's next group of
-// claims when the slot uses the pool's shared session (one session, so one
-// TryAcquireMany can carry every slot's names), alone otherwise.
+// complete completes l with status in the Run's next group and returns
+// its own result, as Lease.Complete would.
+func (r *run) complete(sp trace.Span, l *lease.Lease, status string) error {
+	return r.commits.do(groupReq{end: &completion{l: l, status: status, sp: sp}}).err
+}
+
+// claimGrouped claims batch for the slot: in the Run's next group when the
+// slot uses the pool's shared session (one session, so one transaction can
+// carry every slot's names), alone otherwise.
 func (r *run) claimGrouped(sess *sessions, batch []string) ([]*lease.Lease, bool) {
-	if sess != r.shared || r.claimer == nil {
+	if sess != r.shared {
 		return r.claim(sess, batch)
 	}
-	res := r.claimer.do(claimRequest{sess: sess, names: batch})
+	res := r.commits.do(groupReq{claim: &claimRequest{sess: sess, names: batch}}).claim
 	return res.leases, res.transient
 }
 
-// sendClaims claims every member's names at once (run.claim: screened
-// offers, one TryAcquireMany, unknown outcomes resolved with Reclaim) and
-// gives each member the leases of its own names. The group holds at most
-// MaxBatch names: a member's batch is at most WithBatch's, and the group
-// at most MaxBatch members, so a larger union is claimed in parts.
-func (r *run) sendClaims(ms []*groupMember[claimRequest, claimResult]) {
-	var names []string
-	owner := map[string]*groupMember[claimRequest, claimResult]{}
+// sendGroup sends one group: its completions, its claims, or both in one
+// transaction (hook.CompleteAndClaim), each member decided on its own.
+func (r *run) sendGroup(ms []*member) {
+	var ends, claims []*member
 	for _, m := range ms {
-		for _, n := range m.in.names {
+		if m.in.end != nil {
+			ends = append(ends, m)
+		} else {
+			claims = append(claims, m)
+		}
+	}
+	st := &r.p.stats
+	if len(ends) > 0 {
+		st.completeGroups.Add(1)
+		st.completeMembers.Add(int64(len(ends)))
+		r.p.cfg.observer.GroupSent("complete", len(ends))
+	}
+	if len(claims) > 0 {
+		st.claimGroups.Add(1)
+		for _, m := range claims {
+			st.claimMembers.Add(int64(len(m.in.claim.names)))
+		}
+	}
+	sent := time.Now()
+	switch {
+	case len(claims) == 0:
+		r.completeGroup(ends)
+	case len(ends) == 0:
+		r.claimGroup(claims)
+	default:
+		st.sharedGroups.Add(1)
+		r.completeAndClaim(ends, claims)
+	}
+	for _, m := range ends {
+		wait := time.Since(m.joined)
+		r.p.cfg.observer.CompletionWaited(wait)
+		m.in.end.sp.AddEvent("worker.group_commit", trace.WithAttributes(
+			attribute.Int("leasehold.group", len(ms)),
+			attribute.Int64("leasehold.commit_wait_us", wait.Microseconds()),
+			attribute.Int64("leasehold.queued_us", sent.Sub(m.joined).Microseconds())))
+	}
+}
+
+// completeGroup sets each completion's result: alone, the single path
+// (Lease.Complete); together, one transaction of nested CASes
+// (hook.CompleteEach). A group etcd refused whole (nothing applied: a
+// permission, a limit, a status it would not take) is sent again member
+// by member, and one too large for etcd's limits in halves, so that no
+// member's failure is another's. An unknown outcome once the stop context
+// has ended is every member's: their transaction committed for all or for
+// none.
+func (r *run) completeGroup(ms []*member) {
+	ctx := trace.ContextWithSpan(r.stop, ms[0].in.end.sp)
+	if len(ms) == 1 {
+		ms[0].out.err = ms[0].in.end.l.Complete(ctx, ms[0].in.end.status)
+		return
+	}
+	leases, statuses := endsOf(ms)
+	errs, err := hook.CompleteEach(ctx, leases, statuses)
+	r.setEnds(ms, errs, err)
+}
+
+// endsOf returns the members' leases and statuses.
+func endsOf(ms []*member) ([]*lease.Lease, []string) {
+	leases := make([]*lease.Lease, len(ms))
+	statuses := make([]string, len(ms))
+	for i, m := range ms {
+		leases[i], statuses[i] = m.in.end.l, m.in.end.status
+	}
+	return leases, statuses
+}
+
+// setEnds sets each completion's result from a group's: its own, or,
+// when the group failed, as completeGroup says.
+func (r *run) setEnds(ms []*member, errs []error, err error) {
+	switch {
+	case err == nil:
+		for i, m := range ms {
+			m.out.err = errs[i]
+		}
+	case errors.Is(err, lease.ErrBatchTooLarge):
+		h := len(ms) / 2
+		r.completeGroup(ms[:h])
+		r.completeGroup(ms[h:])
+	case errors.Is(err, outcome.ErrUnknown):
+		for _, m := range ms {
+			m.out.err = err
+		}
+	default:
+		for _, m := range ms {
+			r.completeGroup([]*member{m})
+		}
+	}
+}
+
+// claimGroup claims every member's names at once (run.claim: screened
+// offers, one TryAcquireMany, unknown outcomes resolved with Reclaim),
+// MaxBatch names at a time, and gives each member the leases of its own
+// names.
+func (r *run) claimGroup(ms []*member) {
+	names, owner := namesOf(ms)
+	for len(names) > 0 {
+		n := min(len(names), lease.MaxBatch)
+		leases, transient := r.claim(ms[0].in.claim.sess, names[:n])
+		deliver(owner, names[:n], leases, transient)
+		names = names[n:]
+	}
+}
+
+// namesOf returns the names the claiming members were offered, and the
+// member of each.
+func namesOf(ms []*member) ([]string, map[string]*member) {
+	var names []string
+	owner := map[string]*member{}
+	for _, m := range ms {
+		for _, n := range m.in.claim.names {
 			names = append(names, n)
 			owner[n] = m
 		}
 	}
-	r.p.stats.claimGroups.Add(1)
-	r.p.stats.claimMembers.Add(int64(len(names)))
-	r.p.cfg.observer.GroupSent("claim", len(names))
+	return names, owner
+}
+
+// deliver gives each member the leases of its names, and the back-off
+// flag of a claim that failed in etcd.
+func deliver(owner map[string]*member, names []string, leases []*lease.Lease, transient bool) {
+	for _, l := range leases {
+		m := owner[l.Resource()]
+		m.out.claim.leases = append(m.out.claim.leases, l)
+	}
+	if transient {
+		for _, name := range names {
+			owner[name].out.claim.transient = true
+		}
+	}
+}
+
+// completeAndClaim sends the group's completions and claims in one
+// transaction (hook.CompleteAndClaim: each member a nested transaction of
+// its own, decided by its own compares). A part that transaction could
+// not carry — a check that failed before anything was sent, a refusal of
+// the whole, a group over etcd's limits — is sent on its own as above, so
+// neither part decides the other's outcome.
+func (r *run) completeAndClaim(ends, claims []*member) {
+	names, owner := namesOf(claims)
+	sess := claims[0].in.claim.sess
+	s, err := sess.get(r.ctx)
+	valid := r.dropInvalid(names)
+	if err != nil || len(valid) == 0 || len(valid) > lease.MaxBatch {
+		r.completeGroup(ends)
+		r.claimGroupNames(sess, valid, owner)
+		return
+	}
+	leases, statuses := endsOf(ends)
+	ctx := trace.ContextWithSpan(r.stop, ends[0].in.end.sp)
+	errs, endErr, claimed, claimErr := hook.CompleteAndClaim(ctx, leases, statuses, s, valid, r.terms)
+	r.setEnds(ends, errs, endErr)
+	switch {
+	case claimErr == nil:
+		got, transient := r.claimedMany(s, valid, claimed.([]*lease.Lease))
+		deliver(owner, valid, got, transient)
+	case errors.Is(claimErr, outcome.ErrUnknown):
+		deliver(owner, valid, r.resolveMany(s, valid), true)
+	default:
+		r.claimGroupNames(sess, valid, owner)
+	}
+}
+
+// claimGroupNames claims names, whose members owner gives, as claimGroup
+// does.
+func (r *run) claimGroupNames(sess *sessions, names []string, owner map[string]*member) {
 	for len(names) > 0 {
 		n := min(len(names), lease.MaxBatch)
-		leases, transient := r.claim(ms[0].in.sess, names[:n])
-		for _, l := range leases {
-			m := owner[l.Resource()]
-			m.out.leases = append(m.out.leases, l)
-		}
-		if transient {
-			for _, name := range names[:n] {
-				owner[name].out.transient = true
-			}
-		}
+		leases, transient := r.claim(sess, names[:n])
+		deliver(owner, names[:n], leases, transient)
 		names = names[n:]
 	}
 }

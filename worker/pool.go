@@ -79,8 +79,11 @@ type Stats struct {
 	// completion that finished meanwhile in the next. ClaimGroups and
 	// ClaimMembers count the same for the claims of the slots on the
 	// pool's shared session (the names claimed together, failed claims
-	// included). Members over groups is the mean group size.
-	CompleteGroups, CompleteMembers, ClaimGroups, ClaimMembers int64
+	// included). Members over groups is the mean group size. SharedGroups
+	// counts the transactions that carried both completions and claims
+	// (counted in both), so the pool sent CompleteGroups + ClaimGroups −
+	// SharedGroups transactions of its own for them.
+	CompleteGroups, CompleteMembers, ClaimGroups, ClaimMembers, SharedGroups int64
 }
 
 // Pool runs a handler over the resources a Source offers, in a number of
@@ -128,7 +131,7 @@ type Pool struct {
 	stats   struct {
 		started, completed, stale, failed, retried, interrupted, unknown, panics, reclaimed, replaced atomic.Int64
 		skippedHeld, skippedCompleted, skippedDelayed, skippedInvalid, takenOver                      atomic.Int64
-		completeGroups, completeMembers, claimGroups, claimMembers                                    atomic.Int64
+		completeGroups, completeMembers, claimGroups, claimMembers, sharedGroups                      atomic.Int64
 	}
 }
 
@@ -183,7 +186,7 @@ func (p *Pool) Stats() Stats {
 		SkippedHeld: s.skippedHeld.Load(), SkippedCompleted: s.skippedCompleted.Load(), SkippedLockDelayed: s.skippedDelayed.Load(),
 		SkippedInvalid: s.skippedInvalid.Load(), TakenOver: s.takenOver.Load(),
 		CompleteGroups: s.completeGroups.Load(), CompleteMembers: s.completeMembers.Load(),
-		ClaimGroups: s.claimGroups.Load(), ClaimMembers: s.claimMembers.Load(),
+		ClaimGroups: s.claimGroups.Load(), ClaimMembers: s.claimMembers.Load(), SharedGroups: s.sharedGroups.Load(),
 	}
 }
 

@@ -49,8 +49,7 @@ type run struct {
 	shared  *sessions      // the pool's session, unless WithSessionPerSlot
 	closing sync.WaitGroup // lost sessions being closed
 
-	completer *group[completion, error]         // group commit of completions (group.go)
-	claimer   *group[claimRequest, claimResult] // group commit of claims on the shared session; nil per slot
+	commits *group[groupReq, groupRes] // group commit of completions and of claims on the shared session (group.go)
 
 	fleet          *fleet      // the pools sharing the namespace (fleet.go)
 	firstCompleted atomic.Bool // a completed resource was skipped in this Run
@@ -101,10 +100,9 @@ func (r *run) run() error {
 	}()
 
 	r.fleet = newFleet(r)
-	r.completer = r.newCompleter()
+	r.commits = r.newCommits()
 	if !r.p.cfg.perSlot {
 		r.shared = r.newSessions(r.p.cfg.worker)
-		r.claimer = r.newClaimer()
 	}
 	// The dispatcher and the fleet's takeover both offer to the slots:
 	// batches closes only once both have returned.
@@ -427,23 +425,7 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 	if len(batch) > 1 {
 		ls, err := r.tryAcquireMany(s, batch)
 		if err == nil {
-			got := make(map[string]bool, len(ls))
-			for _, l := range ls {
-				got[l.Resource()] = true
-			}
-			leases = ls
-			// A resource the batch did not claim is tried once alone,
-			// which tells why: held (skip), completed (finished).
-			for _, name := range batch {
-				if !got[name] {
-					if l, t := r.claimOne(s, name); l != nil {
-						leases = append(leases, l)
-					} else {
-						transient = transient || t
-					}
-				}
-			}
-			return leases, transient
+			return r.claimedMany(s, batch, ls)
 		}
 		if !errors.Is(err, outcome.ErrUnknown) {
 			r.noteClaimError(s, err)
@@ -452,19 +434,46 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 			}
 			return nil, true
 		}
-		// Unknown: each resource may or may not be ours.
-		for _, name := range batch {
-			if l := r.resolve(s, name); l != nil {
-				leases = append(leases, l)
-			}
-		}
-		return leases, true
+		return r.resolveMany(s, batch), true
 	}
 	l, t := r.claimOne(s, batch[0])
 	if l != nil {
 		leases = []*lease.Lease{l}
 	}
 	return leases, t
+}
+
+// claimedMany takes the result of a batch claim of batch that etcd
+// decided, ls: a resource the batch did not claim is tried once alone,
+// which tells why — held (skip), completed (finished).
+func (r *run) claimedMany(s *session.Session, batch []string, ls []*lease.Lease) (leases []*lease.Lease, transient bool) {
+	got := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		got[l.Resource()] = true
+	}
+	leases = ls
+	for _, name := range batch {
+		if !got[name] {
+			if l, t := r.claimOne(s, name); l != nil {
+				leases = append(leases, l)
+			} else {
+				transient = transient || t
+			}
+		}
+	}
+	return leases, transient
+}
+
+// resolveMany settles a batch claim of batch whose outcome was unknown:
+// each resource may or may not be ours (resolve).
+func (r *run) resolveMany(s *session.Session, batch []string) []*lease.Lease {
+	var leases []*lease.Lease
+	for _, name := range batch {
+		if l := r.resolve(s, name); l != nil {
+			leases = append(leases, l)
+		}
+	}
+	return leases
 }
 
 // terms are the source's terms for name (termsSource), none for a source

@@ -53,6 +53,12 @@ var (
 	// lease.CompleteMany does with one status (lease/batch.go): the
 	// worker pool's group commit.
 	CompleteEach func(ctx context.Context, leases any, statuses []string) ([]error, error)
+	// CompleteAndClaim sends, in one transaction, the nested CASes of
+	// leases (a []*lease.Lease of one registry), each with its status, and
+	// the nested claims of resources for s (a *session.Session) under the
+	// terms termsFor gives each: the worker pool's group commit when both
+	// are ready (lease/group.go). claimed is a []*lease.Lease.
+	CompleteAndClaim func(ctx context.Context, leases any, statuses []string, s any, resources []string, termsFor func(string) protocol.Terms) (endErrs []error, endErr error, claimed any, claimErr error)
 	// Validate checks that resource is a name reg may claim: a valid
 	// resource name, and through a registry of tasks not a recipe's
 	// (lease/registry.go).

@@ -25,12 +25,17 @@ import (
 //     acquisition: ok with the response's revision as its epoch, held
 //     (the holder's epoch) or completed (the done record's epoch) from the
 //     Else's reads, otherwise fail — it applied nothing;
-//   - a batch of claims (TryAcquireMany, WithBatch: a compare-free
-//     transaction whose Then holds one nested claim per resource) is one
-//     acquisition per member: ok with the response's revision as its epoch
-//     if its nested transaction succeeded, otherwise fail — a member has
-//     no Else, and applied nothing (as a hand-written worker records the
-//     members its TryAcquireMany did not claim);
+//   - a batch — a compare-free transaction whose Then holds only nested
+//     claims (TryAcquireMany, WithBatch, a group of claims), nested ends
+//     (a group of completions, lease.CompleteMany's shape) or both (a
+//     group commit's completions and claims, docs/protocol.md §3.15) — is
+//     one operation per member: a claim is an acquisition, ok with the
+//     response's revision as its epoch if its nested transaction
+//     succeeded, otherwise fail — a member has no Else, and applied
+//     nothing (as a hand-written worker records the members its
+//     TryAcquireMany did not claim); an end is read from its nested
+//     transaction's response as a lone end is from its transaction's
+//     (below);
 //   - a settlement of claims whose outcome was unknown (protocol.Settle:
 //     compare-free, putting the tries' markers N/lease/%gone/<id> and
 //     reading) is no operation: a marker only keeps a try from applying,
@@ -119,9 +124,8 @@ type txnKind int
 const (
 	txnOther txnKind = iota
 	txnClaim
-	txnClaimMany
+	txnBatch
 	txnEnd
-	txnEndMany
 )
 
 // recordedTxn is a transaction's operation: its kind and facts.
@@ -188,44 +192,23 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		p := r.w.begin(model.OpAcquire, task, worker, 0)
 		return &recordedTxn{p: p, task: task, leaseKey: key}, txnClaim
 	}
-	// A batch of claims: no compare, each member a nested claim.
-	if len(t.cmps) == 0 {
+	// A batch (no compare, every op a nested transaction): each member a
+	// nested claim (TryAcquireMany, WithBatch) or a nested end (a pool's
+	// group commit: lease.CompleteMany's shape, the first transaction or a
+	// follow-up of the members' stale paths), or both kinds at once (a
+	// group commit's completions and claims in one transaction).
+	if len(t.cmps) == 0 && len(t.els) == 0 && len(t.then) > 0 && r.isBatch(t.then) {
 		var members []batchMember
-		for i, op := range t.then {
-			if !op.IsTxn() {
-				continue
-			}
-			cmps, then, _ := op.Txn()
-			if task, _, worker, ok := r.claimOf(cmps, then); ok {
-				members = append(members, batchMember{p: r.w.begin(model.OpAcquire, task, worker, 0), at: i})
-			}
-		}
-		if len(members) > 0 {
-			return &recordedTxn{members: members}, txnClaimMany
-		}
-	}
-	// A group of ends (a pool's group commit: lease.CompleteMany's
-	// shape): no compare, each member a nested end with its own
-	// rejection entry — the first transaction or a follow-up of the
-	// members' stale paths.
-	if len(t.cmps) == 0 && len(t.els) == 0 && len(t.then) > 1 {
 		var ends []batchEnd
 		for i, op := range t.then {
-			if !op.IsTxn() {
-				ends = nil
-				break
+			cmps, then, els := op.Txn()
+			if task, _, worker, ok := r.claimOf(cmps, then); ok {
+				members = append(members, batchMember{p: r.w.begin(model.OpAcquire, task, worker, 0), at: i})
+				continue
 			}
-			_, then, els := op.Txn()
-			rt := r.beginEnd(then, els)
-			if rt == nil {
-				ends = nil
-				break
-			}
-			ends = append(ends, batchEnd{rt: rt, at: i})
+			ends = append(ends, batchEnd{rt: r.beginEnd(then, els), at: i})
 		}
-		if len(ends) > 0 {
-			return &recordedTxn{ends: ends}, txnEndMany
-		}
+		return &recordedTxn{members: members, ends: ends}, txnBatch
 	}
 	// A Complete or Release: its stale path's rejection entry.
 	if rt := r.beginEnd(t.then, t.els); rt != nil {
@@ -247,6 +230,36 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		}
 	})
 	return nil, txnOther
+}
+
+// isBatch reports whether ops are a batch the recorder knows: every op a
+// nested transaction that is a claim or an end (with a rejection entry).
+func (r *txnRecorder) isBatch(ops []clientv3.Op) bool {
+	for _, op := range ops {
+		if !op.IsTxn() {
+			return false
+		}
+		cmps, then, els := op.Txn()
+		if _, _, _, ok := r.claimOf(cmps, then); !ok && !r.hasRejection(then, els) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasRejection reports whether then or els put a rejection entry: the
+// stale path of a Complete or Release.
+func (r *txnRecorder) hasRejection(then, els []clientv3.Op) bool {
+	found := false
+	space := r.w.space
+	walkOps(append(append([]clientv3.Op(nil), then...), els...), func(op clientv3.Op) {
+		if found || !op.IsPut() || !strings.HasPrefix(string(op.KeyBytes()), space.AuditPrefix()) {
+			return
+		}
+		e, err := record.DecodeEntry(space, &mvccpb.KeyValue{Key: op.KeyBytes(), Value: op.ValueBytes()})
+		found = err == nil && e.Kind == audit.Rejected
+	})
+	return found
 }
 
 // beginEnd records the invocation of the Complete or Release whose
@@ -276,7 +289,7 @@ func (r *txnRecorder) beginEnd(then, els []clientv3.Op) *recordedTxn {
 }
 
 func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *clientv3.TxnResponse, err error) {
-	if kind == txnEndMany {
+	if kind == txnBatch {
 		for _, m := range rt.ends {
 			if err != nil {
 				m.rt.p.end(model.OutUnknown, 0, 0, err)
@@ -286,9 +299,7 @@ func (r *txnRecorder) end(rt *recordedTxn, kind txnKind, t *recordingTxn, resp *
 			tr := resp.Responses[m.at].GetResponseTxn()
 			r.endOf(m.rt, cmps, then, els, tr.GetSucceeded(), tr.GetResponses())
 		}
-		return
-	}
-	if kind == txnClaimMany {
+
 		for _, m := range rt.members {
 			switch {
 			case err != nil:

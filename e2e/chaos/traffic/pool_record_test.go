@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
@@ -197,6 +198,77 @@ func TestTxnRecorderBatch(t *testing.T) {
 		o := acqs[i]
 		if o.Task != wt.task || o.Epoch != wt.epoch || o.Outcome != wt.out || o.Worker != "p0" {
 			t.Errorf("acquisition %d: %v, want %s epoch %d → %s by p0", i, &o, wt.task, wt.epoch, wt.out)
+		}
+	}
+	if p := rec.Problems(); len(p) > 0 {
+		t.Errorf("problems: %v", p)
+	}
+}
+
+// TestTxnRecorderGroupCommit: a pool's group commit of completions and
+// claims in one transaction (docs/protocol.md §3.15) is one operation per
+// member: a completion ok, a stale one stale, each claim ok with the
+// transaction's revision.
+func TestTxnRecorderGroupCommit(t *testing.T) {
+	c := e2e.NewCluster(t, e2e.WithMembers(1))
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	h := model.NewHistory()
+	space := keys.MustNew(keys.DefaultNamespace)
+	w := &Worker{cfg: WorkerConfig{Name: "p0"}, space: space, emit: h.Record}
+	rec := &txnRecorder{w: w}
+	cli.KV = &recordingKV{KV: cli.KV, rec: rec}
+	reg := mustRegistry(t, cli)
+	defer reg.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := session.New(ctx, cli, session.WithWorker("p0"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	ls, err := reg.TryAcquireMany(ctx, s, []string{"t1", "t2"})
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("TryAcquireMany: %v, %v", ls, err)
+	}
+	operator := mustRegistry(t, c.Client(t)) // not recorded: an operator's
+	defer operator.Close()
+	if err := operator.Revoke(ctx, "t2", "drill"); err != nil {
+		t.Fatal(err)
+	}
+	n := len(h.Ops())
+	endErrs, endErr, claimed, claimErr := hook.CompleteAndClaim(ctx, ls, []string{model.DoneStatus, model.DoneStatus}, s, []string{"t3", "t4"}, nil)
+	if endErr != nil || claimErr != nil || endErrs[0] != nil || !errors.Is(endErrs[1], lease.ErrStale) {
+		t.Fatalf("group commit: %v %v %v", endErrs, endErr, claimErr)
+	}
+	got := claimed.([]*lease.Lease)
+	if len(got) != 2 {
+		t.Fatalf("claimed %v", got)
+	}
+	type want struct {
+		typ   model.OpType
+		task  string
+		epoch int64
+		out   model.Outcome
+	}
+	wants := map[string]want{
+		"t1": {model.OpComplete, "t1", ls[0].Epoch(), model.OutOK},
+		"t2": {model.OpComplete, "t2", ls[1].Epoch(), model.OutStale},
+		"t3": {model.OpAcquire, "t3", got[0].Epoch(), model.OutOK},
+		"t4": {model.OpAcquire, "t4", got[1].Epoch(), model.OutOK},
+	}
+	ops := h.Ops()[n:]
+	if len(ops) != len(wants) {
+		t.Fatalf("%d operations recorded, want %d: %v", len(ops), len(wants), ops)
+	}
+	for _, o := range ops {
+		wt := wants[o.Task]
+		if o.Type != wt.typ || o.Epoch != wt.epoch || o.Outcome != wt.out {
+			t.Errorf("%v, want %s of %s epoch %d → %s", &o, wt.typ, wt.task, wt.epoch, wt.out)
 		}
 	}
 	if p := rec.Problems(); len(p) > 0 {

@@ -444,21 +444,32 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 }
 
 // claimedMany takes the result of a batch claim of batch that etcd
-// decided, ls: a resource the batch did not claim is tried once alone,
-// which tells why — held (skip), completed (finished).
+// decided, ls. The resources the batch did not claim are screened again
+// (one read, as the dispatcher's screen): held ones are skipped and
+// completed ones finished, at the cost of a read; one the read finds free
+// — it was freed since, or a lock-delay runs — is tried once alone, which
+// tells why (docs/protocol.md §3.14: a claim that cannot succeed costs a
+// read, not a write).
 func (r *run) claimedMany(s *session.Session, batch []string, ls []*lease.Lease) (leases []*lease.Lease, transient bool) {
 	got := make(map[string]bool, len(ls))
 	for _, l := range ls {
 		got[l.Resource()] = true
 	}
 	leases = ls
+	var missed []string
 	for _, name := range batch {
 		if !got[name] {
-			if l, t := r.claimOne(s, name); l != nil {
-				leases = append(leases, l)
-			} else {
-				transient = transient || t
-			}
+			missed = append(missed, name)
+		}
+	}
+	if len(missed) == 0 {
+		return leases, false
+	}
+	for _, name := range r.screen(missed) {
+		if l, t := r.claimOne(s, name); l != nil {
+			leases = append(leases, l)
+		} else {
+			transient = transient || t
 		}
 	}
 	return leases, transient

@@ -52,13 +52,29 @@ const (
 	Revoked   = record.Revoked   // an operator forced the epoch to end
 )
 
-// Entry is one audit record: its kind, resource, worker and epoch; for
-// Completed and Rejected the terminal status; for Rejected the epoch that
-// held the resource then (CurrentEpoch, 0: nobody) and what the stale
-// attempt tried (Attempted); the writer's wall-clock Time; for Expired
-// the revision at which etcd deleted the lease key (EndRevision); and the
-// entry's own etcd Revision (a total order of the log) and Key. The
-// fields are documented on the type (internal/record).
+// Entry is one audit record (docs/protocol.md §2). Its fields:
+//
+//   - Kind: what it records (Acquired, Released, Completed, Rejected,
+//     Expired, Revoked).
+//   - Resource, Worker, Epoch: the resource, the worker that held it (for
+//     Rejected, the worker whose attempt was refused) and the epoch — the
+//     lease key's mod revision, the fencing token.
+//   - Status: the terminal status, for Completed and Rejected (the status
+//     the stale Complete tried).
+//   - CurrentEpoch: for Rejected, the epoch that held the resource when
+//     the attempt was refused; 0 means nobody held it.
+//   - Attempted: for Rejected, what the stale attempt tried: Completed or
+//     Released.
+//   - Reason: for Revoked, the reason the operator gave.
+//   - Time: the writer's wall clock when it wrote the entry — for Expired,
+//     when the recorder recorded it, possibly well after the epoch ended.
+//     Clocks disagree: order entries by Revision, not Time.
+//   - EndRevision: for Expired, the revision at which etcd deleted the
+//     lease key, when the epoch ended; 0 when the recorder did not see the
+//     deletion (the epoch ended before Revision). Other kinds end their
+//     epoch at their own Revision.
+//   - Revision: the entry's etcd mod revision, a total order of the log.
+//   - Key: the entry's etcd key.
 type Entry = record.Entry
 
 // ErrCorrupt is returned for values under the audit prefix that are not

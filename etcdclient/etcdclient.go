@@ -117,11 +117,11 @@ type config struct {
 // invalid, and when endpoints is empty or has an empty entry.
 func Config(endpoints []string, opts ...Option) (clientv3.Config, error) {
 	if len(endpoints) == 0 {
-		return clientv3.Config{}, errors.New("etcdclient: no endpoints: list every member's")
+		return clientv3.Config{}, errors.New("etcdclient: no endpoints: list every member's client URL, such as http://10.0.0.1:2379")
 	}
 	for i, ep := range endpoints {
 		if strings.TrimSpace(ep) == "" {
-			return clientv3.Config{}, fmt.Errorf("etcdclient: endpoint %d is empty", i)
+			return clientv3.Config{}, fmt.Errorf("etcdclient: endpoint %d is empty, in %q: list every member's client URL, such as http://10.0.0.1:2379", i, endpoints)
 		}
 	}
 	c := config{

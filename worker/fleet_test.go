@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -413,5 +414,84 @@ func TestPoolMarksASessionStartedInAFault(t *testing.T) {
 	}
 	if n := fail.left.Load(); n > 0 {
 		t.Fatalf("%d injected failures left: the test did not exercise the retry", n)
+	}
+}
+
+// TestPrefixUntilEmptyEndsTheRun: three pools over one Prefix with
+// UntilEmpty, as a batch job's processes: each Run returns nil once every
+// task key is gone and its own work is done — no count of its own to
+// poll — and every task ran once. A pool started on an empty prefix
+// returns at once; without UntilEmpty a Run goes on until its context
+// ends.
+func TestPrefixUntilEmptyEndsTheRun(t *testing.T) {
+	c := e2e.NewCluster(t)
+	setup := c.Client(t)
+	const prefix, n = "/batch/", 90
+	for i := range n {
+		if _, err := setup.Put(t.Context(), fmt.Sprintf("%stask-%03d", prefix, i), "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handler := func(ctx context.Context, l *lease.Lease) (string, error) {
+		mu.Lock()
+		runs[l.Resource()]++
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		return "done", nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		cli := c.Client(t)
+		reg := mustRegistry(t, cli)
+		t.Cleanup(func() { _ = reg.Close() })
+		p, err := worker.New(reg, worker.Prefix(cli, prefix, worker.UntilEmpty()), handler, worker.WithSlots(4), worker.WithWorker(fmt.Sprintf("batch-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { errs[i] = p.Run(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("pool %d: Run = %v, want nil once the prefix is empty", i, err)
+		}
+	}
+	if len(runs) != n {
+		t.Errorf("%d tasks ran, want %d", len(runs), n)
+	}
+	for name, k := range runs {
+		if k != 1 {
+			t.Errorf("%s ran %d times", name, k)
+		}
+	}
+	if resp, err := setup.Get(t.Context(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("task keys left: %v %v", resp, err)
+	}
+
+	// Empty from the start: Run returns at once, nil.
+	cli := c.Client(t)
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	p, err := worker.New(reg, worker.Prefix(cli, "/empty/", worker.UntilEmpty()), handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("Run over an empty prefix: %v", err)
+	}
+	// Without UntilEmpty the prefix never runs dry.
+	short, stop := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer stop()
+	p, err = worker.New(reg, worker.Prefix(cli, "/empty/"), handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run over an empty prefix without UntilEmpty: %v, want its context's end", err)
 	}
 }

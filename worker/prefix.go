@@ -47,9 +47,36 @@ const prefixPage = 1000
 // claim of a Prefix task requires its key to exist, in the claim's own
 // transaction. A task held by a session that ends is taken over by the
 // pools at once (its session's marker tells them), not on the next pass.
-// A prefix never runs dry: Next returns only when ctx ends.
-func Prefix(cli *clientv3.Client, prefix string) Source {
-	return &prefixSource{cli: cli, prefix: prefix}
+// By default a prefix never runs dry: Next returns only when ctx ends,
+// and new keys are offered as they come. With UntilEmpty, the source is
+// exhausted once a pass from the beginning of the prefix finds no task
+// key — every task completed, by this pool or another — and the pool's
+// Run returns nil once nothing of its own is in flight: a batch job's
+// end, with no count of its own to poll.
+func Prefix(cli *clientv3.Client, prefix string, opts ...PrefixOption) Source {
+	p := &prefixSource{cli: cli, prefix: prefix}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	return p
+}
+
+// PrefixOption configures a Prefix source.
+type PrefixOption func(*prefixSource)
+
+// UntilEmpty makes a Prefix source exhausted (ErrExhausted) once a pass
+// from the beginning of its prefix finds no task key. Task keys are
+// deleted only by their completions (and by their owners), so an empty
+// prefix means every task put before it was completed: in a fleet, each
+// pool's Run returns once the last task of any pool is completed and its
+// own work is done; a task a dead pool held keeps its key, and a live
+// pool takes it over first. A pool started before its tasks are put
+// returns at once: put them first. A key put after the prefix was found
+// empty is left to a later Run.
+func UntilEmpty() PrefixOption {
+	return func(p *prefixSource) { p.untilEmpty = true }
 }
 
 // maxFresh bounds the new keys a Prefix source remembers between two
@@ -66,6 +93,8 @@ type prefixSource struct {
 	cursor string // where the next page starts; "" from the prefix
 	ended  bool   // the pass reached the end of the prefix
 	idle   time.Duration
+
+	untilEmpty bool // UntilEmpty: exhausted when a whole pass finds no key
 }
 
 // validate reports what makes the source unusable, for New to refuse it
@@ -115,6 +144,7 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 			return fresh, nil
 		}
 		if !p.ended {
+			fromStart := p.cursor == ""
 			names, err := p.page(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -129,6 +159,12 @@ func (p *prefixSource) Next(ctx context.Context) ([]string, error) {
 			backoff = 0
 			if len(names) > 0 {
 				return names, nil
+			}
+			if fromStart && p.untilEmpty {
+				if fresh := p.takeFresh(); len(fresh) > 0 {
+					return fresh, nil
+				}
+				return nil, ErrExhausted
 			}
 			continue
 		}

@@ -40,7 +40,8 @@ func lateExpiries(t0 time.Time, deletedAt int64) []audit.Entry {
 // resource's next epoch began is drawn ending no later than that epoch's
 // start — not at its recording, which would draw the two epochs
 // overlapping — and its title says when it was recorded. The table and
-// the audit listing place its end at the deletion's revision.
+// the audit listing place its end at the deletion's revision, and the
+// listing's REV column says that revision, so that it reads in order.
 func TestTimelinePictureExpiryRecordedLate(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
@@ -49,8 +50,8 @@ func TestTimelinePictureExpiryRecordedLate(t *testing.T) {
 		endRev    string
 		detail    string
 	}{
-		{"deletion seen", 12, "12", "lease key deleted at rev 12 (TIME: when recorded)"},
-		{"deletion not seen", 0, "<15", "lease key deleted before rev 15 (TIME: when recorded)"},
+		{"deletion seen", 12, "12", "lease key deleted at rev 12; recorded at rev 20 (TIME: when recorded)"},
+		{"deletion not seen", 0, "<15", "lease key deleted before rev 15; recorded at rev 20 (TIME: when recorded)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			es := lateExpiries(t0, tc.deletedAt)
@@ -73,7 +74,9 @@ func TestTimelinePictureExpiryRecordedLate(t *testing.T) {
 			for _, r := range entryRows(es) {
 				kinds = append(kinds, r[0]+" "+r[2]+" "+r[5])
 			}
-			if want := []string{"10 acquired 10", "20 expired 10", "15 acquired 15", "18 completed 15"}; strings.Join(kinds, ",") != strings.Join(want, ",") {
+			// REV reads in order: the expired row shows where its epoch
+			// ended, not the later revision it was recorded at.
+			if want := []string{"10 acquired 10", tc.endRev + " expired 10", "15 acquired 15", "18 completed 15"}; strings.Join(kinds, ",") != strings.Join(want, ",") {
 				t.Errorf("audit table order %q, want %q", kinds, want)
 			}
 			if d := entryRows(es)[1][6]; d != tc.detail {

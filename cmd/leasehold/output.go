@@ -156,8 +156,18 @@ const expiredHelp = "An expired entry is written by the recorder after etcd dele
 // entryRow is an entry's table row; at places an expired entry's end
 // (inRevisionOrder).
 func entryRow(e audit.Entry, at endAt) []string {
+	rev := fmt.Sprint(e.Revision)
+	if e.Kind == audit.Expired {
+		// Its row stands where its epoch ended (entryRows), and REV says
+		// that revision, so that the column reads in order; the revision
+		// the recorder wrote it at is in DETAIL.
+		if at.rev == 0 {
+			at = endOf(e, 0)
+		}
+		rev = at.String()
+	}
 	return []string{
-		fmt.Sprint(e.Revision), e.Time.UTC().Format("15:04:05.000"), string(e.Kind), e.Resource, e.Worker,
+		rev, e.Time.UTC().Format("15:04:05.000"), string(e.Kind), e.Resource, e.Worker,
 		fmt.Sprint(e.Epoch), detail(e, at),
 	}
 }
@@ -239,7 +249,7 @@ func detail(e audit.Entry, at endAt) string {
 		if at.before {
 			where = "before"
 		}
-		parts = append(parts, fmt.Sprintf("lease key deleted %s rev %d (TIME: when recorded)", where, at.rev))
+		parts = append(parts, fmt.Sprintf("lease key deleted %s rev %d; recorded at rev %d (TIME: when recorded)", where, at.rev, e.Revision))
 	}
 	if e.Reason != "" && (e.Kind != audit.Expired || e.Reason != audit.ExpiredReason) {
 		parts = append(parts, fmt.Sprintf("reason=%q", e.Reason))

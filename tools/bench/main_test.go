@@ -39,7 +39,7 @@ func TestSmoke(t *testing.T) {
 	if rep.table != out.String() {
 		t.Fatal("the report's table differs from what was printed")
 	}
-	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "10. contended handoff", "13. worker pool", "14. fleet", "== fsync on ==", "== fsync off =="} {
+	for _, title := range []string{"1. task cycle", "2. handoff after Release", "3. handoff after a holder's crash", "4. loss detection", "5. scale", "6. audit listing", "7. batch", "8. retention", "9. fan-out", "10. contended handoff", "13. worker pool", "14. fleet", "15. group commit", "== fsync on ==", "== fsync off =="} {
 		if !strings.Contains(rep.table, title) {
 			t.Errorf("table lacks %q", title)
 		}
@@ -59,7 +59,8 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle", "contended lh/Mutex", "contended longest lh/Mutex", "contended handoff leasehold p99", "contended txns/handoff leasehold", "contended reads/handoff Mutex", "contended events/handoff leasehold", "pool/hand-written", "pool batch/hand-written", "pool txns/task",
-		"fleet B/A", "fleet C writes/task", "fleet big first handler", "fleet expiries", "fleet recorder heap last"} {
+		"fleet B/A", "fleet C writes/task", "fleet big first handler", "fleet expiries", "fleet recorder heap last",
+		"group pool/Mutex", "group pool1/Mutex1", "group pool writes/task", "group complete size", "group claim size", "group completion wait p99", "group bare commit p99 beside", "group bare commit p99 alone"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)
 		}

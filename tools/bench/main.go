@@ -54,6 +54,8 @@
 //     pool's heap, in a child process); and the recorder: 10 000
 //     simultaneous expiries, and its heap beside a pool at full speed for
 //     -fleet-recorder-duration (10 minutes: this part is long by design).
+//     The cost part also runs 1 × 32 against 8 × 4 over 20 000 tasks that
+//     do nothing (issue 36's goal).
 //  15. group commit (issue 36): a worker.Pool of 32 slots against 32
 //     goroutines looping concurrency.Mutex Lock+Unlock, and 1 slot against
 //     1 goroutine, in windows of steady state — tasks per second, their
@@ -184,6 +186,7 @@ type config struct {
 	fleetRecorderFor   time.Duration   // part 4(b): the long run
 	fleetRecorderEvery time.Duration   // part 4(b): the recorder's heap sampling interval
 	fleetRetention     time.Duration   // part 4(b): the recorder's retention
+	fleetIdleTasks     int             // part 1, second comparison: task keys per run, handlers doing nothing
 
 	groupSlots      int           // section 15: the big pool's slots, and the Mutex goroutines against it
 	groupRounds     int           // rounds of two windows per contender (after a warm-up round)
@@ -210,7 +213,7 @@ func fullConfig() config {
 		poolTasks: 1000, poolSlots: 16, poolBatch: 4, poolRounds: 8,
 		fleetTasks: 3000, fleetWork: 5 * time.Millisecond, fleetRounds: 3, fleetBacklog: 100000, fleetTTL: 2 * time.Second, fleetTakeoverWait: 90 * time.Second,
 		fleetBig: 1000000, fleetBigWindow: 20 * time.Second, fleetBigFirstWait: 3 * time.Minute, fleetExpiries: 10000, fleetExpiryWait: 3 * time.Minute,
-		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second,
+		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second, fleetIdleTasks: 20000,
 		groupSlots: 32, groupRounds: 10, groupRunFor: time.Second, groupProbeEvery: 10 * time.Millisecond,
 	}
 }
@@ -234,7 +237,7 @@ func smokeConfig() config {
 		poolTasks: 100, poolSlots: 16, poolBatch: 4, poolRounds: 1,
 		fleetTasks: 100, fleetWork: 5 * time.Millisecond, fleetRounds: 1, fleetBacklog: 300, fleetTTL: time.Second, fleetTakeoverWait: 10 * time.Second,
 		fleetBig: 5000, fleetBigWindow: time.Second, fleetBigFirstWait: 10 * time.Second, fleetExpiries: 200, fleetExpiryWait: 30 * time.Second,
-		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second,
+		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second, fleetIdleTasks: 200,
 		groupSlots: 32, groupRounds: 1, groupRunFor: 300 * time.Millisecond, groupProbeEvery: 10 * time.Millisecond,
 	}
 }

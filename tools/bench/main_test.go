@@ -59,7 +59,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"cycle lh/bare 16w", "cycle lh/Mutex 64w", "cycle lh/(raw/2) 1w", "alloc/cycle lh/bare 64w", "batch/Mutex", "scale big/one", "handoff leasehold p99", "crash handoff p99", "loss cancelled first", "audit list page 1000", "recorder reconcile", "retention short keys left", "retention archiving/none", "retention long db size", "fanout beside/alone", "fanout events/proc/cycle", "contended lh/Mutex", "contended longest lh/Mutex", "contended handoff leasehold p99", "contended txns/handoff leasehold", "contended reads/handoff Mutex", "contended events/handoff leasehold", "pool/hand-written", "pool batch/hand-written", "pool txns/task",
-		"fleet B/A", "fleet C writes/task", "fleet big first handler", "fleet expiries", "fleet recorder heap last",
+		"fleet B/A", "fleet C writes/task", "fleet idle B/A", "fleet idle A writes/task", "fleet big first handler", "fleet expiries", "fleet recorder heap last",
 		"group pool/Mutex", "group pool1/Mutex1", "group pool writes/task", "group complete size", "group claim size", "group completion wait p99", "group bare commit p99 beside", "group bare commit p99 alone"} {
 		if !names[want] {
 			t.Errorf("no metric %q", want)

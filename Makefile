@@ -46,7 +46,7 @@ lint:
 e2e:
 	$(GO) test $(TEST_FLAGS) -count=1 -v ./e2e/...
 
-## bench: leasehold side by side with bare clientv3, concurrency.Mutex and raw Txns on one embedded etcd, fsync on and off (about 25 minutes, 15 of them the fleet section's 10-minute recorder run; see BENCHMARKS.md)
+## bench: leasehold side by side with bare clientv3, concurrency.Mutex and raw Txns on one embedded etcd, fsync on and off (about 30 minutes, 15 of them the fleet section's 10-minute recorder run; see BENCHMARKS.md)
 bench:
 	$(GO) run ./tools/bench
 

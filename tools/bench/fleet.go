@@ -86,8 +86,11 @@ func fleetTask(i int) string { return fmt.Sprintf("t%07d", i) }
 
 // fleetWork is the handler of parts 1–3: work sleeps for d (a task's work
 // that takes time but no CPU), then completes the task. It returns at once
-// if its lease's context ends.
+// if its lease's context ends, or d is 0.
 func fleetWork(d time.Duration) worker.Handler {
+	if d <= 0 {
+		return poolDone
+	}
 	return func(ctx context.Context, _ *lease.Lease) (string, error) {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -206,12 +209,12 @@ type fleetRun struct {
 	perPool []int64       // tasks each pool completed
 }
 
-// fleetOnce is one run of part 1: cfg.fleetTasks fresh task keys under a
-// fresh prefix, a fresh namespace, and sh.pools pools started at once,
-// each with its own client, registry and Prefix source; timed from the
-// Runs to the last completion, then every Run is cancelled.
-func (b *bench) fleetOnce(ctx context.Context, cfg config, counter *callCounter, sh fleetShape, seq int) (fleetRun, error) {
-	n := cfg.fleetTasks
+// fleetOnce is one run of part 1: n fresh task keys under a fresh
+// prefix, a fresh namespace, and sh.pools pools started at once, each
+// with its own client, registry and Prefix source, their handlers taking
+// work; timed from the Runs to the last completion, then every Run is
+// cancelled.
+func (b *bench) fleetOnce(ctx context.Context, counter *callCounter, sh fleetShape, seq, n int, work time.Duration) (fleetRun, error) {
 	ns, prefix := fmt.Sprintf("%s/cost%d", nsFleet, seq), fmt.Sprintf("%s/cost%d/", nsFleetTasks, seq)
 	if _, err := b.putKeys(ctx, prefix, n, 8, fleetTask); err != nil {
 		return fleetRun{}, err
@@ -228,7 +231,7 @@ func (b *bench) fleetOnce(ctx context.Context, cfg config, counter *callCounter,
 			return fleetRun{}, err
 		}
 		defer reg.Close()
-		pools[i], err = worker.New(reg, worker.Prefix(cli, prefix), fleetWork(cfg.fleetWork),
+		pools[i], err = worker.New(reg, worker.Prefix(cli, prefix), fleetWork(work),
 			worker.WithSlots(sh.slots), worker.WithWorker(fmt.Sprintf("fleet-%s%d-%d", sh.label, seq, i)))
 		if err != nil {
 			return fleetRun{}, err
@@ -304,20 +307,81 @@ wait:
 // A write transaction is a Txn with a put, delete or writing nested Txn on
 // either branch — etcd proposes it through raft and commits it, whether
 // its compares hold or not — or a bare Put or DeleteRange; read-only Txns
-// are counted with the reads. A task's minimum is 2: the claim and the
-// Complete (which also deletes the task key).
+// are counted with the reads. A task's minimum is 2 alone: the claim and
+// the Complete (which also deletes the task key); a pool's group commit
+// shares both among its slots. Then the same for 1 × 32 and 8 × 4 over
+// cfg.fleetIdleTasks tasks whose handlers do nothing (issue 36's goal).
 func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 	counter := newCallCounter()
-	rates := map[string][]float64{} // per round
-	cpus := map[string][]float64{}  // CPU µs per task, per round
-	runs := map[string][]fleetRun{}
 	seq := 0
-	first := -1 // round -1 warms up
+	fc, err := b.fleetCompare(ctx, cfg, counter, &seq, fleetShapes, cfg.fleetTasks, cfg.fleetWork, true)
+	if err != nil {
+		return err
+	}
+	rounds := len(fc.rates["A"])
+	warm, perRound := " after a warm-up round of 1 run per shape", "2 runs per shape (forth and back, rotated)"
 	if cfg.smoke {
+		warm, perRound = "", "1 run per shape"
+	}
+	s.addf("1. cost: %d task keys under one prefix (fresh keys, prefix and namespace every run), %v of work per task, the same 32 slots as 1, 8 and 32 pools", cfg.fleetTasks, cfg.fleetWork)
+	s.addf("   a run is timed from the pools' Run to the last completion; %d round%s of %s%s; medians over rounds", rounds, plural(rounds), perRound, warm)
+	perTask := fc.table(s, fleetShapes, cfg.fleetTasks)
+	for _, sh := range fleetShapes {
+		s.metric("fleet "+sh.label+" tasks", "rate", median(fc.rates[sh.label]))
+		s.metric("fleet "+sh.label+" writes/task", "count", perTask[sh.label])
+	}
+	s.addf("   writes = Txn calls with a put or delete on a branch (proposed and committed by etcd whether their compares hold or not) + Put + DeleteRange,")
+	s.addf("   counted by interceptors on every pool's client from Run until every Run returned; reads = Range + read-only Txn; watches per run;")
+	s.addf("   CPU = this process's (the pools and the member, on %d cores) over the run, per task; groups = completions per completion transaction / names per claim transaction (Stats)", runtime.NumCPU())
+	s.addf("   a task alone needs 2 writes (its claim, and the Complete that also deletes its key), which a pool's group commit shares among its slots;")
+	s.addf("   the rest are claims that found the task taken, and each session's own writes (a fleet marker)")
+	rB, rC := ratios(fc.rates["B"], fc.rates["A"], 1), ratios(fc.rates["C"], fc.rates["A"], 1)
+	s.metric("fleet B/A", "ratio", rB)
+	s.metric("fleet C/A", "ratio", rC)
+	s.goal(fmt.Sprintf("fleet B/A throughput ≥ 0.9× (8 pools × 4 slots vs 1 × 32, %v of work)", cfg.fleetWork), rB >= 0.9, fmt.Sprintf("%.3f×", rB))
+	s.goal("fleet B writes/task ≤ 2.3", perTask["B"] <= 2.3, fmt.Sprintf("%.3f", perTask["B"]))
+	s.goal("fleet C writes/task ≤ 2.5", perTask["C"] <= 2.5, fmt.Sprintf("%.3f", perTask["C"]))
+
+	// Issue 36: tasks that do nothing, where the pool's own cost is all
+	// there is. The rounds above warmed the member up.
+	idle := fleetShapes[:2]
+	fi, err := b.fleetCompare(ctx, cfg, counter, &seq, idle, cfg.fleetIdleTasks, 0, false)
+	if err != nil {
+		return err
+	}
+	rounds = len(fi.rates["A"])
+	s.addf("1b. the same with handlers that do nothing, %d task keys under one prefix, 1 pool × 32 slots and 8 × 4 (issue 36)", cfg.fleetIdleTasks)
+	s.addf("   %d round%s of %s, no warm-up round of their own; medians over rounds", rounds, plural(rounds), perRound)
+	perIdle := fi.table(s, idle, cfg.fleetIdleTasks)
+	rIdle := ratios(fi.rates["B"], fi.rates["A"], 1)
+	for _, sh := range idle {
+		s.metric("fleet idle "+sh.label+" tasks", "rate", median(fi.rates[sh.label]))
+		s.metric("fleet idle "+sh.label+" writes/task", "count", perIdle[sh.label])
+	}
+	s.metric("fleet idle B/A", "ratio", rIdle)
+	s.goal(fmt.Sprintf("fleet B/A throughput ≥ 0.9× (8 pools × 4 slots vs 1 × 32, %d tasks doing nothing)", cfg.fleetIdleTasks), rIdle >= 0.9, fmt.Sprintf("%.3f×", rIdle))
+	return nil
+}
+
+// fleetComparison is what the rounds of one comparison of part 1 measured,
+// by shape label.
+type fleetComparison struct {
+	rates map[string][]float64 // tasks per second, one per round
+	cpus  map[string][]float64 // CPU µs per task, one per round
+	runs  map[string][]fleetRun
+}
+
+// fleetCompare runs a warm-up round of one run per shape (if warmUp and
+// not smoke), then cfg.fleetRounds rounds of two runs per shape (forth
+// and back, rotated; one with smoke) of n tasks with work each.
+func (b *bench) fleetCompare(ctx context.Context, cfg config, counter *callCounter, seq *int, shapes []fleetShape, n int, work time.Duration, warmUp bool) (*fleetComparison, error) {
+	fc := &fleetComparison{rates: map[string][]float64{}, cpus: map[string][]float64{}, runs: map[string][]fleetRun{}}
+	first := -1 // round -1 warms up
+	if cfg.smoke || !warmUp {
 		first = 0
 	}
 	for round := first; round < cfg.fleetRounds; round++ {
-		order := rotate(fleetShapes, max(round, 0))
+		order := rotate(shapes, max(round, 0))
 		sums := make([]runStats, len(order))
 		runsOf := forthAndBack(len(order))
 		if cfg.smoke || round < 0 {
@@ -325,67 +389,58 @@ func (b *bench) fleetCost(ctx context.Context, cfg config, s *section) error {
 		}
 		for _, i := range runsOf {
 			sh := order[i]
-			seq++
-			r, err := b.fleetOnce(ctx, cfg, counter, sh, seq)
+			*seq++
+			r, err := b.fleetOnce(ctx, counter, sh, *seq, n, work)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			sums[i] = sums[i].add(runStats{tasks: int64(cfg.fleetTasks), elapsed: r.elapsed, cpu: r.cpu})
+			sums[i] = sums[i].add(runStats{tasks: int64(n), elapsed: r.elapsed, cpu: r.cpu})
 			if round >= 0 {
-				runs[sh.label] = append(runs[sh.label], r)
+				fc.runs[sh.label] = append(fc.runs[sh.label], r)
 			}
 			if cfg.verbose {
-				fmt.Fprintf(os.Stderr, "fleet round %d: %-22v %6.0f tasks/s in %v, %.2f write txns/task, per pool %v\n", round, sh,
-					float64(cfg.fleetTasks)/r.elapsed.Seconds(), r.elapsed.Round(time.Millisecond), float64(r.calls.of(txnMethods))/float64(cfg.fleetTasks), r.perPool)
+				fmt.Fprintf(os.Stderr, "fleet round %d (%v of work): %-22v %6.0f tasks/s in %v, %.2f write txns/task, groups %.2f / %.2f, per pool %v\n", round, work, sh,
+					float64(n)/r.elapsed.Seconds(), r.elapsed.Round(time.Millisecond), float64(r.calls.of(txnMethods))/float64(n),
+					meanGroup(r.stats.CompleteMembers, r.stats.CompleteGroups), meanGroup(r.stats.ClaimMembers, r.stats.ClaimGroups), r.perPool)
 			}
 		}
 		if round >= 0 {
 			for i, sh := range order {
-				rates[sh.label] = append(rates[sh.label], sums[i].rate())
-				cpus[sh.label] = append(cpus[sh.label], float64(sums[i].cpuPerTask())/float64(time.Microsecond))
+				fc.rates[sh.label] = append(fc.rates[sh.label], sums[i].rate())
+				fc.cpus[sh.label] = append(fc.cpus[sh.label], float64(sums[i].cpuPerTask())/float64(time.Microsecond))
 			}
 		}
 		if err := b.fleetWipe(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	rounds := len(rates["A"])
-	warm, perRound := " after a warm-up round of 1 run per shape", "2 runs per shape (forth and back, rotated)"
-	if cfg.smoke {
-		warm, perRound = "", "1 run per shape"
-	}
-	s.addf("1. cost: %d task keys under one prefix (fresh keys, prefix and namespace every run), %v of work per task, the same 32 slots as 1, 8 and 32 pools", cfg.fleetTasks, cfg.fleetWork)
-	s.addf("   a run is timed from the pools' Run to the last completion; %d round%s of %s%s; medians over rounds", rounds, plural(rounds), perRound, warm)
-	s.addf("   %-22s %9s %10s %12s %11s %7s %8s %9s  %s", "", "tasks/s", "run", "CPU µs/task", "writes/task", "reads", "watches", "vs A", "tasks per pool (min–max)")
+	return fc, nil
+}
+
+// table writes the comparison's table of shapes, n tasks a run, to s and
+// returns the writes per task by shape label.
+func (fc *fleetComparison) table(s *section, shapes []fleetShape, n int) map[string]float64 {
+	s.addf("   %-22s %9s %10s %12s %11s %7s %8s %11s %9s  %s", "", "tasks/s", "run", "CPU µs/task", "writes/task", "reads", "watches", "groups", "vs A", "tasks per pool (min–max)")
 	perTask := map[string]float64{}
-	for _, sh := range fleetShapes {
+	for _, sh := range shapes {
 		var c callCounts
+		var st worker.Stats
 		var took []float64
 		lo, hi := int64(math.MaxInt64), int64(0)
-		for _, r := range runs[sh.label] {
+		for _, r := range fc.runs[sh.label] {
 			c = c.add(r.calls)
+			st = addStats(st, r.stats)
 			took = append(took, float64(r.elapsed))
 			lo, hi = min(lo, slices.Min(r.perPool)), max(hi, slices.Max(r.perPool))
 		}
-		tasks := float64(len(runs[sh.label]) * cfg.fleetTasks)
+		tasks := float64(len(fc.runs[sh.label]) * n)
 		perTask[sh.label] = float64(c.of(txnMethods)) / tasks
-		s.addf("   %-22v %9.0f %10s %12.0f %11.3f %7.3f %8.1f %8.3f×  %d–%d", sh, median(rates[sh.label]), ms(time.Duration(median(took))),
-			median(cpus[sh.label]), perTask[sh.label], float64(c.of(readMethods))/tasks, float64(c.watches)/float64(max(len(runs[sh.label]), 1)),
-			ratios(rates[sh.label], rates["A"], 1), lo, hi)
-		s.metric("fleet "+sh.label+" tasks", "rate", median(rates[sh.label]))
-		s.metric("fleet "+sh.label+" writes/task", "count", perTask[sh.label])
+		groups := fmt.Sprintf("%.1f / %.1f", meanGroup(st.CompleteMembers, st.CompleteGroups), meanGroup(st.ClaimMembers, st.ClaimGroups))
+		s.addf("   %-22v %9.0f %10s %12.0f %11.3f %7.3f %8.1f %11s %8.3f×  %d–%d", sh, median(fc.rates[sh.label]), ms(time.Duration(median(took))),
+			median(fc.cpus[sh.label]), perTask[sh.label], float64(c.of(readMethods))/tasks, float64(c.watches)/float64(max(len(fc.runs[sh.label]), 1)),
+			groups, ratios(fc.rates[sh.label], fc.rates["A"], 1), lo, hi)
 	}
-	s.addf("   writes = Txn calls with a put or delete on a branch (proposed and committed by etcd whether their compares hold or not) + Put + DeleteRange,")
-	s.addf("   counted by interceptors on every pool's client from Run until every Run returned; reads = Range + read-only Txn; watches per run;")
-	s.addf("   CPU = this process's (the pools and the member, on %d cores) over the run, per task", runtime.NumCPU())
-	s.addf("   a task needs 2 writes (its claim, and the Complete that also deletes its key); the rest are claims that found the task taken, and each session's own writes (a fleet marker)")
-	rB, rC := ratios(rates["B"], rates["A"], 1), ratios(rates["C"], rates["A"], 1)
-	s.metric("fleet B/A", "ratio", rB)
-	s.metric("fleet C/A", "ratio", rC)
-	s.goal("fleet B/A throughput ≥ 0.9× (8 pools × 4 slots vs 1 × 32)", rB >= 0.9, fmt.Sprintf("%.3f×", rB))
-	s.goal("fleet B writes/task ≤ 2.3", perTask["B"] <= 2.3, fmt.Sprintf("%.3f", perTask["B"]))
-	s.goal("fleet C writes/task ≤ 2.5", perTask["C"] <= 2.5, fmt.Sprintf("%.3f", perTask["C"]))
-	return nil
+	return perTask
 }
 
 // fleetTakeover is part 2: a steady pool and a victim pool of

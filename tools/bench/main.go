@@ -54,6 +54,16 @@
 //     pool's heap, in a child process); and the recorder: 10 000
 //     simultaneous expiries, and its heap beside a pool at full speed for
 //     -fleet-recorder-duration (10 minutes: this part is long by design).
+//     The cost part also runs 1 × 32 against 8 × 4 over 20 000 tasks that
+//     do nothing (issue 36's goal).
+//  15. group commit (issue 36): a worker.Pool of 32 slots against 32
+//     goroutines looping concurrency.Mutex Lock+Unlock, and 1 slot against
+//     1 goroutine, in windows of steady state — tasks per second, their
+//     ratio, write transactions per task, the mean size of the pool's
+//     completion and claim groups (Stats); and the completion wait (the
+//     handler's return to the completion decided, through
+//     observe.Events) against the latency of a bare single-key commit,
+//     alone and paced beside the 32-slot pool.
 //
 // Throughput contenders run in rounds, in an order rotated every round and
 // run forth and back (each contender twice for half the time, so that a
@@ -176,6 +186,12 @@ type config struct {
 	fleetRecorderFor   time.Duration   // part 4(b): the long run
 	fleetRecorderEvery time.Duration   // part 4(b): the recorder's heap sampling interval
 	fleetRetention     time.Duration   // part 4(b): the recorder's retention
+	fleetIdleTasks     int             // part 1, second comparison: task keys per run, handlers doing nothing
+
+	groupSlots      int           // section 15: the big pool's slots, and the Mutex goroutines against it
+	groupRounds     int           // rounds of two windows per contender (after a warm-up round)
+	groupRunFor     time.Duration // per contender per round (two windows of half)
+	groupProbeEvery time.Duration // the pace of the bare commits beside the contenders at groupSlots
 }
 
 func fullConfig() config {
@@ -197,7 +213,8 @@ func fullConfig() config {
 		poolTasks: 1000, poolSlots: 16, poolBatch: 4, poolRounds: 8,
 		fleetTasks: 3000, fleetWork: 5 * time.Millisecond, fleetRounds: 3, fleetBacklog: 100000, fleetTTL: 2 * time.Second, fleetTakeoverWait: 90 * time.Second,
 		fleetBig: 1000000, fleetBigWindow: 20 * time.Second, fleetBigFirstWait: 3 * time.Minute, fleetExpiries: 10000, fleetExpiryWait: 3 * time.Minute,
-		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second,
+		fleetRecorderFor: 10 * time.Minute, fleetRecorderEvery: 10 * time.Second, fleetRetention: 10 * time.Second, fleetIdleTasks: 20000,
+		groupSlots: 32, groupRounds: 10, groupRunFor: time.Second, groupProbeEvery: 10 * time.Millisecond,
 	}
 }
 
@@ -220,12 +237,13 @@ func smokeConfig() config {
 		poolTasks: 100, poolSlots: 16, poolBatch: 4, poolRounds: 1,
 		fleetTasks: 100, fleetWork: 5 * time.Millisecond, fleetRounds: 1, fleetBacklog: 300, fleetTTL: time.Second, fleetTakeoverWait: 10 * time.Second,
 		fleetBig: 5000, fleetBigWindow: time.Second, fleetBigFirstWait: 10 * time.Second, fleetExpiries: 200, fleetExpiryWait: 30 * time.Second,
-		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second,
+		fleetRecorderFor: 20 * time.Second, fleetRecorderEvery: 2 * time.Second, fleetRetention: 2 * time.Second, fleetIdleTasks: 200,
+		groupSlots: 32, groupRounds: 1, groupRunFor: 300 * time.Millisecond, groupProbeEvery: 10 * time.Millisecond,
 	}
 }
 
 func allSections() map[int]bool {
-	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true, 13: true, 14: true}
+	return map[int]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true, 11: true, 12: true, 13: true, 14: true, 15: true}
 }
 
 func main() {
@@ -279,7 +297,7 @@ type benchFlags struct {
 func defineFlags() *benchFlags {
 	return &benchFlags{
 		smoke:            flag.Bool("smoke", false, "tiny sizes: check that every section runs"),
-		sections:         flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13,14", "sections to run"),
+		sections:         flag.String("sections", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15", "sections to run"),
 		fsyncOff:         flag.Bool("fsync-off", true, "also run sections 1, 2 and 7 with fsync off"),
 		cpuProfile:       flag.String("cpuprofile", "", "write a CPU profile of the run to this file"),
 		memProfile:       flag.String("memprofile", "", "write an allocation profile of the run to this file"),
@@ -509,6 +527,7 @@ func (b *bench) runSections(ctx context.Context, cfg config, fsync bool, write f
 		{12, b.semaphoreSection},
 		{13, b.poolSection},
 		{14, b.fleetSection},
+		{15, b.groupSection},
 	}
 	for _, st := range steps {
 		want := cfg.sections[st.n] || (st.n == 1 && cfg.sections[7])

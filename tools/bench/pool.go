@@ -270,6 +270,14 @@ func (ps *poolStats) report(cfg config, names poolNames, contenders []poolConten
 	}
 	s.addf("the pools' Stats over all timed runs: started %d, completed %d, stale %d, failed %d, retried %d, interrupted %d, unknown %d, reclaimed %d, sessions replaced %d",
 		st.Started, st.Completed, st.Stale, st.Failed, st.Retried, st.Interrupted, st.Unknown, st.Reclaimed, st.SessionsReplaced)
+	for _, name := range []string{names.pool, names.batch} {
+		var g worker.Stats
+		for _, r := range runs[name] {
+			g = addStats(g, r.stats)
+		}
+		s.addf("%s: group commit, %.2f completions per completion transaction, %.2f names per claim transaction (Stats)", name,
+			meanGroup(g.CompleteMembers, g.CompleteGroups), meanGroup(g.ClaimMembers, g.ClaimGroups))
+	}
 
 	s.metric("pool tasks", "rate", median(rates[names.pool]))
 	s.metric("pool batch tasks", "rate", median(rates[names.batch]))
@@ -329,5 +337,7 @@ func addStats(a, b worker.Stats) worker.Stats {
 		Failed: a.Failed + b.Failed, Retried: a.Retried + b.Retried, Interrupted: a.Interrupted + b.Interrupted,
 		Unknown: a.Unknown + b.Unknown, Panics: a.Panics + b.Panics, Reclaimed: a.Reclaimed + b.Reclaimed,
 		SessionsReplaced: a.SessionsReplaced + b.SessionsReplaced,
+		CompleteGroups:   a.CompleteGroups + b.CompleteGroups, CompleteMembers: a.CompleteMembers + b.CompleteMembers,
+		ClaimGroups: a.ClaimGroups + b.ClaimGroups, ClaimMembers: a.ClaimMembers + b.ClaimMembers,
 	}
 }

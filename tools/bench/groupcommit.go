@@ -461,8 +461,8 @@ func (gs *groupStats) report(cfg config, names groupContenderNames) *section {
 	s.addf("Pool/Mutex: %.3f× at %d (goal ≥ 2.5×), %.3f× at 1 (goal ≥ 0.6×) (medians of per-round ratios)", r32, n, r1)
 	for _, name := range []string{names.pool, names.pool1} {
 		st := total[name].stats
-		s.addf("%s, Stats over the windows: %d completed in %d completion transactions (%.2f per transaction); %d names claimed in %d claim transactions (%.2f per transaction)",
-			name, st.Completed, st.CompleteGroups, meanGroup(st.CompleteMembers, st.CompleteGroups), st.ClaimMembers, st.ClaimGroups, meanGroup(st.ClaimMembers, st.ClaimGroups))
+		s.addf("%s, Stats over the windows: %d completed in %d completion transactions (%.2f per transaction); %d names claimed in %d claim transactions (%.2f per transaction); %d transactions carried both",
+			name, st.Completed, st.CompleteGroups, meanGroup(st.CompleteMembers, st.CompleteGroups), st.ClaimMembers, st.ClaimGroups, meanGroup(st.ClaimMembers, st.ClaimGroups), st.SharedGroups)
 	}
 	waits, waits1 := total[names.pool].waits, total[names.pool1].waits
 	alone, beside, besideMx := total[names.bare].commits, total[names.pool].commits, total[names.mutex].commits
@@ -511,5 +511,6 @@ func subStats(a, b worker.Stats) worker.Stats {
 		SessionsReplaced: a.SessionsReplaced - b.SessionsReplaced,
 		CompleteGroups:   a.CompleteGroups - b.CompleteGroups, CompleteMembers: a.CompleteMembers - b.CompleteMembers,
 		ClaimGroups: a.ClaimGroups - b.ClaimGroups, ClaimMembers: a.ClaimMembers - b.ClaimMembers,
+		SharedGroups: a.SharedGroups - b.SharedGroups,
 	}
 }

@@ -339,5 +339,6 @@ func addStats(a, b worker.Stats) worker.Stats {
 		SessionsReplaced: a.SessionsReplaced + b.SessionsReplaced,
 		CompleteGroups:   a.CompleteGroups + b.CompleteGroups, CompleteMembers: a.CompleteMembers + b.CompleteMembers,
 		ClaimGroups: a.ClaimGroups + b.ClaimGroups, ClaimMembers: a.ClaimMembers + b.ClaimMembers,
+		SharedGroups: a.SharedGroups + b.SharedGroups,
 	}
 }

@@ -38,6 +38,7 @@ type overviewBody struct {
 type backlog struct {
 	Prefix string
 	Tasks  int64
+	Error  string // why it could not be read
 }
 
 // count is how many keys [from, end) holds, read count-only at rev (0:
@@ -75,12 +76,16 @@ func (c *console) overview(ctx context.Context, _ *http.Request) (string, any, e
 	if b.Sessions, _, err = c.count(ctx, c.sp.LivePrefix(), clientv3.GetPrefixRangeEnd(c.sp.LivePrefix()), rev); err != nil {
 		return "", nil, err
 	}
+	// A Prefix lies outside the namespace, where the console's user may
+	// not read (the auditor role reads the namespace only): say so in
+	// its row.
 	for _, p := range c.prefixes {
 		n, _, err := c.count(ctx, p, clientv3.GetPrefixRangeEnd(p), 0)
+		bl := backlog{Prefix: p, Tasks: n}
 		if err != nil {
-			return "", nil, err
+			bl.Error = err.Error()
 		}
-		b.Backlogs = append(b.Backlogs, backlog{p, n})
+		b.Backlogs = append(b.Backlogs, bl)
 	}
 	// Retention's oldest entry: the audit key with the lowest mod revision.
 	resp, err := c.cli.Get(ctx, c.sp.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev),

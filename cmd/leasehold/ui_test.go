@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/rbac"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -275,4 +276,82 @@ func newHostileWorld(t *testing.T) *hostileWorld {
 		"/worker?name=" + url.QueryEscape(w.plantedWorker):  {w.plantedWorker, w.planted},
 	}
 	return w
+}
+
+// TestConsoleAsAuditor serves the console as a user with only the
+// leasehold-auditor role `leasehold roles` prints, on a cluster with etcd
+// authentication: every page and the stream work on reads alone.
+func TestConsoleAsAuditor(t *testing.T) {
+	c := e2e.NewCluster(t, e2e.WithAuth("root-pw"))
+	ctx := context.Background()
+	if err := rbac.Apply(ctx, c.Client(t), keys.DefaultNamespace); err != nil {
+		t.Fatal(err)
+	}
+	c.AddUser(t, "worker", "worker-pw", rbac.Worker)
+	c.AddUser(t, "auditor", "auditor-pw", rbac.Auditor)
+	wcli := c.ClientAs(t, "worker", "worker-pw")
+	reg := mustRegistry(t, wcli)
+	t.Cleanup(func() { _ = reg.Close() })
+	s := newSession(t, wcli, "w1")
+	if _, err := reg.TryAcquire(ctx, s, "jobs/held"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := reg.TryAcquire(ctx, s, "jobs/done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Complete(ctx, "ok"); err != nil {
+		t.Fatal(err)
+	}
+
+	srv := newTestConsole(t, c.ClientAs(t, "auditor", "auditor-pw"), "/jobs-to-do/")
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := readEvents(sctx, t, srv, "/events?worker=w1")
+	for path, want := range map[string]string{
+		"/":                        `id="held">1<`,
+		"/holders":                 "jobs/held",
+		"/audit":                   "stream-status",
+		"/resource?name=jobs/done": "completed by",
+		"/worker?name=w1":          "jobs/held",
+	} {
+		code, page := get(t, srv, path)
+		if code != http.StatusOK || !strings.Contains(page, want) || (path == "/" && !strings.Contains(page, `id="held">1<`)) {
+			t.Errorf("%s as the auditor: %d, want %q in\n%s", path, code, want, page)
+		}
+	}
+	kinds := map[string]int{}
+	for ev := range events {
+		if ev.name == "ready" {
+			break
+		}
+		var e entryJSON
+		if err := json.Unmarshal([]byte(ev.data), &e); err != nil {
+			t.Fatal(err)
+		}
+		kinds[e.Kind]++
+	}
+	if kinds["acquired"] != 2 || kinds["completed"] != 1 {
+		t.Errorf("stream as the auditor: %v", kinds)
+	}
+	// Only GET: the console writes nothing, and says so to anything else.
+	resp, err := srv.Client().Post(srv.URL+"/holders", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %s", resp.Status)
+	}
+	// A page fetched through a DNS name (rebound to loopback) is refused.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/holders", nil)
+	req.Host = "attacker.example:80"
+	resp, err = srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("foreign Host: %s", resp.Status)
+	}
 }

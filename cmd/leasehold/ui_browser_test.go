@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
@@ -74,6 +75,24 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { stopPool(); wg.Wait() })
+
+	// The recorder writes an expired entry when etcd ends a session's
+	// lease; a second worker's session will be forced to expire.
+	log, err := audit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := log.RunRecorder(pctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("recorder: %v", err)
+		}
+	}()
+	batch := newSession(t, cli, "batch-7")
+	if _, err := reg.TryAcquire(context.Background(), batch, "reports/weekly"); err != nil {
+		t.Fatal(err)
+	}
 
 	srv := newTestConsole(t, cli)
 	shots := os.Getenv("LEASEHOLD_UI_SCREENSHOTS")
@@ -163,13 +182,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	screenshot("holders")
 
-	// Overview: the held leases and the live session counted.
-	step("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#held")))
-	if held, sessions := value("held", chromedp.Text(chromedp.CSS("#held"))), value("sessions", chromedp.Text(chromedp.CSS("#sessions"))); held != "2" || sessions == "0" {
-		t.Fatalf("overview: held %q, sessions %q", held, sessions)
-	}
-	screenshot("overview")
-
 	// Audit stream: an operator revokes a held export; the page shows it
 	// pushed, with no reload, within a second.
 	step("audit", chromedp.Navigate(srv.URL+"/audit"))
@@ -184,10 +196,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	if lag > time.Second {
 		e2e.TooLoaded(t, fmt.Sprintf("the revocation took %v to reach the page, more than a second", lag))
 	}
+	// A forced expiry: etcd ends batch-7's session lease, as when its
+	// process dies and its TTL runs out; the recorder's entry is pushed.
+	start = time.Now()
+	if _, err := cli.Revoke(context.Background(), batch.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	poll("expiry in the stream", `document.querySelector('#stream tbody tr[data-kind="expired"][data-resource="reports/weekly"]') !== null`, 10*time.Second)
+	lag = time.Since(start)
+	t.Logf("forced expiry shown in the browser's stream %v after etcd revoked the session's lease", lag)
+	if lag > time.Second {
+		e2e.TooLoaded(t, fmt.Sprintf("the expiry took %v to reach the page, more than a second", lag))
+	}
 	if rows := count("#stream tbody tr"); rows < len(tasks) {
 		t.Fatalf("stream shows %d rows", rows)
 	}
 	screenshot("audit")
+
+	// Overview: the held leases and the live session counted, the
+	// recorder's lag timed from the expiry.
+	step("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#held")))
+	if sessions := value("sessions", chromedp.Text(chromedp.CSS("#sessions"))); sessions == "0" {
+		t.Fatalf("overview: sessions %q", sessions)
+	}
+	if rec := value("recorder", chromedp.Text(chromedp.CSS("#recorder-lag"))); !strings.Contains(rec, "The last expiry was recorded") {
+		t.Fatalf("overview: recorder: %q", rec)
+	}
+	screenshot("overview")
 
 	// Resource: the timeline picture has a bar per epoch, revoked first.
 	step("resource", chromedp.Navigate(srv.URL+"/resource?name=exports%2Fnightly"), chromedp.WaitVisible(chromedp.CSS("#timeline svg rect.epoch")))

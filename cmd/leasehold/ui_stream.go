@@ -21,6 +21,10 @@ import (
 // of pages open, fanned out to each page's server-sent event stream. It
 // keeps the latest streamKeep entries, which a page that opens is sent
 // first, and counts the entries it is sent per second for the overview.
+// A second watch, of the lease keys' deletions, times the recorder: an
+// expired entry names the revision at which etcd deleted the lease key
+// (EndRevision), and the console saw that deletion arrive, so the time
+// between the two arrivals is how far the recorder is behind.
 
 const (
 	streamKeep   = 500              // entries kept for a page that opens
@@ -37,6 +41,16 @@ type auditStream struct {
 	seconds [rejectWindow]secondCount
 	err     string // the watch's last failure, while it is being restarted
 	done    chan struct{}
+
+	deleted map[int64]time.Time // when a lease key's deletion at a revision arrived
+	lags    []recorderLag       // the recorder's, in arrival order
+}
+
+// recorderLag is how long after a lease key's deletion arrived its
+// expired entry did.
+type recorderLag struct {
+	at  time.Time
+	lag time.Duration
 }
 
 // secondCount is how many entries of each kind arrived in one second.
@@ -57,7 +71,7 @@ type streamSub struct {
 // by revision) and watches the log from the revision after it, until ctx
 // ends; a failed watch is started again from the last entry it sent.
 func startAuditStream(ctx context.Context, cli *clientv3.Client, sp keys.Space, log *audit.Log) (*auditStream, error) {
-	s := &auditStream{subs: map[*streamSub]struct{}{}, done: make(chan struct{})}
+	s := &auditStream{subs: map[*streamSub]struct{}{}, done: make(chan struct{}), deleted: map[int64]time.Time{}}
 	resp, err := cli.Get(ctx, sp.AuditPrefix(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(streamKeep))
 	if err != nil {
@@ -69,12 +83,52 @@ func startAuditStream(ctx context.Context, cli *clientv3.Client, sp keys.Space, 
 		}
 	}
 	slices.Reverse(s.kept)
-	go s.run(ctx, log, resp.Header.Revision+1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.run(ctx, log, resp.Header.Revision+1) }()
+	go func() { defer wg.Done(); s.watchDeletions(ctx, cli, sp, resp.Header.Revision+1) }()
+	go func() { wg.Wait(); close(s.done) }()
 	return s, nil
 }
 
+// watchDeletions notes when each lease key's deletion arrives, from rev,
+// until ctx ends: a watch of deletions only (etcd filters the puts).
+func (s *auditStream) watchDeletions(ctx context.Context, cli *clientv3.Client, sp keys.Space, rev int64) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range cli.Watch(wctx, sp.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(rev)) {
+			if resp.Err() != nil {
+				break
+			}
+			now := time.Now()
+			s.mu.Lock()
+			for _, ev := range resp.Events {
+				if sp.IsControl(string(ev.Kv.Key)) {
+					continue
+				}
+				if _, seen := s.deleted[ev.Kv.ModRevision]; !seen {
+					s.deleted[ev.Kv.ModRevision] = now
+				}
+			}
+			if len(s.deleted) > 4*streamBuffer {
+				for r, at := range s.deleted {
+					if now.Sub(at) > rejectWindow*time.Second {
+						delete(s.deleted, r)
+					}
+				}
+			}
+			s.mu.Unlock()
+			rev = resp.Header.Revision + 1
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 func (s *auditStream) run(ctx context.Context, log *audit.Log, from int64) {
-	defer close(s.done)
 	for {
 		for ev := range log.Watch(ctx, audit.Filter{MinRevision: from}) {
 			if errors.Is(ev.Err, audit.ErrCorrupt) {
@@ -113,6 +167,12 @@ func (s *auditStream) publish(e entryJSON, now time.Time) {
 		*sec = secondCount{unix: now.Unix(), kinds: map[string]int{}}
 	}
 	sec.kinds[e.Kind]++
+	if at, ok := s.deleted[e.EndRevision]; ok && e.Kind == string(audit.Expired) && e.EndRevision > 0 {
+		s.lags = append(s.lags, recorderLag{now, now.Sub(at).Round(time.Millisecond)})
+		for len(s.lags) > 0 && now.Sub(s.lags[0].at) > rejectWindow*time.Second {
+			s.lags = s.lags[1:]
+		}
+	}
 	for sub := range s.subs {
 		if !matches(sub.f, e) {
 			continue
@@ -181,6 +241,12 @@ type streamRates struct {
 	Rejections int
 	// WatchError is why the stream is being restarted, if it is.
 	WatchError string
+	// Expiries is how many expired entries were timed in the last five
+	// minutes; RecorderLag is the last one's lag and MaxRecorderLag the
+	// longest: from the lease key's deletion arriving here to its expired
+	// entry arriving here.
+	Expiries                    int
+	RecorderLag, MaxRecorderLag time.Duration
 }
 
 type kindRate struct {
@@ -203,6 +269,12 @@ func (s *auditStream) rates(now time.Time) streamRates {
 			for k, n := range sec.kinds {
 				ends[k] += n
 			}
+		}
+	}
+	for _, l := range s.lags {
+		if now.Sub(l.at) < rejectWindow*time.Second {
+			r.Expiries++
+			r.RecorderLag, r.MaxRecorderLag = l.lag, max(r.MaxRecorderLag, l.lag)
 		}
 	}
 	for _, k := range []audit.Kind{audit.Completed, audit.Released, audit.Expired, audit.Revoked} {

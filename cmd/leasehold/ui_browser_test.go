@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A hostile name, held: shown as text on every page, never run.
+	const hostile = `exports/<img src=x onerror="window.pwned=1">`
+	if _, err := reg.TryAcquire(context.Background(), newSession(t, cli, `<script>window.pwned=2</script>`), hostile); err != nil {
+		t.Fatal(err)
+	}
+
 	srv := newTestConsole(t, cli)
 	shots := os.Getenv("LEASEHOLD_UI_SCREENSHOTS")
 
@@ -143,6 +150,19 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		return n
 	}
+	shown := func(page, hostile string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		ran, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.pwned !== undefined || document.querySelector("main img") !== null`))
+		if err != nil || ran {
+			t.Fatalf("%s: the hostile name ran or became markup (%v)", page, err)
+		}
+		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		if err != nil || !strings.Contains(text, hostile) {
+			t.Fatalf("%s: the hostile name is not shown as text (%v)", page, err)
+		}
+	}
 	screenshot := func(page string) {
 		t.Helper()
 		if shots == "" {
@@ -164,12 +184,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Logf("wrote %s", file)
 	}
 
-	// Holders: the pool's two held exports, by its worker. (The page is
+	// Holders: the pool's two held exports, by its worker (and the
+	// hostile one). (The page is
 	// read when loaded: load it until the pool has claimed both.)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		step("holders", chromedp.Navigate(srv.URL+"/holders"), chromedp.WaitVisible(chromedp.CSS("#holders")))
-		if count(`#holders tr[data-resource^="exports/"]`) == 2 {
+		if count(`#holders tr[data-resource^="exports/"]`) == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -180,6 +201,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if holders := value("holders", chromedp.Text(chromedp.CSS("#holders"))); !strings.Contains(holders, "exports/nightly") || !strings.Contains(holders, "billing-1") {
 		t.Fatalf("holders page shows:\n%s", holders)
 	}
+	shown("holders", hostile)
 	screenshot("holders")
 
 	// Audit stream: an operator revokes a held export; the page shows it
@@ -211,17 +233,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	if rows := count("#stream tbody tr"); rows < len(tasks) {
 		t.Fatalf("stream shows %d rows", rows)
 	}
+	shown("audit", hostile)
 	screenshot("audit")
 
 	// Overview: the held leases and the live session counted, the
 	// recorder's lag timed from the expiry.
-	step("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#held")))
+	// (The console's watch of deletions may deliver after the page
+	// showed the entry: load the page until it has timed the expiry.)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		step("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#held")))
+		rec := value("recorder", chromedp.Text(chromedp.CSS("#recorder-lag")))
+		if strings.Contains(rec, "The last expiry was recorded") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("overview: recorder: %q", rec)
+		}
+	}
 	if sessions := value("sessions", chromedp.Text(chromedp.CSS("#sessions"))); sessions == "0" {
 		t.Fatalf("overview: sessions %q", sessions)
 	}
-	if rec := value("recorder", chromedp.Text(chromedp.CSS("#recorder-lag"))); !strings.Contains(rec, "The last expiry was recorded") {
-		t.Fatalf("overview: recorder: %q", rec)
-	}
+	shown("overview", hostile)
 	screenshot("overview")
 
 	// Resource: the timeline picture has a bar per epoch, revoked first.
@@ -240,4 +272,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("worker page holds:\n%s", holds)
 	}
 	screenshot("worker")
+
+	// The hostile resource's and worker's own pages.
+	step("hostile resource", chromedp.Navigate(srv.URL+"/resource?name="+url.QueryEscape(hostile)), chromedp.WaitVisible(chromedp.CSS("#entries")))
+	shown("the hostile resource's page", hostile)
+	step("hostile worker", chromedp.Navigate(srv.URL+"/worker?name="+url.QueryEscape(`<script>window.pwned=2</script>`)), chromedp.WaitVisible(chromedp.CSS("#holds")))
+	shown("the hostile worker's page", `<script>window.pwned=2</script>`)
 }

@@ -43,6 +43,7 @@ type auditStream struct {
 	done    chan struct{}
 
 	deleted map[int64]time.Time // when a lease key's deletion at a revision arrived
+	early   map[int64]time.Time // expired entries that arrived before their deletion, by its revision
 	lags    []recorderLag       // the recorder's, in arrival order
 }
 
@@ -71,7 +72,8 @@ type streamSub struct {
 // by revision) and watches the log from the revision after it, until ctx
 // ends; a failed watch is started again from the last entry it sent.
 func startAuditStream(ctx context.Context, cli *clientv3.Client, sp keys.Space, log *audit.Log) (*auditStream, error) {
-	s := &auditStream{subs: map[*streamSub]struct{}{}, done: make(chan struct{}), deleted: map[int64]time.Time{}}
+	s := &auditStream{subs: map[*streamSub]struct{}{}, done: make(chan struct{}),
+		deleted: map[int64]time.Time{}, early: map[int64]time.Time{}}
 	resp, err := cli.Get(ctx, sp.AuditPrefix(), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(streamKeep))
 	if err != nil {
@@ -106,8 +108,16 @@ func (s *auditStream) watchDeletions(ctx context.Context, cli *clientv3.Client, 
 				if sp.IsControl(string(ev.Kv.Key)) {
 					continue
 				}
-				if _, seen := s.deleted[ev.Kv.ModRevision]; !seen {
-					s.deleted[ev.Kv.ModRevision] = now
+				rev := ev.Kv.ModRevision
+				if _, seen := s.deleted[rev]; !seen {
+					s.deleted[rev] = now
+				}
+				// The two watches deliver independently: an expired
+				// entry may arrive first, when the recorder was quicker
+				// than the console's two streams are apart.
+				if at, ok := s.early[rev]; ok {
+					delete(s.early, rev)
+					s.lags = append(s.lags, recorderLag{at, 0})
 				}
 			}
 			if len(s.deleted) > 4*streamBuffer {
@@ -116,6 +126,7 @@ func (s *auditStream) watchDeletions(ctx context.Context, cli *clientv3.Client, 
 						delete(s.deleted, r)
 					}
 				}
+				clear(s.early)
 			}
 			s.mu.Unlock()
 			rev = resp.Header.Revision + 1
@@ -167,8 +178,12 @@ func (s *auditStream) publish(e entryJSON, now time.Time) {
 		*sec = secondCount{unix: now.Unix(), kinds: map[string]int{}}
 	}
 	sec.kinds[e.Kind]++
-	if at, ok := s.deleted[e.EndRevision]; ok && e.Kind == string(audit.Expired) && e.EndRevision > 0 {
-		s.lags = append(s.lags, recorderLag{now, now.Sub(at).Round(time.Millisecond)})
+	if e.Kind == string(audit.Expired) && e.EndRevision > 0 {
+		if at, ok := s.deleted[e.EndRevision]; ok {
+			s.lags = append(s.lags, recorderLag{now, now.Sub(at).Round(time.Millisecond)})
+		} else {
+			s.early[e.EndRevision] = now
+		}
 		for len(s.lags) > 0 && now.Sub(s.lags[0].at) > rejectWindow*time.Second {
 			s.lags = s.lags[1:]
 		}

@@ -31,6 +31,13 @@
     return parts.join(", ");
   }
 
+  // when is an entry's time as the other pages show it; a time the
+  // browser cannot represent (a writer's clock may say anything) as sent.
+  function when(t) {
+    var d = new Date(t);
+    return isNaN(d.getTime()) ? String(t) : d.toISOString().replace("T", " ").replace("Z", "");
+  }
+
   function add(e) {
     var tr = document.createElement("tr");
     tr.className = "kind-" + e.kind.replace(/[^a-z]/g, "");
@@ -38,7 +45,7 @@
     tr.dataset.kind = e.kind;
     tr.dataset.resource = e.resource;
     cell(tr, String(e.revision));
-    cell(tr, new Date(e.time).toISOString().replace("T", " ").replace("Z", ""));
+    cell(tr, when(e.time));
     cell(tr, e.kind);
     cell(tr, e.resource, "/resource?name=" + encodeURIComponent(e.resource));
     cell(tr, e.worker, "/worker?name=" + encodeURIComponent(e.worker));

@@ -110,7 +110,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(
 		newEtcdCmd(g), newHoldersCmd(g), newAuditCmd(g), newTimelineCmd(g),
 		newRevokeCmd(g), newDrillCmd(g), newDemoCmd(g), newRolesCmd(g), newStatusCmd(g), newRecorderCmd(g),
-		newElectCmd(g),
+		newElectCmd(g), newUICmd(g),
 	)
 	return root
 }

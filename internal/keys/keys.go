@@ -370,6 +370,11 @@ func (s Space) QueuePrefix(res string) string {
 	return s.LeasePrefix() + queueSegment + Escape(res) + "/"
 }
 
+// QueuesPrefix is the prefix of every resource's waiting queue,
+// "N/lease/%queue/": one read of it counts (or lists) all the namespace's
+// waiters, where QueuePrefix reads one resource's.
+func (s Space) QueuesPrefix() string { return s.LeasePrefix() + queueSegment }
+
 // Queue is the key of one waiting Acquire's queue entry; ticket is unique
 // per Acquire call.
 func (s Space) Queue(res, ticket string) string { return s.QueuePrefix(res) + ticket }

@@ -64,11 +64,12 @@ type Result struct {
 	BatchEpochs    int
 	BatchCompleted int
 	// Handoffs counts the epochs a Release handed straight to the first
-	// queued Acquire, in its own transaction; HandedRevoked those of them
-	// an operator's Revoke ended before the waiting call read its grant,
-	// which the call never held (resolveAcquisitions).
-	Handoffs      int
-	HandedRevoked int
+	// queued Acquire, in its own transaction; HandedUnread those of them
+	// that ended — revoked, or the waiter's session expired — before the
+	// waiting call read its grant, which the call never held
+	// (resolveAcquisitions).
+	Handoffs     int
+	HandedUnread int
 	// Queue is what the waiting queue did, and what checkFairness found.
 	Queue QueueFacts
 	// Stranded is what checkStranded found: the grants no acquisition was
@@ -141,7 +142,7 @@ type checker struct {
 	byTask  map[string][]*epochInfo        // in epoch order
 	acqOf   map[string]int64               // acquisition op id → the epoch it was granted (resolved unknowns too)
 	revOf   map[string]int64               // revocation op id → the epoch it revoked
-	handed  []handedGrant                  // epochs handed to a waiting call and revoked before it read them
+	handed  []handedGrant                  // epochs handed to a waiting call that ended before it read them
 	effects map[string]*model.Effect       // op id → its effect
 
 	// From etcd's history of the audit keys and done records.
@@ -337,32 +338,48 @@ func (c *checker) resolveAcquisitions() {
 			unclaimed[k] = append(unclaimed[k], te.Epoch)
 		}
 	}
-	handedRevoked := c.handedRevoked()
+	handedEnded := c.handedEnded()
 	for k, eps := range unclaimed {
 		slices.Sort(eps)
 		cands := unknown[k] // in invocation order
 		if len(eps) > len(cands) && len(waits[k]) > 0 {
 			// A handoff grants an epoch to a waiting Acquire call in the
-			// releaser's transaction. If a Revoke ends it before the call
-			// reads its position (a watch cancelled or compacted past
-			// meanwhile), the call finds its entry gone and the key not
-			// its own, and queues again (docs/protocol.md §3.2): it
-			// returns a later epoch, or *CompletedError, and the revoked
-			// epoch was never the call's. Such an epoch needs no unknown
-			// outcome: its grant carries a ticket, a Revoke ended it, and
-			// its worker had a blocking acquisition of the task.
+			// releaser's transaction. If that epoch ends — an operator's
+			// Revoke, or the expiry of the waiter's own session (its
+			// etcd lease revoked early, before the session noticed) —
+			// before the call reads its position (a watch cancelled or
+			// compacted past meanwhile), the call finds its entry gone and
+			// the key not its own, and queues again (docs/protocol.md
+			// §3.2): it returns a later epoch, or *CompletedError naming
+			// one, and the ended epoch was never the call's. Such an epoch
+			// needs no unknown outcome when its grant carries a ticket, it
+			// ended revoked or expired, and a blocking acquisition of its
+			// worker saw a later epoch of the task — one such epoch per
+			// call. A try applied after its call returned is above every
+			// epoch the call saw, and is still reported.
+			used := map[*model.Op]bool{}
 			kept := eps[:0]
 			excused := 0
 			for _, e := range eps {
-				if handedRevoked[model.TaskEpoch{Task: k.task, Epoch: e}] && excused < len(waits[k]) && len(eps)-excused > len(cands) {
-					c.handed = append(c.handed, handedGrant{task: k.task, epoch: e, wait: waits[k][excused]})
-					excused++
+				var by *model.Op
+				if handedEnded[model.TaskEpoch{Task: k.task, Epoch: e}] && len(eps)-excused > len(cands) {
+					for _, w := range waits[k] {
+						if !used[w] && sawAfter(w, e) {
+							by = w
+							break
+						}
+					}
+				}
+				if by == nil {
+					kept = append(kept, e)
 					continue
 				}
-				kept = append(kept, e)
+				used[by] = true
+				c.handed = append(c.handed, handedGrant{task: k.task, epoch: e, wait: by})
+				excused++
 			}
 			eps = kept
-			c.res.HandedRevoked += excused
+			c.res.HandedUnread += excused
 		}
 		if len(eps) > len(cands) {
 			c.fail(CheckHolder, k.task, "epochs %v were granted to %s, which has only %d acquisitions with unknown outcome", eps, k.worker, len(cands))
@@ -375,28 +392,40 @@ func (c *checker) resolveAcquisitions() {
 	}
 }
 
-// handedGrant is an epoch handed to a waiting Acquire call, wait, and
-// revoked before the call read it.
+// handedGrant is an epoch handed to a waiting Acquire call, wait, that
+// ended before the call read it.
 type handedGrant struct {
 	task  string
 	epoch int64
 	wait  *model.Op
 }
 
-// handedRevoked returns the epochs granted to a queued Acquire call (a
-// ticket in the holder record) that ended by an operator's Revoke (a
-// revoked entry names them).
-func (c *checker) handedRevoked() map[model.TaskEpoch]bool {
-	revoked := map[model.TaskEpoch]bool{}
+// sawAfter reports whether blocking acquisition w returned an epoch of
+// its task above e: the epoch it was granted, or the completed one.
+func sawAfter(w *model.Op, e int64) bool {
+	switch w.Outcome {
+	case model.OutOK:
+		return w.Epoch > e
+	case model.OutCompleted:
+		return w.Current > e
+	}
+	return false
+}
+
+// handedEnded returns the epochs granted to a queued Acquire call (a
+// ticket in the holder record) that ended revoked or expired (an end
+// entry of that kind names them).
+func (c *checker) handedEnded() map[model.TaskEpoch]bool {
+	ended := map[model.TaskEpoch]bool{}
 	for _, e := range c.fs.Audit {
-		if e.Kind == audit.Revoked {
-			revoked[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = true
+		if e.Kind == audit.Revoked || e.Kind == audit.Expired {
+			ended[model.TaskEpoch{Task: e.Resource, Epoch: e.Epoch}] = true
 		}
 	}
 	out := map[model.TaskEpoch]bool{}
 	for _, ev := range c.fs.LeaseEvents {
 		te := model.TaskEpoch{Task: ev.Task, Epoch: ev.Rev}
-		if ev.Put && ev.Ticket != "" && revoked[te] {
+		if ev.Put && ev.Ticket != "" && ended[te] {
 			out[te] = true
 		}
 	}

@@ -130,28 +130,17 @@ func (h *historyBuilder) addCall(op *model.Op) {
 	})
 }
 
-// addHanded adds the grants handed to a waiting Acquire call and revoked
+// addHanded adds the grants handed to a waiting Acquire call that ended
 // before it read them (resolveAcquisitions): each an acquisition of its
-// epoch that no worker saw, from the call's invocation to the return of
-// the Revoke that ended it (the run's end if that is not known).
+// epoch that no worker saw, within the call — which returned a later
+// epoch, so the handed one had begun and ended by then.
 func (h *historyBuilder) addHanded() {
-	c := h.c
-	revokedBy := map[model.TaskEpoch]int64{}
-	for id, e := range c.revOf {
-		if op := c.byID[id]; op != nil && op.Outcome == model.OutOK {
-			revokedBy[model.TaskEpoch{Task: op.Task, Epoch: e}] = op.Return
-		}
-	}
-	for _, g := range c.handed {
-		ret, ok := revokedBy[model.TaskEpoch{Task: g.task, Epoch: g.epoch}]
-		if !ok {
-			ret = c.end
-		}
+	for _, g := range h.c.handed {
 		h.compBy[g.task] = append(h.compBy[g.task], porcupine.Operation{
 			ClientId: h.client("handed:" + g.wait.ID),
 			Input:    model.CompletionInput{Task: g.task, Kind: model.OpAcquire},
 			Call:     g.wait.Invoke, Output: model.CompletionOutput{Out: model.OutOK, Epoch: g.epoch},
-			Return: ret, Metadata: "handed to " + g.wait.ID,
+			Return: g.wait.Return, Metadata: "handed to " + g.wait.ID,
 		})
 	}
 }

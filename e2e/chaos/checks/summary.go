@@ -87,7 +87,7 @@ func (r *Result) summarizeHistory(s *summary) {
 	}
 	s.p("epochs granted: %d; ended: %s", r.Epochs, strings.Join(eparts, ", "))
 	s.p("batches: %d epochs granted together with another task's (TryAcquireMany), %d completed entries written together (CompleteMany)", r.BatchEpochs, r.BatchCompleted)
-	s.p("handoffs: %d epochs handed by a Release to the first queued Acquire (%d revoked before the waiter read its grant)", r.Handoffs, r.HandedRevoked)
+	s.p("handoffs: %d epochs handed by a Release to the first queued Acquire (%d ended before the waiter read its grant)", r.Handoffs, r.HandedUnread)
 	q := r.Queue
 	s.p("queue: %d entries put; grants: %d to queued Acquire calls (%d handoffs by a Release, %d claims by the first waiter once the key was gone), %d direct (no waiter); %d entries left without a grant; %d TryAcquire calls refused because Acquire calls waited",
 		q.Enqueued, q.Queued, q.Handoffs, q.HeadClaims, q.Direct, q.Abandoned, q.HeldQueued)

@@ -78,3 +78,39 @@ func TestBatchMissIsScreenedWithARead(t *testing.T) {
 		_ = l.Release(ctx)
 	}
 }
+
+// TestUnappliedClaimIsOfferedAgainSoon: a claim whose outcome was
+// unknown and that etcd did not apply, of a resource nobody holds, is
+// offered again after the first claim backoff (dueRetries), not left to
+// the source's next pass — which, for a task taken over from an ended
+// session, is a pass over the whole backlog.
+func TestUnappliedClaimIsOfferedAgainSoon(t *testing.T) {
+	cli := e2e.NewCluster(t).Client(t)
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	ctx := t.Context()
+	s, err := session.New(ctx, cli, session.WithWorker("pool"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	p, err := New(reg, Static("free"), func(context.Context, *lease.Lease) (string, error) { return "ok", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(ctx, p)
+	r.stop = ctx
+	r.fleet = newFleet(r)
+	if !r.take("free", time.Now()) {
+		t.Fatal("could not take the name")
+	}
+	if l := r.resolve(s, "free"); l != nil {
+		t.Fatalf("resolve returned %v for a claim never applied", l)
+	}
+	if due := r.dueRetries(time.Now().Add(time.Second)); len(due) != 1 || due[0] != "free" {
+		t.Fatalf("due retries %v, want the unapplied claim's name", due)
+	}
+	if r.idle() {
+		t.Fatal("the pool is idle with a retry pending")
+	}
+}

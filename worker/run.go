@@ -632,13 +632,28 @@ func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 		case errors.Is(err, outcome.ErrUnknown), errors.Is(err, outcome.ErrRefused) && !errors.Is(err, session.ErrExpired):
 			backoff = grow(backoff, r.p.cfg.errorBackoff, maxIdle)
 			sleep(r.stop, backoff)
-		default: // not ours: not applied, held by another, tracked already
+		case errors.Is(err, lease.ErrNotHeld):
+			// Not applied, and nobody holds it: offered again soon, not
+			// on the source's next pass — a task taken over from an ended
+			// session would otherwise wait for a pass over the backlog.
+			r.retrySoon(name)
+			return nil
+		default: // not ours: held by another, tracked already
 			r.giveBack(name)
 			return nil
 		}
 	}
 	r.giveBack(name)
 	return nil
+}
+
+// retrySoon gives name back to be offered again after the first claim
+// backoff (20 ms), ahead of the source's next pass (dueRetries).
+func (r *run) retrySoon(name string) {
+	r.mu.Lock()
+	delete(r.busy, name)
+	r.notBefore[name] = time.Now().Add(r.p.cfg.errorBackoff)
+	r.mu.Unlock()
 }
 
 // handle runs the handler on l and ends the lease: Complete with the

@@ -583,7 +583,7 @@ func (s *sim) injectFaults(stopRecorder *func()) {
 
 // compactWindow is how much history a compaction leaves: etcd is
 // compacted to the revision it had that long ago (virtual time).
-const compactWindow = 3 * time.Second
+const compactWindow = time.Second
 
 // revAt is etcd's revision at a time.
 type revAt struct {

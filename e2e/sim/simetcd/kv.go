@@ -102,6 +102,9 @@ func (s *Server) compact(r *pb.CompactionRequest) (*pb.CompactionResponse, error
 	s.apply(func() {
 		done, err = s.kv.Compact(traceutil.TODO(), r.Revision)
 		rev = s.kv.Rev()
+		if err == nil {
+			s.compactRev = max(s.compactRev, r.Revision)
+		}
 	})
 	if err != nil {
 		return nil, toGRPC(err)

@@ -58,8 +58,9 @@ type Server struct {
 	kv       mvcc.WatchableKV
 	leaseIDs *idutil.Generator
 
-	applyMu sync.Mutex // serialises every change, as raft's log does
-	applied atomic.Int64
+	applyMu    sync.Mutex // serialises every change, as raft's log does
+	compactRev int64      // the store's compaction revision; under applyMu
+	applied    atomic.Int64
 
 	stopc chan struct{} // closed by Close: background work stops
 	wg    sync.WaitGroup

@@ -1,8 +1,10 @@
 package simetcd
 
 import (
+	"bytes"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -10,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/storage/mvcc"
+	"go.etcd.io/etcd/server/v3/storage/schema"
+	"google.golang.org/protobuf/proto"
 )
 
 // progressInterval is how often etcd sends a progress notification to a
@@ -56,7 +60,6 @@ func (s *Server) watch(client string, stream pb.Watch_WatchServer) error {
 		s: s, stream: stream, ws: s.kv.NewWatchStream(), cancelc: make(chan struct{}, 1),
 		active: map[mvcc.WatchID]bool{}, prevKV: map[mvcc.WatchID]bool{}, progress: map[mvcc.WatchID]bool{},
 	}
-	defer w.ws.Close()
 	s.mu.Lock()
 	if s.watches[client] == nil {
 		s.watches[client] = map[*watchConn]struct{}{}
@@ -75,6 +78,18 @@ func (s *Server) watch(client string, stream pb.Watch_WatchServer) error {
 	done := make(chan struct{})
 	defer close(done)
 	reqs := receive(stream.Recv, done)
+	// The store's responses are taken off its channel at once, whatever
+	// the client's pace: a full channel makes the store set the watcher
+	// aside (a victim) and sync it again later, possibly more than a
+	// batch behind, and mvcc's sync loop, which measures its own work to
+	// yield as long, measures 0 on the virtual clock and panics resetting
+	// its ticker to it (watchable_store.go, syncWatchersLoop).
+	out := drain(w.ws.Chan())
+	defer func() {
+		w.ws.Close()
+		for range out.ready { // until the drain has seen the channel close
+		}
+	}()
 	tick := time.NewTicker(progressInterval)
 	defer tick.Stop()
 	for {
@@ -85,11 +100,15 @@ func (s *Server) watch(client string, stream pb.Watch_WatchServer) error {
 				return m.err
 			}
 			err = w.handle(m.v)
-		case r, ok := <-w.ws.Chan():
-			if !ok {
-				return nil
+		case _, ok := <-out.ready:
+			for _, r := range out.take() {
+				if err = w.send(r); err != nil {
+					break
+				}
 			}
-			err = w.send(r)
+			if !ok {
+				return err
+			}
 		case <-w.cancelc:
 			err = w.cancelEvery()
 		case <-tick.C:
@@ -157,7 +176,27 @@ func (w *watchConn) create(c *pb.WatchCreateRequest) error {
 	case len(end) == 1 && end[0] == 0:
 		end = []byte{} // every key from key on
 	}
-	id, err := w.ws.Watch(w.stream.Context(), mvcc.WatchID(c.WatchId), key, end, c.StartRevision, filters(c.Filters)...)
+	// A watch from a past revision is never left to the store's unsynced
+	// watchers: with no change applied meanwhile, it starts at the next
+	// revision, synced, and the changes since its start revision are read
+	// here and sent first. mvcc's loop that syncs such watchers measures
+	// its own work to yield as long, measures 0 on the virtual clock, and
+	// panics resetting its ticker to it (watchable_store.go,
+	// syncWatchersLoop) when it syncs some of them but not all.
+	fs := filters(c.Filters)
+	start := c.StartRevision
+	w.s.applyMu.Lock()
+	cur, compacted := w.s.kv.Rev(), w.s.compactRev
+	past := start > 0 && start <= cur
+	if past {
+		start = cur + 1
+	}
+	id, err := w.ws.Watch(w.stream.Context(), mvcc.WatchID(c.WatchId), key, end, start, fs...)
+	var backlog []*mvccpb.Event
+	if err == nil && past && c.StartRevision >= compacted {
+		backlog, err = w.s.eventsBetween(c.StartRevision, cur, key, end, fs)
+	}
+	w.s.applyMu.Unlock()
 	if err != nil {
 		return refused(err.Error())
 	}
@@ -168,7 +207,57 @@ func (w *watchConn) create(c *pb.WatchCreateRequest) error {
 	if c.ProgressNotify {
 		w.progress[id] = true
 	}
-	return w.stream.Send(&pb.WatchResponse{Header: w.header(w.ws.Rev()), WatchId: int64(id), Created: true})
+	if err := w.stream.Send(&pb.WatchResponse{Header: w.header(w.ws.Rev()), WatchId: int64(id), Created: true}); err != nil {
+		return err
+	}
+	switch {
+	case past && c.StartRevision < compacted:
+		_ = w.ws.Cancel(id)
+		return w.send(mvcc.WatchResponse{WatchID: id, CompactRevision: compacted})
+	case len(backlog) > 0:
+		return w.send(mvcc.WatchResponse{WatchID: id, Events: backlog, Revision: cur})
+	}
+	return nil
+}
+
+// eventsBetween returns the changes of revisions from to to of the keys
+// a watch of key and end sees, less those fs filter out, as the store
+// reads an unsynced watcher's: a deletion carries its revision as its
+// key's mod revision. The caller holds applyMu.
+func (s *Server) eventsBetween(from, to int64, key, end []byte, fs []mvcc.FilterFunc) ([]*mvccpb.Event, error) {
+	lo, hi := mvcc.NewRevBytes(), mvcc.NewRevBytes()
+	lo = mvcc.RevToBytes(mvcc.Revision{Main: from}, lo)
+	hi = mvcc.RevToBytes(mvcc.Revision{Main: to + 1}, hi)
+	tx := s.be.ReadTx()
+	tx.RLock()
+	defer tx.RUnlock()
+	revs, vals := tx.UnsafeRange(schema.Key, lo, hi, 0)
+	var out []*mvccpb.Event
+next:
+	for i, v := range vals {
+		kv := &mvccpb.KeyValue{}
+		if err := proto.Unmarshal(v, kv); err != nil {
+			return nil, err
+		}
+		switch {
+		case end == nil && !bytes.Equal(kv.Key, key),
+			end != nil && bytes.Compare(kv.Key, key) < 0,
+			len(end) > 0 && bytes.Compare(kv.Key, end) >= 0:
+			continue
+		}
+		ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: kv}
+		if mvcc.IsTombstone(revs[i]) {
+			ev.Type = mvccpb.DELETE
+			kv.ModRevision = mvcc.BytesToRev(revs[i]).Main
+		}
+		for _, f := range fs {
+			if f(ev) {
+				continue next
+			}
+		}
+		out = append(out, ev)
+	}
+	return out, nil
 }
 
 func filters(fs []pb.WatchCreateRequest_FilterType) []mvcc.FilterFunc {
@@ -254,4 +343,39 @@ func (w *watchConn) cancelEvery() error {
 		}
 	}
 	return nil
+}
+
+// drained is a watch stream's responses taken off its channel: ready has
+// a value when some are queued, and closes once the channel has.
+type drained struct {
+	ready chan struct{}
+	mu    sync.Mutex
+	queue []mvcc.WatchResponse
+}
+
+// drain takes every response off ch as it comes, in order.
+func drain(ch <-chan mvcc.WatchResponse) *drained {
+	d := &drained{ready: make(chan struct{}, 1)}
+	go func() {
+		defer close(d.ready)
+		for r := range ch {
+			d.mu.Lock()
+			d.queue = append(d.queue, r)
+			d.mu.Unlock()
+			select {
+			case d.ready <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return d
+}
+
+// take returns the responses queued so far.
+func (d *drained) take() []mvcc.WatchResponse {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.queue
+	d.queue = nil
+	return q
 }

@@ -449,8 +449,8 @@ func endBatchSpan(sp span, leases []*Lease, errs []error, err error) {
 type batchCAS struct {
 	leases   []*Lease
 	statuses []string // one per lease
-	// dropLastCAS: a control run's group commit, whose last member
-	// carries no compare (chaosseam.GroupMemberNoCAS).
+	// dropLastCAS: a control run's group commit, whose members carry no
+	// compare (chaosseam.GroupMemberNoCAS).
 	dropLastCAS bool
 	size, depth int // bytes, and the deepest nested path's operations beyond the outer Then's
 	now         time.Time
@@ -471,7 +471,7 @@ func (b *batchCAS) build() error {
 			return err
 		}
 		cmps := []clientv3.Cmp{e.Held()}
-		if b.dropLastCAS && i == len(b.leases)-1 && i > 0 {
+		if b.dropLastCAS && len(b.leases) > 1 {
 			cmps = nil // only a control run
 		}
 		b.cas[i] = clientv3.OpTxn(cmps, then, reject)

@@ -359,6 +359,12 @@ func (r *run) takeOver(names []string) {
 			}
 		}
 		if !taken {
+			// Still in the dispatcher's hand after 100 ms (a slow screen,
+			// a loaded machine): offered again as soon as it is given
+			// back (dueRetries), not on the source's next pass.
+			r.retryWhenFree(name)
+			offered++
+			r.p.stats.takenOver.Add(1)
 			continue
 		}
 		if !r.offer([]string{name}) {

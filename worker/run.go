@@ -334,6 +334,7 @@ func (r *run) finished(name string) {
 	r.mu.Lock()
 	delete(r.busy, name)
 	delete(r.failures, name)
+	delete(r.notBefore, name) // a retry made due meanwhile (retryWhenFree)
 	r.mu.Unlock()
 	r.p.src.Finished(name)
 }
@@ -647,6 +648,14 @@ func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 	return nil
 }
 
+// retryWhenFree makes name, busy now, due for an offer (dueRetries) as
+// soon as it is given back.
+func (r *run) retryWhenFree(name string) {
+	r.mu.Lock()
+	r.notBefore[name] = time.Now()
+	r.mu.Unlock()
+}
+
 // retrySoon gives name back to be offered again after the first claim
 // backoff (20 ms), ahead of the source's next pass (dueRetries).
 func (r *run) retrySoon(name string) {
@@ -796,6 +805,7 @@ func (h *handling) failed(err error) {
 		delete(r.busy, h.name)
 	} else {
 		r.given[h.name] = true
+		delete(r.notBefore, h.name)
 	}
 	r.mu.Unlock()
 	if retry {

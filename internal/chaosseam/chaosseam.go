@@ -92,12 +92,12 @@ var ReleaseOnce atomic.Bool
 // reads it).
 var NoLimitCompare atomic.Bool
 
-// GroupMemberNoCAS, when set, makes the last member of every group commit
-// of a worker.Pool's completions (two members or more) carry no
-// compare-and-swap: its nested transaction completes the task whatever
-// epoch holds it, as if the group had shared one member's compare with
-// the others. A stale member of a group then writes a done record and
-// deletes the current holder's lease key — a completion no epoch owned,
-// which the chaos suite's and the simulation's ControlGroupNoCAS must
-// catch (lease/batch.go reads it).
+// GroupMemberNoCAS, when set, makes the members of every group commit of
+// a worker.Pool's completions (two members or more) carry no
+// compare-and-swap: each nested transaction completes its task whatever
+// epoch holds it, as if the group's members shared one compare. A stale
+// member of a group then writes a done record and deletes the current
+// holder's lease key — a completion no epoch owned, which the chaos
+// suite's and the simulation's ControlGroupNoCAS must catch
+// (lease/batch.go reads it).
 var GroupMemberNoCAS atomic.Bool

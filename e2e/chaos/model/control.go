@@ -104,7 +104,7 @@ const (
 	// free, its claim succeeds, and the task runs again: check
 	// "fleet-complete" must see a second done record.
 	ControlFleetNoClaimTerms Control = "fleet-no-claim-terms"
-	// ControlGroupNoCAS: the last member of every group commit of the
+	// ControlGroupNoCAS: every member of every group commit of the
 	// pools' completions (two members or more) carries no
 	// compare-and-swap (internal/chaosseam.GroupMemberNoCAS, set for the
 	// run only): a stale member completes the task anyway, over the epoch

@@ -189,6 +189,20 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 	defer cancel()
 	sdone := make(chan error, 1)
 	go func() { sdone <- steady.Run(ctx) }()
+	// The steady pool must be up — its session started, its watch of
+	// the fleet's markers listing the victim's — before the victim dies:
+	// a pool that starts after a session ended never learns it held
+	// anything, and its tasks come back on a pass. Under load a start
+	// can take longer than the victim's TTL.
+	for {
+		mu.Lock()
+		up := len(order) > 0
+		mu.Unlock()
+		if up || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	time.Sleep(200 * time.Millisecond)
 	_ = vcli.Close() // the process dies: nothing is released, nothing renewed
 	vcancel()

@@ -172,10 +172,13 @@ func (r *run) sendGroup(ms []*member) {
 		r.p.cfg.observer.GroupSent("complete", len(ends))
 	}
 	if len(claims) > 0 {
-		st.claimGroups.Add(1)
+		names := 0
 		for _, m := range claims {
-			st.claimMembers.Add(int64(len(m.in.claim.names)))
+			names += len(m.in.claim.names)
 		}
+		st.claimGroups.Add(1)
+		st.claimMembers.Add(int64(names))
+		r.p.cfg.observer.GroupSent("claim", names)
 	}
 	sent := time.Now()
 	switch {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/internal/observe"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -167,4 +168,49 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// groupEvents counts the group commit's events by kind.
+type groupEvents struct {
+	observe.Nop
+	mu      sync.Mutex
+	members map[string]int
+	waited  int
+}
+
+func (g *groupEvents) GroupSent(kind string, members int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.members[kind] += members
+}
+
+func (g *groupEvents) CompletionWaited(time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waited++
+}
+
+// TestGroupCommitReportsBothKinds: the observer hears of every
+// completion and every claimed name in the groups, by kind, and of each
+// completion's wait, as the metrics count them.
+func TestGroupCommitReportsBothKinds(t *testing.T) {
+	ev := &groupEvents{members: map[string]int{}}
+	c := newFixture(t)
+	reg := mustRegistry(t, c.cli, lease.WithObserver(observe.Of(ev)))
+	t.Cleanup(func() { _ = reg.Close() })
+	p, err := worker.New(reg, worker.Static(tasks(40)...), func(ctx context.Context, l *lease.Lease) (string, error) {
+		return "done", nil
+	}, worker.WithSlots(8), worker.WithWorker("observed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if ev.members["complete"] != 40 || int64(ev.members["claim"]) != st.ClaimMembers || ev.waited != 40 {
+		t.Fatalf("observed %v and %d waits; want 40 completions, %d names claimed, 40 waits", ev.members, ev.waited, st.ClaimMembers)
+	}
 }

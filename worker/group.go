@@ -258,12 +258,7 @@ func (r *run) setEnds(ms []*member, errs []error, err error) {
 // names.
 func (r *run) claimGroup(ms []*member) {
 	names, owner := namesOf(ms)
-	for len(names) > 0 {
-		n := min(len(names), lease.MaxBatch)
-		leases, transient := r.claim(ms[0].in.claim.sess, names[:n])
-		deliver(owner, names[:n], leases, transient)
-		names = names[n:]
-	}
+	r.claimGroupNames(ms[0].in.claim.sess, names, owner)
 }
 
 // namesOf returns the names the claiming members were offered, and the

@@ -140,7 +140,7 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 		}
 	}
 	// The victim: 3 slots whose handlers never return.
-	vcli, err := c.NewClient()
+	vcli, kill, err := c.NewKillableClient()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	_ = vcli.Close() // the process dies: nothing is released, nothing renewed
+	kill() // the process dies: nothing is released, nothing renewed
 	vcancel()
 
 	taken := func() int {

@@ -109,7 +109,7 @@ func TestTakeOverOffersOnlyThePrefixTasks(t *testing.T) {
 
 	// The victim holds every task, and with the same session the other
 	// holdings; its handlers never return.
-	vcli, err := c.NewClient()
+	vcli, kill, err := c.NewKillableClient()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestTakeOverOffersOnlyThePrefixTasks(t *testing.T) {
 	sdone := make(chan error, 1)
 	go func() { sdone <- steady.Run(ctx) }()
 	time.Sleep(200 * time.Millisecond)
-	_ = vcli.Close() // the process dies: nothing is released, nothing renewed
+	kill() // the process dies: nothing is released, nothing renewed
 	vcancel()
 
 	completed := func() bool {

@@ -45,6 +45,22 @@ func snapshot(t *testing.T, cli *clientv3.Client, prefix string) map[string]int6
 	return out
 }
 
+// waitMarker waits until s's marker in namespace ns, which its first
+// claim there puts beside the claim (docs/protocol.md §3.1), is in etcd.
+func waitMarker(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
+	t.Helper()
+	key := fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s.LeaseID()))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := cli.Get(context.Background(), key)
+		if err == nil && len(resp.Kvs) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no marker of session %s after 5 s: %v", s.Worker(), err)
+		}
+	}
+}
+
 // TestCorruptValuesUnderEveryPrefix plants values leasehold never writes
 // under each of its prefixes — lease, done, audit, fence — as anyone with
 // write access to the namespace could, and checks that every reader and
@@ -90,6 +106,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitMarker(t, cli, ns, s) // put beside the claim: not one of what follows
 
 	// Plant: under lease/, a value that is no holder record (and no etcd
 	// lease behind it) and a key that is no escaped name; under done/, a

@@ -29,10 +29,10 @@ func killedSession(t *testing.T, c *e2e.Cluster, worker string) (s *session.Sess
 }
 
 // waitMarked waits until s's marker in namespace ns is in etcd. A
-// session's first claim there puts it beside the claim (docs/protocol.md
-// §3.1), and the recorder learns of the session's end from its deletion:
-// a test that ends a session right after its first claim waits for it,
-// or the end is left to the rescan.
+// session's first claim there puts it (docs/protocol.md §3.1), waiting
+// for it only briefly, and the recorder learns of the session's end from
+// its deletion: a test that ends a session right after its first claim
+// waits for it, or the end may be left to the rescan.
 func waitMarked(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
 	t.Helper()
 	key := keys.MustNew(ns).Session(int64(s.LeaseID()))

@@ -95,7 +95,7 @@ func replay(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	e1 := l1.Epoch()
-	// Its session's marker, put beside the claim, is what tells the
+	// Its session's marker, put with the claim, is what tells the
 	// recorder that the session ended.
 	waitMarker(t, direct, "/leasehold", s1)
 

@@ -46,7 +46,7 @@ func snapshot(t *testing.T, cli *clientv3.Client, prefix string) map[string]int6
 }
 
 // waitMarker waits until s's marker in namespace ns, which its first
-// claim there puts beside the claim (docs/protocol.md §3.1), is in etcd.
+// claim there puts (docs/protocol.md §3.1), is in etcd.
 func waitMarker(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
 	t.Helper()
 	key := fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s.LeaseID()))
@@ -105,7 +105,7 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 	if _, err := reg.TryAcquire(ctx, s, "bystander"); err != nil {
 		t.Fatal(err)
 	}
-	waitMarker(t, cli, ns, s) // put beside the claim: not one of what follows
+	waitMarker(t, cli, ns, s) // put with the claim: not one of what follows
 
 	// Plant: under lease/, a value that is no holder record (and no etcd
 	// lease behind it) and a key that is no escaped name; under done/, a

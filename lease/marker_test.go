@@ -14,7 +14,7 @@ import (
 // TestFirstClaimMarksTheSession: a session's first claim in a namespace —
 // by TryAcquire, TryAcquireMany or Acquire — puts the session's marker,
 // N/lease/%session/<lease id> = worker, attached to its etcd lease, once:
-// one Put beside the claim's transaction, none for later claims, one more
+// one Put with the claim's transaction, none for later claims, one more
 // for another namespace; and the session's end takes the markers with it
 // (docs/protocol.md §3.1).
 func TestFirstClaimMarksTheSession(t *testing.T) {

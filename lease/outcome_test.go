@@ -56,7 +56,7 @@ func TestAcquireRefusedIsNotUnknown(t *testing.T) {
 	refused("TryAcquire", err)
 	_, err = reg.TryAcquireMany(ctx, s, []string{"a", "b"})
 	refused("TryAcquireMany", err)
-	// The session's marker, put beside its first claim, is the session's,
+	// The session's marker, put with its first claim, is the session's,
 	// not the claims': it goes with the session's etcd lease.
 	resp, err := root.Get(ctx, "/leasehold/", clientv3.WithPrefix())
 	if err != nil {

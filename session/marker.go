@@ -17,27 +17,34 @@ const markRetry = 2 * time.Second
 // lease, and never blocks: the first call for key starts a goroutine that
 // puts it, each attempt bounded by attempt, and puts it again after a
 // failure, with backoff (50 ms doubling to 2 s), until a put succeeds or
-// the session ends; later calls do nothing. Package lease marks a session
-// in a namespace when the session first claims there (docs/protocol.md
-// §3.1): etcd deletes the marker with the session's lease keys, at the
-// same revision, so its deletion is the session's end. The put goes out
-// beside the claim, never before it, so a claim's latency and its errors
-// are those of its own transaction, whatever befalls the marker.
+// the session ends; later calls start nothing. The channel returned is
+// closed once the marker is in etcd, or can no longer be put (the session
+// ended, or etcd refused the put because its lease is gone). Package lease
+// marks a session in a namespace when the session first claims there
+// (docs/protocol.md §3.1): etcd deletes the marker with the session's
+// lease keys, at the same revision, so its deletion is the session's end.
 //
-// A put etcd refuses because the lease is gone ends the goroutine: the
-// session has ended. Close waits for the goroutines, which end with the
-// session's context.
-func (s *Session) mark(key, value string, attempt time.Duration) {
+// Close waits for the goroutines, which end with the session's context.
+func (s *Session) mark(key, value string, attempt time.Duration) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.markers[key]; ok || s.ctx.Err() != nil {
-		return
+	if done, ok := s.markers[key]; ok {
+		return done
+	}
+	done := make(chan struct{})
+	if s.ctx.Err() != nil {
+		close(done)
+		return done
 	}
 	if s.markers == nil {
-		s.markers = make(map[string]bool)
+		s.markers = make(map[string]chan struct{})
 	}
-	s.markers[key] = false
-	s.marking.Go(func() { s.putMarker(key, value, attempt) })
+	s.markers[key] = done
+	s.marking.Go(func() {
+		defer close(done)
+		s.putMarker(key, value, attempt)
+	})
+	return done
 }
 
 // putMarker puts the marker key until a put succeeds or the session ends.
@@ -51,9 +58,6 @@ func (s *Session) putMarker(key, value string, attempt time.Duration) {
 		cancel()
 		switch {
 		case err == nil:
-			s.mu.Lock()
-			s.markers[key] = true
-			s.mu.Unlock()
 			s.log.Debug("session marked", "key", key)
 			return
 		case s.ctx.Err() != nil || s.cli.Ctx().Err() != nil:

@@ -277,7 +277,7 @@ type Session struct {
 
 	// Markers (marker.go): the keys put, or being put, attached to the
 	// session's lease, and the goroutines putting them.
-	markers map[string]bool // key → put yet; under mu
+	markers map[string]chan struct{} // key → closed once put (or given up); under mu
 	marking sync.WaitGroup
 
 	closeOnce sync.Once

@@ -162,7 +162,7 @@ func TestViewsOfLateExpiries(t *testing.T) {
 	}
 	expire := func(l *lease.Lease) {
 		t.Helper()
-		// The session's marker, put beside its claim, tells the recorder
+		// The session's marker, put with its claim, tells the recorder
 		// the session ended (docs/protocol.md §3.6): wait until it is in.
 		marker := keys.MustNew(keys.DefaultNamespace).Session(int64(l.Session().LeaseID()))
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {

@@ -72,9 +72,10 @@ var (
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
 	// Mark makes sure key = value is put attached to s's etcd lease,
 	// without blocking: the first call for key starts the puts, each
-	// bounded by attempt, until one succeeds or s ends; later calls do
-	// nothing (session/marker.go).
-	Mark func(s any, key, value string, attempt time.Duration)
+	// bounded by attempt, until one succeeds or s ends; later calls start
+	// nothing. The channel is closed once the key is put, or can no
+	// longer be (session/marker.go).
+	Mark func(s any, key, value string, attempt time.Duration) <-chan struct{}
 )
 
 // Set by package fence, for the guards of its subpackages (fencesql,

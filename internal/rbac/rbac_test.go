@@ -391,7 +391,7 @@ func TestWithoutAuditAccess(t *testing.T) {
 	if _, err := reg.Acquire(actx, s, "orders/1"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("Acquire without audit access: %v", err)
 	}
-	// The session's marker, put beside its first claim under the lease
+	// The session's marker, put with its first claim under the lease
 	// prefix, is the session's, not the claims': it goes with its etcd
 	// lease.
 	if got := keysUnder(t, root, ns+"/"); len(got) > 1 || len(got) == 1 && got[0] != fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s.LeaseID())) {
@@ -415,7 +415,7 @@ func TestWithoutAuditAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { // the session's marker, put beside the claim
+	waitFor(t, func() bool { // the session's marker, put with the claim
 		return slices.Contains(keysUnder(t, root, ns+"/lease/"), fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s2.LeaseID())))
 	})
 	before := keysUnder(t, root, ns+"/")

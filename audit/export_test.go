@@ -9,6 +9,10 @@ import (
 // than every minute; call it before RunRecorder.
 func (l *Log) SetRescanEvery(d time.Duration) { l.rescanEvery = d }
 
+// StopChangesWatch stops the watch that follows the changes between
+// retention passes, as a recorder's end does.
+func (l *Log) StopChangesWatch() { l.stopChangesWatch() }
+
 // PruneOnce runs one retention pass, as the recorder does every half
 // retention, so tests need not wait for its ticker.
 func (l *Log) PruneOnce(ctx context.Context) (int, error) { return l.prune(ctx) }

@@ -123,6 +123,8 @@ type Log struct {
 	retention time.Duration // WithRetention; 0: keep everything
 
 	pruneCache pruneCache // what the retention passes remember
+
+	rescanEvery time.Duration // how often the recorder rescans at least (runRescans)
 }
 
 // New returns the audit log of reg's namespace: its client, namespace,
@@ -137,7 +139,7 @@ func New(reg *lease.Registry, opts ...Option) (*Log, error) {
 		return nil, fmt.Errorf("audit: New: %w", err)
 	}
 	lg, _, _ := hook.Telemetry(reg)
-	l := &Log{cli: reg.Client(), space: space, log: lg, pageSize: 1000, attempt: hook.AttemptTimeout(reg)}
+	l := &Log{cli: reg.Client(), space: space, log: lg, pageSize: 1000, attempt: hook.AttemptTimeout(reg), rescanEvery: rescanEvery}
 	var errs []error
 	for _, o := range opts {
 		if o == nil {

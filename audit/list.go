@@ -136,8 +136,11 @@ func (l *Log) list(ctx context.Context, f Filter) ([]Entry, int64, error) {
 // returns that revision. opts are added to every page's Get (e.g.
 // WithKeysOnly).
 func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) (int64, error) {
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	from := prefix
+	return l.scanRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn, opts...)
+}
+
+// scanRange is scan of the keys in [from, end).
+func (l *Log) scanRange(ctx context.Context, from, end string, rev int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) (int64, error) {
 	for {
 		page := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(l.pageSize)}, opts...)
 		if rev > 0 {
@@ -147,7 +150,7 @@ func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccp
 		resp, err := l.cli.Get(actx, from, page...)
 		cancel()
 		if err != nil {
-			return 0, fmt.Errorf("audit: read %q: %w", prefix, err)
+			return 0, fmt.Errorf("audit: read from %q: %w", from, err)
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -18,20 +19,14 @@ import (
 // ExpiredReason is the Reason of entries written by the recorder.
 const ExpiredReason = "lease key deleted with no end entry (session lease expired)"
 
-// The recorder's batches (docs/protocol.md §3.6). etcd refuses a
+// The recorder's reads and writes (docs/protocol.md §3.6). etcd refuses a
 // transaction with more operations at any level than its --max-txn-ops,
 // 128 by default, counting the compares, Then ops and Else ops of a
 // nested transaction against what its parents left.
 const (
-	// maxPendingDeletions bounds the deletions the recorder queues from its
-	// watch while it explains the last batch: at most this many, or one
-	// watch response's deletions when that is more (etcd never splits a
-	// revision's events, and one lease revocation deletes every key
-	// attached to it at one revision).
-	maxPendingDeletions = 1024
 	// readDeletions is how many deletions one read-only transaction
-	// checks, two Gets each.
-	readDeletions = 64
+	// checks, three Gets each.
+	readDeletions = 42
 	// readStarts is how many start entries one read-only transaction of
 	// reconcile reads.
 	readStarts = 128
@@ -48,6 +43,14 @@ const (
 	inflight = 4
 )
 
+// The rescan (runRescans): how often it runs at least, and the share of
+// its time it may take — an interval at least rescanShare times as long
+// as the last rescan took.
+const (
+	rescanEvery = time.Minute
+	rescanShare = 100
+)
+
 // RunRecorder records Expired entries for lease keys that disappear without
 // an SDK transaction ending their epoch — in practice, etcd expiring a
 // session's lease. It runs until ctx is done and then returns ctx's error.
@@ -57,21 +60,31 @@ const (
 // happened while no recorder ran are recorded too. Reconciling reads the
 // audit and lease keys without their values and writes only for epochs
 // that ended unexplained, so it costs no writes for leases still held.
-// It then watches the lease keys and records the unexplained deletions as
-// they happen, a batch at a time: every deletion the watch delivered while
-// the last batch was recorded (up to a bound) is checked by one read-only
-// transaction per 64 deletions, and the Expired entries of those no SDK
-// transaction explains are written 120 to a transaction. The recorder so
-// holds a bounded number of unprocessed deletions and costs a few requests
-// per batch, not one per deletion, which keeps it up with the watch:
-// etcd's client buffers, without bound, whatever a slower consumer has not
-// taken. If the watch breaks (compaction, leader loss) it reconciles again
-// and resumes.
 //
-// An Expired entry written for a deletion the watch saw carries the
-// revision of that deletion (EndRevision): the epoch's end. Its Revision
-// and Time are when the recorder wrote it, which may be after the
-// resource's next epoch began.
+// It then watches the session markers, not the lease keys: before a
+// session's first claim in a namespace, its registry puts the marker
+// N/lease/%session/<lease id>, attached to the session's etcd lease, and
+// etcd deletes it with the session's lease keys, at one revision R. So
+// the recorder learns of every session that ends — one event each, whatever
+// the rate of claims and completions — and reads what the session held at
+// R − 1 (the lease keys attached to its etcd lease). Of those, the epochs
+// whose lease key etcd deleted at R and that no SDK transaction ended are
+// the expiries: one read-only transaction per 42 deletions checks them,
+// and their Expired entries are written 120 to a transaction. If the
+// watch breaks (compaction, leader loss) it reconciles again and resumes.
+//
+// A session without a marker — of a client older than this recorder, or
+// whose marker was deleted by hand — ends unseen. A rescan, every minute
+// (or a hundred times as long as the last took, if longer), reads what
+// reconcile reads and records the epochs it found ended unexplained in
+// two rescans in a row: so every expiry is recorded, those of unmarked
+// sessions within about two rescans, and those the watch records are
+// left to it.
+//
+// An Expired entry written for a session the watch saw end carries the
+// revision of that end (EndRevision): the epoch's end. Its Revision and
+// Time are when the recorder wrote it, which may be after the resource's
+// next epoch began. Entries written by reconcile or a rescan have none.
 //
 // Recording is idempotent, so any number of recorders may run: each
 // Expired entry is written at the epoch's end key, create-only, only while
@@ -90,18 +103,16 @@ const (
 // records, into the archive and out of etcd, every half retention (at
 // most every minute): see WithRetention and docs/protocol.md §3.9.
 func (l *Log) RunRecorder(ctx context.Context) error {
+	var background sync.WaitGroup
+	bctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		background.Wait()
+	}()
 	if l.retention > 0 {
-		pctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.runPruner(pctx)
-		}()
-		defer func() {
-			cancel()
-			<-done
-		}()
+		background.Go(func() { l.runPruner(bctx) })
 	}
+	background.Go(func() { l.runRescans(bctx) })
 	backoff := 50 * time.Millisecond
 	for {
 		rev, err := l.reconcile(ctx)
@@ -139,19 +150,32 @@ type deletion struct {
 
 // reconcile writes the Expired entries missing from the log and returns the
 // revision it read at; watching from the next revision misses nothing.
-//
-// At one revision R it reads, keys only, the audit prefix and the lease
-// prefix. The keys say everything needed: a start entry's epoch is its mod
-// revision (the acquire transaction wrote it with the lease key), an end
-// entry's epoch is in its key, and a live lease key's epoch is its mod
-// revision. An epoch with a start entry, no end entry and no lease key
-// holding it at R ended unexplained; only for those is the start entry's
-// value read, 128 to a read-only transaction (its worker goes into the
-// Expired entry, and a value that is not a valid Acquired entry is skipped,
-// as List would report it), and their Expired entries are written in
-// batches. Epochs still held at R cost nothing — neither a value read nor
-// a transaction — so a restart with many live leases writes nothing.
+// What it writes is what unexplained finds.
 func (l *Log) reconcile(ctx context.Context) (int64, error) {
+	rev, xs, err := l.unexplained(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := l.writeExpired(ctx, xs); err != nil {
+		return 0, err
+	}
+	return rev, nil
+}
+
+// unexplained returns the epochs that ended with no end entry, and the
+// revision R it read them at.
+//
+// At R it reads, keys only, the audit prefix and the lease keys. The keys
+// say everything needed: a start entry's epoch is its mod revision (the
+// acquire transaction wrote it with the lease key), an end entry's epoch
+// is in its key, and a live lease key's epoch is its mod revision. An
+// epoch with a start entry, no end entry and no lease key holding it at R
+// ended unexplained; only for those is the start entry's value read, 128
+// to a read-only transaction (its worker goes into the Expired entry, and
+// a value that is not a valid Acquired entry is skipped, as List would
+// report it). Epochs still held at R cost nothing — neither a value read
+// nor a transaction — so a restart with many live leases writes nothing.
+func (l *Log) unexplained(ctx context.Context) (int64, []expiry, error) {
 	open := map[epochKey]string{} // → start entry's key
 	ended := map[epochKey]bool{}
 	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
@@ -169,20 +193,20 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 		}
 	}, clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for k := range ended {
 		delete(open, k)
 	}
 	if len(open) == 0 {
-		return rev, nil
+		return rev, nil, nil
 	}
-	if _, err := l.scan(ctx, l.space.LeasePrefix(), rev, func(kv *mvccpb.KeyValue) {
+	if err := l.scanLeaseKeys(ctx, rev, func(kv *mvccpb.KeyValue) {
 		if res, err := l.space.ResourceFromLease(string(kv.Key)); err == nil {
 			delete(open, epochKey{res, kv.ModRevision})
 		}
 	}, clientv3.WithKeysOnly()); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	type startEntry struct {
 		epochKey
@@ -225,7 +249,7 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var xs []expiry
 	for c, chunk := range chunks {
@@ -235,21 +259,58 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	if err := l.writeExpired(ctx, xs); err != nil {
-		return 0, err
-	}
-	return rev, nil
+	return rev, xs, nil
 }
 
-// follow watches lease keys from rev and records unexplained deletions.
-// It returns when ctx is done or the watch breaks.
+// scanLeaseKeys calls fn for every lease key at revision rev, reading
+// pages around the control keys (keys.Space.ControlRange), which it never
+// reads: the queue entries, markers and signals beside the lease keys.
+func (l *Log) scanLeaseKeys(ctx context.Context, rev int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) error {
+	prefix := l.space.LeasePrefix()
+	from, to := l.space.ControlRange()
+	if _, err := l.scanRange(ctx, prefix, from, rev, fn, opts...); err != nil {
+		return err
+	}
+	_, err := l.scanRange(ctx, to, clientv3.GetPrefixRangeEnd(prefix), rev, fn, opts...)
+	return err
+}
+
+// follow watches the session markers from rev and records the expiries of
+// the sessions that end. It returns when ctx is done or the watch breaks:
+//
+//	Watch N/lease/%session/ WithPrefix WithFilterPut WithRequireLeader
+//
+// Each deletion of a marker is a session's end at its revision R: etcd
+// deletes every key attached to an etcd lease, the marker and the lease
+// keys, at the one revision that ends it. sessionsEnded records the
+// expiries of the sessions that ended at R. Markers are put once per
+// session and deleted once, so the watch sends an event per session that
+// ends (the filter drops the puts), never one per claim or completion.
 func (l *Log) follow(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := l.cli.Watch(wctx, l.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev),
-		clientv3.WithPrevKV(), clientv3.WithFilterPut())
-	if err := l.batches(wch, cancel, func(batch []deletion) error { return l.explain(ctx, batch) }); err != nil {
-		return err
+	wch := l.cli.Watch(wctx, l.space.SessionPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("audit: recorder watch: %w", err)
+		}
+		ended := map[int64][]int64{} // revision → the sessions that ended at it
+		for _, ev := range resp.Events {
+			if ev.Type != mvccpb.DELETE {
+				continue // the watch filters puts
+			}
+			id, err := l.space.SessionLeaseID(string(ev.Kv.Key))
+			if err != nil {
+				l.log.Warn("skipping a foreign key under the session markers", "key", string(ev.Kv.Key), "error", err)
+				continue
+			}
+			ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
+		}
+		for _, at := range slices.Sorted(maps.Keys(ended)) {
+			if err := l.sessionsEnded(ctx, at, ended[at]); err != nil {
+				return err
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -257,146 +318,74 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 	return errors.New("audit: recorder watch closed")
 }
 
-// batches hands the deletions wch delivers to explain, a batch at a time,
-// until wch closes (nil) or breaks or explain fails (the error; it then
-// calls stopWatch, which must close wch, and waits for its reader).
-//
-// A reader goroutine takes every response as soon as the watch delivers
-// it and queues its deletions, up to maxPendingDeletions (or one
-// response's, when that is more: etcd never splits a revision's events);
-// while explain works on one batch, the next accumulates, and explain
-// takes all of it at once. So the recorder holds at most two such batches
-// of deletions, never a response it is done with, and the requests
-// explain sends grow only by one per 64 deletions (reads) and one per 120
-// unexplained ones (writes), never one per deletion: it keeps up with the
-// watch, and etcd's client, which buffers without bound every response
-// its consumer has not taken, holds little. (The client hands responses
-// over one at a time, so the reader, not a poll of the channel, is what
-// lets a batch hold what arrived during the last one.)
-func (l *Log) batches(wch clientv3.WatchChan, stopWatch func(), explain func([]deletion) error) error {
-	var (
-		mu      sync.Mutex
-		changed = sync.NewCond(&mu)
-		pending []deletion
-		ended   bool  // the reader has stopped: wch closed or broke
-		broken  error // why wch broke
-		quit    bool  // explain failed: the reader stops
-	)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		defer func() {
-			mu.Lock()
-			ended = true
-			changed.Broadcast()
-			mu.Unlock()
-		}()
-		for resp := range wch {
-			dels, err := l.take(nil, resp)
-			mu.Lock()
-			for len(pending) >= maxPendingDeletions && !quit {
-				changed.Wait()
-			}
-			if quit {
-				mu.Unlock()
-				return
-			}
-			// What was taken before a broken watch is explained first: a
-			// reconcile would find those epochs ended, not when.
-			pending = append(pending, dels...)
-			broken = err
-			changed.Broadcast()
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var spare []deletion
-	for {
-		mu.Lock()
-		for len(pending) == 0 && !ended {
-			changed.Wait()
-		}
-		batch, done, err := pending, ended, broken
-		pending = spare
-		changed.Broadcast()
-		mu.Unlock()
-		if len(batch) > 0 {
-			if xerr := explain(batch); xerr != nil {
-				mu.Lock()
-				quit = true
-				changed.Broadcast()
-				mu.Unlock()
-				stopWatch()
-				<-readerDone
-				return xerr
-			}
-		}
-		if done {
-			<-readerDone
-			return err
-		}
-		clear(batch) // drop the strings; the array is the next spare
-		spare = batch[:0]
+// sessionsEnded records the expiries of the sessions whose markers were
+// deleted at revision at: it reads the lease keys at at − 1 with their
+// values (a keys-only range omits each key's etcd lease), in pages and
+// around the control keys, keeps those attached to the sessions' etcd
+// leases, and explains their deletions. A compacted at − 1 is an error:
+// the recorder restarts, and reconcile records what ended.
+func (l *Log) sessionsEnded(ctx context.Context, at int64, ids []int64) error {
+	dead := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		dead[id] = true
 	}
-}
-
-// take appends the lease-key deletions of a watch response to batch.
-func (l *Log) take(batch []deletion, resp clientv3.WatchResponse) ([]deletion, error) {
-	if err := resp.Err(); err != nil {
-		return batch, fmt.Errorf("audit: recorder watch: %w", err)
-	}
-	for _, ev := range resp.Events {
-		if ev.Type != mvccpb.DELETE {
-			continue // the watch filters puts
+	var dels []deletion
+	err := l.scanLeaseKeys(ctx, at-1, func(kv *mvccpb.KeyValue) {
+		if !dead[kv.Lease] {
+			return
 		}
-		if ev.PrevKv == nil {
-			return batch, errors.New("audit: recorder: delete event without previous value")
-		}
-		key := string(ev.Kv.Key)
-		if l.space.IsControl(key) {
-			continue // a revocation signal or a queue entry, not an epoch
-		}
+		key := string(kv.Key)
 		res, err := l.space.ResourceFromLease(key)
 		if err != nil {
-			l.log.Warn("skipping foreign key under the lease prefix", "key", key, "error", err)
-			continue
+			l.log.Warn("skipping a foreign key under the lease prefix", "key", key, "error", err)
+			return
 		}
 		worker := ""
-		if h, err := record.DecodeHolder(ev.PrevKv.Value); err == nil {
+		if h, err := record.DecodeHolder(kv.Value); err == nil {
 			worker = h.Worker
 		}
-		batch = append(batch, deletion{epochKey: epochKey{res, ev.PrevKv.ModRevision}, worker: worker, at: ev.Kv.ModRevision})
+		dels = append(dels, deletion{epochKey: epochKey{res, kv.ModRevision}, worker: worker, at: at})
+	})
+	if err != nil {
+		return fmt.Errorf("audit: read what %d ended sessions held: %w", len(ids), err)
 	}
-	return batch, nil
+	if len(dels) == 0 {
+		return nil
+	}
+	return l.explain(ctx, dels)
 }
 
 // explain records the deletions that no SDK transaction explains. For
-// every 64 deletions, one read-only transaction — no proposal — finds each
-// epoch's end entry and its start entry (the start key's mod revision is
-// the epoch):
+// every 42 deletions, one read-only transaction — no proposal — finds each
+// epoch's end entry, its start entry (the start key's mod revision is the
+// epoch) and whether its lease key still held it at the deletion's
+// revision:
 //
 //	Txn() Then(Get N/audit/<res_i>/start/ WithPrefix WithKeysOnly WithMinModRev(epoch_i) WithMaxModRev(epoch_i),
-//	           Get N/audit/<res_i>/end/<epoch_i> WithKeysOnly, …)
+//	           Get N/audit/<res_i>/end/<epoch_i> WithKeysOnly,
+//	           Get N/lease/<res_i> WithRev(at_i) WithKeysOnly, …)
 //
-// An end entry means an SDK transaction ended the epoch: nothing to do,
-// which is every task cycle's case. No start entry means retention already
-// moved the epoch out of etcd (the watch is behind by more than the
-// retention) or the key was never the SDK's: recording it now would give
-// a pruned epoch a second end. Otherwise the epoch ended unexplained, and
-// writeExpired records it. Up to inflight reads are sent at once.
+// An end entry means an SDK transaction ended the epoch (a session's
+// Close releases what it holds before it revokes its etcd lease): nothing
+// to do. No start entry means retention already moved the epoch out of
+// etcd (the recorder is behind by more than the retention) or the key was
+// never the SDK's: recording it now would give a pruned epoch a second
+// end. A lease key that still held the epoch at at was not deleted then —
+// a marker deleted by hand, not the session's end — and is left to a
+// later end. Otherwise the epoch ended unexplained at at, and writeExpired
+// records it. Up to inflight reads are sent at once.
 func (l *Log) explain(ctx context.Context, dels []deletion) error {
 	chunks := slices.Collect(slices.Chunk(dels, readDeletions))
 	startKeys := make([][]string, len(chunks)) // per deletion: its start key, "" if nothing to record
 	err := inParallel(len(chunks), func(c int) error {
 		chunk := chunks[c]
-		ops := make([]clientv3.Op, 0, 2*len(chunk))
+		ops := make([]clientv3.Op, 0, 3*len(chunk))
 		for _, d := range chunk {
 			ops = append(ops,
 				clientv3.OpGet(l.space.AuditStart(d.res, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithMinModRev(d.epoch), clientv3.WithMaxModRev(d.epoch)),
-				clientv3.OpGet(l.space.AuditEnd(d.res, d.epoch), clientv3.WithKeysOnly()))
+				clientv3.OpGet(l.space.AuditEnd(d.res, d.epoch), clientv3.WithKeysOnly()),
+				clientv3.OpGet(l.space.Lease(d.res), clientv3.WithRev(d.at), clientv3.WithKeysOnly()))
 		}
 		actx, cancel := l.bound(ctx)
 		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
@@ -406,10 +395,14 @@ func (l *Log) explain(ctx context.Context, dels []deletion) error {
 		}
 		startKeys[c] = make([]string, len(chunk))
 		for i, d := range chunk {
-			if len(resp.Responses[2*i+1].GetResponseRange().GetKvs()) > 0 {
+			if len(resp.Responses[3*i+1].GetResponseRange().GetKvs()) > 0 {
 				continue
 			}
-			startKvs := resp.Responses[2*i].GetResponseRange().GetKvs()
+			if held := resp.Responses[3*i+2].GetResponseRange().GetKvs(); len(held) > 0 && held[0].ModRevision == d.epoch {
+				l.log.Debug("a session marker was deleted while its session held a lease; not recording it", "resource", d.res, "epoch", d.epoch, "at", d.at)
+				continue
+			}
+			startKvs := resp.Responses[3*i].GetResponseRange().GetKvs()
 			if len(startKvs) == 0 {
 				l.log.Debug("lease key deletion of an epoch with no start entry; not recording it", "resource", d.res, "epoch", d.epoch)
 				continue
@@ -430,6 +423,54 @@ func (l *Log) explain(ctx context.Context, dels []deletion) error {
 		}
 	}
 	return l.writeExpired(ctx, xs)
+}
+
+// runRescans records, until ctx ends, the expiries no marker told of: a
+// session without a marker — a client older than this recorder, or a
+// marker deleted by hand — ends without a deletion the watch sees. Every
+// rescanEvery, or rescanShare times as long as the last rescan took if
+// that is longer (a long log without retention), it reads what reconcile
+// reads (unexplained) and records the epochs that ended unexplained in
+// this rescan and the one before. Waiting a rescan leaves to the watch
+// the expiries it records, with their end revisions; an expiry of an
+// unmarked session is recorded within about two rescans. Errors are
+// logged and the next rescan starts afresh.
+func (l *Log) runRescans(ctx context.Context) {
+	wait := l.rescanEvery
+	var suspects map[epochKey]bool // what the last rescan found unexplained
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		begin := time.Now()
+		_, xs, err := l.unexplained(ctx)
+		wait = max(l.rescanEvery, time.Duration(rescanShare)*time.Since(begin))
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("rescan failed; trying again at the next", "error", err)
+			}
+			suspects = nil
+			continue
+		}
+		found := make(map[epochKey]bool, len(xs))
+		var due []expiry
+		for _, x := range xs {
+			found[x.epochKey] = true
+			if suspects[x.epochKey] {
+				due = append(due, x)
+			}
+		}
+		suspects = found
+		if len(due) == 0 {
+			continue
+		}
+		l.log.Warn("recording expiries no session marker told of (sessions of clients older than this recorder, or markers deleted by hand)", "epochs", len(due))
+		if err := l.writeExpired(ctx, due); err != nil && ctx.Err() == nil {
+			l.log.Warn("rescan failed; trying again at the next", "error", err)
+		}
+	}
 }
 
 // expiry is a deletion to record as Expired, with its start entry's key.

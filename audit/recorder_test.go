@@ -96,6 +96,7 @@ func waitWatching(t *testing.T, spy *txnSpy) {
 
 // rangeCall is one Range RPC the spied client made.
 type rangeCall struct {
+	key                     string
 	limit, atRev, headerRev int64 // atRev: the revision asked for (0: latest)
 	kvs                     int
 	more                    bool
@@ -111,7 +112,7 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 		rs, ok2 := reply.(*pb.RangeResponse)
 		if ok1 && ok2 {
 			s.mu.Lock()
-			s.ranges = append(s.ranges, rangeCall{limit: rq.Limit, atRev: rq.Revision, headerRev: rs.Header.Revision, kvs: len(rs.Kvs), more: rs.More})
+			s.ranges = append(s.ranges, rangeCall{key: string(rq.Key), limit: rq.Limit, atRev: rq.Revision, headerRev: rs.Header.Revision, kvs: len(rs.Kvs), more: rs.More})
 			s.mu.Unlock()
 		}
 		return nil
@@ -154,18 +155,21 @@ func (s *txnSpy) txn(tr *pb.TxnRequest, resp *pb.TxnResponse) {
 		mark(c.Key, false)
 	}
 	// The recorder's read of deleted epochs' entries — for each, a range
-	// of its start entries, then a get of its end key — decides an epoch
-	// when it finds an end entry or no start entry: no transaction that
-	// writes follows. Otherwise the write that follows is the decision.
-	if len(tr.Compare) == 0 && len(tr.Success)%2 == 0 && len(resp.Responses) == len(tr.Success) {
-		for i := 0; i+1 < len(tr.Success); i += 2 {
-			get := tr.Success[i+1].GetRequestRange()
-			if get == nil || tr.Success[i].GetRequestRange() == nil || !strings.Contains(string(get.Key), "/end/") {
+	// of its start entries, a get of its end key and a get of its lease
+	// key at the deletion's revision — decides an epoch when it finds an
+	// end entry, no start entry or the lease key holding the epoch: no
+	// transaction that writes follows. Otherwise the write that follows
+	// is the decision.
+	if len(tr.Compare) == 0 && len(tr.Success)%3 == 0 && len(resp.Responses) == len(tr.Success) {
+		for i := 0; i+2 < len(tr.Success); i += 3 {
+			get, held := tr.Success[i+1].GetRequestRange(), tr.Success[i+2].GetRequestRange()
+			if get == nil || held == nil || tr.Success[i].GetRequestRange() == nil || !strings.Contains(string(get.Key), "/end/") {
 				continue
 			}
 			foundEnd := len(resp.Responses[i+1].GetResponseRange().GetKvs()) > 0
 			noStart := len(resp.Responses[i].GetResponseRange().GetKvs()) == 0
-			if foundEnd || noStart {
+			stillHeld := len(resp.Responses[i+2].GetResponseRange().GetKvs()) > 0
+			if foundEnd || noStart || stillHeld {
 				mark(get.Key, false)
 			}
 		}
@@ -249,6 +253,29 @@ func waitDecided(t *testing.T, spy *txnSpy, ns string, eps ...resEpoch) {
 			}
 		}
 		return true, ""
+	})
+}
+
+// sessionReads counts the spied recorder's reads of what ended sessions
+// held: each reads the lease keys at the revision before the session
+// ended, from the start of the lease prefix (docs/protocol.md §3.6).
+func sessionReads(spy *txnSpy, ns string) int {
+	n := 0
+	for _, rc := range spy.rangeCalls() {
+		if rc.key == keys.MustNew(ns).LeasePrefix() && rc.atRev > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// waitSessionsEnded waits until the spied recorder has read what n more
+// ended sessions held than it had when from was taken (sessionReads).
+func waitSessionsEnded(t *testing.T, spy *txnSpy, ns string, from, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the recorder reads what %d ended sessions held", n), func() (bool, string) {
+		got := sessionReads(spy, ns) - from
+		return got >= n, fmt.Sprintf("%d so far", got)
 	})
 }
 
@@ -360,6 +387,7 @@ func TestRecorderRecordsExpiryOfPartitionedHolder(t *testing.T) {
 	r := newRegistry(t, cli)
 	l := acquire(t, r, doomed, "jobs/expiring")
 	alive := acquire(t, r, bystander, "jobs/alive")
+	waitMarked(t, cli, keys.DefaultNamespace, doomed)
 
 	p.Blackhole()
 	select {
@@ -391,8 +419,11 @@ func TestRecorderRecordsExpiryOfPartitionedHolder(t *testing.T) {
 }
 
 // Epochs ended by the SDK (complete, release, operator revoke, session
-// close) already have their end entry; the recorder sees their deletions and
-// must leave them alone.
+// close) already have their end entry. The recorder watches the session
+// markers, not the lease keys, so it sends nothing at all for the first
+// three (docs/protocol.md §3.6), and for the session that closed it reads
+// once what the session held when it ended — nothing, as Close released
+// it first — and writes nothing.
 func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
@@ -404,6 +435,7 @@ func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
 	s := newSession(t, cli, "tidy")
 	closing := newSession(t, cli, "closing")
 	ctx := bg(t)
+	txns0, reads0 := spy.txns(), sessionReads(spy, keys.DefaultNamespace)
 
 	completed := acquire(t, r, s, "sdk/completed")
 	if err := completed.Complete(ctx, "ok"); err != nil {
@@ -418,17 +450,17 @@ func TestRecorderLeavesSDKEndingsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := acquire(t, r, closing, "sdk/closed")
+	waitMarked(t, cli, keys.DefaultNamespace, closing)
 	if err := closing.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the recorder has decided about every deletion.
-	waitDecided(t, spy, keys.DefaultNamespace, epochOf(completed), epochOf(released), epochOf(revoked), epochOf(closed))
+	// The closed session's marker went with its etcd lease: the recorder
+	// reads what it held then.
+	waitSessionsEnded(t, spy, keys.DefaultNamespace, reads0, 1)
 	stopRecorder(t, stop)
 
-	for _, re := range []resEpoch{epochOf(completed), epochOf(released), epochOf(revoked), epochOf(closed)} {
-		if _, wins := spy.counts(keys.MustNew(keys.DefaultNamespace).AuditEnd(re.res, re.epoch)); wins != 0 {
-			t.Errorf("the recorder wrote an entry for %q epoch %d, which the SDK had ended", re.res, re.epoch)
-		}
+	if n := spy.txns() - txns0; n != 0 {
+		t.Errorf("the recorder sent %d transactions for epochs the SDK ended", n)
 	}
 	if got := list(t, log, audit.Filter{Kind: audit.Expired}); len(got) != 0 {
 		t.Errorf("%d expired entries for epochs the SDK ended: %+v", len(got), got)
@@ -473,7 +505,8 @@ func TestConcurrentRecordersWriteOneEndPerEpoch(t *testing.T) {
 		held = append(held, l)
 		eps = append(eps, epochOf(l))
 	}
-	// One completed epoch among them: no recorder may touch it.
+	waitMarked(t, cli, keys.DefaultNamespace, s)
+	// One completed epoch among them: no recorder may write its end.
 	if err := held[0].Complete(bg(t), "ok"); err != nil {
 		t.Fatal(err)
 	}
@@ -481,8 +514,10 @@ func TestConcurrentRecordersWriteOneEndPerEpoch(t *testing.T) {
 	if _, err := cli.Revoke(bg(t), s.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
+	// The completed epoch is no longer on the session when it ends: no
+	// recorder sees it.
 	for _, spy := range spies {
-		waitDecided(t, spy, keys.DefaultNamespace, eps...)
+		waitDecided(t, spy, keys.DefaultNamespace, eps[1:]...)
 	}
 	for _, stop := range stops {
 		stopRecorder(t, stop)
@@ -734,6 +769,7 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	log := mustLog(t, newRegistry(t, rcli, lease.WithNamespace(ns)))
 	stop := startRecorder(t, log)
 	waitWatching(t, spy) // or the first deletions are reconcile's, which decides nothing
+	reads0 := sessionReads(spy, ns)
 	r := newRegistry(t, cli, lease.WithNamespace(ns))
 	ctx := bg(t)
 	w1 := newSession(t, cli, "w1")
@@ -741,12 +777,8 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	w3 := newSession(t, cli, "w3")
 	w4 := newSession(t, cli, "w4")
 
-	var decided []resEpoch
 	ends := map[resEpoch]audit.Kind{}
-	end := func(l *lease.Lease, k audit.Kind) {
-		ends[epochOf(l)] = k
-		decided = append(decided, epochOf(l))
-	}
+	end := func(l *lease.Lease, k audit.Kind) { ends[epochOf(l)] = k }
 	rejections := 0
 
 	// Completed, then a stale completion by the same lease with another status.
@@ -793,6 +825,7 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	// completion afterwards is rejected.
 	e1 := acquire(t, r, w3, "run/expire-1")
 	e2 := acquire(t, r, w3, "run/expire-2")
+	waitMarked(t, cli, ns, w3)
 	if _, err := cli.Revoke(ctx, w3.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
@@ -810,13 +843,17 @@ func TestEveryEpochHasOneStartAndOneEnd(t *testing.T) {
 	// Session close releases what it still holds.
 	h1 := acquire(t, r, w4, "run/close-1")
 	h2 := acquire(t, r, w4, "run/close-2")
+	waitMarked(t, cli, ns, w4)
 	if err := w4.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	end(h1, audit.Released)
 	end(h2, audit.Released)
 
-	waitDecided(t, spy, ns, decided...)
+	// Two sessions ended — w3's revoked, w4 closed — and the recorder
+	// decides the epochs w3 held.
+	waitSessionsEnded(t, spy, ns, reads0, 2)
+	waitDecided(t, spy, ns, epochOf(e1), epochOf(e2))
 	waitForKind(t, log, audit.Filter{Kind: audit.Expired}, 2)
 	stopRecorder(t, stop)
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,31 +40,105 @@ type epochID struct {
 	epoch int64
 }
 
-// pruneGroup is what one epoch leaves in etcd: its entries, and its
-// resource's done record if the epoch completed it. A group is deleted in
-// one transaction, so no reader at any revision sees a start entry whose
-// end entry is gone (the recorder's reconcile would take that epoch for
-// one that ended unexplained).
+// pruneGroup is the entries one epoch leaves in etcd. A group is deleted,
+// with its resource's done record if the epoch completed it
+// (doneRecords), in one transaction, so no reader at any revision sees a
+// start entry whose end entry is gone (the recorder's reconcile would
+// take that epoch for one that ended unexplained). The cache keeps the
+// groups as the watch changes them (pruneCache.add, drop), so a pass
+// reads no entry that has not changed since the last.
 type pruneGroup struct {
 	id      epochID
 	entries []Entry
 	start   bool // an Acquired entry is among entries
 	end     *Entry
-	done    *mvccpb.KeyValue // the done record this epoch wrote, if still there
-	newest  int64            // the highest revision of the group's entries
+	newest  int64 // the highest revision of the group's entries
+}
+
+// summarize sets start, end and newest from the group's entries.
+func (g *pruneGroup) summarize() {
+	g.start, g.end, g.newest = false, nil, 0
+	for i, e := range g.entries {
+		g.newest = max(g.newest, e.Revision)
+		switch {
+		case e.Kind == Acquired:
+			g.start = true
+		case e.Kind.IsEnd():
+			g.end = &g.entries[i]
+		}
+	}
 }
 
 // keys returns the group's keys with the mod revision each must still
-// have to be deleted.
-func (g *pruneGroup) keys() []guardedKey {
+// have to be deleted: its entries, and done, its epoch's done record if
+// it has one (a zero key if not).
+func (g *pruneGroup) keys(done guardedKey) []guardedKey {
 	out := make([]guardedKey, 0, len(g.entries)+1)
 	for _, e := range g.entries {
 		out = append(out, guardedKey{e.Key, e.Revision})
 	}
-	if g.done != nil {
-		out = append(out, guardedKey{string(g.done.Key), g.done.ModRevision})
+	if done.key != "" {
+		out = append(out, done)
 	}
 	return out
+}
+
+// readDones is how many done records one read-only transaction of a pass
+// reads, one Get each.
+const readDones = 128
+
+// doneRecords reads the done records of the completed epochs among due,
+// 128 to a read-only transaction, and returns those that name their
+// epoch, with the mod revision read: a record is pruned with its epoch's
+// completed entry, and only while it is still the one read. Done records
+// are read here, for the groups due, and not watched: a pass needs no
+// other.
+//
+//	Txn() Then( Get N/done/<res_1>, …, Get N/done/<res_n> )
+func (l *Log) doneRecords(ctx context.Context, due []*pruneGroup) (map[epochID]guardedKey, error) {
+	var completed []*pruneGroup
+	for _, g := range due {
+		if g.end != nil && g.end.Kind == Completed {
+			completed = append(completed, g)
+		}
+	}
+	chunks := slices.Collect(slices.Chunk(completed, readDones))
+	found := make([][]guardedKey, len(chunks))
+	err := inParallel(len(chunks), func(c int) error {
+		ops := make([]clientv3.Op, len(chunks[c]))
+		for i, g := range chunks[c] {
+			ops[i] = clientv3.OpGet(l.space.Done(g.id.res))
+		}
+		actx, cancel := l.bound(ctx)
+		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("audit: prune: read %d done records: %w", len(ops), err)
+		}
+		found[c] = make([]guardedKey, len(chunks[c]))
+		for i, g := range chunks[c] {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue
+			}
+			if d, err := record.DecodeDone(kvs[0].Value); err == nil && d.Epoch == g.id.epoch {
+				found[c][i] = guardedKey{string(kvs[0].Key), kvs[0].ModRevision}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[epochID]guardedKey, len(completed))
+	for c, chunk := range chunks {
+		for i, g := range chunk {
+			if k := found[c][i]; k.key != "" {
+				out[g.id] = k
+			}
+		}
+	}
+	return out, nil
 }
 
 type guardedKey struct {
@@ -77,47 +150,56 @@ type guardedKey struct {
 // reads etcd's clock (readClock): the revision C up to which every entry
 // is older than the retention on etcd's clock, whatever its Time says —
 // an entry's Time is its writer's wall clock and decides nothing here.
-// It learns the audit and done prefixes at one revision R (pruneRead,
-// which reads only what changed since the last pass); an epoch is due
-// when it has an end entry at a revision ≤ C — or, for rejections written
-// after their epoch was pruned, when the newest of them is. If an ended
-// epoch is not due yet, the pass advances the clock (advanceClock). Due
-// entries go to the archive first; then each group is deleted with one
-// guarded delete per key,
+// It knows the audit prefix at one revision R (pruneRead, which follows
+// only what changed since the last pass); an epoch is due when it has an
+// end entry at a revision ≤ C — or, for rejections written after their
+// epoch was pruned, when the newest of them is. If an ended epoch is not
+// due yet, the pass advances the clock (advanceClock). Due entries go to
+// the archive first; then each group is deleted with one guarded delete
+// per key,
 //
 //	Txn() Then( Txn(If(ModRev(k_1) = rev_1) Then(Delete k_1)), …, Txn(If(ModRev(k_n) = rev_n) Then(Delete k_n)) )
 //
-// the whole group in one transaction. The guard deletes exactly what was
-// archived: an entry is create-only, so its mod revision changes only if
-// it was deleted and written again (a retried stale attempt re-creating its
-// rejection after it was pruned), and that new entry is left for a later
-// pass. A crash between archiving and deleting archives again next time,
+// the whole group, with a completed epoch's done record (read for the
+// due groups, doneRecords), in one transaction. The guard deletes exactly
+// what was archived: an entry is create-only, so its mod revision changes
+// only if it was deleted and written again (a retried stale attempt
+// re-creating its rejection after it was pruned), and that new entry is
+// left for a later pass. A crash between archiving and deleting archives again next time,
 // idempotently. Any number of recorders may prune at once: the second
 // delete of a key finds its mod revision 0 and does nothing.
 func (l *Log) prune(ctx context.Context) (int, error) {
-	// One pass at a time per Log: the pass reads the cache's maps
-	// throughout, and a second pass at once would only repeat its work.
-	l.pruneCache.mu.Lock()
-	defer l.pruneCache.mu.Unlock()
+	// One pass at a time per Log: a second pass at once would only repeat
+	// the first's work.
+	l.pruneCache.pass.Lock()
+	defer l.pruneCache.pass.Unlock()
 	clock, err := l.readClock(ctx)
 	if err != nil {
 		return 0, err
 	}
-	entries, dones, err := l.pruneRead(ctx)
-	if err != nil {
+	if err := l.pruneRead(ctx); err != nil {
 		return 0, err
 	}
-	due, pending := dueGroups(groupEpochs(entries, dones), clock)
+	// The due groups are copied out of the cache, which the watch goes on
+	// changing meanwhile: the guarded deletes delete only what they
+	// archived, whatever changed since.
+	l.pruneCache.mu.Lock()
+	due, pending := l.pruneCache.dueGroups(clock)
+	l.pruneCache.mu.Unlock()
 	// A clock that cannot advance now delays pruning, never hastens it:
 	// what is due is pruned all the same, and the error reported after.
 	clockErr := l.advanceClock(ctx, pending)
 	if len(due) == 0 {
 		return 0, clockErr
 	}
+	dones, err := l.doneRecords(ctx, due)
+	if err != nil {
+		return 0, err
+	}
 	if err := l.archiveGroups(ctx, due); err != nil {
 		return 0, err
 	}
-	deleted, err := l.deleteGroups(ctx, due)
+	deleted, err := l.deleteGroups(ctx, due, dones)
 	if err != nil {
 		return deleted, err
 	}
@@ -127,42 +209,13 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	return deleted, clockErr
 }
 
-// groupEpochs groups the live entries by epoch, with the done record each
-// completed epoch wrote.
-func groupEpochs(entries map[string]Entry, dones map[string]doneRecord) map[epochID]*pruneGroup {
-	groups := map[epochID]*pruneGroup{}
-	for _, e := range entries {
-		id := epochID{e.Resource, e.Epoch}
-		g := groups[id]
-		if g == nil {
-			g = &pruneGroup{id: id}
-			groups[id] = g
-		}
-		g.entries = append(g.entries, e)
-		g.newest = max(g.newest, e.Revision)
-		switch {
-		case e.Kind == Acquired:
-			g.start = true
-		case e.Kind.IsEnd():
-			end := e
-			g.end = &end
-		}
-	}
-	for _, d := range dones {
-		if g := groups[d.id]; g != nil {
-			g.done = d.kv
-		}
-	}
-	return groups
-}
-
-// dueGroups returns the groups due at clock, in epoch order, and the
-// highest revision an ended epoch not yet due waits for (pending): an
+// dueGroups returns copies of the groups due at clock, in epoch order,
+// and the highest revision an ended epoch not yet due waits for (pending): an
 // epoch is due when its end entry is at a revision ≤ clock, or — only
 // rejections, written after their epoch was pruned or beside a corrupt
 // start — when the newest of them is.
-func dueGroups(groups map[epochID]*pruneGroup, clock int64) (due []*pruneGroup, pending int64) {
-	for _, g := range groups {
+func (c *pruneCache) dueGroups(clock int64) (due []*pruneGroup, pending int64) {
+	for _, g := range c.groups {
 		var at int64 // the revision that makes the group due once old enough
 		switch {
 		case g.end != nil:
@@ -176,10 +229,9 @@ func dueGroups(groups map[epochID]*pruneGroup, clock int64) (due []*pruneGroup, 
 			pending = max(pending, at)
 			continue
 		}
-		if g.done != nil && (g.end == nil || g.end.Kind != Completed) {
-			g.done = nil // a done record is pruned only with its completed entry
-		}
-		due = append(due, g)
+		cp := &pruneGroup{id: g.id, entries: slices.Clone(g.entries)}
+		cp.summarize()
+		due = append(due, cp)
 	}
 	slices.SortFunc(due, func(a, b *pruneGroup) int {
 		return cmp.Or(cmp.Compare(a.id.epoch, b.id.epoch), cmp.Compare(a.id.res, b.id.res))
@@ -209,10 +261,10 @@ func (l *Log) archiveGroups(ctx context.Context, due []*pruneGroup) error {
 // deleteGroups deletes the due groups' keys with guarded deletes, each
 // group in one transaction with as many others as fit, and returns how
 // many keys were deleted.
-func (l *Log) deleteGroups(ctx context.Context, due []*pruneGroup) (int, error) {
+func (l *Log) deleteGroups(ctx context.Context, due []*pruneGroup, dones map[epochID]guardedKey) (int, error) {
 	d := &pruneDeleter{l: l}
 	for _, g := range due {
-		gk := g.keys()
+		gk := g.keys(dones[g.id])
 		if len(d.ops)+len(gk) > maxPruneOps {
 			if err := d.flush(ctx); err != nil {
 				return d.deleted, err
@@ -262,6 +314,8 @@ func (d *pruneDeleter) flush(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("audit: prune: %w", err)
 	}
+	// The next pass waits for the watch to have applied these deletions.
+	d.l.pruneCache.wrote = max(d.l.pruneCache.wrote, resp.Header.Revision)
 	for _, r := range resp.Responses {
 		if r.GetResponseTxn().GetSucceeded() {
 			d.deleted++
@@ -278,182 +332,284 @@ func guardedDelete(k guardedKey) clientv3.Op {
 }
 
 // pruneCache is what a recorder's passes remember of etcd between them:
-// the audit entries and done records at the revision rev of the last pass.
-// It is exact at rev — every key under the two prefixes at rev that
-// decodes is in it, with its mod revision, and nothing else — so a pass
-// reads only what changed since (pruneRead), never every live key: a
+// the audit entries, grouped by epoch, kept up to date by a watch between
+// passes. At the start of a pass it is exact at a revision rev — every key
+// under the audit prefix at rev that decodes is in it, with its mod
+// revision, and nothing else — so a pass reads no live key (pruneRead): a
 // key deleted, or deleted and written again, reaches the cache as the
-// deletion and the new put, in revision order. Whenever the changes
-// cannot be read completely, the next pass starts from an empty cache.
+// deletion and the new put, in revision order. Done records are not
+// cached: a pass reads those of the completed epochs it prunes
+// (doneRecords). Whenever the changes cannot be followed, the next pass
+// reads every entry again.
 type pruneCache struct {
-	mu      sync.Mutex // held for a whole pass
-	rev     int64      // the revision entries and dones are exact at; 0: empty
-	entries map[string]Entry
-	dones   map[string]doneRecord
-	clock   etcdClock // the markers known, and the clock's reading (clock.go)
+	pass    sync.Mutex              // held for a whole pass; guards clock and watch
+	mu      sync.Mutex              // guards rev, entries and groups: held by the watch applying a response, and by a pass reading the due groups (never across a request)
+	rev     int64                   // the revision the cache was last known exact at; 0: empty
+	entries map[string]epochID      // an audit key → the epoch of its entry
+	groups  map[epochID]*pruneGroup // the entries, by epoch
+	clock   etcdClock               // the markers known, and the clock's reading (clock.go)
+	watch   *changesWatch           // the watch keeping the cache up to date; nil: none
+	wrote   int64                   // the revision of the last pass's last deletions: the cache must be past it
 }
 
-// doneRecord is a done key and the epoch its record names.
-type doneRecord struct {
-	id epochID
-	kv *mvccpb.KeyValue
-}
+// catchUpAttempts bounds a pass's wait for the watch to catch up,
+// however steadily it does, to as many attempt timeouts.
+const catchUpAttempts = 10
 
 // progressRetry is how often a pass asks etcd again for the progress
-// notification that ends its read of the changes: etcd answers only once
-// the watch has caught up (it catches up in steps of 100 ms), and drops a
-// request made before.
+// notification that tells it the watch has delivered everything: etcd
+// answers only once the watch has caught up (it catches up in steps of
+// 100 ms), and drops a request made before.
 const progressRetry = 50 * time.Millisecond
 
-// streamKey is the gRPC metadata that gives a pass's watch a stream of
-// its own: clientv3 shares one stream among the watches of a client whose
-// contexts carry the same metadata, and a progress request is answered
-// only when every watch of the stream has caught up, and to all of them.
+// streamKey is the gRPC metadata that gives the retention watch a stream
+// of its own: clientv3 shares one stream among the watches of a client
+// whose contexts carry the same metadata, and a progress request is
+// answered only when every watch of the stream has caught up, and to all
+// of them.
 const streamKey = "leasehold-retention"
 
-// Why a read of the changes stopped short of its progress notification.
+// Why the changes could not be followed.
 var (
-	errWatchEnded  = errors.New("watch ended before it caught up")
-	errWatchSilent = errors.New("watch sent nothing within the attempt timeout")
+	errWatchEnded  = errors.New("watch ended")
+	errWatchSilent = errors.New("watch applied nothing within the attempt timeout")
 	errWatchSlow   = errors.New("watch did not catch up within its time")
 )
 
-// catchUpAttempts bounds a read of the changes, however steadily its
-// watch catches up, to as many attempt timeouts; a pass that reaches it
-// reads every key instead.
-const catchUpAttempts = 10
-
-// pruneRead returns the audit entries and the done records in etcd at one
-// revision R, from the cache exact at the previous pass's revision P and
-// the changes since (readChanges): one watch of both prefixes from P,
-// read until etcd's progress notification at R. The first pass, or one
-// whose changes could not be read (etcd compacted past P, the watch
-// failed, went silent or did not catch up in time), reads every key and
-// value of both prefixes at one revision instead. The caller
-// holds c.mu for as long as it uses the maps returned.
-func (l *Log) pruneRead(ctx context.Context) (map[string]Entry, map[string]doneRecord, error) {
-	c := &l.pruneCache
-	prev := c.rev
-	c.rev = 0 // until this read completes
-	if prev > 0 {
-		rev, err := l.readChanges(ctx, prev)
-		if err == nil {
-			c.rev = rev
-			return c.entries, c.dones, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, err
-		}
-		l.log.Debug("retention: reading every key", "since", prev, "error", err)
-	}
-	c.entries, c.dones = map[string]Entry{}, map[string]doneRecord{}
-	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, l.cacheEntry)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := l.scan(ctx, l.space.DonePrefix(), rev, l.cacheDone); err != nil {
-		return nil, nil, err
-	}
-	c.rev = rev
-	return c.entries, c.dones, nil
+// changesWatch is the watch of the audit prefix that keeps a pruneCache
+// up to date (followChanges), and what it reports to passes.
+type changesWatch struct {
+	ctx      context.Context // the watch's: the ctx of the pass that started it, with the stream's metadata
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when followChanges has returned
+	progress chan int64    // the revisions of progress notifications, once applied; buffered 1
+	applied  chan struct{} // a response of events was applied; buffered 1
+	err      error         // why it stopped; set before done is closed
 }
 
-// readChanges brings the cache, exact at revision prev, to the revision R
-// it returns:
+// stop ends the watch and waits for it.
+func (w *changesWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// pruneRead brings the cache to the audit entries in etcd at one revision
+// R, or later. While the watch of the changes runs
+// (followChanges), the cache already holds them: the pass asks etcd for a
+// progress notification on the watch —
 //
-//	Watch [N/audit/, N/done0) WithRev(prev); RequestProgress every progressRetry until a progress notification (revision R)
+//	RequestProgress every progressRetry until a progress notification (revision R)
 //
-// etcd sends a progress notification at R only once it has sent every
-// event of the watch at revisions ≤ R, and no event above R before it:
-// the events applied in order, puts decoded and deletions dropped, leave
-// the cache exact at R. The events at prev itself are already in the
-// cache and apply again to the same result; starting there, not at
-// prev + 1, lets etcd answer when nothing changed since (it sends no
-// progress for a watch that starts beyond its revision). Nothing of the
-// namespace sorts between N/audit/ and N/done/; keys of another
-// namespace that do are skipped. etcd sends a watch that starts in the
-// past its history in steps (1000 revisions every 100 ms), so the read is
-// bounded not as a whole but by silence: it fails once the watch sends
-// nothing for the attempt timeout, or has not caught up within
-// catchUpAttempts of them. On error the cache is half applied, and the
-// caller reads everything afresh.
-func (l *Log) readChanges(ctx context.Context, prev int64) (int64, error) {
-	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, "1"))
-	defer cancel()
-	silent := time.NewTimer(l.attempt) // reset by every response
+// which etcd sends at R only once it has sent every event of the watch at
+// revisions ≤ R, and none above it before: once the watch has applied it,
+// the cache is exact at R (or later). A recorder that stopped and started
+// again finds the cache exact where the last watch left it and watches
+// the changes from there. A watch that stopped (etcd compacted past it, no
+// leader, the stream broke) or sent no progress within the attempt
+// timeout is started again from there once; after that, or on the first
+// pass, the pass reads every key and value of the audit prefix at one
+// revision R instead, in pages, and starts the watch from R.
+func (l *Log) pruneRead(ctx context.Context) error {
+	c := &l.pruneCache
+	for try := 0; try < 2; try++ {
+		c.mu.Lock()
+		from := c.rev
+		c.mu.Unlock()
+		if from == 0 {
+			break
+		}
+		if c.watch == nil {
+			c.watch = l.watchChanges(ctx, from)
+		}
+		err := l.awaitProgress(ctx, c.watch, c.wrote)
+		if err == nil {
+			return nil
+		}
+		c.watch.stop()
+		c.watch = nil
+		if ctx.Err() != nil {
+			return err
+		}
+		l.log.Debug("retention: the watch of the changes stopped", "error", err)
+	}
+	// No watch runs: nothing else changes the cache while it is read.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rev = 0 // until this read completes
+	c.entries, c.groups = map[string]epochID{}, map[epochID]*pruneGroup{}
+	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, l.cacheEntry)
+	if err != nil {
+		return err
+	}
+	c.rev = rev
+	// From rev, not rev + 1: the events at rev are in the cache already
+	// and apply again to the same result, and etcd answers no progress
+	// request for a watch that starts beyond its revision (as it would
+	// until something is written).
+	c.watch = l.watchChanges(ctx, rev)
+	return nil
+}
+
+// awaitProgress asks etcd for a progress notification on w, every
+// progressRetry, until w has applied one at a revision ≥ atLeast — the
+// last deletions of the pass before, which a notification answering an
+// earlier request may not cover. It fails once w applies nothing for the
+// attempt timeout, or has not caught up within catchUpAttempts of them.
+func (l *Log) awaitProgress(ctx context.Context, w *changesWatch, atLeast int64) error {
+	fail := func(err error) error {
+		return fmt.Errorf("audit: retention: follow the changes: %w", err)
+	}
+	if err := w.ctx.Err(); err != nil {
+		return fail(err) // started by a pass whose context has ended
+	}
+	silent := time.NewTimer(l.attempt) // reset by every response applied
 	defer silent.Stop()
 	whole := time.NewTimer(catchUpAttempts * l.attempt)
 	defer whole.Stop()
-	from, to := l.space.AuditPrefix(), clientv3.GetPrefixRangeEnd(l.space.DonePrefix())
-	wch := l.cli.Watch(wctx, from, clientv3.WithRange(to), clientv3.WithRev(prev))
 	ask := time.NewTicker(progressRetry)
 	defer ask.Stop()
-	fail := func(err error) (int64, error) {
-		return 0, fmt.Errorf("audit: retention: read the changes since revision %d: %w", prev, err)
-	}
-	if err := l.cli.RequestProgress(wctx); err != nil {
-		return fail(err)
-	}
-	last := prev // the revision of the last event applied
 	for {
-		select {
-		case <-ask.C:
-			if err := l.cli.RequestProgress(wctx); err != nil {
-				return fail(err)
-			}
-		case <-silent.C:
-			return fail(errWatchSilent)
-		case <-whole.C:
-			return fail(errWatchSlow)
-		case resp, ok := <-wch:
-			if !ok {
-				return fail(cmp.Or(ctx.Err(), errWatchEnded))
-			}
-			silent.Reset(l.attempt)
-			if err := resp.Err(); err != nil {
-				return fail(err) // etcd compacted past prev, among others
-			}
-			if resp.IsProgressNotify() {
-				if rev := resp.Header.Revision; rev >= last {
-					return rev, nil
+		if err := l.cli.RequestProgress(w.ctx); err != nil { // on the watch's stream
+			return fail(err)
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case <-w.done:
+				return fail(w.err)
+			case <-silent.C:
+				return fail(errWatchSilent)
+			case <-whole.C:
+				return fail(errWatchSlow)
+			case <-w.applied:
+				silent.Reset(l.attempt)
+			case rev := <-w.progress:
+				if rev >= atLeast {
+					return nil
 				}
-				return fail(fmt.Errorf("progress at revision %d after an event at %d", resp.Header.Revision, last))
-			}
-			for _, ev := range resp.Events {
-				key := string(ev.Kv.Key)
-				last = max(last, ev.Kv.ModRevision)
-				delete(l.pruneCache.entries, key)
-				delete(l.pruneCache.dones, key)
-				if ev.Type != mvccpb.PUT {
-					continue
-				}
-				switch {
-				case strings.HasPrefix(key, l.space.AuditPrefix()):
-					l.cacheEntry(ev.Kv)
-				case strings.HasPrefix(key, l.space.DonePrefix()):
-					l.cacheDone(ev.Kv)
-				}
+			case <-ask.C:
+				break wait
 			}
 		}
 	}
+}
+
+// watchChanges starts the watch of the changes from revision from:
+//
+//	Watch N/audit/ WithPrefix WithRev(from)
+//
+// on a gRPC stream of its own (streamKey), until ctx ends or the watch
+// fails (followChanges).
+func (l *Log) watchChanges(ctx context.Context, from int64) *changesWatch {
+	wctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, "1"))
+	w := &changesWatch{ctx: wctx, cancel: cancel, done: make(chan struct{}), progress: make(chan int64, 1), applied: make(chan struct{}, 1)}
+	wch := l.cli.Watch(wctx, l.space.AuditPrefix(), clientv3.WithPrefix(), clientv3.WithRev(from))
+	go l.followChanges(wctx, wch, w)
+	return w
+}
+
+// followChanges applies the watch's events to the cache, a response at a
+// time under c.mu, in revision order: puts decoded, deletions dropped. A
+// progress notification is passed on once every event before it has
+// been applied. It returns when the watch fails or ctx ends; the cache
+// stays exact where it left it, and the next pass watches from there.
+func (l *Log) followChanges(ctx context.Context, wch clientv3.WatchChan, w *changesWatch) {
+	defer close(w.done)
+	c := &l.pruneCache
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			w.err = err // etcd compacted past the watch, among others
+			return
+		}
+		if resp.IsProgressNotify() {
+			c.mu.Lock()
+			c.rev = max(c.rev, resp.Header.Revision)
+			c.mu.Unlock()
+			select {
+			case w.progress <- resp.Header.Revision:
+			default: // a pass takes the latest; an older one is no use
+				select {
+				case <-w.progress:
+				default:
+				}
+				w.progress <- resp.Header.Revision
+			}
+			continue
+		}
+		c.mu.Lock()
+		if c.rev == 0 {
+			c.mu.Unlock()
+			return // a full read replaced the cache: this watch is stale
+		}
+		for _, ev := range resp.Events {
+			key := string(ev.Kv.Key)
+			// etcd sends a revision's events in one response: once it is
+			// applied, the cache is exact at that revision.
+			c.rev = max(c.rev, ev.Kv.ModRevision)
+			c.drop(key)
+			if ev.Type == mvccpb.PUT {
+				l.cacheEntry(ev.Kv)
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case w.applied <- struct{}{}:
+		default:
+		}
+	}
+	w.err = cmp.Or(ctx.Err(), errWatchEnded)
 }
 
 // cacheEntry caches the audit entry kv, if it is one. List reports
 // corrupt values; retention leaves them to an operator.
 func (l *Log) cacheEntry(kv *mvccpb.KeyValue) {
 	if e, err := decode(l.space, kv); err == nil {
-		l.pruneCache.entries[e.Key] = e
+		l.pruneCache.add(e)
 	}
 }
 
-// cacheDone caches the done record kv, if it is one.
-func (l *Log) cacheDone(kv *mvccpb.KeyValue) {
-	res, err := l.space.ResourceFromDone(string(kv.Key))
-	if err != nil {
+// add puts e into its epoch's group, after whatever the cache held at
+// its key.
+func (c *pruneCache) add(e Entry) {
+	c.drop(e.Key)
+	id := epochID{e.Resource, e.Epoch}
+	g := c.groups[id]
+	if g == nil {
+		g = &pruneGroup{id: id}
+		c.groups[id] = g
+	}
+	g.entries = append(g.entries, e)
+	g.summarize()
+	c.entries[e.Key] = id
+}
+
+// drop removes the entry the cache holds at key, if any, from its group
+// (and the group once empty).
+func (c *pruneCache) drop(key string) {
+	id, ok := c.entries[key]
+	if !ok {
 		return
 	}
-	if d, err := record.DecodeDone(kv.Value); err == nil {
-		l.pruneCache.dones[string(kv.Key)] = doneRecord{epochID{res, d.Epoch}, kv}
+	delete(c.entries, key)
+	g := c.groups[id]
+	g.entries = slices.DeleteFunc(g.entries, func(e Entry) bool { return e.Key == key })
+	if len(g.entries) == 0 {
+		delete(c.groups, id)
+		return
+	}
+	g.summarize()
+}
+
+// stopChangesWatch stops the watch of the changes, if one runs, and
+// waits for it. The cache stays exact where the watch left it.
+func (l *Log) stopChangesWatch() {
+	l.pruneCache.pass.Lock()
+	defer l.pruneCache.pass.Unlock()
+	if w := l.pruneCache.watch; w != nil {
+		w.stop()
+		l.pruneCache.watch = nil
 	}
 }
 
@@ -462,6 +618,7 @@ func (l *Log) cacheDone(kv *mvccpb.KeyValue) {
 func (l *Log) runPruner(ctx context.Context) {
 	t := time.NewTicker(pruneInterval(l.retention))
 	defer t.Stop()
+	defer l.stopChangesWatch() // it would end with ctx; wait for it
 	for {
 		if _, err := l.prune(ctx); err != nil && ctx.Err() == nil {
 			l.log.Warn("retention pass failed; retrying", "error", err)

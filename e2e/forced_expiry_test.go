@@ -95,6 +95,9 @@ func replay(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	e1 := l1.Epoch()
+	// Its session's marker, put with the claim, is what tells the
+	// recorder that the session ended.
+	waitMarker(t, direct, "/leasehold", s1)
 
 	// Watch the lease key from a healthy client to time etcd's deletion.
 	deleted := make(chan time.Time, 1)

@@ -45,6 +45,22 @@ func snapshot(t *testing.T, cli *clientv3.Client, prefix string) map[string]int6
 	return out
 }
 
+// waitMarker waits until s's marker in namespace ns, which its first
+// claim there puts (docs/protocol.md §3.1), is in etcd.
+func waitMarker(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
+	t.Helper()
+	key := fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s.LeaseID()))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := cli.Get(context.Background(), key)
+		if err == nil && len(resp.Kvs) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no marker of session %s after 5 s: %v", s.Worker(), err)
+		}
+	}
+}
+
 // TestCorruptValuesUnderEveryPrefix plants values leasehold never writes
 // under each of its prefixes — lease, done, audit, fence — as anyone with
 // write access to the namespace could, and checks that every reader and
@@ -86,10 +102,10 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	bystander, err := reg.TryAcquire(ctx, s, "bystander")
-	if err != nil {
+	if _, err := reg.TryAcquire(ctx, s, "bystander"); err != nil {
 		t.Fatal(err)
 	}
+	waitMarker(t, cli, ns, s) // put with the claim: not one of what follows
 
 	// Plant: under lease/, a value that is no holder record (and no etcd
 	// lease behind it) and a key that is no escaped name; under done/, a
@@ -217,38 +233,54 @@ func TestCorruptValuesUnderEveryPrefix(t *testing.T) {
 		t.Fatalf("fence after repair: %d %v", cur, err)
 	}
 
-	// The recorder: deleting planted lease keys — one with a bad name, one
-	// with a corrupt value — neither stops it nor fools it; an unexplained
-	// deletion after them is recorded. A planted key is no SDK epoch (no
-	// start entry), so its deletion gets no end entry: an end without a
-	// start is what a recorder lagging behind retention would write for a
-	// pruned epoch (docs/protocol.md §3.6).
-	ghostEpoch := put(ns+"/lease/ghost", "not a holder")
-	if _, err := cli.Delete(ctx, ns+"/lease/bad%zz"); err != nil {
+	// The recorder: planted keys under the session markers and the lease
+	// keys — a marker with a bad name, one that names no session, a lease
+	// key with no holder record on the etcd lease of a session that then
+	// ends — neither stop it nor fool it, and the expiry of the epoch that
+	// session held is recorded. A planted key is no SDK epoch (no start
+	// entry), so its deletion gets no end entry: an end without a start is
+	// what a recorder lagging behind retention would write for a pruned
+	// epoch (docs/protocol.md §3.6).
+	for _, k := range []string{ns + "/lease/%session/bad", ns + "/lease/%session/00000000000000ab"} {
+		put(k, "planted")
+		if _, err := cli.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doomed, err := session.New(ctx, cli, session.WithWorker("doomed"), session.WithTTL(5*time.Second))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Delete(ctx, ns+"/lease/ghost"); err != nil {
+	defer doomed.Close(ctx)
+	expiring, err := reg.TryAcquire(ctx, doomed, "expiring")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Delete(ctx, ns+"/lease/bystander"); err != nil {
+	ghost, err := cli.Put(ctx, ns+"/lease/ghost", "not a holder", clientv3.WithLease(doomed.LeaseID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghostEpoch := ghost.Header.Revision
+	waitMarker(t, cli, ns, doomed)
+	if _, err := cli.Revoke(ctx, doomed.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		es, _ := trail.List(ctx, audit.Filter{Kind: audit.Expired})
-		var ghost, by bool
+		var ghosted, recorded bool
 		for _, e := range es {
-			ghost = ghost || (e.Resource == "ghost" && e.Epoch == ghostEpoch)
-			by = by || (e.Resource == "bystander" && e.Epoch == bystander.Epoch() && e.Worker == "w")
+			ghosted = ghosted || (e.Resource == "ghost" && e.Epoch == ghostEpoch)
+			recorded = recorded || (e.Resource == "expiring" && e.Epoch == expiring.Epoch() && e.Worker == "doomed")
 		}
-		if ghost {
+		if ghosted {
 			t.Fatalf("the recorder wrote an end entry for a planted lease key with no start entry: %+v", es)
 		}
-		if by {
+		if recorded {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("recorder did not record the deletions: %+v", es)
+			t.Fatalf("recorder did not record the expiry: %+v", es)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

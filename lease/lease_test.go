@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/txnkind"
 	"github.com/leasehold/leasehold/lease"
@@ -87,6 +88,9 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, c: c, cli: cli, reg: reg, log: log, rpc: rpc}
 }
 
+// session starts a session and waits until it has its marker in the
+// default namespace, as after its first claim there (docs/protocol.md
+// §3.1): the round trips a test counts are the claims' own.
 func (f *fixture) session(worker string, opts ...session.Option) *session.Session {
 	f.t.Helper()
 	s, err := session.New(context.Background(), f.cli, append([]session.Option{session.WithWorker(worker), session.WithTTL(2 * time.Second)}, opts...)...)
@@ -94,7 +98,27 @@ func (f *fixture) session(worker string, opts ...session.Option) *session.Sessio
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = s.Close(context.Background()) })
+	waitMarked(f.t, f.cli, keys.DefaultNamespace, s)
 	return s
+}
+
+// waitMarked marks s in namespace ns as its first claim there does, and
+// waits until the marker is in etcd.
+func waitMarked(t testing.TB, cli *clientv3.Client, ns string, s *session.Session) {
+	t.Helper()
+	key := keys.MustNew(ns).Session(int64(s.LeaseID()))
+	hook.Mark(s, key, s.Worker(), time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := cli.Get(context.Background(), key)
+		if err == nil && len(resp.Kvs) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the marker of session %s is not in etcd after 10 s (%v)", s.Worker(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (f *fixture) acquire(s *session.Session, res string) *lease.Lease {
@@ -703,7 +727,9 @@ func TestSessionCloseReleasesAudited(t *testing.T) {
 
 // TestRoundTrips counts the unary RPCs of each uncontended operation:
 // transactions, and reads (Range). A Release reads the queue's head first
-// (docs/protocol.md §3.4), a serializable read that costs no commit.
+// (docs/protocol.md §3.4), a serializable read that costs no commit. The
+// session has its marker already (fixture.session), as after its first
+// claim: TestFirstClaimMarksTheSession counts that one put.
 func TestRoundTrips(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

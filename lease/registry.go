@@ -152,6 +152,14 @@ func (r *Registry) validate(resource string) error {
 // already ended — and once the call has returned, no try of it can still
 // begin an epoch (docs/protocol.md §3.1).
 //
+// A session's first claim in the registry's namespace — through
+// TryAcquire, TryAcquireMany or Acquire — also puts the session's marker,
+// N/lease/%session/<lease id>, attached to its etcd lease, before the
+// claim (one put per session and namespace, tried again until it lands;
+// the claim waits for it at most 100 ms, and its error is never the
+// put's): the recorder learns from its deletion that the session ended
+// (audit.Log.RunRecorder).
+//
 // An error from the transaction matches outcome.ErrRefused or
 // outcome.ErrUnknown. Refused (permission denied, a limit, the session's
 // etcd lease gone — which also matches session.ErrExpired): nothing was
@@ -313,8 +321,10 @@ func (r *Registry) appliedEarlier(s *session.Session, resource string, starts []
 
 // claimantFor is who claims through r for the session, with r's
 // lock-delay if it has one: the session's trailing lease for it, granted on
-// first use.
+// first use. Every claim path asks it before sending, so it also marks the
+// session in r's namespace (markSession).
 func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protocol.Claimant, error) {
+	r.markSession(ctx, s)
 	c, err := r.claimant(s)
 	if err != nil || r.lockDelay == 0 {
 		return c, err
@@ -324,6 +334,44 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 		return c, fmt.Errorf("lock-delay %v: %w", r.lockDelay, err)
 	}
 	return c.WithLockDelay(trailing, r.lockDelay), nil
+}
+
+// markSession makes sure the session has its marker in r's namespace,
+// N/lease/%session/<lease id> = worker, attached to the session's etcd
+// lease (docs/protocol.md §3.1). The first claim of a session in the
+// namespace starts the put and waits for it, up to markWait, and the
+// session puts it again after a failure until it succeeds or the session
+// ends (session.mark); later claims send nothing and wait for nothing. So
+// the marker is normally in etcd before the session's first lease key:
+// etcd deletes it with the session's lease keys, at the same revision, and
+// the recorder learns of every session that ends from the markers'
+// deletions, one event per session, instead of watching every lease key.
+// A put that has not landed by then does not hold the claim back any
+// longer, and never changes its error: the claim is decided by its own
+// transaction, as its callers expect (a claim whose reply is lost may
+// still have applied). A session that ends before its marker is put is
+// left to the recorder's rescan.
+func (r *Registry) markSession(ctx context.Context, s *session.Session) {
+	done := hook.Mark(s, r.space.Session(int64(s.LeaseID())), s.Worker(), r.attempt)
+	select {
+	case <-done:
+		return
+	default:
+	}
+	t := time.NewTimer(markWait(r.attempt))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// markWait is how long a session's first claim in a namespace waits for
+// its marker's put: a quarter of the attempt timeout, at most 100 ms —
+// a healthy round trip, not a fault's.
+func markWait(attempt time.Duration) time.Duration {
+	return min(attempt/4, 100*time.Millisecond)
 }
 
 // acquired makes the Lease of an epoch the session just began, carrying

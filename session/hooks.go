@@ -18,4 +18,7 @@ func init() {
 	hook.TrailingLease = func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error) {
 		return s.(*Session).trailingLease(ctx, extra)
 	}
+	hook.Mark = func(s any, key, value string, attempt time.Duration) <-chan struct{} {
+		return s.(*Session).mark(key, value, attempt)
+	}
 }

@@ -165,6 +165,17 @@ func TestViewsOfLateExpiries(t *testing.T) {
 	}
 	expire := func(l *lease.Lease) {
 		t.Helper()
+		// The session's marker, put with its claim, tells the recorder
+		// the session ended (docs/protocol.md §3.6): wait until it is in.
+		marker := keys.MustNew(keys.DefaultNamespace).Session(int64(l.Session().LeaseID()))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if resp, err := client.Get(ctx, marker); err == nil && len(resp.Kvs) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no marker of %s's session", l.Worker())
+			}
+		}
 		if _, err := client.Revoke(ctx, l.Session().LeaseID()); err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,9 @@
 // Package hook carries the methods a public package of this module offers
 // its siblings but not its users: a recipe's registry, the attempt
-// timeout a sibling bounds its own requests with, a session's close hooks
-// and trailing lease, the span of a fence admission. Each is set once, by
-// the owning package's init (its hooks.go), before any sibling can call
-// it.
+// timeout a sibling bounds its own requests with, a session's close hooks,
+// trailing lease and markers, the span of a fence admission. Each is set
+// once, by the owning package's init (its hooks.go), before any sibling
+// can call it.
 //
 // The functions take and return any, not the owner's types, so that
 // internal/ imports no public package (docs/design.md); each owner's
@@ -81,6 +81,12 @@ var (
 	// TrailingLease returns s's trailing etcd lease of extra beyond the
 	// session's own (session/trailing.go).
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
+	// Mark makes sure key = value is put attached to s's etcd lease,
+	// without blocking: the first call for key starts the puts, each
+	// bounded by attempt, until one succeeds or s ends; later calls start
+	// nothing. The channel is closed once the key is put, or can no
+	// longer be (session/marker.go).
+	Mark func(s any, key, value string, attempt time.Duration) <-chan struct{}
 )
 
 // Set by package fence, for the guards of its subpackages (fencesql,

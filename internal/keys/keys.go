@@ -20,6 +20,10 @@
 //	N/lease/%live/<lease id>              a worker pool's session is alive: the pool's worker,
 //	                                      attached to the session's etcd lease, so its deletion
 //	                                      is the session's end (docs/protocol.md §3.14)
+//	N/lease/%session/<lease id>           a session that claims in the namespace: its worker,
+//	                                      attached to the session's etcd lease before its first
+//	                                      claim, so its deletion is the session's end, which
+//	                                      the recorder watches for (docs/protocol.md §3.6)
 //	N/done/<res>                          terminal record (status, epoch, worker)
 //	N/audit/<res>/start/<id>              "acquired" entry; its epoch is its own mod revision
 //	N/audit/<res>/end/<epoch>             the one end entry of an epoch (completed, released,
@@ -496,20 +500,52 @@ func (s Space) Live(id int64) string {
 
 // LiveLeaseID returns the etcd lease id a Live key names.
 func (s Space) LiveLeaseID(key string) (int64, error) {
-	hex, ok := strings.CutPrefix(key, s.LivePrefix())
-	if !ok || len(hex) != 16 {
-		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, s.ns)
-	}
-	id, err := strconv.ParseUint(hex, 16, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, s.ns)
-	}
-	return int64(id), nil
+	return leaseIDAfter(key, s.LivePrefix(), s.ns)
 }
 
 // IsLive reports whether key is a pool session's marker of this
 // namespace.
 func (s Space) IsLive(key string) bool { return strings.HasPrefix(key, s.LivePrefix()) }
+
+// sessionSegment starts the keys of the session markers under
+// LeasePrefix. Like revokedSegment, no lease key starts with it.
+const sessionSegment = "%session/"
+
+// SessionPrefix is the prefix of the session markers,
+// "N/lease/%session/" (docs/protocol.md §3.6).
+func (s Space) SessionPrefix() string { return s.LeasePrefix() + sessionSegment }
+
+// Session is the key of the marker of a session whose etcd lease is id,
+// "N/lease/%session/<id, 16 hex digits>": a registry puts it, attached to
+// that lease, before the session's first claim in the namespace, so every
+// lease key the session holds there is attached to a lease that has one.
+// etcd deletes it with the session's lease keys, at the same revision,
+// which tells the recorder which session ended and when.
+func (s Space) Session(id int64) string {
+	return fmt.Sprintf("%s%016x", s.SessionPrefix(), uint64(id))
+}
+
+// SessionLeaseID returns the etcd lease id a Session key names.
+func (s Space) SessionLeaseID(key string) (int64, error) {
+	return leaseIDAfter(key, s.SessionPrefix(), s.ns)
+}
+
+// IsSession reports whether key is a session marker of this namespace.
+func (s Space) IsSession(key string) bool { return strings.HasPrefix(key, s.SessionPrefix()) }
+
+// leaseIDAfter reads the etcd lease id, 16 hex digits, that follows prefix
+// in a marker key of namespace ns.
+func leaseIDAfter(key, prefix, ns string) (int64, error) {
+	hex, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(hex) != 16 {
+		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, ns)
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not a session marker of %q", ErrMalformedKey, key, ns)
+	}
+	return int64(id), nil
+}
 
 // ControlRange is the key range [from, to) of LeasePrefix that holds every
 // control key and no lease key: "N/lease/%a" up to "N/lease/%{". Every
@@ -524,12 +560,12 @@ func (s Space) ControlRange() (from, to string) {
 
 // IsControl reports whether key, under LeasePrefix, is one of the SDK's
 // control keys kept there rather than a lease key: a revocation signal, a
-// queue entry, a "gave up" marker, a recipe's limit, a lock-delay or a
-// retention clock marker or a pool session's marker. A scan or watch of LeasePrefix sees them; skip
-// them with it.
+// queue entry, a "gave up" marker, a recipe's limit, a lock-delay, a
+// retention clock marker, a pool session's marker or a session marker. A
+// scan or watch of LeasePrefix sees them; skip them with it.
 func (s Space) IsControl(key string) bool {
 	return s.IsRevocation(key) || s.IsQueue(key) || strings.HasPrefix(key, s.LeasePrefix()+goneSegment) || s.IsLimit(key) ||
-		s.IsDelay(key) || s.IsClock(key) || s.IsLive(key)
+		s.IsDelay(key) || s.IsClock(key) || s.IsLive(key) || s.IsSession(key)
 }
 
 // Done is the done record key of a resource.

@@ -88,7 +88,7 @@ func TestOverlapsEveryKey(t *testing.T) {
 		s := keys.MustNew(ns)
 		spelled := []string{
 			s.Lease("r"), s.Lease("%"), s.Revocation(7, "r"), s.Queue("r", "t"), s.Gone("t"),
-			s.Limit("semaphore/a"), s.Delay("r"), s.Clock(1), s.Live(1),
+			s.Limit("semaphore/a"), s.Delay("r"), s.Clock(1), s.Live(1), s.Session(1),
 			s.Done("r"), s.AuditStart("r", "id"), s.AuditEnd("r", 7), s.AuditRejected("r", 7, "id"),
 			s.Fence("r"), s.FenceFloor(),
 		}

@@ -120,7 +120,9 @@ func Roles(namespace string) ([]Role, error) {
 	var (
 		leaseRW = Permission{sp.LeasePrefix(), ReadWrite, "" +
 			"TryAcquire puts the lease key attached to the session's etcd lease and every transaction compares it; " +
-			"Complete, Release and Revoke delete it; the registry and the recorder watch the prefix; " +
+			"Complete, Release and Revoke delete it; the registry watches the prefix; " +
+			"a session's first claim puts its marker <namespace>/lease/%session/<lease id> there, attached to the session's etcd lease, " +
+			"and the recorder watches the markers and reads the lease keys a session held when its marker went; " +
 			"etcd lets a session renew or revoke its etcd lease only with write access to every key attached to it"}
 		doneRW = Permission{sp.DonePrefix(), ReadWrite, "" +
 			"TryAcquire compares and reads the done record; Complete puts it, and its Else branch compares its value to recognise a retry; " +

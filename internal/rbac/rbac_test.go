@@ -271,19 +271,32 @@ func TestWorkerOperatorAuditor(t *testing.T) {
 		t.Fatalf("waiting Acquire and Release: %v", err)
 	}
 
-	// A deletion nobody explains (here by root) is recorded as an expiry by
-	// the recorder running as a worker.
-	gone, err := reg2.TryAcquire(ctx, s2, "orders/4")
+	// A session that dies holding a lease (its etcd lease revoked, here by
+	// root) has its expiry recorded by the recorder running as a worker:
+	// the worker's claim put the session's marker, <ns>/lease/%session/<id>,
+	// and the recorder watches the markers and reads what the session held
+	// when its marker went (docs/protocol.md §3.6).
+	doomed, err := session.New(ctx, w2, session.WithWorker("worker-2"), session.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client(t).Delete(ctx, ns+"/lease/orders%2F4"); err != nil {
+	defer doomed.Close(ctx)
+	gone, err := reg2.TryAcquire(ctx, doomed, "orders/4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := c.Client(t)
+	waitFor(t, func() bool {
+		resp, err := root.Get(ctx, fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(doomed.LeaseID())))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease == int64(doomed.LeaseID())
+	})
+	if _, err := root.Revoke(ctx, doomed.LeaseID()); err != nil {
 		t.Fatal(err)
 	}
 	trail := auditLog(t, au, ns)
 	waitFor(t, func() bool {
 		es, err := trail.List(ctx, audit.Filter{Resource: "orders/4", Kind: audit.Expired})
-		return err == nil && len(es) == 1 && es[0].Epoch == gone.Epoch()
+		return err == nil && len(es) == 1 && es[0].Epoch == gone.Epoch() && es[0].EndRevision > gone.Epoch()
 	})
 
 	// The auditor sees the whole story and can change none of it.
@@ -378,7 +391,10 @@ func TestWithoutAuditAccess(t *testing.T) {
 	if _, err := reg.Acquire(actx, s, "orders/1"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("Acquire without audit access: %v", err)
 	}
-	if got := keysUnder(t, root, ns+"/"); len(got) != 0 {
+	// The session's marker, put with its first claim under the lease
+	// prefix, is the session's, not the claims': it goes with its etcd
+	// lease.
+	if got := keysUnder(t, root, ns+"/"); len(got) > 1 || len(got) == 1 && got[0] != fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s.LeaseID())) {
 		t.Fatalf("keys written by refused acquisitions: %q", got)
 	}
 
@@ -399,6 +415,9 @@ func TestWithoutAuditAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { // the session's marker, put with the claim
+		return slices.Contains(keysUnder(t, root, ns+"/lease/"), fmt.Sprintf("%s/lease/%%session/%016x", ns, uint64(s2.LeaseID())))
+	})
 	before := keysUnder(t, root, ns+"/")
 	if _, err := root.RoleRevokePermission(ctx, fading, ns+"/audit/", clientv3.GetPrefixRangeEnd(ns+"/audit/")); err != nil {
 		t.Fatal(err)

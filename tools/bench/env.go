@@ -51,15 +51,22 @@ func (b *bench) close() {
 }
 
 // wipe deletes everything under prefix and compacts the history, so
-// that rounds do not run on an ever larger store.
+// that rounds do not run on an ever larger store — everything but the
+// markers of the sessions that claimed there (<prefix>lease/%session/),
+// which live as long as the sessions and go with them: a session whose
+// marker is gone ends unseen by a recorder's watch (docs/protocol.md
+// §3.6).
 func (b *bench) wipe(ctx context.Context, prefixes ...string) error {
 	var rev int64
 	for _, p := range prefixes {
-		resp, err := b.admin.Delete(ctx, p, clientv3.WithPrefix())
-		if err != nil {
-			return fmt.Errorf("wipe %s: %w", p, err)
+		markers := p + "lease/%session/"
+		for _, r := range [][2]string{{p, markers}, {clientv3.GetPrefixRangeEnd(markers), clientv3.GetPrefixRangeEnd(p)}} {
+			resp, err := b.admin.Delete(ctx, r[0], clientv3.WithRange(r[1]))
+			if err != nil {
+				return fmt.Errorf("wipe %s: %w", p, err)
+			}
+			rev = resp.Header.Revision
 		}
-		rev = resp.Header.Revision
 	}
 	if _, err := b.admin.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
 		return fmt.Errorf("compact: %w", err)

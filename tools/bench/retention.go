@@ -275,12 +275,27 @@ func (b *bench) dbSizes(ctx context.Context, rev int64) (size, inUse int64, err 
 	return st.DbSize, st.DbSizeInUse, nil
 }
 
+// keysOf counts the keys of namespace ns retention bounds — all but the
+// markers of its sessions, which live as long as the sessions
+// (docs/protocol.md §3.1) — and returns the revision read.
+func (b *bench) keysOf(ctx context.Context, ns string) (int64, int64, error) {
+	all, rev, err := b.keysUnder(ctx, ns+"/")
+	if err != nil {
+		return 0, 0, err
+	}
+	markers, _, err := b.keysUnder(ctx, ns+"/lease/%session/")
+	if err != nil {
+		return 0, 0, err
+	}
+	return all - markers, rev, nil
+}
+
 // drain waits until nothing is left under the namespace (retention has
 // moved every entry and done record out), for at most limit.
 func (b *bench) drain(ctx context.Context, ns string, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
-		n, _, err := b.keysUnder(ctx, ns+"/")
+		n, _, err := b.keysOf(ctx, ns)
 		if err != nil {
 			return 0, err
 		}
@@ -376,7 +391,7 @@ func (b *bench) retentionShort(ctx context.Context, cfg config, dir string, s *s
 	go func() {
 		defer close(sampled)
 		for sampling.Err() == nil {
-			if n, _, err := b.keysUnder(sampling, nsRetention+"/"); err == nil && n > peak.Load() {
+			if n, _, err := b.keysOf(sampling, nsRetention); err == nil && n > peak.Load() {
 				peak.Store(n)
 			}
 			select {
@@ -391,14 +406,14 @@ func (b *bench) retentionShort(ctx context.Context, cfg config, dir string, s *s
 	if err != nil {
 		return err
 	}
-	atEnd, _, err := b.keysUnder(ctx, nsRetention+"/")
+	atEnd, _, err := b.keysOf(ctx, nsRetention)
 	if err != nil {
 		return err
 	}
 	peak.Store(max(peak.Load(), atEnd))
 	settle := d + pruneInterval(d) + 500*time.Millisecond
 	time.Sleep(settle)
-	left, _, err := b.keysUnder(ctx, nsRetention+"/")
+	left, _, err := b.keysOf(ctx, nsRetention)
 	if err != nil {
 		return err
 	}
@@ -702,7 +717,7 @@ type longResult struct {
 // compaction to the revision read.
 func (r *longRun) point(ctx context.Context, after bool) (curvePoint, error) {
 	p := curvePoint{cycles: r.tw.seq.Load(), at: time.Since(r.start), archived: r.arch.entries.Load(), afterTheCycle: after}
-	n, rev, err := r.b.keysUnder(ctx, nsRetLong+"/")
+	n, rev, err := r.b.keysOf(ctx, nsRetLong)
 	if err != nil {
 		return p, err
 	}

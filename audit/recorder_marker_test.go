@@ -1,0 +1,246 @@
+package audit_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/audit"
+	"github.com/leasehold/leasehold/e2e"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/protocol"
+	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// killedSession is a session on a client of its own whose process dies:
+// kill closes the client, so nothing is released or revoked, and etcd
+// expires the session's lease after its TTL.
+func killedSession(t *testing.T, c *e2e.Cluster, worker string) (s *session.Session, kill func()) {
+	t.Helper()
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() }) // runs before the session's Close
+	s = newSession(t, cli, worker, session.WithTTL(time.Second))
+	return s, func() { _ = cli.Close() }
+}
+
+// waitMarked waits until s's marker in namespace ns is in etcd. A
+// session's first claim there puts it (docs/protocol.md §3.1), waiting
+// for it only briefly, and the recorder learns of the session's end from
+// its deletion: a test that ends a session right after its first claim
+// waits for it, or the end may be left to the rescan.
+func waitMarked(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
+	t.Helper()
+	key := keys.MustNew(ns).Session(int64(s.LeaseID()))
+	eventually(t, "the marker of session "+s.Worker(), func() (bool, string) {
+		resp, err := cli.Get(bg(t), key)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(resp.Kvs) == 1, "not yet"
+	})
+}
+
+// checkEndedAt checks that the lease key of l's epoch was deleted at
+// revision at, and not before: it held the epoch at at − 1.
+func checkEndedAt(t *testing.T, cli *clientv3.Client, l *lease.Lease, at int64) {
+	t.Helper()
+	key := keys.MustNew(keys.DefaultNamespace).Lease(l.Resource())
+	before, err := cli.Get(bg(t), key, clientv3.WithRev(at-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := cli.Get(bg(t), key, clientv3.WithRev(at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Kvs) != 1 || before.Kvs[0].ModRevision != l.Epoch() || len(after.Kvs) != 0 {
+		t.Errorf("%q: the expired entry says etcd deleted epoch %d's lease key at revision %d; the key was %v before and %v then",
+			l.Resource(), l.Epoch(), at, before.Kvs, after.Kvs)
+	}
+}
+
+// TestRecorderRecordsExpiryOfASessionOutsideAPool: a session started by
+// hand, not by a worker pool, claims with TryAcquire and its process dies.
+// Its registry marked it before its claim (docs/protocol.md §3.1), so the
+// recorder learns of its end from the marker's deletion, at once, and
+// records the expiry with the revision etcd deleted the lease key at —
+// which only the watch knows: reconcile and the rescan record none. A
+// recorder that watched only the pools' markers, or a registry that did
+// not mark the session, would leave the expiry to the rescan, a minute
+// later, with no end revision.
+func TestRecorderRecordsExpiryOfASessionOutsideAPool(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	log := logOn(t, cli)
+	startRecorder(t, log)
+	r := newRegistry(t, cli)
+
+	doomed, kill := killedSession(t, c, "doomed")
+	l := acquire(t, r, doomed, "plain/expiring")
+	bystander := newSession(t, cli, "bystander")
+	alive := acquire(t, r, bystander, "plain/alive")
+	// The claim put the session's marker beside it.
+	eventually(t, "the session's marker", func() (bool, string) {
+		marker, err := cli.Get(bg(t), keys.MustNew(keys.DefaultNamespace).Session(int64(doomed.LeaseID())))
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := len(marker.Kvs) == 1 && marker.Kvs[0].Lease == int64(doomed.LeaseID()) && string(marker.Kvs[0].Value) == "doomed"
+		return ok, fmt.Sprintf("%v, want the worker's name attached to the session's etcd lease", marker.Kvs)
+	})
+
+	kill()
+	e := waitForKind(t, log, audit.Filter{Resource: "plain/expiring", Kind: audit.Expired}, 1)[0]
+	if e.Worker != "doomed" || e.Epoch != l.Epoch() || e.Reason != audit.ExpiredReason {
+		t.Errorf("expired entry %+v, want worker doomed, epoch %d", e, l.Epoch())
+	}
+	if e.EndRevision == 0 {
+		t.Fatalf("the expired entry has no end revision: the recorder did not see the session end")
+	}
+	checkEndedAt(t, cli, l, e.EndRevision)
+	if got := list(t, log, audit.Filter{Resource: "plain/alive"}); len(got) != 1 || alive.Context().Err() != nil {
+		t.Errorf("the bystander's epoch: %+v, lease context %v; want its start entry alone, still live", got, alive.Context().Err())
+	}
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// TestRecorderRecordsExpiryWhileItWasDown: a recorder runs, stops; a
+// session dies while no recorder runs; the recorder starts again and
+// records the expiry, once — its watch starts after the marker's deletion,
+// so reconcile is what finds it (docs/protocol.md §3.6).
+func TestRecorderRecordsExpiryWhileItWasDown(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	log := logOn(t, cli)
+	r := newRegistry(t, cli)
+	doomed, kill := killedSession(t, c, "doomed")
+	l := acquire(t, r, doomed, "down/expiring")
+	waitMarked(t, cli, keys.DefaultNamespace, doomed)
+	stopRecorder(t, startRecorder(t, log))
+
+	kill()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(waitLimit):
+		t.Fatal("the killed session's lease context is still live")
+	}
+	eventually(t, "etcd deletes the lease key", func() (bool, string) {
+		resp, err := cli.Get(bg(t), keys.MustNew(keys.DefaultNamespace).Lease("down/expiring"))
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(resp.Kvs) == 0, "still there"
+	})
+	if got := list(t, log, audit.Filter{Kind: audit.Expired}); len(got) != 0 {
+		t.Fatalf("expired entries while no recorder ran: %+v", got)
+	}
+
+	stop := startRecorder(t, log)
+	e := waitForKind(t, log, audit.Filter{Resource: "down/expiring", Kind: audit.Expired}, 1)[0]
+	stopRecorder(t, stop)
+	if e.Worker != "doomed" || e.Epoch != l.Epoch() {
+		t.Errorf("expired entry %+v, want worker doomed, epoch %d", e, l.Epoch())
+	}
+	if err := checkOneStartOneEnd(list(t, log, audit.Filter{})); err != nil {
+		t.Error(err)
+	}
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// claimUnmarked claims res for s as a client older than session markers
+// did: the claim transaction alone, with no marker put before it.
+func claimUnmarked(t *testing.T, cli *clientv3.Client, s *session.Session, res string) int64 {
+	t.Helper()
+	claimant, err := protocol.NewClaimant(s.Worker(), s.LeaseID(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := claimant.NewClaim(keys.MustNew(keys.DefaultNamespace), res)
+	resp, err := cli.Txn(bg(t)).If(claim.If...).Then(claim.Then...).Else(claim.Else...).Commit()
+	if err != nil || !resp.Succeeded {
+		t.Fatalf("claim of %q: %v (succeeded: %v)", res, err, err == nil && resp.Succeeded)
+	}
+	return resp.Header.Revision
+}
+
+// TestRecorderRescanRecordsUnmarkedSessions: sessions whose end no marker
+// tells of — one of a client older than the markers, one whose marker an
+// operator deleted by hand while it held a lease — still have their
+// expiries recorded, by the rescan, without an end revision; the marker's
+// deletion alone records nothing, since the lease key outlived it
+// (docs/protocol.md §3.6). A recorder rescanning once a minute records
+// none of them within seconds: the rescan, not the watch, records them.
+func TestRecorderRescanRecordsUnmarkedSessions(t *testing.T) {
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	r := newRegistry(t, cli)
+	space := keys.MustNew(keys.DefaultNamespace)
+	expired := func(l *audit.Log, res string) []audit.Entry {
+		return list(t, l, audit.Filter{Resource: res, Kind: audit.Expired})
+	}
+
+	// A recorder that rescans once a minute, watching when the session
+	// ends: nothing tells it.
+	scli, sspy := spiedClient(t, c)
+	slow := logOn(t, scli)
+	stopSlow := startRecorder(t, slow)
+	waitWatching(t, sspy)
+	first := newSession(t, cli, "old-client")
+	firstEpoch := claimUnmarked(t, cli, first, "unmarked/first")
+	if _, err := cli.Revoke(bg(t), first.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if got := expired(slow, "unmarked/first"); len(got) != 0 {
+		t.Fatalf("the watch recorded the expiry of a session without a marker: %+v", got)
+	}
+	stopRecorder(t, stopSlow)
+
+	// One that rescans every 200 ms: its reconcile records the first, and
+	// its rescans what ends after.
+	fcli, fspy := spiedClient(t, c)
+	fast := logOn(t, fcli)
+	fast.SetRescanEvery(200 * time.Millisecond)
+	stop := startRecorder(t, fast)
+	waitWatching(t, fspy)
+	checkEntries(t, "the first, by reconcile", expired(fast, "unmarked/first"), []want{
+		{Kind: audit.Expired, Resource: "unmarked/first", Worker: "old-client", Epoch: firstEpoch},
+	})
+	old := newSession(t, cli, "old-client")
+	oldEpoch := claimUnmarked(t, cli, old, "unmarked/old")
+	handled := newSession(t, cli, "marker-deleted")
+	l := acquire(t, r, handled, "unmarked/by-hand")
+	waitMarked(t, cli, keys.DefaultNamespace, handled)
+	if _, err := cli.Delete(bg(t), space.Session(int64(handled.LeaseID()))); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*session.Session{old, handled} {
+		if _, err := cli.Revoke(bg(t), s.LeaseID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := time.Now()
+	waitForKind(t, fast, audit.Filter{Kind: audit.Expired}, 3)
+	stopRecorder(t, stop)
+	t.Logf("recorded within %v of the sessions' ends", time.Since(begin).Round(time.Millisecond))
+	checkEntries(t, "the old client's", expired(fast, "unmarked/old"), []want{
+		{Kind: audit.Expired, Resource: "unmarked/old", Worker: "old-client", Epoch: oldEpoch},
+	})
+	checkEntries(t, "the deleted marker's", expired(fast, "unmarked/by-hand"), []want{
+		{Kind: audit.Expired, Resource: "unmarked/by-hand", Worker: "marker-deleted", Epoch: l.Epoch()},
+	})
+	for _, e := range list(t, fast, audit.Filter{Kind: audit.Expired}) {
+		if e.EndRevision != 0 {
+			t.Errorf("%q: no marker told when the epoch ended, yet its entry says revision %d", e.Resource, e.EndRevision)
+		}
+	}
+	if err := checkOneStartOneEnd(list(t, fast, audit.Filter{})); err != nil {
+		t.Error(err)
+	}
+	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}

@@ -66,9 +66,9 @@ const (
 // N/lease/%session/<lease id>, attached to the session's etcd lease, and
 // etcd deletes it with the session's lease keys, at one revision R. So
 // the recorder learns of every session that ends — one event each, whatever
-// the rate of claims and completions — and reads what the session held at
-// R − 1 (the lease keys attached to its etcd lease). Of those, the epochs
-// whose lease key etcd deleted at R and that no SDK transaction ended are
+// the rate of claims and completions — and reads the lease keys etcd
+// deleted at R, from the lease prefix's history. Of those, the epochs
+// that no SDK transaction ended are
 // the expiries: one read-only transaction per 42 deletions checks them,
 // and their Expired entries are written 120 to a transaction. If the
 // watch breaks (compaction, leader loss) it reconciles again and resumes.
@@ -283,9 +283,10 @@ func (l *Log) scanLeaseKeys(ctx context.Context, rev int64, fn func(*mvccpb.KeyV
 // Each deletion of a marker is a session's end at its revision R: etcd
 // deletes every key attached to an etcd lease, the marker and the lease
 // keys, at the one revision that ends it. sessionsEnded records the
-// expiries of the sessions that ended at R. Markers are put once per
-// session and deleted once, so the watch sends an event per session that
-// ends (the filter drops the puts), never one per claim or completion.
+// expiries of the sessions that ended at the revisions of one watch
+// response. Markers are put once per session and deleted once, so the
+// watch sends an event per session that ends (the filter drops the puts),
+// never one per claim or completion.
 func (l *Log) follow(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -294,20 +295,19 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 		if err := resp.Err(); err != nil {
 			return fmt.Errorf("audit: recorder watch: %w", err)
 		}
-		ended := map[int64][]int64{} // revision → the sessions that ended at it
+		ended := map[int64]bool{} // the revisions at which sessions ended
 		for _, ev := range resp.Events {
 			if ev.Type != mvccpb.DELETE {
 				continue // the watch filters puts
 			}
-			id, err := l.space.SessionLeaseID(string(ev.Kv.Key))
-			if err != nil {
+			if _, err := l.space.SessionLeaseID(string(ev.Kv.Key)); err != nil {
 				l.log.Warn("skipping a foreign key under the session markers", "key", string(ev.Kv.Key), "error", err)
 				continue
 			}
-			ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
+			ended[ev.Kv.ModRevision] = true
 		}
-		for _, at := range slices.Sorted(maps.Keys(ended)) {
-			if err := l.sessionsEnded(ctx, at, ended[at]); err != nil {
+		if len(ended) > 0 {
+			if err := l.sessionsEnded(ctx, slices.Sorted(maps.Keys(ended))); err != nil {
 				return err
 			}
 		}
@@ -319,35 +319,62 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 }
 
 // sessionsEnded records the expiries of the sessions whose markers were
-// deleted at revision at: it reads the lease keys at at − 1 with their
-// values (a keys-only range omits each key's etcd lease), in pages and
-// around the control keys, keeps those attached to the sessions' etcd
-// leases, and explains their deletions. A compacted at − 1 is an error:
-// the recorder restarts, and reconcile records what ended.
-func (l *Log) sessionsEnded(ctx context.Context, at int64, ids []int64) error {
-	dead := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		dead[id] = true
+// deleted at the revisions at, ascending. It reads the deletions etcd made
+// at those revisions, and only those, from the lease prefix's history:
+//
+//	Watch N/lease/ WithPrefix WithRev(at[0]) WithPrevKV WithFilterPut WithRequireLeader
+//
+// up to the response that holds the last of them. A revision is one
+// transaction or one lease's end, and a marker lives under the lease
+// prefix: every deletion at a revision of at is a key attached to an
+// ended session's etcd lease, its previous value the holder record and
+// its previous mod revision the epoch. etcd sends the events of a
+// revision in one response (this watch does not fragment), so once the
+// last revision arrived, every deletion of at did. The read costs the
+// events since at[0], not the lease keys that stay held: a session that
+// ends costs the recorder what it held, whatever others hold. A
+// compacted at[0] is an error: the recorder restarts, and reconcile
+// records what ended.
+func (l *Log) sessionsEnded(ctx context.Context, at []int64) error {
+	want := make(map[int64]bool, len(at))
+	for _, r := range at {
+		want[r] = true
 	}
+	last := at[len(at)-1]
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := l.cli.Watch(wctx, l.space.LeasePrefix(), clientv3.WithPrefix(), clientv3.WithRev(at[0]),
+		clientv3.WithPrevKV(), clientv3.WithFilterPut())
 	var dels []deletion
-	err := l.scanLeaseKeys(ctx, at-1, func(kv *mvccpb.KeyValue) {
-		if !dead[kv.Lease] {
-			return
+	for seen := false; !seen; {
+		resp, ok := <-wch
+		if !ok {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("audit: read what the sessions that ended at %d held: watch closed", at)
 		}
-		key := string(kv.Key)
-		res, err := l.space.ResourceFromLease(key)
-		if err != nil {
-			l.log.Warn("skipping a foreign key under the lease prefix", "key", key, "error", err)
-			return
+		if err := resp.Err(); err != nil {
+			return fmt.Errorf("audit: read what the sessions that ended at %d held: %w", at, err)
 		}
-		worker := ""
-		if h, err := record.DecodeHolder(kv.Value); err == nil {
-			worker = h.Worker
+		for _, ev := range resp.Events {
+			r := ev.Kv.ModRevision
+			seen = seen || r >= last
+			key := string(ev.Kv.Key)
+			if !want[r] || ev.Type != mvccpb.DELETE || ev.PrevKv == nil || l.space.IsControl(key) {
+				continue
+			}
+			res, err := l.space.ResourceFromLease(key)
+			if err != nil {
+				l.log.Warn("skipping a foreign key under the lease prefix", "key", key, "error", err)
+				continue
+			}
+			worker := ""
+			if h, err := record.DecodeHolder(ev.PrevKv.Value); err == nil {
+				worker = h.Worker
+			}
+			dels = append(dels, deletion{epochKey: epochKey{res, ev.PrevKv.ModRevision}, worker: worker, at: r})
 		}
-		dels = append(dels, deletion{epochKey: epochKey{res, kv.ModRevision}, worker: worker, at: at})
-	})
-	if err != nil {
-		return fmt.Errorf("audit: read what %d ended sessions held: %w", len(ids), err)
 	}
 	if len(dels) == 0 {
 		return nil

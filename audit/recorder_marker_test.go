@@ -1,7 +1,9 @@
 package audit_test
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +13,9 @@ import (
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // killedSession is a session on a client of its own whose process dies:
@@ -243,4 +247,87 @@ func TestRecorderRescanRecordsUnmarkedSessions(t *testing.T) {
 		t.Error(err)
 	}
 	checkCreateOnly(t, cli, keys.DefaultNamespace)
+}
+
+// readCounter counts what a client receives: the keys of range results
+// (alone or in a transaction) and the events of watch responses.
+type readCounter struct{ n atomic.Int64 }
+
+func (c *readCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	switch r := reply.(type) {
+	case *pb.RangeResponse:
+		c.n.Add(int64(len(r.Kvs)))
+	case *pb.TxnResponse:
+		for _, op := range r.Responses {
+			c.n.Add(int64(len(op.GetResponseRange().GetKvs())))
+		}
+	}
+	return err
+}
+
+func (c *readCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countedStream{ClientStream: s, c: c}, nil
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	c *readCounter
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if w, ok := m.(*pb.WatchResponse); ok && err == nil {
+		s.c.n.Add(int64(len(w.Events)))
+	}
+	return err
+}
+
+// TestRecorderReadsWhatAnEndedSessionHeld: while one session holds many
+// leases, sessions that hold one each end one after another. The recorder
+// records each expiry with its end revision and reads, per session that
+// ended, the deletions of its end (docs/protocol.md §3.6), not the lease
+// keys the live session still holds: a workload that opens a session per
+// task would otherwise pay a read of every held lease per task.
+func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
+	const held, ended = 150, 5
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	var count readCounter
+	rcli, err := c.NewClientWithDialOptions(grpc.WithChainUnaryInterceptor(count.unary), grpc.WithChainStreamInterceptor(count.stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rcli.Close() })
+	log := logOn(t, rcli)
+	startRecorder(t, log)
+	r := newRegistry(t, cli)
+	acquireMany(t, r, newSession(t, cli, "steady"), "many", held)
+
+	var base int64
+	for i := range ended {
+		s := newSession(t, cli, fmt.Sprintf("brief-%d", i), session.WithTTL(time.Second))
+		res := fmt.Sprintf("brief/%d", i)
+		acquire(t, r, s, res)
+		waitMarked(t, cli, keys.DefaultNamespace, s)
+		if i == 0 {
+			base = count.n.Load()
+		}
+		if _, err := cli.Revoke(bg(t), s.LeaseID()); err != nil { // as etcd expiring it
+			t.Fatal(err)
+		}
+		e := waitForKind(t, log, audit.Filter{Resource: res, Kind: audit.Expired}, 1)[0]
+		if e.EndRevision == 0 {
+			t.Fatalf("%s: the expired entry has no end revision: the recorder did not see the session end", res)
+		}
+	}
+	if got := count.n.Load() - base; got >= held {
+		t.Errorf("the recorder read %d keys and events for %d sessions that held one lease each, while another held %d: it reads what others hold", got, ended, held)
+	} else {
+		t.Logf("the recorder read %d keys and events for %d ended sessions (%d leases held meanwhile)", got, ended, held)
+	}
 }

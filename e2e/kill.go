@@ -45,11 +45,7 @@ func (c *Cluster) NewKillableClient() (cli *clientv3.Client, kill func(), err er
 		}
 		return &killableStream{ClientStream: s, dead: &dead}, nil
 	}
-	user, password := c.rootCredentials()
-	kc := *c
-	kc.cfg.clientOpts = append(append([]grpc.DialOption(nil), c.cfg.clientOpts...),
-		grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))
-	cli, err = kc.clientWith(user, password, c.TLSConfig())
+	cli, err = c.NewClientWithDialOptions(grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,6 +53,17 @@ func (c *Cluster) NewKillableClient() (cli *clientv3.Client, kill func(), err er
 		dead.Store(true)
 		_ = cli.Close()
 	}, nil
+}
+
+// NewClientWithDialOptions returns a client to every member, as NewClient
+// does, whose connections also get opts after the cluster's own
+// (WithClientDialOptions): an interceptor that only this client has, for
+// example. The caller must close it before the cluster.
+func (c *Cluster) NewClientWithDialOptions(opts ...grpc.DialOption) (*clientv3.Client, error) {
+	user, password := c.rootCredentials()
+	kc := *c // the copy shares the members; only its dial options differ
+	kc.cfg.clientOpts = append(append([]grpc.DialOption(nil), c.cfg.clientOpts...), opts...)
+	return kc.clientWith(user, password, c.TLSConfig())
 }
 
 // killableStream refuses to send once its client's process was killed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ type txnSpy struct {
 	attempts  map[string]int
 	wins      map[string]int
 	ranges    []rangeCall
+	watches   []rangeCall   // the watches the client created: key and start revision
 	txnCalls  int           // every Txn, whatever its keys
 	readTxns  int           // read-only Txns (served without a proposal)
 	writeTxns int           // the other Txns
@@ -78,7 +80,28 @@ func (s *txnSpy) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc 
 	if method == "/etcdserverpb.Watch/Watch" {
 		s.once.Do(func() { close(s.watching) })
 	}
-	return streamer(ctx, desc, cc, method, opts...)
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &spiedStream{ClientStream: cs, spy: s}, nil
+}
+
+// spiedStream notes the watches created on a spied client's streams.
+type spiedStream struct {
+	grpc.ClientStream
+	spy *txnSpy
+}
+
+func (s *spiedStream) SendMsg(m any) error {
+	if w, ok := m.(*pb.WatchRequest); ok {
+		if cr := w.GetCreateRequest(); cr != nil {
+			s.spy.mu.Lock()
+			s.spy.watches = append(s.spy.watches, rangeCall{key: string(cr.Key), atRev: cr.StartRevision})
+			s.spy.mu.Unlock()
+		}
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 // waitWatching waits until the spied recorder finished its reconcile scan
@@ -257,11 +280,14 @@ func waitDecided(t *testing.T, spy *txnSpy, ns string, eps ...resEpoch) {
 }
 
 // sessionReads counts the spied recorder's reads of what ended sessions
-// held: each reads the lease keys at the revision before the session
-// ended, from the start of the lease prefix (docs/protocol.md §3.6).
+// held: each watches the lease prefix from the revision the sessions
+// ended at (docs/protocol.md §3.6).
 func sessionReads(spy *txnSpy, ns string) int {
+	spy.mu.Lock()
+	watches := slices.Clone(spy.watches)
+	spy.mu.Unlock()
 	n := 0
-	for _, rc := range spy.rangeCalls() {
+	for _, rc := range watches {
 		if rc.key == keys.MustNew(ns).LeasePrefix() && rc.atRev > 0 {
 			n++
 		}

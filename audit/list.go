@@ -146,9 +146,11 @@ func (l *Log) scanRange(ctx context.Context, from, end string, rev int64, fn fun
 		if rev > 0 {
 			page = append(page, clientv3.WithRev(rev))
 		}
-		actx, cancel := l.bound(ctx)
-		resp, err := l.cli.Get(actx, from, page...)
-		cancel()
+		var resp *clientv3.GetResponse
+		err := l.retryIdempotent(ctx, func(actx context.Context) (err error) {
+			resp, err = l.cli.Get(actx, from, page...)
+			return err
+		})
 		if err != nil {
 			return 0, fmt.Errorf("audit: read from %q: %w", from, err)
 		}

@@ -361,8 +361,13 @@ func (l *Log) sessionsEnded(ctx context.Context, at []int64) error {
 			r := ev.Kv.ModRevision
 			seen = seen || r >= last
 			key := string(ev.Kv.Key)
-			if !want[r] || ev.Type != mvccpb.DELETE || ev.PrevKv == nil || l.space.IsControl(key) {
+			if !want[r] || ev.Type != mvccpb.DELETE || l.space.IsControl(key) {
 				continue
+			}
+			if ev.PrevKv == nil {
+				// etcd compacted the value away meanwhile: reconcile
+				// records the epoch, as after any compaction.
+				return fmt.Errorf("audit: read what the sessions that ended at %d held: %q's deletion came without its value", at, key)
 			}
 			res, err := l.space.ResourceFromLease(key)
 			if err != nil {

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -87,6 +89,12 @@ func (g *pruneGroup) keys(done guardedKey) []guardedKey {
 // reads, one Get each.
 const readDones = 128
 
+// maxPassEpochs bounds the epochs one retention pass prunes.
+const maxPassEpochs = 4096
+
+// errNoDoneRecords: no read of a pass's done records succeeded.
+var errNoDoneRecords = errors.New("audit: prune: could not read the done records of the due epochs")
+
 // doneRecords reads the done records of the completed epochs among due,
 // 128 to a read-only transaction, and returns those that name their
 // epoch, with the mod revision read: a record is pruned with its epoch's
@@ -95,7 +103,12 @@ const readDones = 128
 // other.
 //
 //	Txn() Then( Get N/done/<res_1>, …, Get N/done/<res_n> )
-func (l *Log) doneRecords(ctx context.Context, due []*pruneGroup) (map[epochID]guardedKey, error) {
+//
+// A read that fails is tried again (readTries in all); the completed
+// epochs whose read still failed are left out of the pass, which prunes
+// the others (kept, in due's order), and wait for the next: a lost
+// request costs its own epochs a pass, not every epoch of it.
+func (l *Log) doneRecords(ctx context.Context, due []*pruneGroup) (map[epochID]guardedKey, []*pruneGroup) {
 	var completed []*pruneGroup
 	for _, g := range due {
 		if g.end != nil && g.end.Kind == Completed {
@@ -104,16 +117,20 @@ func (l *Log) doneRecords(ctx context.Context, due []*pruneGroup) (map[epochID]g
 	}
 	chunks := slices.Collect(slices.Chunk(completed, readDones))
 	found := make([][]guardedKey, len(chunks))
-	err := inParallel(len(chunks), func(c int) error {
+	failed := make([]error, len(chunks))
+	_ = inParallel(len(chunks), func(c int) error {
 		ops := make([]clientv3.Op, len(chunks[c]))
 		for i, g := range chunks[c] {
 			ops[i] = clientv3.OpGet(l.space.Done(g.id.res))
 		}
-		actx, cancel := l.bound(ctx)
-		resp, err := l.cli.Txn(actx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("audit: prune: read %d done records: %w", len(ops), err)
+		var resp *clientv3.TxnResponse
+		failed[c] = l.retryIdempotent(ctx, func(actx context.Context) (err error) {
+			resp, err = l.cli.Txn(actx).Then(ops...).Commit()
+			return err
+		})
+		if failed[c] != nil {
+			l.log.Debug("retention: could not read done records; their epochs wait for the next pass", "epochs", len(ops), "error", failed[c])
+			return nil
 		}
 		found[c] = make([]guardedKey, len(chunks[c]))
 		for i, g := range chunks[c] {
@@ -127,18 +144,54 @@ func (l *Log) doneRecords(ctx context.Context, due []*pruneGroup) (map[epochID]g
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
 	out := make(map[epochID]guardedKey, len(completed))
+	unread := map[epochID]bool{}
 	for c, chunk := range chunks {
 		for i, g := range chunk {
-			if k := found[c][i]; k.key != "" {
-				out[g.id] = k
+			switch {
+			case failed[c] != nil:
+				unread[g.id] = true
+			case found[c][i].key != "":
+				out[g.id] = found[c][i]
 			}
 		}
 	}
-	return out, nil
+	if len(unread) > 0 && chaosseam.RetentionWholePass.Load() {
+		return nil, nil // the whole pass fails with any of its reads
+	}
+	if len(unread) > 0 {
+		due = slices.DeleteFunc(slices.Clone(due), func(g *pruneGroup) bool { return unread[g.id] })
+	}
+	return out, due
+}
+
+// readTries is how many times a request of a pass (a read, a batch of
+// guarded deletes) or a scan's page is sent before its error is returned.
+const readTries = 3
+
+// retryIdempotent runs send, each attempt bounded by the attempt timeout,
+// up to readTries times while it fails with an error that another attempt
+// may not meet (a lost connection, a member's timeout): not ctx's end, and
+// not a compacted revision, which no retry brings back. Only requests that
+// change nothing when sent again go through it: reads, and guarded
+// deletes (a resend after the first applied finds the keys' mod revisions
+// changed, and deletes nothing).
+func (l *Log) retryIdempotent(ctx context.Context, send func(actx context.Context) error) error {
+	backoff := 25 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := l.bound(ctx)
+		err := send(actx)
+		cancel()
+		if err == nil || try == readTries || chaosseam.RetentionWholePass.Load() || ctx.Err() != nil || errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
 }
 
 type guardedKey struct {
@@ -192,9 +245,18 @@ func (l *Log) prune(ctx context.Context) (int, error) {
 	if len(due) == 0 {
 		return 0, clockErr
 	}
-	dones, err := l.doneRecords(ctx, due)
-	if err != nil {
-		return 0, err
+	// A pass prunes the oldest maxPassEpochs due epochs, a bounded number
+	// of requests whatever the backlog: on a network that loses some
+	// requests, a pass as large as a backlog grown during a fault would
+	// fail more often the larger it grew, and never catch up. The rest
+	// waits for the next pass, which runPruner starts at once.
+	if len(due) > maxPassEpochs && !chaosseam.RetentionWholePass.Load() {
+		due = due[:maxPassEpochs]
+		l.pruneCache.more = true
+	}
+	dones, due := l.doneRecords(ctx, due)
+	if len(due) == 0 {
+		return 0, cmp.Or(ctx.Err(), errNoDoneRecords)
 	}
 	if err := l.archiveGroups(ctx, due); err != nil {
 		return 0, err
@@ -308,9 +370,11 @@ func (d *pruneDeleter) flush(ctx context.Context) error {
 	if len(d.ops) == 0 {
 		return nil
 	}
-	actx, cancel := d.l.bound(ctx)
-	resp, err := d.l.cli.Txn(actx).Then(d.ops...).Commit()
-	cancel()
+	var resp *clientv3.TxnResponse
+	err := d.l.retryIdempotent(ctx, func(actx context.Context) (err error) {
+		resp, err = d.l.cli.Txn(actx).Then(d.ops...).Commit()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("audit: prune: %w", err)
 	}
@@ -350,6 +414,17 @@ type pruneCache struct {
 	clock   etcdClock               // the markers known, and the clock's reading (clock.go)
 	watch   *changesWatch           // the watch keeping the cache up to date; nil: none
 	wrote   int64                   // the revision of the last pass's last deletions: the cache must be past it
+	more    bool                    // the last pass left due epochs beyond maxPassEpochs; under pass
+}
+
+// takeMore reports, and clears, whether the last pass left due epochs
+// for the next.
+func (c *pruneCache) takeMore() bool {
+	c.pass.Lock()
+	defer c.pass.Unlock()
+	more := c.more
+	c.more = false
+	return more
 }
 
 // catchUpAttempts bounds a pass's wait for the watch to catch up,
@@ -622,6 +697,9 @@ func (l *Log) runPruner(ctx context.Context) {
 	for {
 		if _, err := l.prune(ctx); err != nil && ctx.Err() == nil {
 			l.log.Warn("retention pass failed; retrying", "error", err)
+		}
+		if l.pruneCache.takeMore() && ctx.Err() == nil {
+			continue // a backlog beyond one pass: the next pass at once
 		}
 		select {
 		case <-ctx.Done():

@@ -151,6 +151,10 @@ type Result struct {
 	Faults map[string]int
 	// Applied counts the mutating requests etcd applied.
 	Applied int64
+	// Storage is what sampling the audit log in the fault phase found
+	// (CheckStorage), as a line of the summary; "" if the phase was too
+	// short to sample.
+	Storage string
 }
 
 // CyclesPerSecond is the simulated task cycles per second of wall time.
@@ -196,6 +200,9 @@ func (r *Result) Summary() string {
 	}
 	if r.Recipes != nil {
 		s += strings.Join(r.Recipes.Lines(), "\n") + "\n"
+	}
+	if r.Storage != "" {
+		s += r.Storage + "\n"
 	}
 	for _, v := range r.Violations {
 		s += "  " + v.String() + "\n"
@@ -254,6 +261,7 @@ type ran struct {
 	recipes func(*checks.Result) // the recipe checks, if recipes ran
 	pools   func(*Result)        // the pool and fleet checks, if pools ran
 	faults  []model.Fault        // the pools' faults, as the checks read them
+	storage *storage             // the audit log sampled in the fault phase
 }
 
 // check runs the chaos suite's checks on what r recorded and read.
@@ -265,7 +273,9 @@ func (r *ran) check() *Result {
 	for _, p := range r.hist.Problems() {
 		checked.Violations = append(checked.Violations, checks.Violation{Check: "history", Detail: p})
 	}
+	r.storage.check(checked)
 	r.res.Result = checked
+	r.res.Storage = r.storage.line()
 	if r.pools != nil {
 		r.pools(r.res)
 	}
@@ -371,9 +381,14 @@ func run(t *testing.T, cfg Config) *ran {
 	cfg.Logf("sim: seed %d: %d workers × %d threads, %d pools, a fleet of %d pools, TTL %v, faults for %v (virtual)",
 		cfg.Seed, max(cfg.Workers, 0), cfg.Threads, cfg.Pools, cfg.Fleet, cfg.TTL, cfg.Duration)
 
-	// The fault phase.
+	// The fault phase, its audit log sampled throughout.
+	sctx, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan *storage, 1)
+	go func() { sampled <- s.sampleStorage(sctx) }()
 	s.pools.faultPhase()
 	s.injectFaults(&stopRecorder)
+	stopSampling()
+	st := <-sampled
 	s.pools.endFaults()
 	s.heal()
 	for _, g := range s.gates {
@@ -407,7 +422,7 @@ func run(t *testing.T, cfg Config) *ran {
 			res.Cycles++
 		}
 	}
-	out := &ran{cfg: s.modelConfig(), hist: s.hist, fs: fs, settled: settled, res: res, faults: s.pools.faults()}
+	out := &ran{cfg: s.modelConfig(), hist: s.hist, fs: fs, settled: settled, res: res, faults: s.pools.faults(), storage: st}
 	if s.recipes != nil {
 		out.recipes = s.recipes.read(s.history.client(ctx, s.direct))
 	}

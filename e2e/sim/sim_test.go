@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"maps"
 	"os"
 	"path/filepath"
@@ -232,6 +233,9 @@ func TestSimulationControls(t *testing.T) {
 		seed    uint64
 		net     simetcd.Probabilities
 		fleet   bool // a run of the fleet alone (FleetConfig)
+		// duration is the fault phase, 10 s if 0: the storage check
+		// samples only past its bound (StorageBound).
+		duration time.Duration
 	}{
 		{control: model.ControlNoCAS, seed: 11},
 		{control: model.ControlNoFencing, seed: 21},
@@ -247,6 +251,7 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlNoLimitCompare, seed: 71},
 		{control: model.ControlFleetNoClaimTerms, seed: 71, fleet: true},
 		{control: model.ControlGroupNoCAS, seed: 121, fleet: true},
+		{control: model.ControlRetentionWholePass, seed: 131, duration: 2 * time.Minute},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()
@@ -256,7 +261,7 @@ func TestSimulationControls(t *testing.T) {
 					cfg = FleetConfig()
 				}
 				cfg.Seed, cfg.Control, cfg.Network = c.seed+uint64(attempt), c.control, c.net
-				cfg.Duration = duration(t, 10*time.Second)
+				cfg.Duration = duration(t, cmp.Or(c.duration, 10*time.Second))
 				res := Run(t, cfg)
 				if len(res.Violations) > 0 {
 					found := time.Since(begin).Round(time.Millisecond)

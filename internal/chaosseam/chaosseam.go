@@ -101,3 +101,11 @@ var NoLimitCompare atomic.Bool
 // suite's and the simulation's ControlGroupNoCAS must catch
 // (lease/batch.go reads it).
 var GroupMemberNoCAS atomic.Bool
+
+// RetentionWholePass, when set, makes a retention pass prune every due
+// epoch at once and send each of its requests once, as passes did before
+// they were bounded (audit/retention.go reads it): on a network that loses
+// some requests, a pass as large as a backlog grown during a fault fails
+// more often the larger it grows, and retention never catches up. The
+// simulation's ControlRetentionWholePass must catch it (check "storage").
+var RetentionWholePass atomic.Bool

@@ -74,6 +74,13 @@ const (
 	// hands the task to it (traffic/strand.go). It implies Config.Contended.
 	// Only this suite's tests run it.
 	ControlStrand Control = "strand"
+	// ControlRetentionWholePass: a retention pass prunes every due epoch
+	// at once and sends each of its requests once
+	// (internal/chaosseam.RetentionWholePass), as before passes were
+	// bounded: on the simulation's lossy network a pass fails more often
+	// as the backlog grows, and the audit log grows without bound. The
+	// simulation runs it; check "storage" must catch it.
+	ControlRetentionWholePass Control = "retention-whole-pass"
 )
 
 // The controls of the fleet mode (Config.Fleet).

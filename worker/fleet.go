@@ -47,7 +47,8 @@ import (
 //     with a kind) are never tasks, and the pool offers at once those of
 //     the rest that are its source's tasks (run.takeOver), whatever the
 //     backlog: a dead process's tasks are taken about when etcd expires
-//     its lease.
+//     its lease. If etcd compacted R − 1 away, the audit entries written
+//     in the session's life name them instead (takeOverFromAudit).
 type fleet struct {
 	r     *run
 	space keys.Space
@@ -55,6 +56,16 @@ type fleet struct {
 	mu      sync.Mutex
 	members []int64                    // the live sessions' etcd lease ids, sorted
 	own     map[int64]*session.Session // this pool's sessions among them
+	// known is what the markers said of each live session: its worker
+	// and the revision its marker was created at. Only the watch's
+	// goroutine uses it.
+	known map[int64]liveSession
+}
+
+// liveSession is a live session as its marker tells of it.
+type liveSession struct {
+	worker  string
+	created int64
 }
 
 func newFleet(r *run) *fleet {
@@ -62,7 +73,7 @@ func newFleet(r *run) *fleet {
 	if err != nil {
 		space = keys.MustNew(keys.DefaultNamespace) // the registry validated it
 	}
-	return &fleet{r: r, space: space, own: make(map[int64]*session.Session)}
+	return &fleet{r: r, space: space, own: make(map[int64]*session.Session), known: make(map[int64]liveSession)}
 }
 
 // join records a session of this pool, and puts its marker (one put,
@@ -192,7 +203,7 @@ func (f *fleet) watch(ctx context.Context) {
 	)
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
-		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix())
 		cancel()
 		if err != nil {
 			backoff = grow(backoff, minIdle, 5*time.Second)
@@ -203,6 +214,7 @@ func (f *fleet) watch(ctx context.Context) {
 		for _, kv := range resp.Kvs {
 			if id, err := f.space.LiveLeaseID(string(kv.Key)); err == nil {
 				listed[id] = true
+				f.known[id] = liveSession{worker: string(kv.Value), created: kv.CreateRevision}
 			}
 		}
 		f.mu.Lock()
@@ -227,6 +239,11 @@ func (f *fleet) watch(ctx context.Context) {
 		if len(vanished) > 0 {
 			f.takeOver(ctx, lastRev+1, vanished)
 		}
+		for id := range f.known {
+			if !listed[id] {
+				delete(f.known, id)
+			}
+		}
 		seen, lastRev = listed, resp.Header.Revision
 		wch := cli.Watch(clientv3.WithRequireLeader(ctx), f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
@@ -243,6 +260,7 @@ func (f *fleet) watch(ctx context.Context) {
 				if ev.Type == mvccpb.PUT {
 					f.add(id)
 					seen[id] = true
+					f.known[id] = liveSession{worker: string(ev.Kv.Value), created: ev.Kv.CreateRevision}
 					continue
 				}
 				f.remove(id)
@@ -251,6 +269,9 @@ func (f *fleet) watch(ctx context.Context) {
 			}
 			for rev, ids := range ended {
 				f.takeOver(ctx, rev, ids)
+				for _, id := range ids {
+					delete(f.known, id)
+				}
 			}
 			lastRev = max(lastRev, wr.Header.Revision)
 		}
@@ -266,8 +287,8 @@ func (f *fleet) watch(ctx context.Context) {
 // rev − 1, in pages of 1000 keys. A holding whose record has a kind — an
 // election's leadership, a semaphore's permit — is a recipe's, never a
 // task, and is left out; run.takeOver keeps, of the rest, the source's
-// own tasks. A compacted revision skips the takeover: the tasks come back
-// on the sources' passes.
+// own tasks. A compacted revision is answered from the audit log
+// (takeOverFromAudit).
 func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 	dead := make(map[int64]bool, len(ids))
 	for _, id := range ids {
@@ -291,7 +312,11 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 			if err == nil {
 				break
 			}
-			if try == takeOverTries || errors.Is(err, rpctypes.ErrCompacted) || ctx.Err() != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				f.takeOverFromAudit(ctx, rev, ids)
+				return
+			}
+			if try == takeOverTries || ctx.Err() != nil {
 				f.r.log.Warn("could not read what an ended session held; its tasks come back on the next pass", "revision", rev, "error", err)
 				return
 			}
@@ -318,6 +343,100 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	if len(names) > 0 {
+		f.r.takeOver(names)
+	}
+}
+
+// takeOverFromAudit offers the tasks the sessions ids held when etcd
+// ended them at rev, once etcd has compacted the revision before away
+// (an operator's compaction to the head, a watch far behind): it finds
+// them in the audit log instead, at the current revision. Every epoch of
+// a session began, with its start entry, after the session's marker was
+// created, and the SDK ends an epoch with its end entry in the same
+// transaction as the lease key's delete; etcd's end of the session
+// writes none (the recorder writes its expired entry later, after rev).
+// So the session's tasks are those whose start entry, written between
+// its marker's creation and rev by its worker, has no end entry written
+// before rev:
+//
+//	Get N/audit/ WithPrefix WithMinModRev(created) WithMaxModRev(rev − 1)
+//
+// one read, of the entries written in the sessions' lives, values
+// included (a start entry's worker is in its value); etcd reads the
+// whole audit prefix to answer it, which retention bounds. A start entry
+// of another live session of the same worker is offered too: the screen
+// finds it held, at the cost of part of a read. A read that fails leaves
+// the tasks to the source's next pass, as before.
+func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
+	workers := map[string]int64{} // a dead session's worker → the earliest marker of its sessions
+	for _, id := range ids {
+		ls, ok := f.known[id]
+		if !ok || ls.worker == "" {
+			continue
+		}
+		if lo, seen := workers[ls.worker]; !seen || ls.created < lo {
+			workers[ls.worker] = ls.created
+		}
+	}
+	if len(workers) == 0 {
+		f.r.log.Warn("could not read what an ended session held (compacted), and its marker was not seen; its tasks come back on the next pass", "revision", rev)
+		return
+	}
+	lo := rev
+	for _, created := range workers {
+		lo = min(lo, created)
+	}
+	var resp *clientv3.GetResponse
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
+		var err error
+		resp, err = f.r.p.reg.Client().Get(actx, f.space.AuditPrefix(), clientv3.WithPrefix(),
+			clientv3.WithMinModRev(lo), clientv3.WithMaxModRev(rev-1))
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == takeOverTries || ctx.Err() != nil {
+			f.r.log.Warn("could not read what an ended session held, nor its audit entries; its tasks come back on the next pass", "revision", rev, "error", err)
+			return
+		}
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+	type epoch struct {
+		res   string
+		epoch int64
+	}
+	started := map[epoch]bool{}
+	ended := map[epoch]bool{}
+	for _, kv := range resp.Kvs {
+		ak, err := f.space.ParseAudit(string(kv.Key))
+		if err != nil {
+			continue
+		}
+		switch ak.Kind {
+		case keys.AuditKindStart:
+			e, err := record.DecodeEntry(f.space, kv)
+			if created, dead := workers[e.Worker]; err == nil && dead && kv.ModRevision >= created {
+				started[epoch{ak.Resource, kv.ModRevision}] = true
+			}
+		case keys.AuditKindEnd:
+			ended[epoch{ak.Resource, ak.Epoch}] = true
+		}
+	}
+	var names []string
+	for e := range started {
+		if !ended[e] {
+			names = append(names, e.res)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	f.r.log.Debug("read what an ended session held from the audit log (its revision was compacted)", "revision", rev, "tasks", len(names))
 	if len(names) > 0 {
 		f.r.takeOver(names)
 	}

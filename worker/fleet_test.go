@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -130,7 +132,23 @@ func TestFleetCostPerTask(t *testing.T) {
 // closed, no release) while it holds tasks: another pool over the same
 // Prefix takes those tasks as soon as etcd ends the dead session, ahead of
 // its own backlog, rather than when the backlog drains.
-func TestFleetTakesOverADeadPool(t *testing.T) {
+func TestFleetTakesOverADeadPool(t *testing.T) { takeOverADeadPool(t, false) }
+
+// TestFleetTakesOverPastACompaction: as TestFleetTakesOverADeadPool, but
+// the steady pool hears nothing while the victim's session ends, and etcd
+// compacts its history to the head before it hears again: the revision
+// before the session's end, where the fleet reads what it held, is gone.
+// The pool finds the dead session's tasks in the audit log instead
+// (docs/protocol.md §3.14) and takes them over ahead of the backlog; it
+// would otherwise leave them to its next pass over it.
+func TestFleetTakesOverPastACompaction(t *testing.T) { takeOverADeadPool(t, true) }
+
+// takeOverADeadPool runs a victim pool holding 3 tasks and a steady pool
+// over a backlog of 400, kills the victim, and checks that the steady
+// pool takes its tasks over ahead of the backlog. With compacted, the
+// steady pool's connection is blackholed while the victim's session
+// ends, and etcd compacts to its head before it heals.
+func takeOverADeadPool(t *testing.T, compacted bool) {
 	c := e2e.NewCluster(t)
 	setup := c.Client(t)
 	const prefix, backlog = "/takeover/", 400
@@ -169,6 +187,11 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 
 	// The steady pool starts on the backlog; then the victim dies.
 	cli := c.Client(t)
+	var proxy *e2e.Proxy
+	if compacted {
+		proxy = e2e.NewProxy(t, c.Members()[0].Endpoint())
+		cli = c.ClientTo(t, proxy.Endpoint())
+	}
 	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	var (
@@ -204,8 +227,31 @@ func TestFleetTakesOverADeadPool(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
+	if compacted {
+		proxy.Blackhole()
+	}
 	kill() // the process dies: nothing is released, nothing renewed
 	vcancel()
+	if compacted {
+		// The victim's session ends (its marker goes with it); then etcd
+		// compacts past it, and the steady pool hears again.
+		space := keys.MustNew(keys.DefaultNamespace)
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+			resp, err := setup.Get(t.Context(), space.LivePrefix(), clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			victimLive := slices.ContainsFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Value) == "victim" })
+			if !victimLive {
+				if _, err := setup.Compact(t.Context(), resp.Header.Revision); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		proxy.Heal()
+	}
 
 	taken := func() int {
 		mu.Lock()

@@ -303,7 +303,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		// failed read is tried again (a member in trouble, a loaded
 		// machine), up to takeOverTries times.
 		var resp *clientv3.GetResponse
-		backoff := 50 * time.Millisecond
+		backoff := takeOverBackoff
 		for try := 1; ; try++ {
 			actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 			var err error
@@ -323,7 +323,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 			if !sleep(ctx, backoff) {
 				return
 			}
-			backoff = min(2*backoff, time.Second)
+			backoff = min(2*backoff, maxTakeOverBackoff)
 		}
 		for _, kv := range resp.Kvs {
 			if !dead[kv.Lease] || f.space.IsControl(string(kv.Key)) {
@@ -388,7 +388,7 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 		lo = min(lo, created)
 	}
 	var resp *clientv3.GetResponse
-	backoff := 50 * time.Millisecond
+	backoff := takeOverBackoff
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 		var err error
@@ -405,7 +405,7 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 		if !sleep(ctx, backoff) {
 			return
 		}
-		backoff = min(2*backoff, time.Second)
+		backoff = min(2*backoff, maxTakeOverBackoff)
 	}
 	type epoch struct {
 		res   string
@@ -443,7 +443,15 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 }
 
 // takeOverTries bounds the reads of what an ended session held.
-const takeOverTries = 5
+const takeOverTries = 8
+
+// The backoff between those reads: 20 ms, doubling to 250 ms. The
+// takeover races the dead session's TTL, not a member's recovery: a
+// failed read is mostly a lost request, and the next is likely to land.
+const (
+	takeOverBackoff    = 20 * time.Millisecond
+	maxTakeOverBackoff = 250 * time.Millisecond
+)
 
 // taskOwner is a Source that knows its tasks (Static, its list), so that
 // a pool takes over only its own source's tasks from an ended session.

@@ -357,17 +357,19 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 // transaction as the lease key's delete; etcd's end of the session
 // writes none (the recorder writes its expired entry later, after rev).
 // So the session's tasks are those whose start entry, written between
-// its marker's creation and rev by its worker, has no end entry written
-// before rev:
+// its marker's creation C and rev by its worker, has no end entry
+// written before rev. It reads the audit keys in pages, keys only — a
+// page of a range with a mod revision filter would make etcd read the
+// whole prefix for each —
 //
-//	Get N/audit/ WithPrefix WithMinModRev(created) WithMaxModRev(rev − 1)
+//	Get <from> WithRange(end of N/audit/) WithKeysOnly WithLimit(1000)
 //
-// one read, of the entries written in the sessions' lives, values
-// included (a start entry's worker is in its value); etcd reads the
-// whole audit prefix to answer it, which retention bounds. A start entry
-// of another live session of the same worker is offered too: the screen
-// finds it held, at the cost of part of a read. A read that fails leaves
-// the tasks to the source's next pass, as before.
+// keeps the start entries of [C, rev − 1] with no end entry before rev,
+// and reads their values, 128 to a read-only transaction, for the
+// worker. A start entry of another live session of the same worker is
+// offered too: the screen finds it held, at the cost of part of a read.
+// Each read is tried up to takeOverTries times; then the tasks are left
+// to the source's next pass, as before.
 func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 	workers := map[string]int64{} // a dead session's worker → the earliest marker of its sessions
 	for _, id := range ids {
@@ -387,51 +389,69 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 	for _, created := range workers {
 		lo = min(lo, created)
 	}
-	var resp *clientv3.GetResponse
-	backoff := takeOverBackoff
-	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
-		var err error
-		resp, err = f.r.p.reg.Client().Get(actx, f.space.AuditPrefix(), clientv3.WithPrefix(),
-			clientv3.WithMinModRev(lo), clientv3.WithMaxModRev(rev-1))
-		cancel()
-		if err == nil {
-			break
-		}
-		if try == takeOverTries || ctx.Err() != nil {
-			f.r.log.Warn("could not read what an ended session held, nor its audit entries; its tasks come back on the next pass", "revision", rev, "error", err)
-			return
-		}
-		if !sleep(ctx, backoff) {
-			return
-		}
-		backoff = min(2*backoff, maxTakeOverBackoff)
-	}
 	type epoch struct {
 		res   string
 		epoch int64
 	}
-	started := map[epoch]bool{}
+	starts := map[epoch]string{} // → its start key
 	ended := map[epoch]bool{}
-	for _, kv := range resp.Kvs {
-		ak, err := f.space.ParseAudit(string(kv.Key))
-		if err != nil {
-			continue
+	cli := f.r.p.reg.Client()
+	end := clientv3.GetPrefixRangeEnd(f.space.AuditPrefix())
+	for from := f.space.AuditPrefix(); ; {
+		var resp *clientv3.GetResponse
+		if !f.retryRead(ctx, rev, func(actx context.Context) (err error) {
+			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(prefixPage))
+			return err
+		}) {
+			return
 		}
-		switch ak.Kind {
-		case keys.AuditKindStart:
-			e, err := record.DecodeEntry(f.space, kv)
-			if created, dead := workers[e.Worker]; err == nil && dead && kv.ModRevision >= created {
-				started[epoch{ak.Resource, kv.ModRevision}] = true
+		for _, kv := range resp.Kvs {
+			if kv.ModRevision < lo || kv.ModRevision >= rev {
+				continue
 			}
-		case keys.AuditKindEnd:
-			ended[epoch{ak.Resource, ak.Epoch}] = true
+			ak, err := f.space.ParseAudit(string(kv.Key))
+			switch {
+			case err != nil:
+			case ak.Kind == keys.AuditKindStart:
+				starts[epoch{ak.Resource, kv.ModRevision}] = string(kv.Key)
+			case ak.Kind == keys.AuditKindEnd:
+				ended[epoch{ak.Resource, ak.Epoch}] = true
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	var open []string // the start keys of epochs with no end before rev
+	for e, key := range starts {
+		if !ended[e] {
+			open = append(open, key)
 		}
 	}
+	slices.Sort(open)
 	var names []string
-	for e := range started {
-		if !ended[e] {
-			names = append(names, e.res)
+	for chunk := range slices.Chunk(open, ownsChunk) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, key := range chunk {
+			ops[i] = clientv3.OpGet(key)
+		}
+		var resp *clientv3.TxnResponse
+		if !f.retryRead(ctx, rev, func(actx context.Context) (err error) {
+			resp, err = cli.Txn(actx).Then(ops...).Commit()
+			return err
+		}) {
+			return
+		}
+		for i := range chunk {
+			kvs := resp.Responses[i].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue
+			}
+			e, err := record.DecodeEntry(f.space, kvs[0])
+			if created, dead := workers[e.Worker]; err == nil && dead && kvs[0].ModRevision >= created {
+				names = append(names, e.Resource)
+			}
 		}
 	}
 	slices.Sort(names)
@@ -439,6 +459,29 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 	f.r.log.Debug("read what an ended session held from the audit log (its revision was compacted)", "revision", rev, "tasks", len(names))
 	if len(names) > 0 {
 		f.r.takeOver(names)
+	}
+}
+
+// retryRead sends read, each attempt bounded by the attempt timeout, up to
+// takeOverTries times with backoff, and reports whether one succeeded; it
+// logs the last error if none did. rev is the end being taken over.
+func (f *fleet) retryRead(ctx context.Context, rev int64, read func(actx context.Context) error) bool {
+	backoff := takeOverBackoff
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
+		err := read(actx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if try == takeOverTries || ctx.Err() != nil {
+			f.r.log.Warn("could not read what an ended session held, nor its audit entries; its tasks come back on the next pass", "revision", rev, "error", err)
+			return false
+		}
+		if !sleep(ctx, backoff) {
+			return false
+		}
+		backoff = min(2*backoff, maxTakeOverBackoff)
 	}
 }
 

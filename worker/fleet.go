@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -56,9 +57,9 @@ type fleet struct {
 	mu      sync.Mutex
 	members []int64                    // the live sessions' etcd lease ids, sorted
 	own     map[int64]*session.Session // this pool's sessions among them
-	// known is what the markers said of each live session: its worker
-	// and the revision its marker was created at. Only the watch's
-	// goroutine uses it.
+	// known is what the markers said of each session the last listing or
+	// watch knew alive: its worker and the revision its marker was
+	// created at. Only the watch's goroutine uses it.
 	known map[int64]liveSession
 }
 
@@ -197,10 +198,7 @@ func (f *fleet) split(names []string) (mine, others []string) {
 func (f *fleet) watch(ctx context.Context) {
 	cli := f.r.p.reg.Client()
 	backoff := time.Duration(0)
-	var (
-		seen    map[int64]bool // the members the last listing or watch knew of
-		lastRev int64          // the revision they were known at
-	)
+	var lastRev int64 // the revision f.known was known at
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 		resp, err := cli.Get(actx, f.space.LivePrefix(), clientv3.WithPrefix())
@@ -210,11 +208,10 @@ func (f *fleet) watch(ctx context.Context) {
 			sleep(ctx, backoff)
 			continue
 		}
-		listed := make(map[int64]bool, len(resp.Kvs))
+		listed := make(map[int64]liveSession, len(resp.Kvs))
 		for _, kv := range resp.Kvs {
 			if id, err := f.space.LiveLeaseID(string(kv.Key)); err == nil {
-				listed[id] = true
-				f.known[id] = liveSession{worker: string(kv.Value), created: kv.CreateRevision}
+				listed[id] = liveSession{worker: string(kv.Value), created: kv.CreateRevision}
 			}
 		}
 		f.mu.Lock()
@@ -231,20 +228,15 @@ func (f *fleet) watch(ctx context.Context) {
 		// Sessions that ended while the watch was down: their keys were
 		// still there at lastRev, when they were known alive.
 		var vanished []int64
-		for id := range seen {
-			if !listed[id] {
+		for id := range f.known {
+			if _, ok := listed[id]; !ok {
 				vanished = append(vanished, id)
 			}
 		}
 		if len(vanished) > 0 {
 			f.takeOver(ctx, lastRev+1, vanished)
 		}
-		for id := range f.known {
-			if !listed[id] {
-				delete(f.known, id)
-			}
-		}
-		seen, lastRev = listed, resp.Header.Revision
+		f.known, lastRev = listed, resp.Header.Revision
 		wch := cli.Watch(clientv3.WithRequireLeader(ctx), f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wch {
 			if wr.Err() != nil {
@@ -259,12 +251,10 @@ func (f *fleet) watch(ctx context.Context) {
 				}
 				if ev.Type == mvccpb.PUT {
 					f.add(id)
-					seen[id] = true
 					f.known[id] = liveSession{worker: string(ev.Kv.Value), created: ev.Kv.CreateRevision}
 					continue
 				}
 				f.remove(id)
-				delete(seen, id)
 				ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
 			}
 			for rev, ids := range ended {
@@ -303,27 +293,19 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		// failed read is tried again (a member in trouble, a loaded
 		// machine), up to takeOverTries times.
 		var resp *clientv3.GetResponse
-		backoff := takeOverBackoff
-		for try := 1; ; try++ {
-			actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
-			var err error
+		err := f.retryRead(ctx, func(actx context.Context) (err error) {
 			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithRev(rev-1), clientv3.WithLimit(prefixPage))
-			cancel()
-			if err == nil {
-				break
-			}
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				f.takeOverFromAudit(ctx, rev, ids)
-				return
-			}
-			if try == takeOverTries || ctx.Err() != nil {
+			return err
+		})
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			f.takeOverFromAudit(ctx, rev, ids)
+			return
+		case err != nil:
+			if ctx.Err() == nil {
 				f.r.log.Warn("could not read what an ended session held; its tasks come back on the next pass", "revision", rev, "error", err)
-				return
 			}
-			if !sleep(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, maxTakeOverBackoff)
+			return
 		}
 		for _, kv := range resp.Kvs {
 			if !dead[kv.Lease] || f.space.IsControl(string(kv.Key)) {
@@ -399,10 +381,11 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 	end := clientv3.GetPrefixRangeEnd(f.space.AuditPrefix())
 	for from := f.space.AuditPrefix(); ; {
 		var resp *clientv3.GetResponse
-		if !f.retryRead(ctx, rev, func(actx context.Context) (err error) {
+		if err := f.retryRead(ctx, func(actx context.Context) (err error) {
 			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(prefixPage))
 			return err
-		}) {
+		}); err != nil {
+			f.auditReadFailed(ctx, rev, err)
 			return
 		}
 		for _, kv := range resp.Kvs {
@@ -437,10 +420,11 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 			ops[i] = clientv3.OpGet(key)
 		}
 		var resp *clientv3.TxnResponse
-		if !f.retryRead(ctx, rev, func(actx context.Context) (err error) {
+		if err := f.retryRead(ctx, func(actx context.Context) (err error) {
 			resp, err = cli.Txn(actx).Then(ops...).Commit()
 			return err
-		}) {
+		}); err != nil {
+			f.auditReadFailed(ctx, rev, err)
 			return
 		}
 		for i := range chunk {
@@ -462,24 +446,28 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
 	}
 }
 
+// auditReadFailed logs a read of takeOverFromAudit that failed for good.
+func (f *fleet) auditReadFailed(ctx context.Context, rev int64, err error) {
+	if ctx.Err() == nil {
+		f.r.log.Warn("could not read what an ended session held, nor its audit entries; its tasks come back on the next pass", "revision", rev, "error", err)
+	}
+}
+
 // retryRead sends read, each attempt bounded by the attempt timeout, up to
-// takeOverTries times with backoff, and reports whether one succeeded; it
-// logs the last error if none did. rev is the end being taken over.
-func (f *fleet) retryRead(ctx context.Context, rev int64, read func(actx context.Context) error) bool {
+// takeOverTries times with backoff, and returns the last error (nil once
+// one succeeded). A compacted revision is not tried again: no retry
+// brings it back.
+func (f *fleet) retryRead(ctx context.Context, read func(actx context.Context) error) error {
 	backoff := takeOverBackoff
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
 		err := read(actx)
 		cancel()
-		if err == nil {
-			return true
-		}
-		if try == takeOverTries || ctx.Err() != nil {
-			f.r.log.Warn("could not read what an ended session held, nor its audit entries; its tasks come back on the next pass", "revision", rev, "error", err)
-			return false
+		if err == nil || try == takeOverTries || ctx.Err() != nil || errors.Is(err, rpctypes.ErrCompacted) {
+			return err
 		}
 		if !sleep(ctx, backoff) {
-			return false
+			return cmp.Or(context.Cause(ctx), err)
 		}
 		backoff = min(2*backoff, maxTakeOverBackoff)
 	}

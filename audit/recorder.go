@@ -61,9 +61,9 @@ const (
 // audit and lease keys without their values and writes only for epochs
 // that ended unexplained, so it costs no writes for leases still held.
 //
-// It then watches the session markers, not the lease keys: before a
-// session's first claim in a namespace, its registry puts the marker
-// N/lease/%session/<lease id>, attached to the session's etcd lease, and
+// It then watches the session markers, not the lease keys: a session's
+// first claim in a namespace puts the marker N/lease/%session/<lease id>,
+// attached to the session's etcd lease, in the claim's own transaction, and
 // etcd deletes it with the session's lease keys, at one revision R. So
 // the recorder learns of every session that ends — one event each, whatever
 // the rate of claims and completions — and reads the lease keys etcd

@@ -128,7 +128,7 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 	if err != nil {
 		return nil, err
 	}
-	if len(resources)+bc.depth > maxTxnOps {
+	if len(resources)+len(bc.marker)+bc.depth > maxTxnOps {
 		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
 	}
 	if bc.size > maxBatchBytes {
@@ -137,7 +137,7 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 
 	// No compare: Then always runs, and every nested claim stands alone.
 	actx, cancel := r.attemptCtx(ctx)
-	resp, err := r.cli.Txn(actx).Then(bc.ops...).Commit()
+	resp, err := r.cli.Txn(actx).Then(bc.then()...).Commit()
 	cancel()
 	if err != nil {
 		return nil, bc.failed(err)
@@ -181,7 +181,14 @@ type batchClaims struct {
 	ops         []clientv3.Op   // one nested transaction per resource
 	complete    [][]clientv3.Op // each Lease's Complete ops (its terms')
 	ids         []string        // each try's id, for its marker
+	marker      []clientv3.Op   // the session's marker, for the outer Then (Claimant.Marker)
 	size, depth int             // bytes, and the deepest nested path's operations
+}
+
+// then is the batch's outer Then: its nested claims, one per resource and
+// in order, then the session's marker if it carries one.
+func (bc *batchClaims) then() []clientv3.Op {
+	return append(bc.ops[:len(bc.ops):len(bc.ops)], bc.marker...)
 }
 
 // buildClaims builds the nested claims of resources for s.
@@ -193,6 +200,10 @@ func (r *Registry) buildClaims(ctx context.Context, s *session.Session, resource
 	bc := &batchClaims{
 		r: r, s: s, resources: resources,
 		ops: make([]clientv3.Op, len(resources)), complete: make([][]clientv3.Op, len(resources)), ids: make([]string, len(resources)),
+		marker: claimant.Marker(),
+	}
+	for _, m := range bc.marker {
+		bc.size += len(m.KeyBytes()) + len(s.Worker()) + protocol.OpOverhead
 	}
 	for i, res := range resources {
 		// This resource's claim, under its terms, decided by its own
@@ -227,6 +238,9 @@ func (bc *batchClaims) failed(err error) error {
 // claimed returns the Leases of the members whose nested transactions
 // succeeded, in resps (one per member), at revision rev.
 func (bc *batchClaims) claimed(rev int64, resps []*pb.ResponseOp) []*Lease {
+	if len(bc.marker) > 0 {
+		bc.r.markedNow(bc.s) // the outer Then, applied
+	}
 	var out []*Lease
 	for i, res := range bc.resources {
 		if !resps[i].GetResponseTxn().Succeeded {

@@ -50,7 +50,7 @@ func completeAndClaim(ctx context.Context, ends []*Lease, statuses []string, s *
 	if err != nil {
 		return both(err)
 	}
-	n := len(ends) + len(resources)
+	n := len(ends) + len(resources) + len(bc.marker)
 	if n+max(b.depth, bc.depth) > maxTxnOps || b.size+bc.size > maxBatchBytes {
 		return both(fmt.Errorf("lease: complete %d and claim %d: over etcd's limits of %d operations or %d bytes per transaction: %w", len(ends), len(resources), maxTxnOps, maxBatchBytes, ErrBatchTooLarge))
 	}
@@ -61,7 +61,7 @@ func completeAndClaim(ctx context.Context, ends []*Lease, statuses []string, s *
 		endBatchSpan(sp, ends, endErrs, endErr)
 	}()
 	b.begin()
-	ops := append(b.cas[:len(b.cas):len(b.cas)], bc.ops...)
+	ops := append(b.cas[:len(b.cas):len(b.cas)], bc.then()...)
 	actx, cancel := r.attemptCtx(ctx)
 	resp, err := r.cli.Txn(actx).Then(ops...).Commit()
 	cancel()

@@ -102,23 +102,18 @@ func (f *fixture) session(worker string, opts ...session.Option) *session.Sessio
 	return s
 }
 
-// waitMarked marks s in namespace ns as its first claim there does, and
-// waits until the marker is in etcd.
+// waitMarked marks s in namespace ns as its first claim there does — a
+// put of the marker attached to its etcd lease — and records it marked,
+// so that its claims carry the put no more.
 func waitMarked(t testing.TB, cli *clientv3.Client, ns string, s *session.Session) {
 	t.Helper()
 	key := keys.MustNew(ns).Session(int64(s.LeaseID()))
-	hook.Mark(s, key, s.Worker(), time.Second)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := cli.Get(context.Background(), key)
-		if err == nil && len(resp.Kvs) == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the marker of session %s is not in etcd after 10 s (%v)", s.Worker(), err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, key, s.Worker(), clientv3.WithLease(s.LeaseID())); err != nil {
+		t.Fatalf("the marker of session %s: %v", s.Worker(), err)
 	}
+	hook.MarkedNow(s, key)
 }
 
 func (f *fixture) acquire(s *session.Session, res string) *lease.Lease {

@@ -322,12 +322,15 @@ func (r *Registry) appliedEarlier(s *session.Session, resource string, starts []
 // claimantFor is who claims through r for the session, with r's
 // lock-delay if it has one: the session's trailing lease for it, granted on
 // first use. Every claim path asks it before sending, so it also marks the
-// session in r's namespace (markSession).
+// session in r's namespace (marker).
 func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protocol.Claimant, error) {
-	r.markSession(ctx, s)
 	c, err := r.claimant(s)
-	if err != nil || r.lockDelay == 0 {
+	if err != nil {
 		return c, err
+	}
+	c = r.marker(s, c)
+	if r.lockDelay == 0 {
+		return c, nil
 	}
 	trailing, err := hook.TrailingLease(ctx, s, r.lockDelay)
 	if err != nil {
@@ -336,42 +339,31 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 	return c.WithLockDelay(trailing, r.lockDelay), nil
 }
 
-// markSession makes sure the session has its marker in r's namespace,
-// N/lease/%session/<lease id> = worker, attached to the session's etcd
-// lease (docs/protocol.md §3.1). The first claim of a session in the
-// namespace starts the put and waits for it, up to markWait, and the
-// session puts it again after a failure until it succeeds or the session
-// ends (session.mark); later claims send nothing and wait for nothing. So
-// the marker is normally in etcd before the session's first lease key:
-// etcd deletes it with the session's lease keys, at the same revision, and
-// the recorder learns of every session that ends from the markers'
+// marker returns the claimant whose claims put the session's marker in
+// r's namespace, N/lease/%session/<lease id> = worker, attached to the
+// session's etcd lease, in their own transactions (docs/protocol.md §3.1),
+// until the session is known to be marked there (markedNow): no epoch and
+// no queue entry of the session exists without its marker, so etcd
+// deletes the marker with the session's lease keys, at the same revision,
+// and the recorder learns of every session that ends from the markers'
 // deletions, one event per session, instead of watching every lease key.
-// A put that has not landed by then does not hold the claim back any
-// longer, and never changes its error: the claim is decided by its own
-// transaction, as its callers expect (a claim whose reply is lost may
-// still have applied). A session that ends before its marker is put is
-// left to the recorder's rescan.
-func (r *Registry) markSession(ctx context.Context, s *session.Session) {
-	done := hook.Mark(s, r.space.Session(int64(s.LeaseID())), s.Worker(), r.attempt)
-	select {
-	case <-done:
-		return
-	default:
+// A claim costs nothing more once one that carried it has applied.
+func (r *Registry) marker(s *session.Session, c protocol.Claimant) protocol.Claimant {
+	if chaosseam.ClaimsWithoutMarker.Load() { // only a control run of the simulation
+		return c
 	}
-	t := time.NewTimer(markWait(r.attempt))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-ctx.Done():
+	key := r.space.Session(int64(s.LeaseID()))
+	if hook.Marked(s, key) {
+		return c
 	}
+	return c.WithMarker(key)
 }
 
-// markWait is how long a session's first claim in a namespace waits for
-// its marker's put: a quarter of the attempt timeout, at most 100 ms —
-// a healthy round trip, not a fault's.
-func markWait(attempt time.Duration) time.Duration {
-	return min(attempt/4, 100*time.Millisecond)
+// markedNow records that s's marker in r's namespace is in etcd: a
+// transaction that carried it (marker) applied, or the session holds an
+// epoch or a queue entry here, which none carrying it began without it.
+func (r *Registry) markedNow(s *session.Session) {
+	hook.MarkedNow(s, r.space.Session(int64(s.LeaseID())))
 }
 
 // acquired makes the Lease of an epoch the session just began, carrying

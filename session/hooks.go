@@ -18,7 +18,6 @@ func init() {
 	hook.TrailingLease = func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error) {
 		return s.(*Session).trailingLease(ctx, extra)
 	}
-	hook.Mark = func(s any, key, value string, attempt time.Duration) <-chan struct{} {
-		return s.(*Session).mark(key, value, attempt)
-	}
+	hook.Marked = func(s any, key string) bool { return s.(*Session).marked(key) }
+	hook.MarkedNow = func(s any, key string) { s.(*Session).markedNow(key) }
 }

@@ -275,10 +275,9 @@ type Session struct {
 	trailingKick  chan struct{}                      // the session's lease was renewed; buffered 1
 	trailingGrant chan struct{}                      // held while one is granted; buffered 1
 
-	// Markers (marker.go): the keys put, or being put, attached to the
-	// session's lease, and the goroutines putting them.
-	markers map[string]chan struct{} // key → closed once put (or given up); under mu
-	marking sync.WaitGroup
+	// Markers (marker.go): the keys known to be in etcd, attached to the
+	// session's lease.
+	markers map[string]bool // under mu
 
 	closeOnce sync.Once
 	closeErr  error
@@ -698,7 +697,6 @@ func (s *Session) Close(ctx context.Context) error {
 		if trailingDone != nil {
 			<-trailingDone // it exits once the context is cancelled
 		}
-		s.marking.Wait() // the markers' puts end with the context too
 
 		cctx, stop := withClient(ctx, s.cli)
 		defer stop()

@@ -326,6 +326,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	if len(names) > 0 {
+		f.r.log.Debug("read what an ended session held", "revision", rev, "sessions", len(ids), "names", names)
 		f.r.takeOver(names)
 	}
 }

@@ -11,17 +11,18 @@ import (
 // switch that does it (internal/chaosseam). A control not listed breaks
 // the workload instead (traffic), or retention (traffic.RawPruner).
 var switches = map[model.Control]*atomic.Bool{
-	model.ControlLateTries:          &chaosseam.NoTryMarkers,
-	model.ControlBlindFirstEnd:      &chaosseam.BlindFirstEnd,
-	model.ControlSharedStartKey:     &chaosseam.SharedStartKey,
-	model.ControlLastEarlierTry:     &chaosseam.LastEarlierTry,
-	model.ControlLeaveOnce:          &chaosseam.LeaveOnce,
-	model.ControlNoQueueMarkers:     &chaosseam.NoQueueMarkers,
-	model.ControlReleaseOnce:        &chaosseam.ReleaseOnce,
-	model.ControlNoLimitCompare:     &chaosseam.NoLimitCompare,
-	model.ControlFleetNoClaimTerms:  &chaosseam.DropClaimConditions,
-	model.ControlGroupNoCAS:         &chaosseam.GroupMemberNoCAS,
-	model.ControlRetentionWholePass: &chaosseam.RetentionWholePass,
+	model.ControlLateTries:           &chaosseam.NoTryMarkers,
+	model.ControlBlindFirstEnd:       &chaosseam.BlindFirstEnd,
+	model.ControlSharedStartKey:      &chaosseam.SharedStartKey,
+	model.ControlLastEarlierTry:      &chaosseam.LastEarlierTry,
+	model.ControlLeaveOnce:           &chaosseam.LeaveOnce,
+	model.ControlNoQueueMarkers:      &chaosseam.NoQueueMarkers,
+	model.ControlReleaseOnce:         &chaosseam.ReleaseOnce,
+	model.ControlNoLimitCompare:      &chaosseam.NoLimitCompare,
+	model.ControlFleetNoClaimTerms:   &chaosseam.DropClaimConditions,
+	model.ControlGroupNoCAS:          &chaosseam.GroupMemberNoCAS,
+	model.ControlRetentionWholePass:  &chaosseam.RetentionWholePass,
+	model.ControlClaimsWithoutMarker: &chaosseam.ClaimsWithoutMarker,
 }
 
 // useControl sets c's switch, if it has one, for one run; restore clears

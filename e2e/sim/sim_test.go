@@ -264,6 +264,7 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlFleetNoClaimTerms, seed: 71, fleet: true},
 		{control: model.ControlGroupNoCAS, seed: 121, fleet: true},
 		{control: model.ControlRetentionWholePass, seed: 131, net: lossy, duration: 2 * time.Minute},
+		{control: model.ControlClaimsWithoutMarker, seed: 141},
 	} {
 		t.Run(string(c.control), func(t *testing.T) {
 			begin := time.Now()

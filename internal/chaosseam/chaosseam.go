@@ -109,3 +109,12 @@ var GroupMemberNoCAS atomic.Bool
 // more often the larger it grows, and retention never catches up. The
 // simulation's ControlRetentionWholePass must catch it (check "storage").
 var RetentionWholePass atomic.Bool
+
+// ClaimsWithoutMarker, when set, makes every claim carry no put of its
+// session's marker N/lease/%session/<id> (lease's Registry.marker), as a
+// client older than the recorder's markers claims: the recorder then
+// learns of those sessions' ends only from its rescan, a minute or more
+// later, and an expiry shortly before a run's end is not recorded when
+// the run reads the audit log. The simulation's ControlClaimsWithoutMarker
+// must catch it (check "forensics").
+var ClaimsWithoutMarker atomic.Bool

@@ -81,12 +81,11 @@ var (
 	// TrailingLease returns s's trailing etcd lease of extra beyond the
 	// session's own (session/trailing.go).
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
-	// Mark makes sure key = value is put attached to s's etcd lease,
-	// without blocking: the first call for key starts the puts, each
-	// bounded by attempt, until one succeeds or s ends; later calls start
-	// nothing. The channel is closed once the key is put, or can no
-	// longer be (session/marker.go).
-	Mark func(s any, key, value string, attempt time.Duration) <-chan struct{}
+	// Marked reports whether the marker key, attached to s's etcd lease,
+	// is known to be in etcd; MarkedNow records that it is
+	// (session/marker.go).
+	Marked    func(s any, key string) bool
+	MarkedNow func(s any, key string)
 )
 
 // Set by package fence, for the guards of its subpackages (fencesql,

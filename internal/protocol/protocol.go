@@ -46,6 +46,9 @@ type Claimant struct {
 	now     time.Time
 	holder  string
 	started string
+	// marker is the put of the session's marker in the namespace
+	// (WithMarker); nil once the session is known to be marked there.
+	marker *clientv3.Op
 }
 
 // NewClaimant encodes the values a claim by worker through the session's
@@ -87,6 +90,30 @@ func (c Claimant) WithLockDelay(delayLease clientv3.LeaseID, d time.Duration) Cl
 	c.DelayLease, c.Delay = delayLease, d
 	c.holder = c.record("").Encode()
 	return c
+}
+
+// WithMarker returns the claimant whose claims also put the session's
+// marker key = worker, attached to the session's etcd lease, in their own
+// transactions (docs/protocol.md §3.1): in a single claim's Then (Try), in
+// a queued claim's Then and its enqueue's (NewQueued), once in a batch's
+// outer Then (Marker). So no epoch and no queue entry of the session
+// exists without its marker, and etcd deletes the marker with them, at
+// the revision the session ends. The caller stops asking for it once a
+// transaction that carried it is known to have applied.
+func (c Claimant) WithMarker(key string) Claimant {
+	op := clientv3.OpPut(key, c.Worker, clientv3.WithLease(c.LeaseID))
+	c.marker = &op
+	return c
+}
+
+// Marker is the put of the session's marker for a batch's outer Then —
+// one, whatever the batch's size, since a transaction may put a key only
+// once — or nil when the claimant carries none (WithMarker).
+func (c Claimant) Marker() []clientv3.Op {
+	if c.marker == nil {
+		return nil
+	}
+	return []clientv3.Op{*c.marker}
 }
 
 // noDelay holds when res has no lock-delay key: no involuntary end of an
@@ -137,6 +164,10 @@ type Claim struct {
 	ID string
 	// Size approximates the bytes the claim adds to a request.
 	Size int
+	// Marker is the put of the session's marker (Claimant.WithMarker),
+	// empty when the claimant carries none: Try puts it in the claim's
+	// Then; Nested leaves it to the batch's outer Then.
+	Marker []clientv3.Op
 }
 
 // NewClaim builds the claim of resource by c.
@@ -159,11 +190,15 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 		StartKey: startKey,
 		Resource: resource,
 		ID:       id,
+		Marker:   c.Marker(),
 		Size:     2*len(leaseKey) + len(doneKey) + len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
 	}
 	if put := putDelay(space, resource, c.record("")); put != nil {
 		claim.Then = append(claim.Then, *put)
 		claim.Size += len(delayKey) + 64 + len(c.Worker) + OpOverhead
+	}
+	if c.marker != nil {
+		claim.Size += len(c.marker.KeyBytes()) + len(c.Worker) + OpOverhead
 	}
 	return claim
 }
@@ -196,6 +231,7 @@ const (
 // larger of its compare and Then counts, which etcd's operation limit
 // adds to the batch's size (lease.MaxBatch).
 func (c Claim) Nested(space keys.Space, session clientv3.LeaseID) (op clientv3.Op, depth int) {
+	c.Marker = nil // the batch's outer Then puts it, once (Claimant.Marker)
 	ifs, then, _ := Try(space, c, session, nil)
 	return clientv3.OpTxn(ifs, then, nil), max(len(ifs), len(then))
 }

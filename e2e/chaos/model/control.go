@@ -81,6 +81,14 @@ const (
 	// as the backlog grows, and the audit log grows without bound. The
 	// simulation runs it; check "storage" must catch it.
 	ControlRetentionWholePass Control = "retention-whole-pass"
+	// ControlClaimsWithoutMarker: claims do not put their session's
+	// marker (internal/chaosseam.ClaimsWithoutMarker), as a client older
+	// than the markers claims, or as this one did when a Put beside the
+	// first claim failed while the claim applied: the recorder learns of
+	// those sessions' ends only from its rescan, a minute later, and an
+	// expiry near the run's end has no end entry when the audit log is
+	// read. The simulation runs it; check "forensics" must catch it.
+	ControlClaimsWithoutMarker Control = "claims-without-marker"
 )
 
 // The controls of the fleet mode (Config.Fleet).

@@ -201,6 +201,9 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 		var members []batchMember
 		var ends []batchEnd
 		for i, op := range t.then {
+			if r.isMarker(op) {
+				continue // the session's marker, beside the claims (docs/protocol.md §3.1)
+			}
 			cmps, then, els := op.Txn()
 			if task, _, worker, ok := r.claimOf(cmps, then); ok {
 				members = append(members, batchMember{p: r.w.begin(model.OpAcquire, task, worker, 0), at: i})
@@ -232,10 +235,21 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 	return nil, txnOther
 }
 
+// isMarker reports whether op is the put of a session's marker, which a
+// batch of claims carries in its outer Then until its session is marked
+// (docs/protocol.md §3.1).
+func (r *txnRecorder) isMarker(op clientv3.Op) bool {
+	return op.IsPut() && r.w.space.IsSession(string(op.KeyBytes()))
+}
+
 // isBatch reports whether ops are a batch the recorder knows: every op a
-// nested transaction that is a claim or an end (with a rejection entry).
+// nested transaction that is a claim or an end (with a rejection entry),
+// but for a session's marker.
 func (r *txnRecorder) isBatch(ops []clientv3.Op) bool {
 	for _, op := range ops {
+		if r.isMarker(op) {
+			continue
+		}
 		if !op.IsTxn() {
 			return false
 		}

@@ -198,6 +198,31 @@ func (f *fleet) split(names []string) (mine, others []string) {
 func (f *fleet) watch(ctx context.Context) {
 	cli := f.r.p.reg.Client()
 	backoff := time.Duration(0)
+	// The takeovers run beside the watch, up to takeOverParallel at once:
+	// one whose reads are tried again (a fault, a compacted revision read
+	// from the audit log) holds up neither the events behind it nor the
+	// takeovers of other sessions that ended meanwhile.
+	var takers sync.WaitGroup
+	defer takers.Wait()
+	slots := make(chan struct{}, takeOverParallel)
+	takeOver := func(rev int64, ids []int64) {
+		dead := make(map[int64]liveSession, len(ids))
+		for _, id := range ids {
+			if ls, ok := f.known[id]; ok {
+				dead[id] = ls
+			}
+			delete(f.known, id)
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		takers.Go(func() {
+			defer func() { <-slots }()
+			f.takeOver(ctx, rev, ids, dead)
+		})
+	}
 	var lastRev int64 // the revision f.known was known at
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
@@ -234,7 +259,7 @@ func (f *fleet) watch(ctx context.Context) {
 			}
 		}
 		if len(vanished) > 0 {
-			f.takeOver(ctx, lastRev+1, vanished)
+			takeOver(lastRev+1, vanished)
 		}
 		f.known, lastRev = listed, resp.Header.Revision
 		wch := cli.Watch(clientv3.WithRequireLeader(ctx), f.space.LivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
@@ -258,10 +283,7 @@ func (f *fleet) watch(ctx context.Context) {
 				ended[ev.Kv.ModRevision] = append(ended[ev.Kv.ModRevision], id)
 			}
 			for rev, ids := range ended {
-				f.takeOver(ctx, rev, ids)
-				for _, id := range ids {
-					delete(f.known, id)
-				}
+				takeOver(rev, ids)
 			}
 			lastRev = max(lastRev, wr.Header.Revision)
 		}
@@ -278,8 +300,10 @@ func (f *fleet) watch(ctx context.Context) {
 // election's leadership, a semaphore's permit — is a recipe's, never a
 // task, and is left out; run.takeOver keeps, of the rest, the source's
 // own tasks. A compacted revision is answered from the audit log
-// (takeOverFromAudit).
-func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
+// (takeOverFromAudit), for which known holds what the markers said of
+// the sessions, those that were seen. It runs beside the watch
+// (fleet.watch), and touches none of the watch's state.
+func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64, known map[int64]liveSession) {
 	dead := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		dead[id] = true
@@ -299,7 +323,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 		})
 		switch {
 		case errors.Is(err, rpctypes.ErrCompacted):
-			f.takeOverFromAudit(ctx, rev, ids)
+			f.takeOverFromAudit(ctx, rev, known)
 			return
 		case err != nil:
 			if ctx.Err() == nil {
@@ -331,7 +355,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 	}
 }
 
-// takeOverFromAudit offers the tasks the sessions ids held when etcd
+// takeOverFromAudit offers the tasks the sessions of dead held when etcd
 // ended them at rev, once etcd has compacted the revision before away
 // (an operator's compaction to the head, a watch far behind): it finds
 // them in the audit log instead, at the current revision. Every epoch of
@@ -353,11 +377,10 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64) {
 // offered too: the screen finds it held, at the cost of part of a read.
 // Each read is tried up to takeOverTries times; then the tasks are left
 // to the source's next pass, as before.
-func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, ids []int64) {
+func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, dead map[int64]liveSession) {
 	workers := map[string]int64{} // a dead session's worker → the earliest marker of its sessions
-	for _, id := range ids {
-		ls, ok := f.known[id]
-		if !ok || ls.worker == "" {
+	for _, ls := range dead {
+		if ls.worker == "" {
 			continue
 		}
 		if lo, seen := workers[ls.worker]; !seen || ls.created < lo {
@@ -476,6 +499,10 @@ func (f *fleet) retryRead(ctx context.Context, read func(actx context.Context) e
 
 // takeOverTries bounds the reads of what an ended session held.
 const takeOverTries = 8
+
+// takeOverParallel bounds the takeovers of ended sessions one pool runs at
+// once (fleet.watch).
+const takeOverParallel = 4
 
 // The backoff between those reads: 20 ms, doubling to 250 ms. The
 // takeover races the dead session's TTL, not a member's recovery: a

@@ -90,6 +90,10 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 type Option func(*Log) error
 
 // WithPageSize sets how many keys one List request reads (default 1000).
+// A read of keys without their values — the recorder's reconcile and
+// rescan — reads ten times as many a request: etcd answers each page with
+// a count of every key left in the range, so a read of the whole log costs
+// etcd the keys' number squared over the page size.
 func WithPageSize(n int) Option {
 	return func(l *Log) error {
 		if n < 1 || n > 10000 {

@@ -178,7 +178,7 @@ func (l *Log) reconcile(ctx context.Context) (int64, error) {
 func (l *Log) unexplained(ctx context.Context) (int64, []expiry, error) {
 	open := map[epochKey]string{} // → start entry's key
 	ended := map[epochKey]bool{}
-	rev, err := l.scan(ctx, l.space.AuditPrefix(), 0, func(kv *mvccpb.KeyValue) {
+	rev, err := l.scanKeys(ctx, l.space.AuditPrefix(), func(kv *mvccpb.KeyValue) {
 		ak, err := l.space.ParseAudit(string(kv.Key))
 		if err != nil {
 			return // List reports foreign keys; the recorder skips them
@@ -191,7 +191,7 @@ func (l *Log) unexplained(ctx context.Context) (int64, []expiry, error) {
 			// create-only compare of the write would refuse anyway.
 			ended[epochKey{ak.Resource, ak.Epoch}] = true
 		}
-	}, clientv3.WithKeysOnly())
+	})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -32,11 +32,10 @@ func killedSession(t *testing.T, c *e2e.Cluster, worker string) (s *session.Sess
 	return s, func() { _ = cli.Close() }
 }
 
-// waitMarked waits until s's marker in namespace ns is in etcd. A
-// session's first claim there puts it (docs/protocol.md §3.1), waiting
-// for it only briefly, and the recorder learns of the session's end from
-// its deletion: a test that ends a session right after its first claim
-// waits for it, or the end may be left to the rescan.
+// waitMarked checks that s's marker in namespace ns is in etcd. A
+// session's first claim there puts it, in the claim's own transaction
+// (docs/protocol.md §3.1), and the recorder learns of the session's end
+// from its deletion.
 func waitMarked(t *testing.T, cli *clientv3.Client, ns string, s *session.Session) {
 	t.Helper()
 	key := keys.MustNew(ns).Session(int64(s.LeaseID()))
@@ -329,5 +328,51 @@ func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
 		t.Errorf("the recorder read %d keys and events for %d sessions that held one lease each, while another held %d: it reads what others hold", got, ended, held)
 	} else {
 		t.Logf("the recorder read %d keys and events for %d ended sessions (%d leases held meanwhile)", got, ended, held)
+	}
+}
+
+// TestReconcileReadsKeysInLargePages: the recorder's reconcile reads the
+// audit keys without their values in pages of ten times the page size
+// (WithPageSize): etcd counts every key left in the range for each page,
+// so a read of the whole log costs etcd the keys' number squared over the
+// page size. With a page size of 2 and 60 audit keys, reconcile sends at
+// most 4 keys-only reads of the audit prefix, not 30.
+func TestReconcileReadsKeysInLargePages(t *testing.T) {
+	const tasks = 30 // two audit keys each
+	c := e2e.NewCluster(t)
+	cli := c.Client(t)
+	r := newRegistry(t, cli)
+	s := newSession(t, cli, "w")
+	for i := range tasks {
+		l := acquire(t, r, s, fmt.Sprintf("task/%02d", i))
+		if err := l.Complete(bg(t), "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := keys.MustNew(keys.DefaultNamespace).AuditPrefix()
+	var pages atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if rr, ok := req.(*pb.RangeRequest); ok && rr.KeysOnly && string(rr.Key) >= prefix && string(rr.Key) < clientv3.GetPrefixRangeEnd(prefix) {
+			pages.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	rcli, err := c.NewClientWithDialOptions(grpc.WithChainUnaryInterceptor(count))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rcli.Close() })
+	log := logOn(t, rcli, audit.WithPageSize(2))
+	startRecorder(t, log)
+	// A session that ends after the recorder started: its expiry is
+	// recorded once reconcile is done and the recorder follows.
+	brief := newSession(t, cli, "brief", session.WithTTL(time.Second))
+	acquire(t, r, brief, "brief")
+	if _, err := cli.Revoke(bg(t), brief.LeaseID()); err != nil {
+		t.Fatal(err)
+	}
+	waitForKind(t, log, audit.Filter{Resource: "brief", Kind: audit.Expired}, 1)
+	if n := pages.Load(); n < 1 || n > 4 {
+		t.Errorf("reconcile read the %d audit keys in %d keys-only pages; want 1 to 4 (pages of 20)", 2*tasks, n)
 	}
 }

@@ -130,6 +130,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		return nil, false, err
 	}
 	if resp.Succeeded {
+		r.markedNow(s, claimant)
 		return r.acquired(s, resource, resp.Header.Revision, "claimed", nil), false, nil
 	}
 	p := position{
@@ -140,7 +141,7 @@ func (r *Registry) acquireQueued(ctx context.Context, s *session.Session, resour
 		rev:   resp.Header.Revision,
 	}
 	if resp.Responses[protocol.QueuedEnqueue].GetResponseTxn().Succeeded {
-		r.markedNow(s) // with the entry, if the claimant carried it
+		r.markedNow(s, claimant) // with the entry
 		wt.w.Rev = resp.Header.Revision
 		p.entry = &mvccpb.KeyValue{Key: []byte(wt.w.Key), CreateRevision: wt.w.Rev, ModRevision: wt.w.Rev}
 		wt.log().Debug("queued", "behind", p.ahead != nil || p.lease != nil)

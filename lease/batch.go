@@ -181,8 +181,9 @@ type batchClaims struct {
 	ops         []clientv3.Op   // one nested transaction per resource
 	complete    [][]clientv3.Op // each Lease's Complete ops (its terms')
 	ids         []string        // each try's id, for its marker
-	marker      []clientv3.Op   // the session's marker, for the outer Then (Claimant.Marker)
-	size, depth int             // bytes, and the deepest nested path's operations
+	claimant    protocol.Claimant
+	marker      []clientv3.Op // the session's markers, for the outer Then (Claimant.Markers)
+	size, depth int           // bytes, and the deepest nested path's operations
 }
 
 // then is the batch's outer Then: its nested claims, one per resource and
@@ -200,10 +201,10 @@ func (r *Registry) buildClaims(ctx context.Context, s *session.Session, resource
 	bc := &batchClaims{
 		r: r, s: s, resources: resources,
 		ops: make([]clientv3.Op, len(resources)), complete: make([][]clientv3.Op, len(resources)), ids: make([]string, len(resources)),
-		marker: claimant.Marker(),
+		claimant: claimant, marker: claimant.Markers(),
 	}
 	for _, m := range bc.marker {
-		bc.size += len(m.KeyBytes()) + len(s.Worker()) + protocol.OpOverhead
+		bc.size += len(m.KeyBytes()) + len(m.ValueBytes()) + protocol.OpOverhead
 	}
 	for i, res := range resources {
 		// This resource's claim, under its terms, decided by its own
@@ -238,9 +239,7 @@ func (bc *batchClaims) failed(err error) error {
 // claimed returns the Leases of the members whose nested transactions
 // succeeded, in resps (one per member), at revision rev.
 func (bc *batchClaims) claimed(rev int64, resps []*pb.ResponseOp) []*Lease {
-	if len(bc.marker) > 0 {
-		bc.r.markedNow(bc.s) // the outer Then, applied
-	}
+	bc.r.markedNow(bc.s, bc.claimant) // the outer Then, applied
 	var out []*Lease
 	for i, res := range bc.resources {
 		if !resps[i].GetResponseTxn().Succeeded {

@@ -69,7 +69,6 @@ type Lease struct {
 }
 
 func (r *Registry) newLease(s *session.Session, resource string, epoch int64, complete []clientv3.Op) *Lease {
-	r.markedNow(s)
 	l, _ := r.trackLease(s, resource, epoch, r.lockDelay > 0, false, complete)
 	return l
 }

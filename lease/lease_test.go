@@ -113,6 +113,7 @@ func waitMarked(t testing.TB, cli *clientv3.Client, ns string, s *session.Sessio
 	if _, err := cli.Put(ctx, key, s.Worker(), clientv3.WithLease(s.LeaseID())); err != nil {
 		t.Fatalf("the marker of session %s: %v", s.Worker(), err)
 	}
+	hook.WantMarker(s, key, s.Worker())
 	hook.MarkedNow(s, key)
 }
 

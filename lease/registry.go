@@ -227,10 +227,15 @@ func (r *Registry) tryAcquire(ctx context.Context, s *session.Session, resource 
 		return nil, fmt.Errorf("lease: acquire %q: %w", resource, err)
 	}
 	if resp.Succeeded {
+		r.markedNow(s, claimant)
 		return r.acquired(s, resource, resp.Header.Revision, "claimed", t.Complete), nil
 	}
 	if len(earlier) > 0 {
+		// An earlier try carried the same markers (the claimant's).
 		if l, err := r.appliedEarlier(s, resource, resp.Responses[len(c.Else):len(c.Else)+len(earlier)], first(resp.Responses[protocol.ClaimLease]), t.Complete); l != nil || err != nil {
+			if l != nil {
+				r.markedNow(s, claimant)
+			}
 			return l, err
 		}
 	}
@@ -339,31 +344,37 @@ func (r *Registry) claimantFor(ctx context.Context, s *session.Session) (protoco
 	return c.WithLockDelay(trailing, r.lockDelay), nil
 }
 
-// marker returns the claimant whose claims put the session's marker in
-// r's namespace, N/lease/%session/<lease id> = worker, attached to the
-// session's etcd lease, in their own transactions (docs/protocol.md §3.1),
-// until the session is known to be marked there (markedNow): no epoch and
-// no queue entry of the session exists without its marker, so etcd
-// deletes the marker with the session's lease keys, at the same revision,
-// and the recorder learns of every session that ends from the markers'
-// deletions, one event per session, instead of watching every lease key.
-// A claim costs nothing more once one that carried it has applied.
+// marker returns the claimant whose claims put the session's markers in
+// r's namespace until each is known to be in etcd (docs/protocol.md §3.1):
+// its own marker there, N/lease/%session/<lease id> = worker, which every
+// claim asks for, and any other the session was asked to carry (a worker
+// pool's membership, N/lease/%live/<lease id>). No epoch and no queue
+// entry of the session exists without them, so etcd deletes them with the
+// session's lease keys, at the same revision, and the recorder learns of
+// every session that ends from the markers' deletions, one event per
+// session, instead of watching every lease key. A claim costs nothing
+// more once one that carried them has applied (markedNow).
 func (r *Registry) marker(s *session.Session, c protocol.Claimant) protocol.Claimant {
-	if chaosseam.ClaimsWithoutMarker.Load() { // only a control run of the simulation
+	if !chaosseam.ClaimsWithoutMarker.Load() { // only a control run of the simulation drops it
+		hook.WantMarker(s, r.space.Session(int64(s.LeaseID())), s.Worker())
+	}
+	keys, values := hook.PendingMarkers(s, r.space.LeasePrefix())
+	if len(keys) == 0 {
 		return c
 	}
-	key := r.space.Session(int64(s.LeaseID()))
-	if hook.Marked(s, key) {
-		return c
+	ms := make([]protocol.Marker, len(keys))
+	for i := range keys {
+		ms[i] = protocol.Marker{Key: keys[i], Value: values[i]}
 	}
-	return c.WithMarker(key)
+	return c.WithMarkers(ms...)
 }
 
-// markedNow records that s's marker in r's namespace is in etcd: a
-// transaction that carried it (marker) applied, or the session holds an
-// epoch or a queue entry here, which none carrying it began without it.
-func (r *Registry) markedNow(s *session.Session) {
-	hook.MarkedNow(s, r.space.Session(int64(s.LeaseID())))
+// markedNow records that the markers c carried are in etcd: a transaction
+// that carried them applied.
+func (r *Registry) markedNow(s *session.Session, c protocol.Claimant) {
+	if keys := c.MarkerKeys(); len(keys) > 0 {
+		hook.MarkedNow(s, keys...)
+	}
 }
 
 // acquired makes the Lease of an epoch the session just began, carrying

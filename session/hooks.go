@@ -18,6 +18,7 @@ func init() {
 	hook.TrailingLease = func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error) {
 		return s.(*Session).trailingLease(ctx, extra)
 	}
-	hook.Marked = func(s any, key string) bool { return s.(*Session).marked(key) }
-	hook.MarkedNow = func(s any, key string) { s.(*Session).markedNow(key) }
+	hook.WantMarker = func(s any, key, value string) { s.(*Session).wantMarker(key, value) }
+	hook.PendingMarkers = func(s any, prefix string) (keys, values []string) { return s.(*Session).pendingMarkers(prefix) }
+	hook.MarkedNow = func(s any, keys ...string) { s.(*Session).markedNow(keys...) }
 }

@@ -275,9 +275,9 @@ type Session struct {
 	trailingKick  chan struct{}                      // the session's lease was renewed; buffered 1
 	trailingGrant chan struct{}                      // held while one is granted; buffered 1
 
-	// Markers (marker.go): the keys known to be in etcd, attached to the
-	// session's lease.
-	markers map[string]bool // under mu
+	// Markers (marker.go): the keys the session's claims put until one
+	// that carried them applied.
+	markers map[string]marker // under mu
 
 	closeOnce sync.Once
 	closeErr  error

@@ -26,7 +26,8 @@ import (
 //
 //   - Every session a pool starts puts a marker N/lease/%live/<session
 //     lease>, attached to the session's etcd lease (sessions.get): the
-//     fleet's membership, one put per session.
+//     fleet's membership, one put per session; if it fails, the session's
+//     claims carry it (join).
 //   - Each pool watches the markers (fleet.watch). A put or a deletion is
 //     a session starting or ending: rare events, whatever the task rate.
 //   - Each pool offers first the tasks it owns: the live session whose
@@ -78,29 +79,21 @@ func newFleet(r *run) *fleet {
 }
 
 // join records a session of this pool, and puts its marker (one put,
-// attached to the session's lease). A put that fails is tried again in the
-// background, with backoff, while the session and the Run last: a session
-// started during a fault must still join the fleet, or other pools would
-// neither leave it its share of the tasks nor take its tasks over when it
-// ends (until then they come back on their sources' next passes).
+// attached to the session's lease), so that the other pools count it
+// before it claims. If that put fails (a session started during a fault),
+// the session's claims carry the marker in their own transactions until
+// one applied (docs/protocol.md §3.1, §3.14): a session of the pool never
+// holds a task without it, so the other pools always learn of its end
+// and take its tasks over.
 func (f *fleet) join(ctx context.Context, s *session.Session) {
 	id := int64(s.LeaseID())
 	f.mu.Lock()
 	f.own[id] = s
 	f.mu.Unlock()
 	f.add(id)
-	if f.mark(ctx, s) {
-		return
+	if !f.mark(ctx, s) {
+		hook.WantMarker(s, f.space.Live(id), s.Worker())
 	}
-	f.r.closing.Go(func() {
-		backoff := time.Duration(0)
-		for s.Err() == nil && ctx.Err() == nil {
-			backoff = grow(backoff, minIdle, 2*time.Second)
-			if !sleep(ctx, backoff) || f.mark(ctx, s) {
-				return
-			}
-		}
-	})
 }
 
 // mark puts the session's marker once; true when it is there, or can
@@ -115,7 +108,7 @@ func (f *fleet) mark(ctx context.Context, s *session.Session) bool {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return true
 	default:
-		f.r.log.Debug("could not mark the session live; trying again", "worker", s.Worker(), "error", err)
+		f.r.log.Debug("could not mark the session live; its claims will", "worker", s.Worker(), "error", err)
 		return false
 	}
 }

@@ -425,21 +425,23 @@ func (x *failFirstLivePuts) intercept(ctx context.Context, method string, req, r
 }
 
 // TestPoolMarksASessionStartedInAFault: a session whose fleet marker could
-// not be put when it started (a fault) joins the fleet once the put goes
-// through, so that other pools see it and take its tasks over when it
-// ends.
+// not be put when it started (a fault) carries it in its first claim's
+// transaction (docs/protocol.md §3.14): it holds no task without it, so
+// other pools see it and take its tasks over when it ends. Before, the
+// put was tried again in the background, and a session killed before it
+// landed left its tasks to the sources' next passes.
 func TestPoolMarksASessionStartedInAFault(t *testing.T) {
 	space := keys.MustNew(keys.DefaultNamespace)
 	fail := &failFirstLivePuts{live: space.LivePrefix()}
-	fail.left.Store(3)
+	fail.left.Store(1)
 	c := e2e.NewCluster(t, e2e.WithClientDialOptions(grpc.WithChainUnaryInterceptor(fail.intercept)))
 	cli := c.Client(t)
 	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
-	started := make(chan *session.Session, 1)
+	started := make(chan *lease.Lease, 1)
 	p, err := worker.New(reg, worker.Static("t"), func(ctx context.Context, l *lease.Lease) (string, error) {
 		select {
-		case started <- l.Session():
+		case started <- l:
 		default:
 		}
 		<-ctx.Done()
@@ -452,28 +454,24 @@ func TestPoolMarksASessionStartedInAFault(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	var s *session.Session
+	var l *lease.Lease
 	select {
-	case s = <-started:
+	case l = <-started:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the task never started")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := cli.Get(t.Context(), space.Live(int64(s.LeaseID())))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) == 1 && resp.Kvs[0].Lease == int64(s.LeaseID()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no fleet marker for the session %x 10 s after it started (puts left to fail: %d)", s.LeaseID(), fail.left.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	if n := fail.left.Load(); n > 0 {
-		t.Fatalf("%d injected failures left: the test did not exercise the retry", n)
+		t.Fatalf("%d injected failures left: the session's own put of its marker was not tried", n)
+	}
+	resp, err := cli.Get(t.Context(), space.Live(int64(l.Session().LeaseID())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case len(resp.Kvs) != 1 || resp.Kvs[0].Lease != int64(l.Session().LeaseID()):
+		t.Fatalf("no fleet marker for the session %x, which holds a task: %v", l.Session().LeaseID(), resp.Kvs)
+	case resp.Kvs[0].CreateRevision != l.Epoch():
+		t.Errorf("the fleet marker was put at revision %d, the task claimed at %d: not in the claim's transaction", resp.Kvs[0].CreateRevision, l.Epoch())
 	}
 }
 

@@ -81,11 +81,13 @@ var (
 	// TrailingLease returns s's trailing etcd lease of extra beyond the
 	// session's own (session/trailing.go).
 	TrailingLease func(ctx context.Context, s any, extra time.Duration) (clientv3.LeaseID, error)
-	// Marked reports whether the marker key, attached to s's etcd lease,
-	// is known to be in etcd; MarkedNow records that it is
-	// (session/marker.go).
-	Marked    func(s any, key string) bool
-	MarkedNow func(s any, key string)
+	// WantMarker asks s's claims to put key = value, attached to s's etcd
+	// lease, until one that carried it applied; PendingMarkers returns
+	// those under prefix not yet known to be in etcd; MarkedNow records
+	// that keys are (session/marker.go, docs/protocol.md §3.1).
+	WantMarker     func(s any, key, value string)
+	PendingMarkers func(s any, prefix string) (keys, values []string)
+	MarkedNow      func(s any, keys ...string)
 )
 
 // Set by package fence, for the guards of its subpackages (fencesql,

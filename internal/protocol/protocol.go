@@ -46,9 +46,10 @@ type Claimant struct {
 	now     time.Time
 	holder  string
 	started string
-	// marker is the put of the session's marker in the namespace
-	// (WithMarker); nil once the session is known to be marked there.
-	marker *clientv3.Op
+	// markers are the puts of the session's markers not yet known to be
+	// in etcd (WithMarkers), and markerKeys their keys.
+	markers    []clientv3.Op
+	markerKeys []string
 }
 
 // NewClaimant encodes the values a claim by worker through the session's
@@ -92,29 +93,38 @@ func (c Claimant) WithLockDelay(delayLease clientv3.LeaseID, d time.Duration) Cl
 	return c
 }
 
-// WithMarker returns the claimant whose claims also put the session's
-// marker key = worker, attached to the session's etcd lease, in their own
-// transactions (docs/protocol.md §3.1): in a single claim's Then (Try), in
-// a queued claim's Then and its enqueue's (NewQueued), once in a batch's
-// outer Then (Marker). So no epoch and no queue entry of the session
-// exists without its marker, and etcd deletes the marker with them, at
-// the revision the session ends. The caller stops asking for it once a
-// transaction that carried it is known to have applied.
-func (c Claimant) WithMarker(key string) Claimant {
-	op := clientv3.OpPut(key, c.Worker, clientv3.WithLease(c.LeaseID))
-	c.marker = &op
+// Marker is a key a session's claims put, attached to the session's etcd
+// lease, until one that carried it applied (Claimant.WithMarkers): the
+// session's marker in the namespace, N/lease/%session/<id>, and a worker
+// pool's membership, N/lease/%live/<id>.
+type Marker struct {
+	Key, Value string
+}
+
+// WithMarkers returns the claimant whose claims also put markers,
+// attached to the session's etcd lease, in their own transactions
+// (docs/protocol.md §3.1): in a single claim's Then (Try), in a queued
+// claim's Then and its enqueue's (NewQueued), once in a batch's outer
+// Then (Markers). So no epoch and no queue entry of the session exists
+// without them, and etcd deletes them with those, at the revision the
+// session ends. The caller stops asking for a marker once a transaction
+// that carried it is known to have applied (MarkerKeys).
+func (c Claimant) WithMarkers(ms ...Marker) Claimant {
+	c.markers, c.markerKeys = nil, nil
+	for _, m := range ms {
+		c.markers = append(c.markers, clientv3.OpPut(m.Key, m.Value, clientv3.WithLease(c.LeaseID)))
+		c.markerKeys = append(c.markerKeys, m.Key)
+	}
 	return c
 }
 
-// Marker is the put of the session's marker for a batch's outer Then —
-// one, whatever the batch's size, since a transaction may put a key only
-// once — or nil when the claimant carries none (WithMarker).
-func (c Claimant) Marker() []clientv3.Op {
-	if c.marker == nil {
-		return nil
-	}
-	return []clientv3.Op{*c.marker}
-}
+// Markers are the puts of the markers for a batch's outer Then — each
+// once, whatever the batch's size, since a transaction may put a key only
+// once — or nil when the claimant carries none (WithMarkers).
+func (c Claimant) Markers() []clientv3.Op { return c.markers }
+
+// MarkerKeys are the keys of the markers the claimant carries.
+func (c Claimant) MarkerKeys() []string { return c.markerKeys }
 
 // noDelay holds when res has no lock-delay key: no involuntary end of an
 // epoch acquired with lock-delay is within its delay.
@@ -164,10 +174,11 @@ type Claim struct {
 	ID string
 	// Size approximates the bytes the claim adds to a request.
 	Size int
-	// Marker is the put of the session's marker (Claimant.WithMarker),
-	// empty when the claimant carries none: Try puts it in the claim's
-	// Then; Nested leaves it to the batch's outer Then.
-	Marker []clientv3.Op
+	// Markers are the puts of the session's markers
+	// (Claimant.WithMarkers), empty when the claimant carries none: Try
+	// puts them in the claim's Then; Nested leaves them to the batch's
+	// outer Then.
+	Markers []clientv3.Op
 }
 
 // NewClaim builds the claim of resource by c.
@@ -190,15 +201,15 @@ func (c Claimant) NewClaim(space keys.Space, resource string) Claim {
 		StartKey: startKey,
 		Resource: resource,
 		ID:       id,
-		Marker:   c.Marker(),
+		Markers:  c.markers,
 		Size:     2*len(leaseKey) + len(doneKey) + len(startKey) + 2*len(space.QueuePrefix(resource)) + 2*len(delayKey) + len(c.holder) + len(c.started) + 10*OpOverhead,
 	}
 	if put := putDelay(space, resource, c.record("")); put != nil {
 		claim.Then = append(claim.Then, *put)
 		claim.Size += len(delayKey) + 64 + len(c.Worker) + OpOverhead
 	}
-	if c.marker != nil {
-		claim.Size += len(c.marker.KeyBytes()) + len(c.Worker) + OpOverhead
+	for _, m := range c.markers {
+		claim.Size += len(m.KeyBytes()) + len(m.ValueBytes()) + OpOverhead
 	}
 	return claim
 }
@@ -231,7 +242,7 @@ const (
 // larger of its compare and Then counts, which etcd's operation limit
 // adds to the batch's size (lease.MaxBatch).
 func (c Claim) Nested(space keys.Space, session clientv3.LeaseID) (op clientv3.Op, depth int) {
-	c.Marker = nil // the batch's outer Then puts it, once (Claimant.Marker)
+	c.Markers = nil // the batch's outer Then puts them, once (Claimant.Markers)
 	ifs, then, _ := Try(space, c, session, nil)
 	return clientv3.OpTxn(ifs, then, nil), max(len(ifs), len(then))
 }

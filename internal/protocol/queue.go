@@ -84,13 +84,13 @@ func lastBefore(space keys.Space, res string, rev int64) clientv3.Op {
 //	If(   <the claim's compares>,                  // free, not done, nobody queued, no lock-delay
 //	      CreateRev(gone) = 0 )                     // the call has not given up
 //	Then( <the claim's ops>, the holder record carrying the call's ticket,
-//	      [Put the session's marker] )              // Claimant.WithMarker
+//	      [Put the session's markers] )             // Claimant.WithMarkers
 //	Else( Get lease, Get done,
 //	      Get the queue's last entry,               // the one to wait behind
 //	      Get delay,
 //	      Txn( If(CreateRev(done) = 0, CreateRev(gone) = 0)
 //	           Then(Put entry holder{ticket} WithLease(session),
-//	                [Put the session's marker]) ) )
+//	                [Put the session's markers]) ) )
 //
 // The reads come before the put, so the last entry read is the one ahead
 // of the new entry. The new entry's create revision is the transaction's.
@@ -134,10 +134,10 @@ func (c Claimant) NewQueued(space keys.Space, resource, ticket string) Queued {
 	}
 	// The session's marker goes with the claim and with the entry: a
 	// handoff grants the lease to an entry's session, marked by then.
-	claim.Then = append(slices.Clip(claim.Then), claim.Marker...)
+	claim.Then = append(slices.Clip(claim.Then), claim.Markers...)
 	enqueue := clientv3.OpTxn(
 		enqueueIf,
-		append([]clientv3.Op{clientv3.OpPut(w.Key, h.Encode(), clientv3.WithLease(c.LeaseID))}, claim.Marker...), nil)
+		append([]clientv3.Op{clientv3.OpPut(w.Key, h.Encode(), clientv3.WithLease(c.LeaseID))}, claim.Markers...), nil)
 	claim.Else = []clientv3.Op{
 		clientv3.OpGet(space.Lease(resource)),
 		clientv3.OpGet(doneKey),

@@ -37,7 +37,7 @@ import (
 //	If(   …c's compares…,
 //	      CreateRev(N/lease/%gone/<c.ID>) = 0,            // no later try of the call was applied
 //	      CreateRev(N/audit/<res>/start/<id_1>) = 0, … )  // no earlier try was applied
-//	Then( …c's puts…, [Put N/lease/%session/<session> worker WithLease(session)],   // c.Marker
+//	Then( …c's puts…, [Put N/lease/%session/<session> worker WithLease(session), …],   // c.Markers
 //	      Put N/lease/%gone/<id_1> WithLease(session), … )
 //	Else( …c's reads…, Get N/audit/<res>/start/<id_1>, …,
 //	      Put N/lease/%gone/<id_1> WithLease(session), … )
@@ -49,8 +49,8 @@ import (
 func Try(space keys.Space, c Claim, session clientv3.LeaseID, earlier []string) (ifs []clientv3.Cmp, then, els []clientv3.Op) {
 	markers := !chaosseam.TryMarkersOff() // only a control run of the simulation turns them off
 	ifs, then, els = c.If, c.Then, c.Else
-	if len(c.Marker) > 0 {
-		then = append(slices.Clip(then), c.Marker...)
+	if len(c.Markers) > 0 {
+		then = append(slices.Clip(then), c.Markers...)
 	}
 	if markers {
 		ifs = append(slices.Clip(ifs), clientv3.Compare(clientv3.CreateRevision(space.Gone(c.ID)), "=", 0))

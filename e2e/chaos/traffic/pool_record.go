@@ -235,11 +235,12 @@ func (r *txnRecorder) begin(t *recordingTxn) (*recordedTxn, txnKind) {
 	return nil, txnOther
 }
 
-// isMarker reports whether op is the put of a session's marker, which a
-// batch of claims carries in its outer Then until its session is marked
-// (docs/protocol.md §3.1).
+// isMarker reports whether op is the put of a session's marker or of a
+// pool's membership, which a batch of claims carries in its outer Then
+// until they are in etcd (docs/protocol.md §3.1).
 func (r *txnRecorder) isMarker(op clientv3.Op) bool {
-	return op.IsPut() && r.w.space.IsSession(string(op.KeyBytes()))
+	key := string(op.KeyBytes())
+	return op.IsPut() && (r.w.space.IsSession(key) || r.w.space.IsLive(key))
 }
 
 // isBatch reports whether ops are a batch the recorder knows: every op a

@@ -431,7 +431,7 @@ func (r *run) claim(sess *sessions, batch []string) (leases []*lease.Lease, tran
 		if !errors.Is(err, outcome.ErrUnknown) {
 			r.noteClaimError(s, err)
 			for _, name := range batch {
-				r.giveBack(name)
+				r.notClaimed(name, err)
 			}
 			return nil, true
 		}
@@ -598,16 +598,34 @@ func (r *run) claimOne(s *session.Session, name string) (*lease.Lease, bool) {
 		return l, l == nil
 	default:
 		r.noteClaimError(s, err)
-		r.giveBack(name)
+		r.notClaimed(name, err)
 		return nil, true
 	}
 	return nil, false
 }
 
+// notClaimed gives back name, whose claim failed with err and applied
+// nothing. A claim refused because its session ended is offered again
+// soon, on the slot's next session, not on the source's next pass: a
+// task taken over from an ended session would otherwise wait behind the
+// backlog.
+func (r *run) notClaimed(name string, err error) {
+	if ended(err) && r.ctx.Err() == nil {
+		r.retrySoon(name)
+		return
+	}
+	r.giveBack(name)
+}
+
+// ended reports whether a claim failed because its session had ended.
+func ended(err error) bool {
+	return errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrLost) || errors.Is(err, session.ErrClosed)
+}
+
 func (r *run) noteClaimError(s *session.Session, err error) {
 	switch {
 	case r.ctx.Err() != nil:
-	case errors.Is(err, session.ErrExpired), errors.Is(err, session.ErrLost), errors.Is(err, session.ErrClosed):
+	case ended(err):
 		// The slot's next claim starts a new session.
 	default:
 		r.log.Warn("claim failed; backing off", "worker", s.Worker(), "error", err)
@@ -643,6 +661,15 @@ func (r *run) resolve(s *session.Session, name string) *lease.Lease {
 			r.giveBack(name)
 			return nil
 		}
+	}
+	if r.stop.Err() == nil {
+		// The session ended with the outcome still unknown: a claim it
+		// applied ended with it. Offered again soon (the screen finds it
+		// held if another pool took it meanwhile), not on the source's
+		// next pass — a task taken over from an ended session would wait
+		// behind the backlog.
+		r.retrySoon(name)
+		return nil
 	}
 	r.giveBack(name)
 	return nil

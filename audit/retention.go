@@ -12,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/internal/chaosseam"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -177,21 +177,10 @@ const readTries = 3
 // deletes (a resend after the first applied finds the keys' mod revisions
 // changed, and deletes nothing).
 func (l *Log) retryIdempotent(ctx context.Context, send func(actx context.Context) error) error {
-	backoff := 25 * time.Millisecond
-	for try := 1; ; try++ {
-		actx, cancel := l.bound(ctx)
-		err := send(actx)
-		cancel()
-		if err == nil || try == readTries || chaosseam.RetentionWholePass.Load() || ctx.Err() != nil || errors.Is(err, rpctypes.ErrCompacted) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(backoff):
-		}
-		backoff *= 2
-	}
+	return retry.Idempotent{
+		Tries: readTries, Attempt: l.attempt, Backoff: 25 * time.Millisecond,
+		Once: chaosseam.RetentionWholePass.Load, // only a control run of the simulation
+	}.Do(ctx, send)
 }
 
 type guardedKey struct {

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/hook"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
+	"github.com/leasehold/leasehold/internal/retry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -362,7 +362,7 @@ func (f *fleet) takeOver(ctx context.Context, rev int64, ids []int64, known map[
 // page of a range with a mod revision filter would make etcd read the
 // whole prefix for each —
 //
-//	Get <from> WithRange(end of N/audit/) WithKeysOnly WithLimit(1000)
+//	Get <from> WithRange(end of N/audit/) WithKeysOnly WithLimit(10000)
 //
 // keeps the start entries of [C, rev − 1] with no end entry before rev,
 // and reads their values, 128 to a read-only transaction, for the
@@ -399,7 +399,7 @@ func (f *fleet) takeOverFromAudit(ctx context.Context, rev int64, dead map[int64
 	for from := f.space.AuditPrefix(); ; {
 		var resp *clientv3.GetResponse
 		if err := f.retryRead(ctx, func(actx context.Context) (err error) {
-			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(prefixPage))
+			resp, err = cli.Get(actx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(auditKeysPage))
 			return err
 		}); err != nil {
 			f.auditReadFailed(ctx, rev, err)
@@ -475,20 +475,16 @@ func (f *fleet) auditReadFailed(ctx context.Context, rev int64, err error) {
 // one succeeded). A compacted revision is not tried again: no retry
 // brings it back.
 func (f *fleet) retryRead(ctx context.Context, read func(actx context.Context) error) error {
-	backoff := takeOverBackoff
-	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, hook.AttemptTimeout(f.r.p.reg))
-		err := read(actx)
-		cancel()
-		if err == nil || try == takeOverTries || ctx.Err() != nil || errors.Is(err, rpctypes.ErrCompacted) {
-			return err
-		}
-		if !sleep(ctx, backoff) {
-			return cmp.Or(context.Cause(ctx), err)
-		}
-		backoff = min(2*backoff, maxTakeOverBackoff)
-	}
+	return retry.Idempotent{
+		Tries: takeOverTries, Attempt: hook.AttemptTimeout(f.r.p.reg),
+		Backoff: takeOverBackoff, MaxBackoff: maxTakeOverBackoff,
+	}.Do(ctx, read)
 }
+
+// auditKeysPage is the keys a page of takeOverFromAudit's scan reads, keys
+// only: etcd counts every key left in the range for each page, so fewer,
+// larger pages cost it less (as audit's reconcile).
+const auditKeysPage = 10 * prefixPage
 
 // takeOverTries bounds the reads of what an ended session held.
 const takeOverTries = 8

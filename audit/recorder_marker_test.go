@@ -1,9 +1,7 @@
 package audit_test
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,9 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/protocol"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 )
 
 // killedSession is a session on a client of its own whose process dies:
@@ -248,44 +244,6 @@ func TestRecorderRescanRecordsUnmarkedSessions(t *testing.T) {
 	checkCreateOnly(t, cli, keys.DefaultNamespace)
 }
 
-// readCounter counts what a client receives: the keys of range results
-// (alone or in a transaction) and the events of watch responses.
-type readCounter struct{ n atomic.Int64 }
-
-func (c *readCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	switch r := reply.(type) {
-	case *pb.RangeResponse:
-		c.n.Add(int64(len(r.Kvs)))
-	case *pb.TxnResponse:
-		for _, op := range r.Responses {
-			c.n.Add(int64(len(op.GetResponseRange().GetKvs())))
-		}
-	}
-	return err
-}
-
-func (c *readCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	s, err := streamer(ctx, desc, cc, method, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &countedStream{ClientStream: s, c: c}, nil
-}
-
-type countedStream struct {
-	grpc.ClientStream
-	c *readCounter
-}
-
-func (s *countedStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
-	if w, ok := m.(*pb.WatchResponse); ok && err == nil {
-		s.c.n.Add(int64(len(w.Events)))
-	}
-	return err
-}
-
 // TestRecorderReadsWhatAnEndedSessionHeld: while one session holds many
 // leases, sessions that hold one each end one after another. The recorder
 // records each expiry with its end revision and reads, per session that
@@ -296,12 +254,7 @@ func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
 	const held, ended = 150, 5
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
-	var count readCounter
-	rcli, err := c.NewClientWithDialOptions(grpc.WithChainUnaryInterceptor(count.unary), grpc.WithChainStreamInterceptor(count.stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rcli.Close() })
+	rcli, count := spiedClient(t, c)
 	log := logOn(t, rcli)
 	startRecorder(t, log)
 	r := newRegistry(t, cli)
@@ -314,7 +267,7 @@ func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
 		acquire(t, r, s, res)
 		waitMarked(t, cli, keys.DefaultNamespace, s)
 		if i == 0 {
-			base = count.n.Load()
+			base = count.received.Load()
 		}
 		if _, err := cli.Revoke(bg(t), s.LeaseID()); err != nil { // as etcd expiring it
 			t.Fatal(err)
@@ -324,7 +277,7 @@ func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
 			t.Fatalf("%s: the expired entry has no end revision: the recorder did not see the session end", res)
 		}
 	}
-	if got := count.n.Load() - base; got >= held {
+	if got := count.received.Load() - base; got >= held {
 		t.Errorf("the recorder read %d keys and events for %d sessions that held one lease each, while another held %d: it reads what others hold", got, ended, held)
 	} else {
 		t.Logf("the recorder read %d keys and events for %d ended sessions (%d leases held meanwhile)", got, ended, held)
@@ -350,18 +303,7 @@ func TestReconcileReadsKeysInLargePages(t *testing.T) {
 		}
 	}
 	prefix := keys.MustNew(keys.DefaultNamespace).AuditPrefix()
-	var pages atomic.Int64
-	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if rr, ok := req.(*pb.RangeRequest); ok && rr.KeysOnly && string(rr.Key) >= prefix && string(rr.Key) < clientv3.GetPrefixRangeEnd(prefix) {
-			pages.Add(1)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	rcli, err := c.NewClientWithDialOptions(grpc.WithChainUnaryInterceptor(count))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rcli.Close() })
+	rcli, spy := spiedClient(t, c)
 	log := logOn(t, rcli, audit.WithPageSize(2))
 	startRecorder(t, log)
 	// A session that ends after the recorder started: its expiry is
@@ -372,7 +314,15 @@ func TestReconcileReadsKeysInLargePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForKind(t, log, audit.Filter{Resource: "brief", Kind: audit.Expired}, 1)
-	if n := pages.Load(); n < 1 || n > 4 {
+	spy.mu.Lock()
+	n := 0
+	for _, rc := range spy.ranges {
+		if rc.keysOnly && rc.key >= prefix && rc.key < clientv3.GetPrefixRangeEnd(prefix) {
+			n++
+		}
+	}
+	spy.mu.Unlock()
+	if n < 1 || n > 4 {
 		t.Errorf("reconcile read the %d audit keys in %d keys-only pages; want 1 to 4 (pages of 20)", 2*tasks, n)
 	}
 }

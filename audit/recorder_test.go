@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,10 @@ type txnSpy struct {
 	writeTxns int           // the other Txns
 	watching  chan struct{} // closed when the client opens its first watch stream
 	once      sync.Once
+	// received counts what the client received: the keys of range
+	// results (alone or in a transaction) and the events of watch
+	// responses.
+	received atomic.Int64
 }
 
 // interceptStream notes the first watch stream: the recorder opens it only
@@ -91,6 +96,14 @@ func (s *txnSpy) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc 
 type spiedStream struct {
 	grpc.ClientStream
 	spy *txnSpy
+}
+
+func (s *spiedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if w, ok := m.(*pb.WatchResponse); ok && err == nil {
+		s.spy.received.Add(int64(len(w.Events)))
+	}
+	return err
 }
 
 func (s *spiedStream) SendMsg(m any) error {
@@ -122,7 +135,7 @@ type rangeCall struct {
 	key                     string
 	limit, atRev, headerRev int64 // atRev: the revision asked for (0: latest)
 	kvs                     int
-	more                    bool
+	more, keysOnly          bool
 }
 
 func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -130,12 +143,20 @@ func (s *txnSpy) intercept(ctx context.Context, method string, req, reply any, c
 	if err != nil {
 		return err
 	}
+	switch r := reply.(type) {
+	case *pb.RangeResponse:
+		s.received.Add(int64(len(r.Kvs)))
+	case *pb.TxnResponse:
+		for _, op := range r.Responses {
+			s.received.Add(int64(len(op.GetResponseRange().GetKvs())))
+		}
+	}
 	if method == "/etcdserverpb.KV/Range" {
 		rq, ok1 := req.(*pb.RangeRequest)
 		rs, ok2 := reply.(*pb.RangeResponse)
 		if ok1 && ok2 {
 			s.mu.Lock()
-			s.ranges = append(s.ranges, rangeCall{key: string(rq.Key), limit: rq.Limit, atRev: rq.Revision, headerRev: rs.Header.Revision, kvs: len(rs.Kvs), more: rs.More})
+			s.ranges = append(s.ranges, rangeCall{key: string(rq.Key), limit: rq.Limit, atRev: rq.Revision, headerRev: rs.Header.Revision, kvs: len(rs.Kvs), more: rs.More, keysOnly: rq.KeysOnly})
 			s.mu.Unlock()
 		}
 		return nil

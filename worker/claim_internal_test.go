@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
 
@@ -87,25 +88,7 @@ func TestBatchMissIsScreenedWithARead(t *testing.T) {
 // the source's next pass — which, for a task taken over from an ended
 // session, is a pass over the whole backlog.
 func TestUnappliedClaimIsOfferedAgainSoon(t *testing.T) {
-	cli := e2e.NewCluster(t).Client(t)
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
-	ctx := t.Context()
-	s, err := session.New(ctx, cli, session.WithWorker("pool"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	p, err := New(reg, Static("free"), func(context.Context, *lease.Lease) (string, error) { return "ok", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRun(ctx, p)
-	r.stop = ctx
-	r.fleet = newFleet(r)
-	if !r.take("free", time.Now()) {
-		t.Fatal("could not take the name")
-	}
+	r, s, _, _ := takenRun(t, "free")
 	if l := r.resolve(s, "free"); l != nil {
 		t.Fatalf("resolve returned %v for a claim never applied", l)
 	}
@@ -124,35 +107,16 @@ func TestUnappliedClaimIsOfferedAgainSoon(t *testing.T) {
 // pass. The simulator's fleet run (seed 29) found a task taken over from a
 // killed pool that waited 5.6 s for that pass, against a bound of 3 s.
 func TestClaimOfAnEndedSessionIsOfferedAgainSoon(t *testing.T) {
-	cli := e2e.NewCluster(t).Client(t)
-	reg := mustRegistry(t, cli)
-	t.Cleanup(func() { _ = reg.Close() })
+	r, s, cli, reg := takenRun(t, "unknown", "refused")
 	ctx := t.Context()
-	s, err := session.New(ctx, cli, session.WithWorker("pool"), session.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := cli.Revoke(ctx, s.LeaseID()); err != nil { // as etcd expiring it
 		t.Fatal(err)
 	}
 	<-s.Done()
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	p, err := New(reg, Static("unknown", "refused"), func(context.Context, *lease.Lease) (string, error) { return "ok", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRun(ctx, p)
-	r.stop = ctx
-	r.fleet = newFleet(r)
-	for _, name := range []string{"unknown", "refused"} {
-		if !r.take(name, time.Now()) {
-			t.Fatalf("could not take %q", name)
-		}
-	}
 	if l := r.resolve(s, "unknown"); l != nil {
 		t.Fatalf("resolve returned %v for an ended session", l)
 	}
-	_, err = reg.TryAcquire(ctx, s, "refused")
+	_, err := reg.TryAcquire(ctx, s, "refused")
 	if !errors.Is(err, session.ErrExpired) {
 		t.Fatalf("a claim of an ended session: %v, want session.ErrExpired", err)
 	}
@@ -162,4 +126,33 @@ func TestClaimOfAnEndedSessionIsOfferedAgainSoon(t *testing.T) {
 	if !slices.Equal(due, []string{"refused", "unknown"}) {
 		t.Fatalf("due retries %v, want both names", due)
 	}
+}
+
+// takenRun is a run of a pool over Static(names...) on a cluster of its
+// own, with a live session, each name taken by the dispatcher as if it
+// were being claimed.
+func takenRun(t *testing.T, names ...string) (*run, *session.Session, *clientv3.Client, *lease.Registry) {
+	t.Helper()
+	cli := e2e.NewCluster(t).Client(t)
+	reg := mustRegistry(t, cli)
+	t.Cleanup(func() { _ = reg.Close() })
+	ctx := t.Context()
+	s, err := session.New(ctx, cli, session.WithWorker("pool"), session.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	p, err := New(reg, Static(names...), func(context.Context, *lease.Lease) (string, error) { return "ok", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(ctx, p)
+	r.stop = ctx
+	r.fleet = newFleet(r)
+	for _, name := range names {
+		if !r.take(name, time.Now()) {
+			t.Fatalf("could not take %q", name)
+		}
+	}
+	return r, s, cli, reg
 }

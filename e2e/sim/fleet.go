@@ -261,6 +261,10 @@ func (p *pools) read(hist *clientv3.Client, fs model.FinalState) func(res *Resul
 		if err != nil {
 			p.s.t.Fatalf("sim: final read of the fleet: %v", err)
 		}
+		ff.Renewed = map[int64]int64{}
+		for id, at := range p.s.srv.Renewals() {
+			ff.Renewed[id] = at.UnixNano() // the history's clock: model.Now in the bubble
+		}
 		rec = p.fleet.Record()
 		if err := p.fleet.SaveLog(""); err != nil {
 			p.s.t.Errorf("sim: the fleet's log: %v", err)

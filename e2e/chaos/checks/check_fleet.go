@@ -459,6 +459,11 @@ func (c *fleetCheck) checkTakeover(k model.FleetKill, te model.TaskEpoch, bound 
 		if e.epoch != te.Epoch || e.end <= k.Rev || c.ended[te] != audit.Expired {
 			continue
 		}
+		// A keepalive of the session applied after the kill (held or
+		// delayed in the network) kept the session alive a TTL from then:
+		// no pool could take it over before etcd ended it.
+		late := time.Duration(max(c.in.Final.Renewed[e.lease]-k.At, 0))
+		bound := bound + late
 		to := FleetTakeover{Pool: k.Pool, Task: task, Epoch: e.epoch, Ended: e.end, Bound: bound}
 		if j+1 == len(eps) {
 			c.fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and no epoch followed", k.Pool, e.epoch, e.end)
@@ -470,8 +475,12 @@ func (c *fleetCheck) checkTakeover(k model.FleetKill, te model.TaskEpoch, bound 
 		to.Lo, to.Hi = claimTimes(c.in.Ops, task, next, k.At)
 		c.ff.Takeovers = append(c.ff.Takeovers, to)
 		if to.Lo > bound {
-			c.fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and the next epoch, %d (%s), began %v after the kill (its acquisition invoked %v after): over the takeover bound %v; %s; %s",
-				k.Pool, e.epoch, e.end, next.epoch, next.worker, roundMS(to.delay()), roundMS(to.Lo), roundMS(bound),
+			why := roundMS(bound)
+			if late > 0 {
+				why += fmt.Sprintf(" (%v of it: a keepalive of the session renewed it that long after the kill)", roundMS(late))
+			}
+			c.fail(CheckFleetTakeover, task, "%s held epoch %d when it was killed; etcd ended it at revision %d, and the next epoch, %d (%s), began %v after the kill (its acquisition invoked %v after): over the takeover bound %s; %s; %s",
+				k.Pool, e.epoch, e.end, next.epoch, next.worker, roundMS(to.delay()), roundMS(to.Lo), why,
 				markerFate(markers[e.lease], e), claimsBetween(c.in.Ops, task, k.At, k.At+int64(to.Lo)))
 		}
 	}

@@ -247,6 +247,24 @@ func TestCheckerFleetTakeoverBound(t *testing.T) {
 	if len(vs) > 0 || ff.Takeovers[0].Bound != base+4*time.Second {
 		t.Errorf("a takeover within a member's fault: bound %v, violations %v", ff.Takeovers[0].Bound, vs)
 	}
+	// A keepalive of the dead session applied after the kill (held or
+	// delayed in the simulation's network) keeps it alive a TTL from
+	// then: the bound counts from that renewal, and no further.
+	for _, c := range []struct {
+		renewed int64 // after the kill
+		pass    bool
+	}{{3 * sec, true}, {sec, false}} {
+		in := newFleetScenario()
+		in.Ops[2].Invoke, in.Ops[2].Return = sec+5900*sec/1000, 7*sec
+		in.Final.Renewed = map[int64]int64{100: in.Kills[0].At + c.renewed}
+		ff, vs := checkFleet(in)
+		if want := base + time.Duration(c.renewed); ff.Takeovers[0].Bound != want || (len(vs) == 0) != c.pass {
+			t.Errorf("renewed %v after the kill: bound %v (want %v), violations %v", time.Duration(c.renewed), ff.Takeovers[0].Bound, want, vs)
+		}
+		if !c.pass && (len(vs) == 0 || !strings.Contains(vs[0].Detail, "over the takeover bound 4s (1s of it: a keepalive of the session renewed it that long after the kill)")) {
+			t.Errorf("renewed 1 s after the kill: %v", vs)
+		}
+	}
 	for _, kind := range []audit.Kind{audit.Revoked, audit.Completed} {
 		in := newFleetScenario()
 		in.Audit[0].Kind = kind

@@ -101,6 +101,13 @@ type FleetFinal struct {
 	Effects      map[string]EffectValue
 	// Markers is every change of a session's marker N/lease/%live/<id>.
 	Markers []FleetMarkerEvent
+	// Renewed is, for a session's etcd lease, when a keepalive last
+	// renewed it, on the history's clock: the simulation's etcd knows
+	// (simetcd.Server.Renewals); nil on a real cluster. A keepalive a
+	// pool sent before it was killed, held or delayed in the network,
+	// renews the lease when etcd applies it, and the session lives a TTL
+	// from then: the takeover bound counts from there.
+	Renewed map[int64]int64
 }
 
 // FleetMarkerEvent is one change of a session's marker: put when a pool

@@ -2,6 +2,8 @@ package simetcd
 
 import (
 	"errors"
+	"maps"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/lease"
@@ -63,9 +65,25 @@ func (s *Server) leaseRenew(r *pb.LeaseKeepAliveRequest) (*pb.LeaseKeepAliveResp
 		ttl = 0
 	case err != nil:
 		return nil, toGRPC(err)
+	default:
+		s.mu.Lock()
+		if s.renewed == nil {
+			s.renewed = make(map[int64]time.Time)
+		}
+		s.renewed[r.ID] = time.Now()
+		s.mu.Unlock()
 	}
 	resp.TTL = ttl
 	return resp, nil
+}
+
+// Renewals returns, for every lease a keepalive renewed, when it last did
+// (the bubble's clock): a keepalive held or delayed in the network renews
+// its lease when it is applied, which may be after its client died.
+func (s *Server) Renewals() map[int64]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.renewed)
 }
 
 func (s *Server) leaseTimeToLive(r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {

@@ -75,6 +75,7 @@ type Server struct {
 	closed  bool
 	clients []*clientv3.Client
 	watches map[string]map[*watchConn]struct{} // by client name
+	renewed map[int64]time.Time                // a lease → when a keepalive last renewed it
 }
 
 // New starts a server. Call it inside the synctest bubble whose clock it

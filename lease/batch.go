@@ -128,7 +128,7 @@ func (r *Registry) tryAcquireMany(ctx context.Context, s *session.Session, resou
 	if err != nil {
 		return nil, err
 	}
-	if len(resources)+len(bc.marker)+bc.depth > maxTxnOps {
+	if len(resources)+len(bc.claimant.Markers())+bc.depth > maxTxnOps {
 		return nil, fmt.Errorf("lease: acquire batch of %d: its claims' compares take it over etcd's %d operations per transaction: %w", len(resources), maxTxnOps, ErrBatchTooLarge)
 	}
 	if bc.size > maxBatchBytes {
@@ -178,18 +178,17 @@ type batchClaims struct {
 	r           *Registry
 	s           *session.Session
 	resources   []string
-	ops         []clientv3.Op   // one nested transaction per resource
-	complete    [][]clientv3.Op // each Lease's Complete ops (its terms')
-	ids         []string        // each try's id, for its marker
-	claimant    protocol.Claimant
-	marker      []clientv3.Op // the session's markers, for the outer Then (Claimant.Markers)
-	size, depth int           // bytes, and the deepest nested path's operations
+	ops         []clientv3.Op     // one nested transaction per resource
+	complete    [][]clientv3.Op   // each Lease's Complete ops (its terms')
+	ids         []string          // each try's id, for its marker
+	claimant    protocol.Claimant // its markers go in the outer Then (Claimant.Markers)
+	size, depth int               // bytes, and the deepest nested path's operations
 }
 
 // then is the batch's outer Then: its nested claims, one per resource and
-// in order, then the session's marker if it carries one.
+// in order, then the session's markers if it carries any.
 func (bc *batchClaims) then() []clientv3.Op {
-	return append(bc.ops[:len(bc.ops):len(bc.ops)], bc.marker...)
+	return append(bc.ops[:len(bc.ops):len(bc.ops)], bc.claimant.Markers()...)
 }
 
 // buildClaims builds the nested claims of resources for s.
@@ -201,9 +200,9 @@ func (r *Registry) buildClaims(ctx context.Context, s *session.Session, resource
 	bc := &batchClaims{
 		r: r, s: s, resources: resources,
 		ops: make([]clientv3.Op, len(resources)), complete: make([][]clientv3.Op, len(resources)), ids: make([]string, len(resources)),
-		claimant: claimant, marker: claimant.Markers(),
+		claimant: claimant,
 	}
-	for _, m := range bc.marker {
+	for _, m := range claimant.Markers() {
 		bc.size += len(m.KeyBytes()) + len(m.ValueBytes()) + protocol.OpOverhead
 	}
 	for i, res := range resources {

@@ -50,7 +50,7 @@ func completeAndClaim(ctx context.Context, ends []*Lease, statuses []string, s *
 	if err != nil {
 		return both(err)
 	}
-	n := len(ends) + len(resources) + len(bc.marker)
+	n := len(ends) + len(resources) + len(bc.claimant.Markers())
 	if n+max(b.depth, bc.depth) > maxTxnOps || b.size+bc.size > maxBatchBytes {
 		return both(fmt.Errorf("lease: complete %d and claim %d: over etcd's limits of %d operations or %d bytes per transaction: %w", len(ends), len(resources), maxTxnOps, maxBatchBytes, ErrBatchTooLarge))
 	}

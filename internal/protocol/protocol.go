@@ -47,9 +47,8 @@ type Claimant struct {
 	holder  string
 	started string
 	// markers are the puts of the session's markers not yet known to be
-	// in etcd (WithMarkers), and markerKeys their keys.
-	markers    []clientv3.Op
-	markerKeys []string
+	// in etcd (WithMarkers).
+	markers []clientv3.Op
 }
 
 // NewClaimant encodes the values a claim by worker through the session's
@@ -110,10 +109,9 @@ type Marker struct {
 // session ends. The caller stops asking for a marker once a transaction
 // that carried it is known to have applied (MarkerKeys).
 func (c Claimant) WithMarkers(ms ...Marker) Claimant {
-	c.markers, c.markerKeys = nil, nil
+	c.markers = nil
 	for _, m := range ms {
 		c.markers = append(c.markers, clientv3.OpPut(m.Key, m.Value, clientv3.WithLease(c.LeaseID)))
-		c.markerKeys = append(c.markerKeys, m.Key)
 	}
 	return c
 }
@@ -124,7 +122,13 @@ func (c Claimant) WithMarkers(ms ...Marker) Claimant {
 func (c Claimant) Markers() []clientv3.Op { return c.markers }
 
 // MarkerKeys are the keys of the markers the claimant carries.
-func (c Claimant) MarkerKeys() []string { return c.markerKeys }
+func (c Claimant) MarkerKeys() []string {
+	keys := make([]string, len(c.markers))
+	for i, m := range c.markers {
+		keys[i] = string(m.KeyBytes())
+	}
+	return keys
+}
 
 // noDelay holds when res has no lock-delay key: no involuntary end of an
 // epoch acquired with lock-delay is within its delay.

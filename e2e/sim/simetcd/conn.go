@@ -24,8 +24,8 @@ var (
 )
 
 // Client returns a client of s named name (the name Network.Fate and
-// CancelWatches know it by) whose unary requests and keepalives cross
-// net; nil net is Perfect. It is a real *clientv3.Client — clientv3's
+// CancelWatches know it by) whose unary requests, keepalives and
+// RangeStream chunks cross net; nil net is Perfect. It is a real *clientv3.Client — clientv3's
 // KV, Lease and Watcher over etcd's gRPC service interfaces, joined
 // in-process by etcd's grpcproxy adapters — without Cluster, Maintenance
 // or Auth. It makes no retries of its own: clientv3's gRPC interceptors,
@@ -38,7 +38,7 @@ func (s *Server) Client(name string, net Network) *clientv3.Client {
 	c := &conn{s: s, name: name, net: net}
 	cli := clientv3.NewCtxClient(context.Background(), clientv3.WithZapLogger(s.lg.Named("client").With(zap.String("client", name))))
 	c.cli = cli
-	cli.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(kvService{conn: c}), cli)
+	cli.KV = clientv3.NewKVFromKVClient(kvClient{KVClient: adapter.KvServerToKvClient(kvService{conn: c}), c: c}, cli)
 	// keepAliveTimeout as clientv3.New sets it with no DialTimeout.
 	cli.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(leaseService{conn: c}), cli, time.Second)
 	cli.Watcher = clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(watchService{conn: c}), cli)
@@ -145,7 +145,7 @@ func (c *conn) failAfter(ctx context.Context, start time.Time, d time.Duration, 
 
 // kvService is etcd's KV service for one client.
 type kvService struct {
-	pb.UnimplementedKVServer // RangeStream, which clientv3's KV over the adapter never calls
+	pb.UnimplementedKVServer // RangeStream, which kvClient serves (rangestream.go)
 	*conn
 }
 

@@ -8,10 +8,11 @@ import (
 )
 
 // Network decides what happens to each request a client sends: the
-// server asks it once per unary request and once per keepalive, before
-// the request reaches etcd. Method is the gRPC method's name: "Range",
-// "Put", "DeleteRange", "Txn", "Compact", "LeaseGrant", "LeaseRevoke",
-// "LeaseKeepAlive", "LeaseTimeToLive" or "LeaseLeases"; req is the
+// server asks it once per unary request, once per keepalive and once per
+// chunk of a RangeStream, before the request reaches etcd. Method is the
+// gRPC method's name: "Range", "RangeStream", "Put", "DeleteRange",
+// "Txn", "Compact", "LeaseGrant", "LeaseRevoke", "LeaseKeepAlive",
+// "LeaseTimeToLive" or "LeaseLeases"; req is the
 // request message (*etcdserverpb.TxnRequest and so on), which Fate must
 // not modify. Watch streams do not pass through the network: faults on
 // them are Server.CancelWatches.

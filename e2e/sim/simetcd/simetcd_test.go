@@ -609,3 +609,56 @@ func TestWatchRequestsWhileEventsFlow(t *testing.T) {
 		}
 	})
 }
+
+// TestRangeStream: a RangeStream reads a range as a paged Get does, in
+// chunks whose limit etcd doubles, at the revision of the first chunk —
+// a write during the stream is not in it. A chunk whose reply the network
+// loses breaks the stream after the chunks before it were received.
+func TestRangeStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		ctx := context.Background()
+		direct := srv.Client("direct", nil)
+		for i := range 100 {
+			must(direct.Put(ctx, fmt.Sprintf("k/%03d", i), "v"))
+		}
+		var chunks, breakAt atomic.Int64
+		cli := srv.Client("c", simetcd.NetworkFunc(func(_, method string, _ any) simetcd.Fate {
+			if method == "RangeStream" {
+				n := chunks.Add(1)
+				if n == breakAt.Load() {
+					return simetcd.Fate{Kind: simetcd.LoseReply}
+				}
+				if n == 2 && breakAt.Load() == 0 { // a write between the first and the second chunk
+					must(direct.Put(ctx, "k/050", "later"))
+				}
+			}
+			return simetcd.Fate{}
+		}))
+		ch := must(cli.GetStream(ctx, "k/", clientv3.WithPrefix()))
+		resp, err := clientv3.GetStreamToGetResponse(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Chunks of 10, 20, 40 and 30: the last carries the header.
+		if len(resp.Kvs) != 100 || resp.Count != 100 || resp.More || chunks.Load() != 4 {
+			t.Fatalf("stream: %d keys, count %d, more %v, %d chunks; want 100, 100, false, 4", len(resp.Kvs), resp.Count, resp.More, chunks.Load())
+		}
+		if string(resp.Kvs[50].Value) != "v" || resp.Header.Revision != resp.Kvs[99].ModRevision {
+			t.Errorf("k/050 = %q at header revision %d: the stream is not pinned to its first chunk's revision", resp.Kvs[50].Value, resp.Header.Revision)
+		}
+
+		chunks.Store(0)
+		breakAt.Store(3)
+		got := 0
+		var broken error
+		for r := range must(cli.GetStream(ctx, "k/", clientv3.WithPrefix())) {
+			if broken = r.Err(); broken == nil {
+				got += len(r.Kvs)
+			}
+		}
+		if status.Code(broken) != codes.Unavailable || got != 30 {
+			t.Errorf("a stream whose third chunk's reply is lost: %d keys, then %v; want 30, then Unavailable", got, broken)
+		}
+	})
+}

@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -89,11 +90,14 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (Entry, error) {
 // Option configures a Log.
 type Option func(*Log) error
 
-// WithPageSize sets how many keys one List request reads (default 1000).
-// A read of keys without their values — the recorder's reconcile and
-// rescan — reads ten times as many a request: etcd answers each page with
-// a count of every key left in the range, so a read of the whole log costs
-// etcd the keys' number squared over the page size.
+// WithPageSize sets how many keys the first request of a List reads
+// (default 1000); the rest is streamed (etcd 3.7's RangeStream), or read
+// in pages of that size from an etcd that does not stream
+// (docs/protocol.md §3.7). A read of keys without their values — the
+// recorder's reconcile and rescan — reads ten times as many a page: etcd
+// answers each page with a count of every key left in the range, so a
+// read of the whole log in pages costs etcd the keys' number squared over
+// the page size.
 func WithPageSize(n int) Option {
 	return func(l *Log) error {
 		if n < 1 || n > 10000 {
@@ -121,6 +125,7 @@ type Log struct {
 	log      hclog.Logger
 	pageSize int64
 	attempt  time.Duration // the registry's (lease.WithAttemptTimeout)
+	noStream atomic.Bool   // the server refused a RangeStream: read in pages (stream.go)
 
 	archive   Archive       // WithArchive; nil: none
 	discard   bool          // WithoutArchive

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
 )
 
 // waitLimit bounds every wait for something etcd, a session or a recorder
@@ -539,27 +540,45 @@ func TestListPageSizesAgree(t *testing.T) {
 		}
 	}
 
-	// The pages are real: page size 3 reads the 53 entries in 18 requests
-	// of at most 3 keys, every one after the first pinned to the first's
-	// revision.
-	scli, spy := spiedClient(t, c)
-	got := list(t, logOn(t, scli, audit.WithPageSize(3)), audit.Filter{})
-	if len(got) != 53 {
-		t.Fatalf("page size 3 lists %d entries", len(got))
-	}
-	calls := spy.rangeCalls()
-	if len(calls) != 18 {
-		t.Errorf("page size 3 over 53 keys made %d range requests, want 18: %+v", len(calls), calls)
-	}
-	for i, rc := range calls {
-		if rc.limit != 3 || rc.kvs > 3 {
-			t.Errorf("range request %d: limit %d, %d keys; want at most 3", i, rc.limit, rc.kvs)
+	// The pages are real. Page size 3 reads the 53 entries in a first page
+	// of 3 and streams the other 50 at its revision (stream.go); through a
+	// client that refuses RangeStream (clientv3's namespace wrapper, as
+	// etcd before 3.7), in 18 requests of at most 3 keys, every one after
+	// the first pinned to the first's revision.
+	for _, refuse := range []bool{false, true} {
+		scli, spy := spiedClient(t, c)
+		if refuse {
+			scli.KV = namespace.NewKV(scli.KV, "")
 		}
-		if i > 0 && rc.atRev != calls[0].headerRev {
-			t.Errorf("range request %d read at revision %d, not at the first page's revision %d", i, rc.atRev, calls[0].headerRev)
+		got := list(t, logOn(t, scli, audit.WithPageSize(3)), audit.Filter{})
+		if len(got) != 53 {
+			t.Fatalf("page size 3 (streams refused: %v) lists %d entries", refuse, len(got))
 		}
-		if last := i == len(calls)-1; rc.more == last {
-			t.Errorf("range request %d of %d: more = %v", i, len(calls), rc.more)
+		calls, streams := spy.rangeCalls(), spy.streamCalls()
+		wantCalls, wantStreamed, streamed := 18, 0, 0
+		if !refuse {
+			wantCalls, wantStreamed = 1, 50
+		}
+		for _, sc := range streams {
+			streamed += sc.kvs
+			if sc.atRev != calls[0].headerRev {
+				t.Errorf("a stream read at revision %d, not at the first page's revision %d", sc.atRev, calls[0].headerRev)
+			}
+		}
+		if len(calls) != wantCalls || streamed != wantStreamed {
+			t.Errorf("page size 3 over 53 keys, streams refused %v: %d range requests and %d keys streamed, want %d and %d: %+v",
+				refuse, len(calls), streamed, wantCalls, wantStreamed, calls)
+		}
+		for i, rc := range calls {
+			if rc.limit != 3 || rc.kvs > 3 {
+				t.Errorf("range request %d: limit %d, %d keys; want at most 3", i, rc.limit, rc.kvs)
+			}
+			if i > 0 && rc.atRev != calls[0].headerRev {
+				t.Errorf("range request %d read at revision %d, not at the first page's revision %d", i, rc.atRev, calls[0].headerRev)
+			}
+			if last := i == len(calls)-1; rc.more == (last && refuse) {
+				t.Errorf("range request %d of %d: more = %v", i, len(calls), rc.more)
+			}
 		}
 	}
 

@@ -131,10 +131,11 @@ func (l *Log) list(ctx context.Context, f Filter) ([]Entry, int64, error) {
 	return out, rev, nil
 }
 
-// scan calls fn for every key under prefix, reading pages at one pinned
+// scan calls fn for every key under prefix, reading at one pinned
 // revision — rev, or with rev 0 the revision of the first page — and
-// returns that revision. opts are added to every page's Get (e.g.
-// WithKeysOnly).
+// returns that revision: a page, then a stream of the rest (stream.go),
+// or pages from an etcd that does not stream. opts are added to every
+// request (e.g. WithKeysOnly).
 func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) (int64, error) {
 	return l.scanRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn, opts...)
 }
@@ -142,8 +143,8 @@ func (l *Log) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccp
 // scanKeys is scan of the keys under prefix without their values, in
 // pages of keysPageFactor times the page size: a keys-only page is small,
 // and etcd counts every key left in the range for each page (its range
-// reports the total), so fewer pages cut that count — the square of the
-// log's size over the page size — as many times.
+// reports the total), so fewer pages — the first, or all of them from an
+// etcd that does not stream — cut that count as many times.
 func (l *Log) scanKeys(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue)) (int64, error) {
 	return l.scanPages(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), 0, keysPageFactor*l.pageSize, fn, clientv3.WithKeysOnly())
 }
@@ -157,9 +158,19 @@ func (l *Log) scanRange(ctx context.Context, from, end string, rev int64, fn fun
 	return l.scanPages(ctx, from, end, rev, l.pageSize, fn, opts...)
 }
 
-// scanPages is scanRange in pages of size keys.
+// scanPages is scanRange in pages of size keys: the first page, and then
+// the rest of the range streamed at the first page's revision
+// (streamRange), or in pages when the server does not stream. With rev
+// given, the read streams from the start.
 func (l *Log) scanPages(ctx context.Context, from, end string, rev, size int64, fn func(*mvccpb.KeyValue), opts ...clientv3.OpOption) (int64, error) {
 	for {
+		if rev > 0 && !l.noStream.Load() {
+			next, err := l.streamRange(ctx, from, end, rev, fn, opts...)
+			if !errors.Is(err, errNoStream) {
+				return rev, err
+			}
+			from = next
+		}
 		page := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(size)}, opts...)
 		if rev > 0 {
 			page = append(page, clientv3.WithRev(rev))

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
 )
 
 // killedSession is a session on a client of its own whose process dies:
@@ -284,13 +285,41 @@ func TestRecorderReadsWhatAnEndedSessionHeld(t *testing.T) {
 	}
 }
 
-// TestReconcileReadsKeysInLargePages: the recorder's reconcile reads the
-// audit keys without their values in pages of ten times the page size
-// (WithPageSize): etcd counts every key left in the range for each page,
-// so a read of the whole log costs etcd the keys' number squared over the
-// page size. With a page size of 2 and 60 audit keys, reconcile sends at
-// most 4 keys-only reads of the audit prefix, not 30.
-func TestReconcileReadsKeysInLargePages(t *testing.T) {
+// TestReconcileStreamsTheLog: the recorder's reconcile reads the audit
+// keys, without their values, in one page and then a RangeStream at that
+// page's revision (audit/stream.go): etcd counts every key left in the
+// range for each page, so a read of the whole log in pages costs etcd the
+// keys' number squared over the page size, and a stream counts nothing.
+// With a page size of 2 and 60 audit keys, reconcile sends one keys-only
+// page of the audit prefix and streams the rest, each key received once.
+func TestReconcileStreamsTheLog(t *testing.T) {
+	pages, streams, streamed := reconcileReads(t, false)
+	if pages != 1 || streams < 1 || streamed < 40 {
+		t.Errorf("reconcile read the audit keys in %d keys-only pages and %d streams (%d keys streamed); want 1 page, then the rest (at least 40 of 60) streamed", pages, streams, streamed)
+	}
+}
+
+// TestReconcileReadsInPagesWithoutStreams: a client that refuses
+// RangeStream — clientv3's namespace wrapper does, as etcd before 3.7 and
+// gRPC proxies that do not relay it — makes the recorder read in pages,
+// keys-only pages of ten times the page size (WithPageSize): with a page
+// size of 2 and 60 audit keys, at most 4 pages, not 30. The expiry is
+// recorded all the same.
+func TestReconcileReadsInPagesWithoutStreams(t *testing.T) {
+	pages, streams, _ := reconcileReads(t, true)
+	if pages < 1 || pages > 4 || streams != 0 {
+		t.Errorf("reconcile read the 60 audit keys in %d keys-only pages and %d streams; want 1 to 4 pages (of 20) and no stream", pages, streams)
+	}
+}
+
+// reconcileReads starts a recorder, with a page size of 2, on a log of 30
+// completed tasks (60 audit keys), waits until it records the expiry of a
+// session that ended after it started, and returns the first reconcile's
+// reads of the audit prefix: keys-only pages, streams, and keys streamed.
+// With refuse, the recorder's client is wrapped in clientv3's namespace
+// KV, which refuses RangeStream.
+func reconcileReads(t *testing.T, refuse bool) (pages, streams, streamed int) {
+	t.Helper()
 	const tasks = 30 // two audit keys each
 	c := e2e.NewCluster(t)
 	cli := c.Client(t)
@@ -304,6 +333,9 @@ func TestReconcileReadsKeysInLargePages(t *testing.T) {
 	}
 	prefix := keys.MustNew(keys.DefaultNamespace).AuditPrefix()
 	rcli, spy := spiedClient(t, c)
+	if refuse {
+		rcli.KV = namespace.NewKV(rcli.KV, "")
+	}
 	log := logOn(t, rcli, audit.WithPageSize(2))
 	startRecorder(t, log)
 	// A session that ends after the recorder started: its expiry is
@@ -314,22 +346,29 @@ func TestReconcileReadsKeysInLargePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForKind(t, log, audit.Filter{Resource: "brief", Kind: audit.Expired}, 1)
-	// The pages of the first reconcile: its first page, then those
-	// pinned at that page's revision (a watch broken on a loaded machine
+	// The reads of the first reconcile: its first page, then those pinned
+	// at that page's revision (a watch broken on a loaded machine
 	// reconciles again, at another revision).
+	inAudit := func(rc rangeCall) bool {
+		return rc.keysOnly && rc.key >= prefix && rc.key < clientv3.GetPrefixRangeEnd(prefix)
+	}
 	spy.mu.Lock()
-	n, at := 0, int64(0)
+	defer spy.mu.Unlock()
+	at := int64(0)
 	for _, rc := range spy.ranges {
 		switch {
-		case !rc.keysOnly || rc.key < prefix || rc.key >= clientv3.GetPrefixRangeEnd(prefix):
-		case n == 0:
-			n, at = 1, rc.headerRev
+		case !inAudit(rc):
+		case pages == 0:
+			pages, at = 1, rc.headerRev
 		case rc.atRev == at:
-			n++
+			pages++
 		}
 	}
-	spy.mu.Unlock()
-	if n < 1 || n > 4 {
-		t.Errorf("reconcile read the %d audit keys in %d keys-only pages; want 1 to 4 (pages of 20)", 2*tasks, n)
+	for _, rc := range spy.streams {
+		if inAudit(rc) && rc.atRev == at {
+			streams++
+			streamed += rc.kvs
+		}
 	}
+	return pages, streams, streamed
 }

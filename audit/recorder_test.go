@@ -67,6 +67,7 @@ type txnSpy struct {
 	attempts  map[string]int
 	wins      map[string]int
 	ranges    []rangeCall
+	streams   []rangeCall   // the RangeStreams: key, revision, keys only, and kvs received so far
 	watches   []rangeCall   // the watches the client created: key and start revision
 	txnCalls  int           // every Txn, whatever its keys
 	readTxns  int           // read-only Txns (served without a proposal)
@@ -89,24 +90,43 @@ func (s *txnSpy) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc 
 	if err != nil {
 		return nil, err
 	}
-	return &spiedStream{ClientStream: cs, spy: s}, nil
+	return &spiedStream{ClientStream: cs, spy: s, stream: -1}, nil
 }
 
 // spiedStream notes the watches created on a spied client's streams.
 type spiedStream struct {
 	grpc.ClientStream
-	spy *txnSpy
+	spy    *txnSpy
+	stream int // a RangeStream's index in spy.streams; -1 for other streams
 }
 
 func (s *spiedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if w, ok := m.(*pb.WatchResponse); ok && err == nil {
-		s.spy.received.Add(int64(len(w.Events)))
+	if err != nil {
+		return err
 	}
-	return err
+	switch r := m.(type) {
+	case *pb.WatchResponse:
+		s.spy.received.Add(int64(len(r.Events)))
+	case *pb.RangeStreamResponse:
+		n := len(r.GetRangeResponse().GetKvs())
+		s.spy.received.Add(int64(n))
+		s.spy.mu.Lock()
+		if s.stream >= 0 {
+			s.spy.streams[s.stream].kvs += n
+		}
+		s.spy.mu.Unlock()
+	}
+	return nil
 }
 
 func (s *spiedStream) SendMsg(m any) error {
+	if rq, ok := m.(*pb.RangeRequest); ok { // a RangeStream's one request
+		s.spy.mu.Lock()
+		s.stream = len(s.spy.streams)
+		s.spy.streams = append(s.spy.streams, rangeCall{key: string(rq.Key), limit: rq.Limit, atRev: rq.Revision, keysOnly: rq.KeysOnly})
+		s.spy.mu.Unlock()
+	}
 	if w, ok := m.(*pb.WatchRequest); ok {
 		if cr := w.GetCreateRequest(); cr != nil {
 			s.spy.mu.Lock()
@@ -259,6 +279,12 @@ func (s *txnSpy) rangeCalls() []rangeCall {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]rangeCall(nil), s.ranges...)
+}
+
+func (s *txnSpy) streamCalls() []rangeCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]rangeCall(nil), s.streams...)
 }
 
 func (s *txnSpy) counts(key string) (attempts, wins int) {

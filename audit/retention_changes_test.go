@@ -22,7 +22,7 @@ type passCost struct {
 // calls it made.
 func measurePass(t *testing.T, log *audit.Log, spy *txnSpy) (int, passCost) {
 	t.Helper()
-	before := len(spy.rangeCalls())
+	before, streamsBefore := len(spy.rangeCalls()), len(spy.streamCalls())
 	n, err := log.PruneOnce(bg(t))
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +32,11 @@ func measurePass(t *testing.T, log *audit.Log, spy *txnSpy) (int, passCost) {
 		c.calls++
 		c.kvs += rc.kvs
 		c.paged = c.paged || rc.more
+	}
+	for _, rc := range spy.streamCalls()[streamsBefore:] { // the rest of a read longer than a page
+		c.calls++
+		c.kvs += rc.kvs
+		c.paged = true
 	}
 	return n, c
 }

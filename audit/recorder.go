@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -71,7 +72,8 @@ const (
 // that no SDK transaction ended are
 // the expiries: one read-only transaction per 42 deletions checks them,
 // and their Expired entries are written 120 to a transaction. If the
-// watch breaks (compaction, leader loss) it reconciles again and resumes.
+// watch breaks (a leader lost, a connection broken) it watches again from
+// where it stopped; after a compaction past that, it reconciles again.
 //
 // A session without a marker — of a client older than this recorder, or
 // whose marker was deleted by hand — ends unseen. A rescan, every minute
@@ -114,16 +116,38 @@ func (l *Log) RunRecorder(ctx context.Context) error {
 	}
 	background.Go(func() { l.runRescans(bctx) })
 	backoff := 50 * time.Millisecond
+	next, stuck := int64(0), 0 // the revision to follow from, 0: reconcile first
 	for {
-		rev, err := l.reconcile(ctx)
+		var err error
+		if next == 0 {
+			var rev int64
+			if rev, err = l.reconcile(ctx); err == nil {
+				next, stuck = rev+1, 0
+				backoff = 50 * time.Millisecond
+			}
+		}
 		if err == nil {
-			err = l.follow(ctx, rev+1)
-			backoff = 50 * time.Millisecond
+			from := next
+			next, err = l.follow(ctx, from)
+			switch {
+			case next > from:
+				stuck = 0
+				backoff = 50 * time.Millisecond
+			default:
+				stuck++
+			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		l.log.Warn("recorder restarting", "error", err)
+		if next > 0 && (errors.Is(err, rpctypes.ErrCompacted) || stuck >= resumeTries) {
+			next = 0
+		}
+		if next > 0 {
+			l.log.Warn("recorder's watch broke; following again", "from", next, "error", err)
+		} else {
+			l.log.Warn("recorder restarting", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -275,10 +299,31 @@ func (l *Log) scanLeaseKeys(ctx context.Context, rev int64, fn func(*mvccpb.KeyV
 	return err
 }
 
+// resumeTries is how many follows in a row may break without getting
+// past a revision before the recorder reconciles instead of following
+// again from the same revision.
+const resumeTries = 2
+
+// progressEvery is how often follow asks etcd for a progress
+// notification: the revision it returns after a break is then at most
+// about that old, so a watch resumed from it replays that much history.
+const progressEvery = 5 * time.Second
+
 // follow watches the session markers from rev and records the expiries of
-// the sessions that end. It returns when ctx is done or the watch breaks:
+// the sessions that end. It returns when ctx is done or the watch breaks,
+// with the revision to follow again from: every marker deletion before it
+// was recorded.
 //
 //	Watch N/lease/%session/ WithPrefix WithFilterPut WithRequireLeader
+//
+// That revision moves past the last event of each response once its
+// sessions' expiries are recorded, and past the revision of each progress
+// notification (etcd sends one only to a watcher that has received every
+// event up to it), which follow asks for every progressEvery. A watch
+// that breaks — a watch cancelled, a connection lost, a leader change —
+// thus costs the recorder a watch from that revision, not a reconcile of
+// the whole log (RunRecorder reconciles after a compaction past it, or
+// when follows in a row get no further).
 //
 // Each deletion of a marker is a session's end at its revision R: etcd
 // deletes every key attached to an etcd lease, the marker and the lease
@@ -287,13 +332,32 @@ func (l *Log) scanLeaseKeys(ctx context.Context, rev int64, fn func(*mvccpb.KeyV
 // response. Markers are put once per session and deleted once, so the
 // watch sends an event per session that ends (the filter drops the puts),
 // never one per claim or completion.
-func (l *Log) follow(ctx context.Context, rev int64) error {
+func (l *Log) follow(ctx context.Context, rev int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := l.cli.Watch(wctx, l.space.SessionPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
-	for resp := range wch {
+	next := rev
+	progress := time.NewTicker(progressEvery)
+	defer progress.Stop()
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-progress.C:
+			// Best effort: a failed request costs only a longer replay.
+			_ = l.cli.RequestProgress(wctx)
+			continue
+		}
+		if !ok {
+			break
+		}
 		if err := resp.Err(); err != nil {
-			return fmt.Errorf("audit: recorder watch: %w", err)
+			return next, fmt.Errorf("audit: recorder watch: %w", err)
+		}
+		if resp.IsProgressNotify() {
+			next = max(next, resp.Header.Revision+1)
+			continue
 		}
 		ended := map[int64]bool{} // the revisions at which sessions ended
 		for _, ev := range resp.Events {
@@ -308,14 +372,17 @@ func (l *Log) follow(ctx context.Context, rev int64) error {
 		}
 		if len(ended) > 0 {
 			if err := l.sessionsEnded(ctx, slices.Sorted(maps.Keys(ended))); err != nil {
-				return err
+				return next, err
 			}
+		}
+		if n := len(resp.Events); n > 0 {
+			next = max(next, resp.Events[n-1].Kv.ModRevision+1)
 		}
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return next, ctx.Err()
 	}
-	return errors.New("audit: recorder watch closed")
+	return next, errors.New("audit: recorder watch closed")
 }
 
 // sessionsEnded records the expiries of the sessions whose markers were

@@ -3,14 +3,18 @@ package simetcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e/sim/simetcd"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -158,5 +162,98 @@ func TestAcquireHandedAndRevokedBeforeRead(t *testing.T) {
 			t.Fatalf("Acquire's lease is %s's", r.l.Worker())
 		}
 		_ = r.l.Release(ctx)
+	})
+}
+
+// TestRecorderFollowsAgainAfterABrokenWatch: when the recorder's watch
+// breaks, it watches again from where it stopped, without reconciling —
+// reading the whole log — again (docs/protocol.md §3.6). A session that
+// ends while the watch is down is recorded by the watch resumed, with its
+// end revision (reconcile would record it without one), and the audit
+// keys are read once, at the start. After a compaction past where the
+// watch stopped, the recorder reconciles: the expiry is recorded, without
+// an end revision, and the audit keys are read a second time.
+func TestRecorderFollowsAgainAfterABrokenWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := start(t)
+		ctx := context.Background()
+		var scans atomic.Int64 // the recorder's keys-only reads of the audit prefix
+		recCli := srv.Client("recorder", simetcd.NetworkFunc(func(_, method string, req any) simetcd.Fate {
+			if r, ok := req.(*pb.RangeRequest); ok && method == "Range" && r.KeysOnly && r.Revision == 0 && strings.HasPrefix(string(r.Key), "/leasehold/audit/") {
+				scans.Add(1)
+			}
+			return simetcd.Fate{Kind: simetcd.Deliver, Delay: time.Millisecond}
+		}))
+		steady := srv.Client("steady", nil)
+		reg := must(lease.NewRegistry(steady))
+		defer reg.Close()
+		recReg := must(lease.NewRegistry(recCli))
+		defer recReg.Close()
+		log := must(audit.New(recReg))
+		rctx, stop := context.WithCancel(ctx)
+		recorded := make(chan error, 1)
+		go func() { recorded <- log.RunRecorder(rctx) }()
+		defer func() {
+			stop()
+			<-recorded
+		}()
+
+		// expire claims a task in a session of its own, breaks the
+		// recorder's watch (after compacting etcd's history, if asked), ends
+		// the session at once, and returns the revision of its end and the
+		// task's Expired entries a while later.
+		expire := func(task string, compact bool) (int64, []audit.Entry) {
+			t.Helper()
+			s := must(session.New(ctx, steady, session.WithWorker(task), session.WithTTL(10*time.Second)))
+			must(reg.TryAcquire(ctx, s, task))
+			time.Sleep(time.Second) // the recorder follows
+			synctest.Wait()
+			srv.CancelWatches("recorder")
+			resp := must(steady.Revoke(ctx, s.LeaseID()))
+			if compact {
+				must(steady.Compact(ctx, resp.Header.Revision))
+			}
+			time.Sleep(5 * time.Second)
+			synctest.Wait()
+			return resp.Header.Revision, must(log.List(ctx, audit.Filter{Resource: task, Kind: audit.Expired}))
+		}
+
+		end, got := expire("t/1", false)
+		if len(got) != 1 || got[0].EndRevision != end {
+			t.Errorf("a session ended while the watch was broken: Expired entries %+v; want one with end revision %d (recorded by the watch resumed)", got, end)
+		}
+		if n := scans.Load(); n != 1 {
+			t.Errorf("the recorder read the audit keys %d times; want once (its start): a broken watch is followed again, not reconciled", n)
+		}
+
+		_, got = expire("t/2", true)
+		if len(got) != 1 || got[0].EndRevision != 0 {
+			t.Errorf("a session ended and compacted away while the watch was broken: Expired entries %+v; want one, recorded by reconcile", got)
+		}
+		if n := scans.Load(); n != 2 {
+			t.Errorf("after a compaction past the watch, the recorder read the audit keys %d times in all; want 2", n)
+		}
+
+		// Tasks complete and no session ends: the watch has no event, but
+		// the recorder's progress requests move where it would follow from,
+		// so a compaction of what came before does not make it reconcile.
+		s := must(session.New(ctx, steady, session.WithWorker("w"), session.WithTTL(10*time.Second)))
+		defer s.Close(ctx)
+		for i := range 5 {
+			l := must(reg.TryAcquire(ctx, s, fmt.Sprintf("t/done/%d", i)))
+			if err := l.Complete(ctx, "ok"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		now := must(steady.Get(ctx, "t"))
+		must(steady.Compact(ctx, now.Header.Revision))
+		srv.CancelWatches("recorder")
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if n := scans.Load(); n != 2 {
+			t.Errorf("a watch with no event for 6 s, broken after a compaction of the revisions before: the recorder read the audit keys %d times in all; want 2 (its progress requests carry it past them)", n)
+		}
 	})
 }

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"testing"
@@ -142,18 +144,70 @@ func TestSimulationFleet(t *testing.T) {
 // TestSimulationCycle is the cycle workload's short run (cycle.go): one
 // seed, every check on, zero violations, task cycles completed under
 // the faults, and its cycles per second of wall time printed. make
-// simulate runs it longer (LEASEHOLD_SIM_CYCLE_DURATION).
+// simulate runs it longer (LEASEHOLD_SIM_CYCLE_DURATION), on
+// LEASEHOLD_SIM_PARALLEL seeds at once (seed, seed+1, …), each in its own
+// bubble: a swarm, as simulators run seeds on every core, whose summary
+// gives the cycles of all seeds per second of wall time.
 func TestSimulationCycle(t *testing.T) {
-	cfg := CycleConfig()
-	cfg.Seed = seed(t, 1)
-	cfg.Duration = cycleDuration(t, 5*time.Second)
-	res := runClean(t, cfg)
-	if res.Cycles == 0 {
+	n := parallelSeeds(t)
+	base := seed(t, 1)
+	one := func(t *testing.T, seed uint64) *Result {
+		cfg := CycleConfig()
+		cfg.Seed = seed
+		cfg.Duration = cycleDuration(t, 5*time.Second)
+		res := runClean(t, cfg)
+		if res.Cycles == 0 {
+			t.Fatal("no task cycle completed")
+		}
+		if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 {
+			t.Errorf("the faults did not run their course: %v", res.Faults)
+		}
+		return res
+	}
+	if n == 1 {
+		one(t, base)
+		return
+	}
+	// Every run's collector setting is the swarm's (Run restores what it
+	// found, which is this).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	results := make([]*Result, n)
+	begin, cpu0 := time.Now(), processCPU()
+	t.Run("swarm", func(t *testing.T) {
+		for i := range n {
+			t.Run(fmt.Sprintf("seed-%d", base+uint64(i)), func(t *testing.T) {
+				t.Parallel()
+				results[i] = one(t, base+uint64(i))
+			})
+		}
+	})
+	wall, cpu := time.Since(begin), processCPU()-cpu0
+	cycles, violations := 0, 0
+	for _, r := range results {
+		if r != nil {
+			cycles += r.Cycles
+			violations += len(r.Violations)
+		}
+	}
+	if cycles == 0 {
 		t.Fatal("no task cycle completed")
 	}
-	if res.Faults["pause"] == 0 || res.Faults["revoke-lease"] == 0 {
-		t.Errorf("the faults did not run their course: %v", res.Faults)
+	t.Logf("\nswarm: %d seeds at once (%d to %d), %d task cycles in %v of wall time (%.0f per second of wall time, %v of CPU each)\nviolations: %d",
+		n, base, base+uint64(n)-1, cycles, wall.Round(time.Millisecond), float64(cycles)/wall.Seconds(), (cpu / time.Duration(cycles)).Round(time.Microsecond), violations)
+}
+
+// parallelSeeds is LEASEHOLD_SIM_PARALLEL if set, else 1: how many seeds
+// of the cycle workload run at once.
+func parallelSeeds(t *testing.T) int {
+	v := os.Getenv("LEASEHOLD_SIM_PARALLEL")
+	if v == "" {
+		return 1
 	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("LEASEHOLD_SIM_PARALLEL=%q: a count of at least 1", v)
+	}
+	return n
 }
 
 // cycleDuration is LEASEHOLD_SIM_CYCLE_DURATION if set, else def: the

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // invoke and return times can be compared with each other and with the
 // test's. It never jumps with the wall clock.
 func Now() int64 {
-	if virtual.Load() {
+	if virtual.Load() > 0 {
 		return time.Now().UnixNano()
 	}
 	var ts unix.Timespec
@@ -24,15 +25,17 @@ func Now() int64 {
 	return ts.Nano()
 }
 
-// virtual is set while a simulation runs its workers in a synctest
-// bubble (e2e/sim): there time.Now is the bubble's virtual clock, which
+// virtual counts the simulations running their workers in synctest
+// bubbles (e2e/sim): there time.Now is the bubble's virtual clock, which
 // only moves forward, and CLOCK_MONOTONIC would barely move at all.
-var virtual atomic.Bool
+var virtual atomic.Int32
 
 // UseVirtualClock makes Now read time.Now — the virtual clock of the
-// synctest bubble that calls it — until restore is called. One simulation
-// at a time: the clock is the process's.
+// synctest bubble that reads it — until restore is called. Simulations
+// may run at once, each in its bubble, with no other history in the
+// process meanwhile: the switch is the process's.
 func UseVirtualClock() (restore func()) {
-	virtual.Store(true)
-	return func() { virtual.Store(false) }
+	virtual.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { virtual.Add(-1) }) }
 }

@@ -70,10 +70,11 @@ SEED     ?=
 chaos:
 	LEASEHOLD_CHAOS_DURATION=$(DURATION) LEASEHOLD_CHAOS_SEED=$(SEED) $(GO) test -count=1 -timeout 0 -tags chaoslong -run '^TestChaosLong$$' -v ./e2e/chaos
 
-## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1), then its cycle workload for CYCLE_DURATION (default 1m); each prints its simulated task cycles per second of wall time and ends with violations: N
+## simulate: the deterministic simulation (e2e/sim) for DURATION of virtual time (default 10m) on seed SEED (default 1), then its cycle workload for CYCLE_DURATION (default 1m) on PARALLEL seeds at once (default: the cores); each prints its simulated task cycles per second of wall time and ends with violations: N
 CYCLE_DURATION ?= 1m
+PARALLEL ?= $(shell nproc 2>/dev/null || echo 2)
 simulate:
-	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_CYCLE_DURATION=$(CYCLE_DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -timeout 0 -run '^TestSimulation(Cycle)?$$' -v ./e2e/sim
+	LEASEHOLD_SIM_DURATION=$(DURATION) LEASEHOLD_SIM_CYCLE_DURATION=$(CYCLE_DURATION) LEASEHOLD_SIM_SEED=$(or $(SEED),1) LEASEHOLD_SIM_PARALLEL=$(PARALLEL) $(GO) test -count=1 -timeout 0 -run '^TestSimulation(Cycle)?$$' -v ./e2e/sim
 
 ## simulate-fleet: the simulation's fleet alone (pools over one worker.Prefix, killed and started again) for DURATION of virtual time (default 10m) on seed SEED (default 1); ends with violations: N
 simulate-fleet:

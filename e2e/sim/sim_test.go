@@ -153,7 +153,7 @@ func TestSimulationCycle(t *testing.T) {
 	base := seed(t, 1)
 	one := func(t *testing.T, seed uint64) *Result {
 		cfg := CycleConfig()
-		cfg.Seed = seed
+		cfg.Seed, cfg.Shared = seed, n > 1
 		cfg.Duration = cycleDuration(t, 5*time.Second)
 		res := runClean(t, cfg)
 		if res.Cycles == 0 {

@@ -518,39 +518,54 @@ type taskReader interface {
 // etcd's default of 128 operations per transaction.
 const ownsChunk = 128
 
-// takeOver offers, one by one and ahead of the source's backlog, the
-// names of an ended session that are this pool's source's tasks (owned),
-// and only those: any other name the session held — a task of another
-// source — would cost a claim that fails, a raft write.
+// takeOver offers the names of an ended session that are this pool's
+// source's tasks (owned), and only those — any other name the session
+// held, a task of another source, would cost a claim that fails, a raft
+// write — in batches of the pool's WithBatch, on r.takeovers: a free slot
+// claims them before the dispatcher's next batch of the backlog, and a
+// batch costs one claim transaction, not one per name.
 func (r *run) takeOver(names []string) {
 	offered := 0
+	var batch []string
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		ok := r.offerOn(r.takeovers, batch)
+		batch = nil
+		return ok
+	}
+	defer func() {
+		if offered > 0 {
+			r.log.Info("taking over the tasks of a session that ended", "tasks", offered)
+		}
+	}()
 	for _, name := range r.owned(names) {
 		// The dispatcher may have the name in hand (screening it as held
 		// a moment ago); it gives it back at once.
 		taken := false
 		for try := 0; try < 5 && !taken; try++ {
 			if taken = r.take(name, time.Now()); !taken && !sleep(r.ctx, 20*time.Millisecond) {
+				for _, name := range batch {
+					r.giveBack(name)
+				}
 				return
 			}
 		}
+		offered++
+		r.p.stats.takenOver.Add(1)
 		if !taken {
 			// Still in the dispatcher's hand after 100 ms (a slow screen,
 			// a loaded machine): offered again as soon as it is given
 			// back (dueRetries), not on the source's next pass.
 			r.retryWhenFree(name)
-			offered++
-			r.p.stats.takenOver.Add(1)
 			continue
 		}
-		if !r.offer([]string{name}) {
+		if batch = append(batch, name); len(batch) == r.p.cfg.batch && !flush() {
 			return
 		}
-		offered++
-		r.p.stats.takenOver.Add(1)
 	}
-	if offered > 0 {
-		r.log.Info("taking over the tasks of a session that ended", "tasks", offered)
-	}
+	flush()
 }
 
 // owned returns those of names that are the source's tasks: for Static,

@@ -195,16 +195,18 @@ func takeOverADeadPool(t *testing.T, compacted bool) {
 	reg := mustRegistry(t, cli)
 	t.Cleanup(func() { _ = reg.Close() })
 	var (
-		mu    sync.Mutex
-		order []string
+		mu     sync.Mutex
+		order  []string
+		epochs = map[string]int64{}
 	)
 	steady, err := worker.New(reg, worker.Prefix(cli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
 		mu.Lock()
 		order = append(order, l.Resource())
+		epochs[l.Resource()] = l.Epoch()
 		mu.Unlock()
-		time.Sleep(50 * time.Millisecond) // the backlog takes 10 s, several TTLs
+		time.Sleep(75 * time.Millisecond) // the backlog takes 10 s, several TTLs
 		return "done", nil
-	}, worker.WithSlots(2), worker.WithWorker("steady"))
+	}, worker.WithSlots(3), worker.WithBatch(3), worker.WithWorker("steady"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +294,17 @@ func takeOverADeadPool(t *testing.T, compacted bool) {
 	// the backlog's own offer, in the moment after etcd freed it.
 	if s := steady.Stats(); s.TakenOver < 1 {
 		t.Errorf("Stats().TakenOver = %d, want the dead session's tasks taken over", s.TakenOver)
+	}
+	// The takeover offers the dead session's tasks in batches of the
+	// pool's WithBatch (3): claimed together, at one epoch, not one claim
+	// transaction each.
+	deadEpochs := map[int64]bool{}
+	held.Range(func(name, _ any) bool {
+		deadEpochs[epochs[name.(string)]] = true
+		return true
+	})
+	if len(deadEpochs) > 2 {
+		t.Errorf("the dead pool's 3 tasks were claimed at %d epochs: one by one, not in a batch", len(deadEpochs))
 	}
 	t.Logf("the dead pool's tasks ran as the steady pool's task %d at the latest, of %d run", last+1, len(order))
 }

@@ -34,8 +34,12 @@ type run struct {
 	ctx  context.Context
 	stop context.Context
 
-	batches chan []string     // the dispatcher's offers to the slots
-	ready   chan *lease.Lease // leases claimed by a batch and not yet run
+	batches chan []string // the dispatcher's offers to the slots
+	// takeovers are the names of ended sessions' tasks (fleet.go), which
+	// a free slot claims before any batch of the dispatcher's: they have
+	// waited for their holder's session to end already.
+	takeovers chan []string
+	ready     chan *lease.Lease // leases claimed by a batch and not yet run
 
 	mu        sync.Mutex
 	busy      map[string]bool         // offered to a slot and not yet given back
@@ -59,6 +63,7 @@ func newRun(ctx context.Context, p *Pool) *run {
 	return &run{
 		p: p, log: p.cfg.log, ctx: ctx,
 		batches:   make(chan []string),
+		takeovers: make(chan []string),
 		ready:     make(chan *lease.Lease, p.cfg.slots*p.cfg.batch),
 		busy:      make(map[string]bool),
 		notBefore: make(map[string]time.Time),
@@ -309,8 +314,13 @@ func (r *run) take(name string, now time.Time) bool {
 }
 
 func (r *run) offer(batch []string) bool {
+	return r.offerOn(r.batches, batch)
+}
+
+// offerOn is offer on the channel to, r.batches or r.takeovers.
+func (r *run) offerOn(to chan<- []string, batch []string) bool {
 	select {
-	case r.batches <- batch:
+	case to <- batch:
 		return true
 	case <-r.ctx.Done():
 		r.mu.Lock()
@@ -353,23 +363,31 @@ func (r *run) slot(i int) {
 	}
 	backoff := time.Duration(0)
 	for {
-		// A lease a batch claimed goes first: it is held already.
+		// A lease a batch claimed goes first: it is held already. Then an
+		// ended session's task: it has waited for the session's end.
+		var batch []string
 		select {
 		case l := <-r.ready:
 			r.start(l)
 			continue
 		default:
 		}
-		var batch []string
 		select {
-		case l := <-r.ready:
-			r.start(l)
-			continue
-		case b, ok := <-r.batches:
-			if !ok {
-				return
+		case batch = <-r.takeovers:
+		default:
+		}
+		if batch == nil {
+			select {
+			case l := <-r.ready:
+				r.start(l)
+				continue
+			case batch = <-r.takeovers:
+			case b, ok := <-r.batches:
+				if !ok {
+					return
+				}
+				batch = b
 			}
-			batch = b
 		}
 		leases, transient := r.claimGrouped(sess, batch)
 		if transient {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold/e2e"
@@ -155,4 +156,41 @@ func takenRun(t *testing.T, names ...string) (*run, *session.Session, *clientv3.
 		}
 	}
 	return r, s, cli, reg
+}
+
+// TestSlotTakesOverBeforeTheBacklog: a free slot takes an ended session's
+// tasks (run.takeovers) before a batch of the dispatcher's backlog that
+// was offered first, and a lease a batch claimed before either. (A slot
+// that took whichever offer came, as it did, would take the backlog's
+// batch first every other time, and pass all 20 rounds once in a million.)
+func TestSlotTakesOverBeforeTheBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRun(t.Context(), &Pool{cfg: config{slots: 1, batch: 1}})
+		r.ready <- &lease.Lease{}
+		for round := range 20 {
+			go func() { r.batches <- []string{"backlog"} }()
+			synctest.Wait() // the dispatcher's offer waits first
+			go func() { r.takeovers <- []string{"dead"} }()
+			synctest.Wait()
+			var got []string
+			for len(got) < 2 || (round == 0 && len(got) < 3) {
+				l, batch, ok := r.next()
+				switch {
+				case !ok:
+					t.Fatal("next: closed")
+				case l != nil:
+					got = append(got, "ready")
+				default:
+					got = append(got, batch...)
+				}
+			}
+			want := []string{"dead", "backlog"}
+			if round == 0 {
+				want = []string{"ready", "dead", "backlog"}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d: a slot took %v; want %v", round, got, want)
+			}
+		}
+	})
 }

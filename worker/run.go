@@ -363,31 +363,13 @@ func (r *run) slot(i int) {
 	}
 	backoff := time.Duration(0)
 	for {
-		// A lease a batch claimed goes first: it is held already. Then an
-		// ended session's task: it has waited for the session's end.
-		var batch []string
-		select {
-		case l := <-r.ready:
+		l, batch, ok := r.next()
+		if !ok {
+			return
+		}
+		if l != nil {
 			r.start(l)
 			continue
-		default:
-		}
-		select {
-		case batch = <-r.takeovers:
-		default:
-		}
-		if batch == nil {
-			select {
-			case l := <-r.ready:
-				r.start(l)
-				continue
-			case batch = <-r.takeovers:
-			case b, ok := <-r.batches:
-				if !ok {
-					return
-				}
-				batch = b
-			}
 		}
 		leases, transient := r.claimGrouped(sess, batch)
 		if transient {
@@ -405,6 +387,31 @@ func (r *run) slot(i int) {
 		if len(leases) > 0 {
 			r.start(leases[0])
 		}
+	}
+}
+
+// next waits for a slot's next work: a lease a batch claimed first (it is
+// held already), then an ended session's tasks (they have waited for the
+// session's end), then whichever comes first of those and the
+// dispatcher's batches. ok is false once the batches are closed.
+func (r *run) next() (l *lease.Lease, batch []string, ok bool) {
+	select {
+	case l := <-r.ready:
+		return l, nil, true
+	default:
+	}
+	select {
+	case b := <-r.takeovers:
+		return nil, b, true
+	default:
+	}
+	select {
+	case l := <-r.ready:
+		return l, nil, true
+	case b := <-r.takeovers:
+		return nil, b, true
+	case b, ok := <-r.batches:
+		return nil, b, ok
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,6 +156,43 @@ func TestPoolRetriesPanicsAndErrors(t *testing.T) {
 	st := p.Stats()
 	if st.Panics != 1 || st.Retried != 2 || st.Failed != 0 || st.Completed != 10 || st.Started != 12 {
 		t.Errorf("Stats = %+v", st)
+	}
+}
+
+// TestPoolRetriesBeforeTheRestOfAPass: a task whose handler failed runs
+// again once its backoff is over, between the chunks the dispatcher
+// offers, not after the rest of the source's pass — here a Static list of
+// 150, which one slot runs in order.
+func TestPoolRetriesBeforeTheRestOfAPass(t *testing.T) {
+	f := newFixture(t)
+	names := tasks(150)
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	p, err := worker.New(f.reg, worker.Static(names...), func(ctx context.Context, l *lease.Lease) (string, error) {
+		mu.Lock()
+		order = append(order, l.Resource())
+		first := len(order) == 1
+		mu.Unlock()
+		if first {
+			return "", errors.New("transient")
+		}
+		time.Sleep(2 * time.Millisecond)
+		return "done", nil
+	}, worker.WithSlots(1), worker.WithRetry(3, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, p, t.Context()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	requireCompleted(t, f.reg, names)
+	mu.Lock()
+	defer mu.Unlock()
+	again := slices.Index(order[1:], order[0]) + 1
+	if again == 0 || again > 30 {
+		t.Errorf("%s failed first and ran again as the pool's task %d of %d; want it within the first 30, not after the rest of the list", order[0], again+1, len(order))
 	}
 }
 

@@ -199,7 +199,7 @@ func (r *run) dispatch() {
 		chunk := min(screenChunk, max(4, perClaim))
 		for len(mine) > 0 {
 			n := min(len(mine), chunk)
-			if !r.offerScreened(mine[:n], n) {
+			if !r.offerScreened(mine[:n], n) || !r.offerDue(chunk) {
 				return
 			}
 			mine = mine[n:]
@@ -215,7 +215,7 @@ func (r *run) dispatch() {
 				return
 			}
 			n := min(len(others), screenChunk)
-			if !r.offerScreened(others[:n], free) {
+			if !r.offerScreened(others[:n], free) || !r.offerDue(chunk) {
 				return
 			}
 			others = others[n:]
@@ -273,6 +273,21 @@ func (r *run) offerScreened(names []string, limit int) bool {
 		free = free[n:]
 	}
 	return true
+}
+
+// offerDue offers, between the chunks of a pass, up to limit of the
+// retries that came due meanwhile — a handler's failure after its
+// backoff, a claim that failed with its session (retrySoon), a task of an
+// ended session in the dispatcher's hand when it was taken over — so they
+// wait for a chunk, not for the rest of the pass (a Static list, a Prefix
+// page); false once the Run's context has ended. A name still busy stays
+// due for the next chunk.
+func (r *run) offerDue(limit int) bool {
+	due := r.dueRetries(time.Now())
+	if len(due) == 0 {
+		return true
+	}
+	return r.offerScreened(due[:min(len(due), limit)], limit)
 }
 
 // dueRetries returns the failed resources whose retry time has come.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/txn"
@@ -24,10 +25,14 @@ import (
 // under half the request size limit and halved while it is over twice
 // it, every chunk read by etcd's txn.Range without a total count at the
 // revision of the first (pinned to it when the request named none); the
-// last chunk carries the header, More and Count. Each chunk crosses the
-// client's network as a request of its own, method "RangeStream": a chunk
-// refused or whose reply is lost breaks the stream, as a broken connection
-// does, after the chunks before it were received.
+// last chunk carries the header, More and Count. The request crosses the
+// client's network as a unary request does, method "RangeStream", its
+// delay before the first chunk; each later chunk asks the network for a
+// fate too, and one refused, held or whose reply is lost breaks the
+// stream, as a broken connection does, after the chunks before it were
+// received. A later chunk's delay is not waited: a server streams its
+// chunks one after another on the open connection, not a round trip
+// each.
 
 // kvClient is the adapter's KV client with RangeStream served.
 type kvClient struct {
@@ -98,7 +103,13 @@ func (s *rangeStream) next() (*pb.RangeStreamResponse, error) {
 		}
 		s.r.Limit = min(initialStreamChunkLimit, s.totalLimit)
 	}
-	resp, err := call(s.c, s.ctx, "RangeStream", s.r, s.c.s.rangeChunk)
+	var resp *pb.RangeResponse
+	var err error
+	if s.headerRev == 0 {
+		resp, err = call(s.c, s.ctx, "RangeStream", s.r, s.c.s.rangeChunk)
+	} else {
+		resp, err = s.chunk()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +142,26 @@ func (s *rangeStream) next() (*pb.RangeStreamResponse, error) {
 	s.r.Key = nextKey
 	s.r.Limit = min(adjustChunkLimit(s.r.Limit, proto.Size(resp), maxRequestBytes), s.totalLimit-s.count)
 	return &pb.RangeStreamResponse{RangeResponse: out}, nil
+}
+
+// chunk reads a chunk after the first: the network decides whether it
+// breaks the stream, and does not delay it.
+func (s *rangeStream) chunk() (*pb.RangeResponse, error) {
+	c := s.c
+	if c.cli.Ctx().Err() != nil {
+		return nil, errClientClosing
+	}
+	if err := c.s.enter(); err != nil {
+		return nil, c.failAfter(s.ctx, time.Now(), 0, err)
+	}
+	defer c.s.exit()
+	if err := s.ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	if f := c.net.Fate(c.name, "RangeStream", s.r); f.Kind != Deliver {
+		return nil, c.failAfter(s.ctx, time.Now(), 0, errNetwork)
+	}
+	return c.s.rangeChunk(s.ctx, s.r)
 }
 
 // adjustChunkLimit is etcd's: the next chunk's limit, doubled when the

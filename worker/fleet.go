@@ -486,8 +486,14 @@ func (f *fleet) retryRead(ctx context.Context, read func(actx context.Context) e
 // larger pages cost it less (as audit's reconcile).
 const auditKeysPage = 10 * prefixPage
 
-// takeOverTries bounds the reads of what an ended session held.
-const takeOverTries = 8
+// takeOverTries bounds the reads of what an ended session held: about 5 s
+// of backoff (takeOverBackoff), which outlasts a pool's network refusing
+// for a few seconds — a process paused, a connection cut and dialed again.
+// A pool that gave up leaves the tasks to its source's next pass; in the
+// simulator's fleet (seed 42, 8 tries, about 1 s) the two pools that saw a
+// session end could not read through a freeze, and its tasks waited
+// 19 and 33 s. The tries cost reads, and only while they fail.
+const takeOverTries = 24
 
 // takeOverParallel bounds the takeovers of ended sessions one pool runs at
 // once (fleet.watch).

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,6 +14,8 @@ import (
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/session"
 	"github.com/leasehold/leasehold/worker"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestPoolRunsOnAVirtualClock runs a Pool whose slots share a session on
@@ -82,4 +86,131 @@ func poolOnVirtualClock(t *testing.T, tasks int64, completed *atomic.Int64) {
 	if st := p.Stats(); st.Completed != tasks {
 		t.Errorf("completed %d of %d tasks in a minute of virtual time: %+v", st.Completed, tasks, st)
 	}
+}
+
+// TestTakeOverReadsThroughSecondsOfRefusals: the pool that sees a session
+// end reads what it held at the revision before; when its network
+// refuses those reads for 3 s (a connection cut and dialed again), it
+// keeps trying (about 5 s) and takes the dead session's tasks over ahead
+// of its backlog, rather than leaving them to its next pass over the
+// backlog, 20 s of work.
+func TestTakeOverReadsThroughSecondsOfRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := simetcd.New(simetcd.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		direct := srv.Client("direct", nil)
+		const prefix, backlog = "/jobs/", 400
+		for i := range backlog {
+			if _, err := direct.Put(ctx, fmt.Sprintf("%st%03d", prefix, i), "{}"); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// The victim holds 3 tasks; its handlers never return.
+		vcli := srv.Client("victim", nil)
+		vreg, err := lease.NewRegistry(vcli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer vreg.Close()
+		var held sync.Map
+		victim, err := worker.New(vreg, worker.Prefix(vcli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
+			held.Store(l.Resource(), true)
+			<-ctx.Done()
+			return "", ctx.Err()
+		}, worker.WithSlots(3), worker.WithWorker("victim"), worker.WithSessionOptions(session.WithTTL(2*time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vctx, vstop := context.WithCancel(ctx)
+		vdone := make(chan struct{})
+		go func() { defer close(vdone); _ = victim.Run(vctx) }()
+
+		// The steady pool: 1 slot, 50 ms a task, over the same backlog.
+		var refusing atomic.Bool
+		scli := srv.Client("steady", simetcd.NetworkFunc(func(_, method string, req any) simetcd.Fate {
+			if r, ok := req.(*pb.RangeRequest); ok && refusing.Load() && r.Revision > 0 && strings.HasPrefix(string(r.Key), "/leasehold/lease/") {
+				return simetcd.Fate{Kind: simetcd.Refuse, Delay: time.Millisecond}
+			}
+			return simetcd.Fate{Kind: simetcd.Deliver, Delay: time.Millisecond}
+		}))
+		sreg, err := lease.NewRegistry(scli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sreg.Close()
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		steady, err := worker.New(sreg, worker.Prefix(scli, prefix), func(ctx context.Context, l *lease.Lease) (string, error) {
+			mu.Lock()
+			order = append(order, l.Resource())
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			return "done", nil
+		}, worker.WithSlots(1), worker.WithWorker("steady"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, sstop := context.WithCancel(ctx)
+		sdone := make(chan struct{})
+		go func() { defer close(sdone); _ = steady.Run(sctx) }()
+
+		time.Sleep(time.Second) // both run; the victim holds its 3
+		n := 0
+		held.Range(func(any, any) bool { n++; return true })
+		if n != 3 {
+			t.Fatalf("the victim holds %d tasks, want 3", n)
+		}
+		refusing.Store(true)
+		if err := srv.RevokeLease(int64(victimLease(t, direct, "victim"))); err != nil {
+			t.Fatal(err)
+		}
+		vstop()
+		<-vdone
+		time.Sleep(3 * time.Second)
+		refusing.Store(false)
+		time.Sleep(3 * time.Second)
+		sstop()
+		<-sdone
+
+		mu.Lock()
+		defer mu.Unlock()
+		taken := 0
+		for i, name := range order {
+			if _, ok := held.Load(name); ok {
+				taken++
+				t.Logf("dead task %s ran as the steady pool's task %d", name, i+1)
+			}
+		}
+		if taken != 3 {
+			t.Errorf("the steady pool ran %d of the dead session's 3 tasks within 3 s after the refusals ended (%d tasks run); want all 3, taken over", taken, len(order))
+		}
+		if st := steady.Stats(); st.TakenOver < 1 {
+			t.Errorf("Stats().TakenOver = %d", st.TakenOver)
+		}
+	})
+}
+
+// victimLease returns the etcd lease of the live session of the pool
+// whose worker is worker, from the fleet's markers.
+func victimLease(t *testing.T, cli *clientv3.Client, worker string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "/leasehold/lease/%live/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) == worker {
+			return clientv3.LeaseID(kv.Lease)
+		}
+	}
+	t.Fatalf("no live marker of %s", worker)
+	return 0
 }

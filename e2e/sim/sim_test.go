@@ -312,8 +312,8 @@ func TestSimulationControls(t *testing.T) {
 		{control: model.ControlSharedStartKey, seed: 71, net: held},
 		{control: model.ControlLastEarlierTry, seed: 81, net: held},
 		// leave-once needs an Acquire that gives up while its leave's
-		// reply is lost: 30 s of faults give a seed more of them.
-		{control: model.ControlLeaveOnce, seed: 91, net: held, duration: 30 * time.Second},
+		// reply is lost: 60 s of faults give a seed more of them.
+		{control: model.ControlLeaveOnce, seed: 91, net: held, duration: 60 * time.Second},
 		{control: model.ControlNoQueueMarkers, seed: 101, net: held},
 		{control: model.ControlReleaseOnce, seed: 111},
 		{control: model.ControlNoLimitCompare, seed: 71},

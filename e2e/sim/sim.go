@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -41,6 +42,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/leasehold/leasehold/audit"
 	"github.com/leasehold/leasehold/e2e/chaos/checks"
 	"github.com/leasehold/leasehold/e2e/chaos/model"
@@ -499,7 +501,13 @@ func (s *sim) startRecorder() (stop func()) {
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
 	}
-	reg, err := lease.NewRegistry(cli)
+	var regOpts []lease.Option
+	logFile := s.recorderLog()
+	if logFile != nil {
+		regOpts = append(regOpts, lease.WithLogger(hclog.New(&hclog.LoggerOptions{
+			Name: name, Output: logFile, Level: hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG")), TimeFormat: "15:04:05.000"})))
+	}
+	reg, err := lease.NewRegistry(cli, regOpts...)
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
 	}
@@ -533,7 +541,29 @@ func (s *sim) startRecorder() (stop func()) {
 		pruning.Wait()
 		_ = reg.Close()
 		_ = db.Close()
+		if logFile != nil {
+			_ = logFile.Close()
+		}
 	}
+}
+
+// recorderLog opens, when LEASEHOLD_CHAOS_FLEET_LOG and LEASEHOLD_CHAOS_OUT
+// are set, DIR/recorder.log for the recorders' log at that level (virtual
+// timestamps; every recorder started in the run appends to it, named
+// recorder-N); nil otherwise.
+func (s *sim) recorderLog() *os.File {
+	dir := os.Getenv("LEASEHOLD_CHAOS_OUT")
+	if dir == "" || hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG")) == hclog.NoLevel {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Fatalf("sim: %v", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "recorder.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatalf("sim: %v", err)
+	}
+	return f
 }
 
 // injectFaults injects, from the seed, a fault every FaultGap on average

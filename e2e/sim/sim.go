@@ -60,9 +60,6 @@ import (
 // DefaultConfig.
 type Config struct {
 	Seed uint64
-	// Shared says other runs share the process (a swarm): the CPU the
-	// process used is not this run's, and Summary leaves it out.
-	Shared bool
 	// Duration is the fault phase, in virtual time.
 	Duration time.Duration
 	// Workers run Threads threads each, on a window of Window open tasks;
@@ -191,12 +188,8 @@ func processCPU() time.Duration {
 // Summary is the run's closing lines: its figures, the pools' and the
 // fleet's if it had them, then each violation, then "violations: N".
 func (r *Result) Summary() string {
-	cpu := fmt.Sprintf("%v of CPU each", r.CPUPerCycle().Round(time.Microsecond))
-	if r.CPU == 0 {
-		cpu = "CPU shared with the swarm"
-	}
-	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time, %s), %d requests applied, faults %v\n",
-		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), cpu, r.Applied, r.Faults)
+	s := fmt.Sprintf("simulation: seed %d, %v simulated in %v of wall time, %d task cycles (%.0f per second of wall time, %v of CPU each), %d requests applied, faults %v\n",
+		r.Seed, r.Virtual.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Cycles, r.CyclesPerSecond(), r.CPUPerCycle().Round(time.Microsecond), r.Applied, r.Faults)
 	var modes []string
 	if r.Pool != nil {
 		modes = append(modes, r.Pool.Lines()...)
@@ -256,9 +249,6 @@ func Run(t *testing.T, cfg Config) *Result {
 	}
 	if res != nil {
 		res.Wall, res.CPU = time.Since(wall), processCPU()-cpu
-		if cfg.Shared {
-			res.CPU = 0
-		}
 	}
 	return res
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"math"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/txn"
@@ -103,13 +102,15 @@ func (s *rangeStream) next() (*pb.RangeStreamResponse, error) {
 		}
 		s.r.Limit = min(initialStreamChunkLimit, s.totalLimit)
 	}
-	var resp *pb.RangeResponse
-	var err error
-	if s.headerRev == 0 {
-		resp, err = call(s.c, s.ctx, "RangeStream", s.r, s.c.s.rangeChunk)
-	} else {
-		resp, err = s.chunk()
+	c := s.c
+	if s.headerRev != 0 {
+		// A later chunk: the network decides whether it breaks the
+		// stream, and does not delay it.
+		later := *s.c
+		later.net = undelayed{s.c.net}
+		c = &later
 	}
+	resp, err := call(c, s.ctx, "RangeStream", s.r, s.c.s.rangeChunk)
 	if err != nil {
 		return nil, err
 	}
@@ -144,24 +145,14 @@ func (s *rangeStream) next() (*pb.RangeStreamResponse, error) {
 	return &pb.RangeStreamResponse{RangeResponse: out}, nil
 }
 
-// chunk reads a chunk after the first: the network decides whether it
-// breaks the stream, and does not delay it.
-func (s *rangeStream) chunk() (*pb.RangeResponse, error) {
-	c := s.c
-	if c.cli.Ctx().Err() != nil {
-		return nil, errClientClosing
-	}
-	if err := c.s.enter(); err != nil {
-		return nil, c.failAfter(s.ctx, time.Now(), 0, err)
-	}
-	defer c.s.exit()
-	if err := s.ctx.Err(); err != nil {
-		return nil, status.FromContextError(err).Err()
-	}
-	if f := c.net.Fate(c.name, "RangeStream", s.r); f.Kind != Deliver {
-		return nil, c.failAfter(s.ctx, time.Now(), 0, errNetwork)
-	}
-	return c.s.rangeChunk(s.ctx, s.r)
+// undelayed is a network whose fates keep their kind and lose their
+// delay: a stream's later chunks.
+type undelayed struct{ Network }
+
+func (n undelayed) Fate(client, method string, req any) Fate {
+	f := n.Network.Fate(client, method, req)
+	f.Delay = 0
+	return f
 }
 
 // adjustChunkLimit is etcd's: the next chunk's limit, doubled when the

@@ -60,13 +60,19 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // replays is LEASEHOLD_SIM_REPLAYS if set, else 0: how often a control's
 // finding seed is run again, to measure how often it reproduces.
 func replays(t *testing.T) int {
-	v := os.Getenv("LEASEHOLD_SIM_REPLAYS")
+	return envCount(t, "LEASEHOLD_SIM_REPLAYS", 0, 0)
+}
+
+// envCount is the count in the environment variable name if set, else
+// def; a value that is not a count of at least least fails the test.
+func envCount(t *testing.T, name string, def, least int) int {
+	v := os.Getenv(name)
 	if v == "" {
-		return 0
+		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("LEASEHOLD_SIM_REPLAYS=%q: a count", v)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: a count of at least %d", name, v, least)
 	}
 	return n
 }
@@ -258,15 +264,7 @@ func summaryOf(out []byte) string {
 // parallelSeeds is LEASEHOLD_SIM_PARALLEL if set, else 1: how many seeds
 // of the cycle workload run at once.
 func parallelSeeds(t *testing.T) int {
-	v := os.Getenv("LEASEHOLD_SIM_PARALLEL")
-	if v == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("LEASEHOLD_SIM_PARALLEL=%q: a count of at least 1", v)
-	}
-	return n
+	return envCount(t, "LEASEHOLD_SIM_PARALLEL", 1, 1)
 }
 
 // cycleDuration is LEASEHOLD_SIM_CYCLE_DURATION if set, else def: the

@@ -491,12 +491,7 @@ func (s *sim) startRecorder() (stop func()) {
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
 	}
-	var regOpts []lease.Option
-	logFile := s.recorderLog()
-	if logFile != nil {
-		regOpts = append(regOpts, lease.WithLogger(hclog.New(&hclog.LoggerOptions{
-			Name: name, Output: logFile, Level: hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG")), TimeFormat: "15:04:05.000"})))
-	}
+	regOpts, closeLog := s.recorderLog(name)
 	reg, err := lease.NewRegistry(cli, regOpts...)
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
@@ -531,20 +526,20 @@ func (s *sim) startRecorder() (stop func()) {
 		pruning.Wait()
 		_ = reg.Close()
 		_ = db.Close()
-		if logFile != nil {
-			_ = logFile.Close()
-		}
+		closeLog()
 	}
 }
 
-// recorderLog opens, when LEASEHOLD_CHAOS_FLEET_LOG and LEASEHOLD_CHAOS_OUT
-// are set, DIR/recorder.log for the recorders' log at that level (virtual
-// timestamps; every recorder started in the run appends to it, named
-// recorder-N); nil otherwise.
-func (s *sim) recorderLog() *os.File {
+// recorderLog returns, when LEASEHOLD_CHAOS_FLEET_LOG and
+// LEASEHOLD_CHAOS_OUT are set, the registry option that logs the recorder
+// named name at that level into DIR/recorder.log (virtual timestamps;
+// every recorder started in the run appends to it), and what closes the
+// file; no option otherwise.
+func (s *sim) recorderLog(name string) ([]lease.Option, func()) {
 	dir := os.Getenv("LEASEHOLD_CHAOS_OUT")
-	if dir == "" || hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG")) == hclog.NoLevel {
-		return nil
+	level := hclog.LevelFromString(os.Getenv("LEASEHOLD_CHAOS_FLEET_LOG"))
+	if dir == "" || level == hclog.NoLevel {
+		return nil, func() {}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		s.t.Fatalf("sim: %v", err)
@@ -553,7 +548,8 @@ func (s *sim) recorderLog() *os.File {
 	if err != nil {
 		s.t.Fatalf("sim: %v", err)
 	}
-	return f
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: f, Level: level, TimeFormat: "15:04:05.000"})
+	return []lease.Option{lease.WithLogger(log)}, func() { _ = f.Close() }
 }
 
 // injectFaults injects, from the seed, a fault every FaultGap on average

@@ -128,12 +128,10 @@ func (l *Log) RunRecorder(ctx context.Context) error {
 		}
 		if err == nil {
 			from := next
-			next, err = l.follow(ctx, from)
-			switch {
-			case next > from:
+			if next, err = l.follow(ctx, from); next > from {
 				stuck = 0
 				backoff = 50 * time.Millisecond
-			default:
+			} else {
 				stuck++
 			}
 		}
